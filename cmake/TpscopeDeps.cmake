@@ -1,0 +1,66 @@
+# Finds the dependencies and turns each optional one into TPSCOPE_HAVE_<X>.
+# An option that is ON but whose dependency is missing is reported in the summary, not silently dropped.
+find_package(SQLite3 REQUIRED)
+find_package(nlohmann_json 3 REQUIRED)
+find_package(CLI11 REQUIRED)
+find_package(fmt REQUIRED)
+find_package(ZLIB REQUIRED)
+find_package(Threads REQUIRED)
+
+if(CMAKE_CXX_COMPILER_LAUNCHER STREQUAL "")
+  unset(CMAKE_CXX_COMPILER_LAUNCHER)
+endif()
+if(NOT DEFINED CMAKE_CXX_COMPILER_LAUNCHER)
+  find_program(TPSCOPE_CCACHE ccache)
+  if(TPSCOPE_CCACHE)
+    set(CMAKE_C_COMPILER_LAUNCHER ${TPSCOPE_CCACHE})
+    set(CMAKE_CXX_COMPILER_LAUNCHER ${TPSCOPE_CCACHE})
+  endif()
+endif()
+
+set(TPSCOPE_HAVE_TORCH OFF)
+if(TPSCOPE_WITH_TORCH)
+  find_package(Torch QUIET)
+  if(Torch_FOUND)
+    set(TPSCOPE_HAVE_TORCH ON)
+  else()
+    message(WARNING "TPSCOPE_WITH_TORCH=ON but LibTorch was not found: core/ and tpscope-train are skipped "
+                    "(install libtorch-dev libgloo-dev, or pass -DCMAKE_PREFIX_PATH=<torch>/share/cmake)")
+  endif()
+endif()
+
+set(TPSCOPE_HAVE_CUDA OFF)
+if(TPSCOPE_WITH_CUDA)
+  find_package(CUDAToolkit QUIET)
+  if(CUDAToolkit_FOUND AND TARGET CUDA::cupti)
+    set(TPSCOPE_HAVE_CUDA ON)
+  endif()
+endif()
+
+set(TPSCOPE_HAVE_QT OFF)
+if(TPSCOPE_BUILD_GUI)
+  find_package(Qt6 6.2 QUIET COMPONENTS Core Gui Widgets Charts Test)
+  if(Qt6_FOUND)
+    set(TPSCOPE_HAVE_QT ON)
+  else()
+    message(WARNING "TPSCOPE_BUILD_GUI=ON but Qt 6 (Core Gui Widgets Charts Test) was not found: gui/ is skipped")
+  endif()
+endif()
+
+if(TPSCOPE_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+  include(GoogleTest)
+endif()
+
+set(TPSCOPE_HAVE_BENCHMARK OFF)
+if(TPSCOPE_BUILD_BENCH)
+  find_package(benchmark QUIET)
+  if(benchmark_FOUND)
+    set(TPSCOPE_HAVE_BENCHMARK ON)
+  endif()
+endif()
+
+# Warnings for our own targets only (never for LibTorch's headers, which are included as SYSTEM).
+add_library(tpscope_warnings INTERFACE)
+target_compile_options(tpscope_warnings INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>)

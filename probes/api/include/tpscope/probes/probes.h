@@ -1,0 +1,269 @@
+// tpscope probe API — header-only, no dependencies beyond the standard library.
+//
+// Design (after Tracy and c10d's flight recorder):
+//  * A span site is a `static constexpr Site` (name, category, file, line, kind, phase). The hot path stores a
+//    pointer to it plus two raw clock ticks, the current step and a layer index into a bounded per-thread SPSC ring
+//    (`ThreadBuffer`). It never formats, allocates, locks or touches SQLite. A full ring drops the span and counts it.
+//  * Compiled in but not recording, a span costs one relaxed atomic load (`detail::g_recording`).
+//  * With TPSCOPE_PROBES_ENABLED == 0 every TPS_* macro compiles to nothing.
+//  * Everything that is not a span (collectives, grad stats, step stats, alerts, counters) is rarer and goes through
+//    the `Sink` installed by the runtime (probes/runtime). Without a runtime linked and started, `sink()` is null and
+//    every call below is a no-op. Probes never throw.
+//  * Ticks are raw (`rawTicks()`: the TSC on x86-64, else steady_clock ns); the runtime converts them to ns when it
+//    flushes ("record raw, convert later").
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <x86intrin.h>
+#define TPSCOPE_TICKS_ARE_TSC 1
+#else
+#include <chrono>
+#define TPSCOPE_TICKS_ARE_TSC 0
+#endif
+
+#ifndef TPSCOPE_PROBES_ENABLED
+#define TPSCOPE_PROBES_ENABLED 1
+#endif
+
+namespace tpscope::probes {
+
+// Stored as integers in the trace (spans.kind); names in docs/schema.md and the `span_kinds` table.
+enum class SpanKind : uint8_t {
+  Compute = 0,     // host-side compute of a layer or phase
+  Comm = 1,        // a collective as seen by the host (enqueue → completion)
+  Data = 2,        // data loading
+  Optimizer = 3,   // optimizer step, clipping
+  Step = 4,        // one whole training step
+  Checkpoint = 5,  // checkpoint save/load
+  Kernel = 6,      // GPU kernel (CUPTI)
+  Memcpy = 7,      // GPU memcpy (CUPTI)
+  Memset = 8,      // GPU memset (CUPTI)
+  NcclKernel = 9,  // GPU NCCL kernel (CUPTI)
+  Other = 10,
+  Wait = 11,       // host blocked waiting (sync, store, barrier outside the communicator)
+};
+
+// Stored as integers (spans.phase, collectives.phase); names in the `phases` table.
+enum class Phase : uint8_t { None = 0, Forward = 1, Backward = 2, Optimizer = 3, Data = 4, Checkpoint = 5, Other = 6 };
+
+// Flight-recorder states of a collective (collectives.state).
+enum class CollectiveState : uint8_t { Scheduled = 0, Started = 1, Completed = 2, TimedOut = 3, Failed = 4 };
+
+// A static description of a span site. Must outlive the process's recording (use `static constexpr`).
+struct Site {
+  const char* name;
+  const char* category;
+  const char* file;
+  uint32_t line;
+  SpanKind kind;
+  Phase phase;
+};
+
+// Raw timestamp. Any thread; ~11 ns on x86-64 (rdtsc), ~27 ns elsewhere.
+inline uint64_t rawTicks() noexcept {
+#if TPSCOPE_TICKS_ARE_TSC
+  return __rdtsc();
+#else
+  return static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+#endif
+}
+
+// One recorded span, 32 bytes. `site` is never null.
+struct SpanEvent {
+  const Site* site;
+  uint64_t t0;  // raw ticks
+  uint64_t t1;  // raw ticks
+  int32_t step;
+  int16_t layer;  // -1: not a layer span
+  uint16_t reserved;
+};
+static_assert(sizeof(SpanEvent) == 32);
+
+// Bounded single-producer (the owning thread) / single-consumer (the runtime's flusher) ring.
+struct ThreadBuffer {
+  static constexpr uint64_t kCapacity = uint64_t{1} << 16;  // 2 MiB of events per thread
+
+  alignas(64) std::atomic<uint64_t> head{0};  // next slot to write; producer stores (release)
+  uint64_t cachedTail = 0;                    // producer-private copy of `tail`
+  std::atomic<uint64_t> dropped{0};           // producer increments (relaxed); consumer reads
+  alignas(64) std::atomic<uint64_t> tail{0};  // next slot to read; consumer stores (release)
+  uint32_t threadId = 0;                      // set by the runtime: small dense id (spans.thread)
+  std::atomic<bool> retired{false};           // set when the owning thread exits; the runtime frees after draining
+  SpanEvent events[kCapacity];
+
+  // Owning thread only. Never blocks; a full ring counts a drop.
+  bool push(const SpanEvent& e) noexcept {
+    const uint64_t h = head.load(std::memory_order_relaxed);
+    if (h - cachedTail >= kCapacity) {
+      cachedTail = tail.load(std::memory_order_acquire);
+      if (h - cachedTail >= kCapacity) {
+        dropped.store(dropped.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+        return false;
+      }
+    }
+    events[h & (kCapacity - 1)] = e;
+    head.store(h + 1, std::memory_order_release);
+    return true;
+  }
+};
+
+// Describes one collective when it is enqueued. Strings and spans are copied by the sink before it returns.
+struct CollectiveDesc {
+  std::string_view group;          // process-group name, e.g. "tp-0", "dp-1", "world"
+  std::span<const int> groupRanks; // global ranks of the group's members, in group-rank order
+  uint64_t seq = 0;                // per-group sequence number, 1-based, identical on every member
+  std::string_view op;             // "all_reduce", "all_gather", "reduce_scatter", "broadcast", "barrier", ...
+  std::string_view dtype;          // "float32", "bfloat16", ...
+  std::span<const int64_t> shape;  // input tensor shape
+  int64_t numel = 0;
+  int64_t bytes = 0;               // bytes of the input tensor
+  std::string_view callsite;       // TP terms: "layer 3 attention output RowParallel forward all-reduce"
+  int layer = -1;
+  Phase phase = Phase::None;
+  int step = -1;                   // -1: the current step (setStep)
+};
+
+// Per-parameter gradient health for one step, taken before any reduction.
+struct GradStat {
+  std::string_view param;  // "layers.3.mlp.fc2.weight"
+  int layer = -1;
+  double l2Norm = 0;
+  double maxAbs = 0;
+  int64_t nanCount = 0;
+  int64_t infCount = 0;
+  int64_t numel = 0;
+};
+
+struct StepStat {
+  int step = 0;
+  double loss = 0;
+  double lr = 0;
+  double gradNorm = 0;    // global, after reduction
+  double lossScale = 1;
+  int64_t tokens = 0;     // tokens processed by this rank in the step
+  uint64_t t0 = 0, t1 = 0;  // raw ticks of the step
+  bool skipped = false;   // the update was dropped (non-finite policy)
+};
+
+enum class Severity : uint8_t { Info = 0, Warning = 1, Error = 2, Critical = 3 };
+
+struct Alert {
+  Severity severity = Severity::Warning;
+  std::string_view kind;      // "nonfinite_grad", "nonfinite_activation", "grad_spike", "loss_spike", ...
+  int step = -1;
+  int layer = -1;
+  std::string_view param;     // parameter or phase where it shows
+  std::string_view message;   // one human sentence
+  std::string_view evidence;  // JSON object with the numbers
+};
+
+// Installed by the runtime. All methods: any thread, never throw; they may lock (not the span hot path).
+class Sink {
+ public:
+  virtual ~Sink() = default;
+  virtual ThreadBuffer* acquireThreadBuffer() noexcept = 0;
+  // Returns a handle for the state updates below; the enqueue time is taken by the caller (`enqueueTicks`).
+  virtual uint64_t collectiveEnqueued(const CollectiveDesc& desc, uint64_t enqueueTicks) noexcept = 0;
+  virtual void collectiveState(uint64_t handle, CollectiveState state, uint64_t ticks) noexcept = 0;
+  virtual void gradStats(int step, std::span<const GradStat> stats) noexcept = 0;
+  virtual void stepStat(const StepStat& stat) noexcept = 0;
+  virtual void alert(const Alert& alert) noexcept = 0;
+  virtual void counter(std::string_view name, double value, uint64_t ticks) noexcept = 0;
+  // Writes everything buffered so far to disk before returning (the "dump").
+  virtual void flush() noexcept = 0;
+};
+
+namespace detail {
+inline std::atomic<bool> g_recording{false};
+inline std::atomic<Sink*> g_sink{nullptr};
+inline std::atomic<int32_t> g_step{-1};
+// NVTX mirror hooks, installed by probes/nvtx when CUDA is present (null otherwise).
+inline std::atomic<void (*)(const Site*)> g_rangePush{nullptr};
+inline std::atomic<void (*)()> g_rangePop{nullptr};
+inline thread_local ThreadBuffer* t_buffer = nullptr;
+
+inline void emitSpan(const Site* site, uint64_t t0, uint64_t t1, int16_t layer) noexcept {
+  ThreadBuffer* b = t_buffer;
+  if (b == nullptr) [[unlikely]] {
+    Sink* s = g_sink.load(std::memory_order_acquire);
+    if (s == nullptr) return;
+    b = t_buffer = s->acquireThreadBuffer();
+    if (b == nullptr) return;
+  }
+  b->push(SpanEvent{site, t0, t1, g_step.load(std::memory_order_relaxed), layer, 0});
+}
+}  // namespace detail
+
+// True while a runtime is recording. One relaxed load.
+inline bool recording() noexcept { return detail::g_recording.load(std::memory_order_relaxed); }
+// The installed sink while recording, else null.
+inline Sink* sink() noexcept { return recording() ? detail::g_sink.load(std::memory_order_acquire) : nullptr; }
+
+// The training step that spans and records are attributed to. Any thread.
+inline void setStep(int step) noexcept { detail::g_step.store(step, std::memory_order_relaxed); }
+inline int currentStep() noexcept { return detail::g_step.load(std::memory_order_relaxed); }
+
+// RAII span. Compiled in but off: one relaxed load in the constructor.
+class SpanScope {
+ public:
+  explicit SpanScope(const Site* site, int layer = -1) noexcept
+      : site_(site), layer_(static_cast<int16_t>(layer)), active_(recording()) {
+    if (active_) [[unlikely]] {
+      if (auto push = detail::g_rangePush.load(std::memory_order_relaxed)) push(site_);
+      t0_ = rawTicks();
+    }
+  }
+  ~SpanScope() {
+    if (active_) [[unlikely]] {
+      detail::emitSpan(site_, t0_, rawTicks(), layer_);
+      if (auto pop = detail::g_rangePop.load(std::memory_order_relaxed)) pop();
+    }
+  }
+  SpanScope(const SpanScope&) = delete;
+  SpanScope& operator=(const SpanScope&) = delete;
+
+ private:
+  const Site* site_;
+  uint64_t t0_ = 0;
+  int16_t layer_;
+  bool active_;
+};
+
+// Records a span whose times were taken elsewhere (raw ticks).
+inline void emitSpan(const Site* site, uint64_t t0, uint64_t t1, int layer = -1) noexcept {
+  if (recording()) detail::emitSpan(site, t0, t1, static_cast<int16_t>(layer));
+}
+
+inline void counter(std::string_view name, double value) noexcept {
+  if (Sink* s = sink()) s->counter(name, value, rawTicks());
+}
+
+}  // namespace tpscope::probes
+
+#define TPS_CONCAT_INNER(a, b) a##b
+#define TPS_CONCAT(a, b) TPS_CONCAT_INNER(a, b)
+
+#if TPSCOPE_PROBES_ENABLED
+// TPS_SPAN(name, kind, phase): a span over the rest of the enclosing scope. name: string literal.
+#define TPS_SPAN(name, kind, phase)                                                                        \
+  static constexpr ::tpscope::probes::Site TPS_CONCAT(tps_site_, __LINE__){                               \
+      name, "", __FILE__, __LINE__, ::tpscope::probes::SpanKind::kind, ::tpscope::probes::Phase::phase};  \
+  ::tpscope::probes::SpanScope TPS_CONCAT(tps_scope_, __LINE__)(&TPS_CONCAT(tps_site_, __LINE__))
+// TPS_SPAN_LAYER(name, kind, phase, layer): the same, attributed to a layer index (int, evaluated only when on).
+#define TPS_SPAN_LAYER(name, kind, phase, layer)                                                           \
+  static constexpr ::tpscope::probes::Site TPS_CONCAT(tps_site_, __LINE__){                               \
+      name, "", __FILE__, __LINE__, ::tpscope::probes::SpanKind::kind, ::tpscope::probes::Phase::phase};  \
+  ::tpscope::probes::SpanScope TPS_CONCAT(tps_scope_, __LINE__)(&TPS_CONCAT(tps_site_, __LINE__), (layer))
+#define TPS_STEP(step) ::tpscope::probes::setStep(step)
+#define TPS_COUNTER(name, value) ::tpscope::probes::counter(name, value)
+#else
+#define TPS_SPAN(name, kind, phase) static_cast<void>(0)
+#define TPS_SPAN_LAYER(name, kind, phase, layer) static_cast<void>(0)
+#define TPS_STEP(step) static_cast<void>(0)
+#define TPS_COUNTER(name, value) static_cast<void>(0)
+#endif

@@ -1,0 +1,28 @@
+// Merge of per-rank files into one run file.
+//
+// Times in the output are ns since the earliest input epoch, on rank 0's clock: for each input rank,
+// t_out = t_in + (epoch_in - epoch_out) + clock_offset_ns (unless the input is already aligned, meta clock_aligned=1).
+// The output is written to a temporary file beside it and renamed on success: it is either complete or absent.
+// Refuses: inputs of different runs (meta run_id), two inputs holding the same rank, unreadable inputs.
+// Idempotent: merging the same inputs again yields the same content.
+#pragma once
+
+#include <filesystem>
+#include <span>
+
+#include "tpscope/tracedb/status.h"
+
+namespace tpscope::tracedb {
+
+struct MergeStats {
+  int ranks = 0;
+  int64_t spans = 0;
+  int64_t collectives = 0;
+};
+
+Result<MergeStats> merge(std::span<const std::filesystem::path> inputs, const std::filesystem::path& output);
+
+// The rank files of a capture folder: DIR/rank-*.db in rank order.
+std::vector<std::filesystem::path> rankFiles(const std::filesystem::path& dir);
+
+}  // namespace tpscope::tracedb

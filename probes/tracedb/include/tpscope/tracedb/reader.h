@@ -1,0 +1,100 @@
+// Reader for a trace file: validates it on open and answers typed queries.
+//
+// open() refuses, with a message naming the file: a missing or empty file, a file that is not SQLite, an SQLite file
+// that is not a tpscope trace, a trace of a newer format version. A truncated or corrupted file that passes open()
+// makes the query that reaches the damage return an error naming the file — never a crash.
+// Untrusted files are opened read-only with SQLite's defensive settings, no extension loading, trusted_schema off.
+//
+// Threading: one Reader per thread (SQLite connections are not shared); open a second Reader for a worker thread.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tpscope/tracedb/records.h"
+#include "tpscope/tracedb/status.h"
+
+struct sqlite3;
+
+namespace tpscope::tracedb {
+
+struct SpanQuery {
+  std::optional<int> rank;
+  std::optional<int> thread;
+  std::optional<int64_t> fromNs;  // spans that end after fromNs...
+  std::optional<int64_t> toNs;    // ...and begin before toNs
+  std::optional<int> step;
+  std::optional<SpanKind> kind;
+};
+
+struct CollectiveQuery {
+  std::optional<int> rank;
+  std::optional<std::string> group;
+  std::optional<int> step;
+};
+
+struct GradQuery {
+  std::optional<int> rank;
+  std::optional<int> step;
+};
+
+struct TimeRange {
+  int64_t beginNs = 0;
+  int64_t endNs = 0;
+};
+
+class Reader {
+ public:
+  static Result<std::unique_ptr<Reader>> open(const std::filesystem::path& path);
+  ~Reader();
+  Reader(const Reader&) = delete;
+  Reader& operator=(const Reader&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  int formatVersion() const { return version_; }
+
+  Result<std::map<std::string, std::string>> meta();
+  std::optional<std::string> metaValue(std::string_view key);
+
+  Result<std::vector<RankInfo>> ranks();
+  Result<std::vector<ThreadInfo>> threads();
+  Result<std::vector<GroupInfo>> groups();
+  // The string with id `id`; "" for an unknown id. Loads the strings table once.
+  const std::string& string(uint32_t id);
+  std::optional<uint32_t> stringId(std::string_view value);
+
+  // Streams spans ordered by (rank, begin_ns) without materialising them. The callback returns false to stop.
+  Status forEachSpan(const SpanQuery& query, const std::function<bool(const SpanRow&)>& callback);
+  Result<std::vector<SpanRow>> spans(const SpanQuery& query = {});
+  Result<int64_t> spanCount();
+  Result<TimeRange> timeRange();  // over spans and collectives
+
+  Result<std::vector<CollectiveRow>> collectives(const CollectiveQuery& query = {});  // by group, seq, rank
+  Result<std::vector<GradStatRow>> gradStats(const GradQuery& query = {});            // by step, rank, layer
+  Result<std::vector<StepStatRow>> stepStats();                                       // by step, rank
+  Result<std::vector<AlertRow>> alerts();                                             // by time
+  Result<std::vector<CounterRow>> counters();                                         // by name, rank, time
+  Result<std::vector<RecorderStatsRow>> recorderStats();
+
+  // The raw read-only connection, for SQL queries (tpscope sql). Writes are refused by SQLite (query_only).
+  sqlite3* handle() { return db_; }
+  // Formats an SQLite failure as "<file>: <what>: <sqlite message>".
+  Status error(std::string_view what) const;
+
+ private:
+  Reader(std::filesystem::path path, sqlite3* db, int version);
+  Status loadStrings();
+
+  std::filesystem::path path_;
+  sqlite3* db_ = nullptr;
+  int version_ = 0;
+  bool stringsLoaded_ = false;
+  std::vector<std::string> strings_;  // index = id
+};
+
+}  // namespace tpscope::tracedb

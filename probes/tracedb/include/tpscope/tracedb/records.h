@@ -1,0 +1,154 @@
+// Plain row types of the trace format (schema version 1, probes/tracedb/src/schema.sql; docs/schema.md).
+// Times: ns since the file's epoch (meta 'epoch_unix_ns'); sizes: bytes. No SQLite types leak out of here.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tpscope::tracedb {
+
+inline constexpr int kFormatVersion = 1;                 // PRAGMA user_version
+inline constexpr std::string_view kFormatName = "tpscope-trace";  // meta 'format'
+
+// Well-known meta keys.
+namespace meta_keys {
+inline constexpr std::string_view kFormat = "format";
+inline constexpr std::string_view kRunId = "run_id";
+inline constexpr std::string_view kEpochUnixNs = "epoch_unix_ns";   // wall-clock ns of time 0 in this file
+inline constexpr std::string_view kClockAligned = "clock_aligned";  // "1": ranks' offsets already applied (merged)
+inline constexpr std::string_view kConfig = "config";               // the training config, JSON
+inline constexpr std::string_view kTool = "tool";                   // "tpscope 0.1.0", "tpscope import kineto", ...
+inline constexpr std::string_view kSource = "source";               // "capture", "merge", "kineto", ...
+}  // namespace meta_keys
+
+// Span kinds and phases: same numbering as tpscope::probes::SpanKind / Phase and the span_kinds / phases tables.
+enum class SpanKind : uint8_t {
+  Compute = 0, Comm = 1, Data = 2, Optimizer = 3, Step = 4, Checkpoint = 5,
+  Kernel = 6, Memcpy = 7, Memset = 8, NcclKernel = 9, Other = 10, Wait = 11,
+};
+inline constexpr int kSpanKindCount = 12;
+std::string_view spanKindName(SpanKind kind);
+enum class Phase : uint8_t { None = 0, Forward = 1, Backward = 2, Optimizer = 3, Data = 4, Checkpoint = 5, Other = 6 };
+std::string_view phaseName(Phase phase);
+
+enum class CollectiveState : uint8_t { Scheduled = 0, Started = 1, Completed = 2, TimedOut = 3, Failed = 4 };
+std::string_view collectiveStateName(CollectiveState state);  // "scheduled", "started", "completed", "timed_out", "failed"
+std::optional<CollectiveState> parseCollectiveState(std::string_view name);
+
+struct RankInfo {
+  int rank = 0;
+  std::string host;
+  int64_t pid = 0;
+  int worldSize = 1;
+  int localRank = 0;
+  int tpRank = 0, tpSize = 1;
+  int dpRank = 0, dpSize = 1;
+  std::string device = "cpu";
+  int64_t clockOffsetNs = 0;       // rank 0's clock minus this rank's clock: t_rank0 = t_local + offset
+  int64_t clockUncertaintyNs = 0;  // half the best round trip
+  std::optional<int64_t> startNs, endNs;
+  std::string exitReason;          // "", "ok", "signal SIGTERM", "timeout", "crash", ...
+};
+
+struct ThreadInfo {
+  int rank = 0;
+  int thread = 0;          // dense per rank; CUDA streams use their own ids with kind "cuda-stream"
+  std::string kind = "cpu";
+  std::string name;
+};
+
+// One span. `name` is an id in the strings table (Writer::intern / Reader::string).
+struct SpanRow {
+  int rank = 0;
+  int thread = 0;
+  SpanKind kind = SpanKind::Compute;
+  uint32_t name = 0;
+  int64_t beginNs = 0;
+  int64_t durNs = 0;
+  int step = -1;
+  int layer = -1;
+  Phase phase = Phase::None;
+  std::optional<int64_t> correlation;  // CUPTI correlation / enclosing host span id
+  int64_t endNs() const { return beginNs + durNs; }
+};
+
+struct GroupInfo {
+  std::string name;        // "tp-0", "dp-1", "world"
+  std::vector<int> ranks;  // global ranks in group-rank order
+  std::string backend;     // "gloo", "nccl", ""
+};
+
+// A collective as one rank saw it (flight-recorder record). (rank, group, seq) is unique; (group, seq) joins ranks.
+struct CollectiveRow {
+  int rank = 0;
+  std::string group;
+  int64_t seq = 0;
+  std::string op;     // "all_reduce", "all_gather", "reduce_scatter", "broadcast", "barrier", "all_to_all", ...
+  std::string dtype;  // "float32", ...
+  std::vector<int64_t> shape;
+  int64_t numel = 0;
+  int64_t bytes = 0;
+  std::string callsite;
+  int step = -1;
+  int layer = -1;
+  Phase phase = Phase::None;
+  int thread = 0;
+  int64_t enqueueNs = 0;
+  std::optional<int64_t> startNs, endNs;
+  CollectiveState state = CollectiveState::Scheduled;
+};
+
+struct GradStatRow {
+  int rank = 0;
+  int step = 0;
+  std::string param;
+  int layer = -1;
+  double l2Norm = 0;
+  double maxAbs = 0;
+  int64_t nanCount = 0;
+  int64_t infCount = 0;
+  int64_t numel = 0;
+};
+
+struct StepStatRow {
+  int rank = 0;
+  int step = 0;
+  std::optional<double> loss, lr, gradNorm, lossScale;
+  std::optional<int64_t> tokens;
+  std::optional<int64_t> beginNs, endNs;
+  bool skipped = false;
+};
+
+struct AlertRow {
+  int64_t id = 0;  // assigned on write
+  int rank = 0;
+  int step = -1;
+  int64_t tsNs = 0;
+  std::string severity = "warning";  // "info", "warning", "error", "critical"
+  std::string kind;
+  int layer = -1;
+  std::string param;
+  std::string message;
+  std::string evidence = "{}";  // JSON object
+};
+
+struct CounterRow {
+  int rank = 0;
+  std::string name;
+  int64_t tsNs = 0;
+  double value = 0;
+};
+
+struct RecorderStatsRow {
+  int rank = 0;
+  int64_t tsNs = 0;
+  int64_t spansWritten = 0, spansDropped = 0;
+  int64_t recordsWritten = 0, recordsDropped = 0;  // everything that is not a span
+  int64_t flushes = 0, flushNsMax = 0, flushNsTotal = 0;
+  int64_t probeOverheadNs = 0;  // estimated time spent in probes on the recorded threads
+};
+
+}  // namespace tpscope::tracedb

@@ -1,0 +1,80 @@
+// Writer for one trace file (a rank's file while recording, or a run file built by merge/import).
+//
+// Batched: rows are inserted with cached prepared statements inside an explicit transaction that the caller opens
+// with begin() and closes with commit() (the recorder commits once per flush). Any add*/put* outside a transaction
+// opens one; the destructor commits it. WAL mode with synchronous=NORMAL: every committed transaction survives the
+// death of the process (SIGKILL), so a reader sees everything flushed before a kill.
+//
+// Threading: one Writer is used by one thread at a time. Names are interned once (cache in memory).
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "tpscope/tracedb/records.h"
+#include "tpscope/tracedb/status.h"
+
+struct sqlite3;
+
+namespace tpscope::tracedb {
+
+struct CreateOptions {
+  bool overwrite = false;       // replace an existing file (else: error if it exists)
+  std::string runId;            // meta 'run_id'
+  int64_t epochUnixNs = 0;      // meta 'epoch_unix_ns'
+  std::string source = "capture";
+};
+
+class Writer {
+ public:
+  // Creates the file with schema version kFormatVersion. Error if the folder is missing or not writable, or the file
+  // exists and !overwrite.
+  static Result<std::unique_ptr<Writer>> create(const std::filesystem::path& path, const CreateOptions& options);
+  ~Writer();
+  Writer(const Writer&) = delete;
+  Writer& operator=(const Writer&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+
+  Status begin();
+  Status commit();
+  bool inTransaction() const { return inTransaction_; }
+
+  // Returns the id of `value` in the strings table (inserted once; cached).
+  Result<uint32_t> intern(std::string_view value);
+
+  Status setMeta(std::string_view key, std::string_view value);
+  Status putRank(const RankInfo& rank);        // insert or replace
+  Status putThread(const ThreadInfo& thread);  // insert or replace
+  Status putGroup(const GroupInfo& group);     // insert or replace
+  Status addSpan(const SpanRow& span);
+  Status addSpans(std::span<const SpanRow> spans);
+  Status upsertCollective(const CollectiveRow& c);  // (rank, group, seq) replaces the earlier state
+  Status addGradStat(const GradStatRow& g);
+  Status putStepStat(const StepStatRow& s);  // (rank, step) replaces
+  Status addAlert(const AlertRow& a);
+  Status addCounter(const CounterRow& c);
+  Status addRecorderStats(const RecorderStatsRow& r);
+
+  // Creates the query indexes (merge and import call it; the recorder does not, to keep ingest fast).
+  Status createIndexes();
+  // Commits, checkpoints the WAL into the main file and closes. Further calls fail.
+  Status close();
+
+  sqlite3* handle() { return db_; }
+
+ private:
+  struct Statements;
+  Writer(std::filesystem::path path, sqlite3* db);
+  Status ensureTransaction();
+  Status fail(std::string_view what);
+
+  std::filesystem::path path_;
+  sqlite3* db_ = nullptr;
+  std::unique_ptr<Statements> stmts_;
+  bool inTransaction_ = false;
+};
+
+}  // namespace tpscope::tracedb
