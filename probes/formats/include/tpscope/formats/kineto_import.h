@@ -1,0 +1,58 @@
+// Import of PyTorch profiler (Kineto) traces into a tpscope run file.
+//
+// Inputs: one file per rank, plain JSON (.json) or gzip-compressed (.json.gz, detected by the magic bytes, not the
+// name), in the object form {"traceEvents": [...], "distributedInfo": {...}, "baseTimeNanoseconds": ...} or the
+// plain array form [...]. The rank of a file comes from distributedInfo.rank, else from the file name ("rank-N",
+// "rankN", "rank_N"), else from the input order; two inputs with the same rank are refused.
+//
+// Mapping (docs/formats.md has the full table):
+//   "X" events -> spans (cpu_op/user_annotation/python_function -> Compute, kernel -> Kernel or NcclKernel,
+//                 gpu_memcpy -> Memcpy, gpu_memset -> Memset, ...); pid/tid -> thread lanes, GPU streams kind
+//                 "cuda-stream"; args "correlation"/"External id" and ac2g flows -> spans.correlation.
+//   Collectives are identified by their metadata (args "Collective name", "In msg nelems", "Out msg nelems",
+//   "Group size", "dtype", "Process Group Name", "Process Group Ranks", "Seq") or by the profiler's collective op
+//   names (record_param_comms, c10d::allreduce_, nccl:all_reduce, gloo:all_reduce, ...) — never only by kernel
+//   name prefixes. A collective is recorded once per rank: the host-side op carries the metadata; a GPU kernel with
+//   the same metadata is a NcclKernel span, not a second collective.
+//   "C" events -> counters.
+// Times: Kineto's µs (floating point) are converted to ns since the earliest event across all inputs; meta
+// 'epoch_unix_ns' = baseTimeNanoseconds + that earliest time when the trace carries a base, else 0.
+// Errors: a file that cannot be read, is not JSON, is a truncated gzip stream, or holds no events is an error
+// naming the file, and no output file is left behind. Unknown or malformed single events are not fatal: they are
+// counted per kind in KinetoImportStats and stored in meta 'kineto_import_skipped' (JSON object kind -> count).
+// Output: written through tracedb::Writer to a temporary file beside `output`, indexed, then renamed onto it; an
+// existing `output` is replaced only on success.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <span>
+#include <string>
+
+#include "tpscope/tracedb/status.h"
+
+namespace tpscope::formats {
+
+struct KinetoImportStats {
+  int files = 0;
+  int ranks = 0;
+  int64_t inputBytes = 0;      // uncompressed JSON bytes parsed
+  int64_t events = 0;          // trace events seen (all phases)
+  int64_t spans = 0;           // span rows written
+  int64_t collectives = 0;     // collective rows written
+  int64_t counters = 0;        // counter rows written
+  int64_t threads = 0;         // thread lanes written (CPU threads and GPU streams)
+  int64_t flows = 0;           // flow events used for correlation
+  std::map<std::string, int64_t> skipped;  // reason -> count: unknown phases, malformed events (not fatal)
+  double seconds = 0;          // wall time of the import
+
+  // One or two lines for the CLI, e.g. "imported 2 ranks from 2 files (12.3 MB): 5123 spans, 96 collectives, ...".
+  std::string summary() const;
+};
+
+// Imports `inputs` (one per rank) into the run file `output`. See the contract above.
+tpscope::tracedb::Result<KinetoImportStats> importKineto(std::span<const std::filesystem::path> inputs,
+                                                         const std::filesystem::path& output);
+
+}  // namespace tpscope::formats
