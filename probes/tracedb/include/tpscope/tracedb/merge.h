@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <span>
+#include <vector>
 
 #include "tpscope/tracedb/status.h"
 

@@ -1,0 +1,93 @@
+#include "sqlite_util.h"
+
+#include <charconv>
+#include <vector>
+
+namespace tpscope::tracedb::detail {
+
+Status sqliteError(sqlite3* db, const std::filesystem::path& path, std::string_view what) {
+  std::string msg = path.string();
+  msg += ": ";
+  msg += what;
+  if (db != nullptr) {
+    msg += ": ";
+    msg += sqlite3_errmsg(db);
+  }
+  return Status::error(std::move(msg));
+}
+
+Status exec(sqlite3* db, const std::filesystem::path& path, const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = path.string() + ": " + (err ? err : "SQL error");
+    sqlite3_free(err);
+    return Status::error(std::move(msg));
+  }
+  return Status::ok();
+}
+
+Stmt::Stmt(sqlite3* db, const char* sql) {
+  if (sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &stmt_, nullptr) != SQLITE_OK) stmt_ = nullptr;
+}
+
+Stmt::~Stmt() { sqlite3_finalize(stmt_); }
+
+Stmt& Stmt::operator=(Stmt&& o) noexcept {
+  if (this != &o) {
+    sqlite3_finalize(stmt_);
+    stmt_ = o.stmt_;
+    o.stmt_ = nullptr;
+  }
+  return *this;
+}
+
+Status runStmt(Stmt& stmt, sqlite3* db, const std::filesystem::path& path, std::string_view what) {
+  const int rc = stmt.step();
+  stmt.reset();
+  if (rc != SQLITE_DONE && rc != SQLITE_ROW) return sqliteError(db, path, what);
+  return Status::ok();
+}
+
+std::string joinInts(const std::vector<int>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) out += ',';
+    out += std::to_string(v[i]);
+  }
+  return out;
+}
+
+namespace {
+template <class T>
+std::vector<T> parseList(std::string_view s) {
+  std::vector<T> out;
+  size_t i = 0;
+  while (i < s.size()) {
+    while (i < s.size() && (s[i] == ',' || s[i] == ' ' || s[i] == '[' || s[i] == ']')) ++i;
+    size_t j = i;
+    while (j < s.size() && s[j] != ',' && s[j] != ']' && s[j] != ' ') ++j;
+    if (j > i) {
+      T v{};
+      auto [p, ec] = std::from_chars(s.data() + i, s.data() + j, v);
+      if (ec == std::errc() && p == s.data() + j) out.push_back(v);
+    }
+    i = j;
+  }
+  return out;
+}
+}  // namespace
+
+std::vector<int> splitInts(std::string_view s) { return parseList<int>(s); }
+
+std::string shapeToText(const std::vector<int64_t>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) out += ',';
+    out += std::to_string(v[i]);
+  }
+  return out + "]";
+}
+
+std::vector<int64_t> shapeFromText(std::string_view s) { return parseList<int64_t>(s); }
+
+}  // namespace tpscope::tracedb::detail
