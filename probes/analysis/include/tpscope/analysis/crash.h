@@ -1,0 +1,34 @@
+// Crashed and early-stopped ranks.
+//   crash (critical): ranks.exit_reason contains "crash", "signal", "abort" or "segfault" (case-insensitive)
+//   crash (error):    no exit reason "ok", and the rank's records stop early: its last record (span end,
+//                     collective enqueue/end, step_stats end) is before the run's last record by more than
+//                     max(1 ms, 5 % of the run's extent) and its last step is lower than the highest step recorded
+//                     by any other rank.
+// Evidence: the ranks row, the rank's last span and last collective.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tpscope/analysis/finding.h"
+#include "tpscope/analysis/run_info.h"
+#include "tpscope/tracedb/reader.h"
+#include "tpscope/tracedb/status.h"
+
+namespace tpscope::analysis {
+
+struct RankEnd {
+  int rank = 0;
+  std::string exitReason;
+  int64_t lastRecordNs = 0;  // latest time the rank recorded anything
+  int lastStep = -1;         // highest step among its spans, collectives and step_stats
+  bool crashed = false;      // by exit reason
+  bool stoppedEarly = false;
+};
+
+tracedb::Result<std::vector<RankEnd>> analyzeRankEnds(tracedb::Reader& reader, const RunInfo& info);
+tracedb::Result<std::vector<Finding>> crashFindings(tracedb::Reader& reader, const std::vector<RankEnd>& ends,
+                                                    const RunInfo& info);
+
+}  // namespace tpscope::analysis

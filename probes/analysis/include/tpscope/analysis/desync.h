@@ -1,0 +1,104 @@
+// Desync and deadlock analysis over the flight-recorder records (collectives table), after PyTorch's
+// flight-recorder analyzer (torch/distributed/flight_recorder): per process group, each member's progress, the
+// stuck sequence number, the members that never entered it, and a match state per (group, seq).
+//
+// Definitions, per group with members R (process_groups.ranks, else the ranks seen in its records):
+//   last_enqueued(r)  = max seq of r's records;  last_started(r) = max seq with state ≥ started (or start_ns set);
+//   last_completed(r) = max seq with state completed (or end_ns set)
+//   stuck seq         = the smallest seq ≤ max last_enqueued that some member has not completed; none when every
+//                       member completed every seq it recorded and all members reached the same last seq
+//   missing ranks     = members with no record of the stuck seq (they never entered it)
+//   waiting ranks     = members with a record of the stuck seq that is not completed
+// Match state of one (group, seq), comparing the members' records in this order:
+//   collective_type_mismatch  ops differ
+//   size_mismatch             input numel (or shape) differ (all_gather/reduce_scatter: input numel must agree too)
+//   dtype_mismatch            dtypes differ
+//   state_mismatch            some members completed it and others did not (or timed out / failed)
+//   undecided                 fewer than two members recorded it, so nothing can be compared
+//   fully_matched             otherwise
+// A mismatch of type/size/dtype is a desync (error; critical when it is also the stuck seq). A stuck seq is a hang
+// (critical). Evidence: the collectives rows of the stuck seq and each missing rank's last collective and last span.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tpscope/analysis/finding.h"
+#include "tpscope/analysis/run_info.h"
+#include "tpscope/tracedb/reader.h"
+#include "tpscope/tracedb/records.h"
+#include "tpscope/tracedb/status.h"
+
+namespace tpscope::analysis {
+
+enum class MatchState : uint8_t {
+  FullyMatched,
+  CollectiveTypeMismatch,
+  SizeMismatch,
+  StateMismatch,
+  DtypeMismatch,
+  Undecided,
+};
+// "fully_matched", "collective_type_mismatch", "size_mismatch", "state_mismatch", "dtype_mismatch", "undecided"
+const char* matchStateName(MatchState state);
+
+// One member's view of one (group, seq), or of its progress.
+struct MemberRecord {
+  int rank = 0;
+  std::string op, dtype, callsite, state;  // state: "scheduled", "started", "completed", "timed_out", "failed"
+  std::vector<int64_t> shape;
+  int64_t numel = 0;
+  int64_t bytes = 0;
+  int step = -1, layer = -1;
+  int64_t enqueueNs = 0;
+  std::optional<int64_t> startNs, endNs;
+};
+
+// The last span a rank recorded (what a rank that never entered a collective was doing).
+struct LastSpan {
+  std::string name, kind, phase;
+  int step = -1, layer = -1;
+  int64_t beginNs = 0, endNs = 0;
+};
+
+struct MemberProgress {
+  int rank = 0;
+  int64_t lastEnqueued = 0;   // 0: no record in this group
+  int64_t lastStarted = 0;
+  int64_t lastCompleted = 0;
+  std::optional<MemberRecord> lastRecord;  // its record of lastEnqueued
+  std::optional<LastSpan> lastSpan;        // filled for missing ranks of a stuck seq
+};
+
+struct SeqMismatch {
+  int64_t seq = 0;
+  MatchState state = MatchState::FullyMatched;
+  std::vector<MemberRecord> records;  // by rank
+};
+
+struct GroupDesync {
+  std::string group;
+  std::vector<int> members;
+  std::vector<MemberProgress> progress;  // by rank
+  std::optional<int64_t> stuckSeq;
+  MatchState stuckState = MatchState::FullyMatched;  // match state of the stuck seq among those that entered it
+  std::vector<int> missingRanks;   // never entered the stuck seq
+  std::vector<int> waitingRanks;   // entered it, did not complete
+  std::vector<MemberRecord> stuckRecords;  // the records of the stuck seq, by rank
+  std::vector<SeqMismatch> mismatches;     // every (group, seq) whose state is a type/size/dtype mismatch, by seq
+                                           // (at most 100 kept; `mismatchCount` counts all)
+  int64_t mismatchCount = 0;
+  bool healthy() const { return !stuckSeq && mismatches.empty(); }
+};
+
+struct DesyncReport {
+  std::vector<GroupDesync> groups;  // by name
+};
+
+tracedb::Result<DesyncReport> analyzeDesync(tracedb::Reader& reader, const RunInfo& info);
+// Findings from the report: desync (per mismatched seq, first few per group) and hang (per stuck group).
+std::vector<Finding> desyncFindings(const DesyncReport& report, const RunInfo& info);
+
+}  // namespace tpscope::analysis

@@ -1,0 +1,51 @@
+// What every analysis needs to know about a run before it looks at records: its ranks and their TP/DP coordinates,
+// its process groups, whether the query indexes exist, the time extent, and the model dimensions from meta 'config'.
+//
+// Works on any run file (merged, a single rank's file, imported): missing information is empty, never an error.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tpscope/tracedb/reader.h"
+#include "tpscope/tracedb/records.h"
+#include "tpscope/tracedb/status.h"
+
+namespace tpscope::analysis {
+
+// Model dimensions read from meta 'config' (JSON keys layers, hidden, seq_len, micro_batch_size; optional
+// grad_accum_steps / gradient_accumulation_steps, sequence_parallel, tp). Absent keys stay 0 / false.
+struct ModelConfig {
+  int layers = 0;
+  int64_t hidden = 0;
+  int64_t seqLen = 0;
+  int64_t microBatchSize = 0;
+  int gradAccumSteps = 1;
+  bool sequenceParallel = false;
+  bool complete() const { return layers > 0 && hidden > 0 && seqLen > 0 && microBatchSize > 0; }
+};
+
+struct RunInfo {
+  std::vector<tracedb::RankInfo> ranks;    // by rank; ranks seen only in records get a default RankInfo
+  std::vector<tracedb::GroupInfo> groups;  // process_groups; groups seen only in collectives are added (ranks from
+                                           // the collectives' rank column, sorted)
+  bool indexed = false;                    // the query indexes of indexes.sql exist (merged or imported files)
+  int64_t beginNs = 0, endNs = 0;          // extent of spans and collectives (0, 0 when empty)
+  std::optional<ModelConfig> model;        // when meta 'config' is JSON with at least one of the model keys
+
+  const tracedb::RankInfo* rank(int rank) const;
+  const tracedb::GroupInfo* group(const std::string& name) const;
+  // "tp 5, dp 1, host node-3" (parts that are unknown are left out).
+  std::string describeRank(int rank) const;
+};
+
+tracedb::Result<RunInfo> loadRunInfo(tracedb::Reader& reader);
+
+// Renders a rank list compactly: "8–15", "1, 3, 5–7", "none".
+std::string formatRanks(std::vector<int> ranks);
+// A process group's class: the name up to the last '-' followed by digits ("tp-1" → "tp", "world" → "world").
+std::string groupClass(const std::string& group);
+
+}  // namespace tpscope::analysis
