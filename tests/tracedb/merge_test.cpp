@@ -1,0 +1,198 @@
+// Merge of per-rank files: clock alignment by stored offsets, idempotence, refusals, atomic output.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "test_dir.h"
+#include "tpscope/tracedb/merge.h"
+#include "tpscope/tracedb/reader.h"
+#include "tpscope/tracedb/writer.h"
+
+namespace tpscope::tracedb {
+namespace {
+
+using tpscope::testing::TempDir;
+
+// A rank file whose epoch is `epoch` and whose clock runs `offset` ns behind rank 0 (t_rank0 = t_local + offset).
+void writeRank(const std::filesystem::path& path, int rank, int64_t epoch, int64_t offset, const std::string& run = "r1") {
+  auto w = Writer::create(path, CreateOptions{false, run, epoch, "capture"});
+  ASSERT_TRUE(w.isOk()) << w.error();
+  Writer& wr = **w;
+  RankInfo info;
+  info.rank = rank;
+  info.worldSize = 3;
+  info.clockOffsetNs = offset;
+  info.startNs = 0;
+  ASSERT_TRUE(wr.putRank(info));
+  ASSERT_TRUE(wr.putGroup(GroupInfo{"world", {0, 1, 2}, "gloo"}));
+  // Each rank names its spans differently so string ids differ between files and must be remapped.
+  const uint32_t own = *wr.intern("only-rank-" + std::to_string(rank));
+  const uint32_t shared = *wr.intern("step");
+  ASSERT_TRUE(wr.addSpan(SpanRow{rank, 0, SpanKind::Step, shared, 1000, 500, 1, -1, Phase::None, {}}));
+  ASSERT_TRUE(wr.addSpan(SpanRow{rank, 0, SpanKind::Compute, own, 1100, 100, 1, 0, Phase::Forward, {}}));
+  CollectiveRow c;
+  c.rank = rank;
+  c.group = "world";
+  c.seq = 1;
+  c.op = "all_reduce";
+  c.enqueueNs = 1200;
+  c.startNs = 1210;
+  c.endNs = 1300;
+  c.state = CollectiveState::Completed;
+  ASSERT_TRUE(wr.upsertCollective(c));
+  ASSERT_TRUE(wr.addGradStat(GradStatRow{rank, 1, "w" + std::to_string(rank), 0, 1.0, 1.0, 0, 0, 10}));
+  ASSERT_TRUE(wr.addCounter(CounterRow{rank, "loss", 1400, 3.0}));
+  AlertRow a;
+  a.rank = rank;
+  a.tsNs = 1450;
+  a.kind = "test";
+  a.message = "m";
+  ASSERT_TRUE(wr.addAlert(a));
+  StepStatRow s;
+  s.rank = rank;
+  s.step = 1;
+  s.beginNs = 1000;
+  s.endNs = 1500;
+  ASSERT_TRUE(wr.putStepStat(s));
+  ASSERT_TRUE(wr.close());
+}
+
+TEST(Merge, AlignsClocksByEpochAndOffset) {
+  TempDir dir;
+  // rank 0: epoch 10 s, offset 0. rank 1: epoch 10 s + 1 µs, clock 300 ns behind. rank 2: epoch 10 s − 2 µs, 50 ns ahead.
+  writeRank(dir / "rank-0.db", 0, 10'000'000'000, 0);
+  writeRank(dir / "rank-1.db", 1, 10'000'001'000, 300);
+  writeRank(dir / "rank-2.db", 2, 9'999'998'000, -50);
+  const auto files = rankFiles(dir.path());
+  ASSERT_EQ(files.size(), 3u);
+  auto stats = merge(files, dir / "run.db");
+  ASSERT_TRUE(stats.isOk()) << stats.error();
+  EXPECT_EQ(stats->ranks, 3);
+  EXPECT_EQ(stats->spans, 6);
+  EXPECT_EQ(stats->collectives, 3);
+
+  auto r = Reader::open(dir / "run.db");
+  ASSERT_TRUE(r.isOk()) << r.error();
+  EXPECT_EQ((*r)->metaValue("epoch_unix_ns"), "9999998000");  // the earliest epoch
+  EXPECT_EQ((*r)->metaValue("clock_aligned"), "1");
+  EXPECT_EQ((*r)->metaValue("run_id"), "r1");
+  // shift = (epoch_rank − epoch_run) + offset
+  const int64_t shift[3] = {2000, 3000 + 300, 0 - 50};
+  auto spans = (*r)->spans(SpanQuery{.kind = SpanKind::Step});
+  ASSERT_TRUE(spans.isOk());
+  ASSERT_EQ(spans->size(), 3u);
+  for (const auto& s : *spans) {
+    EXPECT_EQ(s.beginNs, 1000 + shift[s.rank]) << "rank " << s.rank;
+    EXPECT_EQ((*r)->string(s.name), "step");
+  }
+  for (int rank = 0; rank < 3; ++rank) {
+    auto own = (*r)->spans(SpanQuery{.rank = rank, .kind = SpanKind::Compute});
+    ASSERT_TRUE(own.isOk());
+    ASSERT_EQ(own->size(), 1u);
+    EXPECT_EQ((*r)->string((*own)[0].name), "only-rank-" + std::to_string(rank));
+  }
+  auto colls = (*r)->collectives(CollectiveQuery{.group = "world"});
+  ASSERT_TRUE(colls.isOk());
+  ASSERT_EQ(colls->size(), 3u);
+  for (const auto& c : *colls) {
+    EXPECT_EQ(c.enqueueNs, 1200 + shift[c.rank]);
+    EXPECT_EQ(c.endNs, 1300 + shift[c.rank]);
+  }
+  auto grads = (*r)->gradStats();
+  ASSERT_TRUE(grads.isOk());
+  ASSERT_EQ(grads->size(), 3u);
+  for (const auto& g : *grads) EXPECT_EQ(g.param, "w" + std::to_string(g.rank));
+  auto counters = (*r)->counters();
+  ASSERT_TRUE(counters.isOk());
+  for (const auto& c : *counters) EXPECT_EQ(c.tsNs, 1400 + shift[c.rank]);
+  auto alerts = (*r)->alerts();
+  ASSERT_TRUE(alerts.isOk());
+  ASSERT_EQ(alerts->size(), 3u);
+  auto steps = (*r)->stepStats();
+  ASSERT_TRUE(steps.isOk());
+  for (const auto& s : *steps) EXPECT_EQ(s.endNs, 1500 + shift[s.rank]);
+  auto ranks = (*r)->ranks();
+  ASSERT_TRUE(ranks.isOk());
+  for (const auto& rk : *ranks) EXPECT_EQ(rk.startNs, shift[rk.rank]);
+
+  // Merging a merged file with nothing else changes nothing: offsets are not applied twice.
+  const std::vector<std::filesystem::path> again = {dir / "run.db"};
+  ASSERT_TRUE(merge(again, dir / "run2.db").isOk());
+  auto r2 = Reader::open(dir / "run2.db");
+  ASSERT_TRUE(r2.isOk());
+  auto spans2 = (*r2)->spans(SpanQuery{.kind = SpanKind::Step});
+  ASSERT_TRUE(spans2.isOk());
+  ASSERT_EQ(spans2->size(), 3u);
+  for (const auto& s : *spans2) EXPECT_EQ(s.beginNs, 1000 + shift[s.rank]);
+}
+
+TEST(Merge, IsIdempotent) {
+  TempDir dir;
+  writeRank(dir / "rank-0.db", 0, 100, 0);
+  writeRank(dir / "rank-1.db", 1, 200, 7);
+  const auto files = rankFiles(dir.path());
+  ASSERT_TRUE(merge(files, dir / "run.db").isOk());
+  auto first = Reader::open(dir / "run.db");
+  ASSERT_TRUE(first.isOk());
+  auto a = (*first)->spans();
+  first = Status::error("closed");
+  ASSERT_TRUE(merge(files, dir / "run.db").isOk());
+  auto second = Reader::open(dir / "run.db");
+  ASSERT_TRUE(second.isOk());
+  auto b = (*second)->spans();
+  ASSERT_TRUE(a.isOk() && b.isOk());
+  ASSERT_EQ(a->size(), b->size());
+  for (size_t i = 0; i < a->size(); ++i) {
+    EXPECT_EQ((*a)[i].beginNs, (*b)[i].beginNs);
+    EXPECT_EQ((*a)[i].rank, (*b)[i].rank);
+  }
+}
+
+TEST(Merge, RefusesFilesOfDifferentRuns) {
+  TempDir dir;
+  writeRank(dir / "rank-0.db", 0, 100, 0, "run-A");
+  writeRank(dir / "rank-1.db", 1, 100, 0, "run-B");
+  auto s = merge(rankFiles(dir.path()), dir / "run.db");
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.error().find("different runs"), std::string::npos) << s.error();
+  EXPECT_NE(s.error().find("rank-1.db"), std::string::npos) << s.error();
+  EXPECT_FALSE(std::filesystem::exists(dir / "run.db"));
+}
+
+TEST(Merge, RefusesDuplicateRanksAndLeavesNoOutput) {
+  TempDir dir;
+  writeRank(dir / "a.db", 0, 100, 0);
+  writeRank(dir / "b.db", 0, 100, 0);
+  const std::vector<std::filesystem::path> in = {dir / "a.db", dir / "b.db"};
+  auto s = merge(in, dir / "run.db");
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.error().find("rank 0"), std::string::npos) << s.error();
+  EXPECT_FALSE(std::filesystem::exists(dir / "run.db"));
+  for (const auto& e : std::filesystem::directory_iterator(dir.path()))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+}
+
+TEST(Merge, ReportsAnUnreadableInput) {
+  TempDir dir;
+  writeRank(dir / "rank-0.db", 0, 100, 0);
+  { std::ofstream(dir / "rank-1.db") << "garbage that is not sqlite at all, long enough to be read as a header....."; }
+  auto s = merge(rankFiles(dir.path()), dir / "run.db");
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.error().find("rank-1.db"), std::string::npos) << s.error();
+  EXPECT_FALSE(std::filesystem::exists(dir / "run.db"));
+}
+
+TEST(Merge, RankFilesAreOrderedNumerically) {
+  TempDir dir;
+  for (int r : {10, 2, 1}) writeRank(dir / ("rank-" + std::to_string(r) + ".db"), r, 100, 0);
+  { std::ofstream(dir / "rank-x.db") << "x"; }
+  { std::ofstream(dir / "notes.txt") << "x"; }
+  const auto files = rankFiles(dir.path());
+  ASSERT_EQ(files.size(), 3u);
+  EXPECT_EQ(files[0].filename(), "rank-1.db");
+  EXPECT_EQ(files[1].filename(), "rank-2.db");
+  EXPECT_EQ(files[2].filename(), "rank-10.db");
+}
+
+}  // namespace
+}  // namespace tpscope::tracedb
