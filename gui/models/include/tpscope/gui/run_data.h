@@ -1,0 +1,55 @@
+// Everything the viewer shows about one run, loaded into plain structs: a merged run file (run.db), one rank file, or
+// a capture folder (DIR/rank-*.db, a capture in progress; DIR/run.db wins when it exists).
+//
+// Time base: ns. Rank files of a folder are aligned the way `tpscope merge` does it (merge.h): a rank's times move by
+// (its file's epoch - the earliest epoch) + its clock offset, unless the file says clock_aligned=1. Strings of
+// several files are re-interned into one table (TimelineData::strings).
+//
+// Threading: loadRun() is blocking and may run on any thread (it opens its own readers); the result is immutable and
+// shared between threads. Errors come back as a message naming the file; nothing throws.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tpscope/gui/timeline_data.h"
+#include "tpscope/tracedb/records.h"
+#include "tpscope/tracedb/status.h"
+
+namespace tpscope::gui {
+
+struct RunData {
+  std::filesystem::path source;               // what was opened
+  std::vector<std::filesystem::path> files;   // the trace files read
+  std::map<std::string, std::string> meta;    // of the first file
+  std::vector<tracedb::RankInfo> ranks;
+  std::vector<tracedb::ThreadInfo> threads;
+  std::vector<tracedb::GroupInfo> groups;
+  std::vector<tracedb::CollectiveRow> collectives;  // by group, seq, rank
+  std::vector<tracedb::GradStatRow> gradStats;      // by step, rank, layer
+  std::vector<tracedb::StepStatRow> stepStats;      // by step, rank
+  std::vector<tracedb::AlertRow> alerts;            // by time
+  std::shared_ptr<const TimelineData> timeline;
+  int64_t beginNs = 0;  // over spans and collectives
+  int64_t endNs = 0;
+  bool live = false;    // read from rank files of a capture folder
+
+  std::vector<int> rankIds() const;  // sorted, from ranks, spans and collectives
+  // [begin, end) of (rank, step) from step stats, else from its spans; false if unknown.
+  bool stepWindow(int rank, int step, int64_t& beginNs, int64_t& endNs) const;
+};
+
+struct LoadOptions {
+  int workers = 2;  // threads for reading and sorting spans
+};
+
+// What loadRun would read for `path`: the run file, or the rank files of a folder. Empty if nothing readable is there.
+std::vector<std::filesystem::path> traceFilesOf(const std::filesystem::path& path);
+
+tracedb::Result<std::shared_ptr<const RunData>> loadRun(const std::filesystem::path& path,
+                                                        const LoadOptions& options = {});
+
+}  // namespace tpscope::gui

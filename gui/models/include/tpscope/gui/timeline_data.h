@@ -1,0 +1,152 @@
+// Timeline data with level of detail: the spans of a run split into lanes (rank × thread/stream) and, inside a lane,
+// into rows by nesting depth; queried per frame in O(visible output × log n), never O(spans).
+//
+// Layout. A lane's spans are sorted by (begin, longer first) and given a depth with a stack (a span nests under every
+// open span that has not ended when it begins). Within one row (lane, depth) spans never overlap, so both begins and
+// ends are sorted — a binary search finds the first visible span and the end of a run of tiny spans.
+//
+// Level of detail (after Tracy's zone merging, with Perfetto's per-pixel summaries): a span at least kMinVisiblePx
+// wide on screen is drawn as itself; consecutive narrower spans are merged into one block that carries how many spans
+// it holds and its majority kind. The exact rule is queryRow()'s comment; tests check it against a linear scan.
+// Precomputed summaries: per row, every kKindBlock spans, the running count of each kind, so a block's majority kind
+// costs O(kKindBlock) whatever the number of spans merged.
+//
+// Threading: a TimelineData is immutable once built; any number of threads may query it concurrently.
+// Units: ns in the run's time base (merged run file: rank 0's clock since the run's epoch).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tpscope/tracedb/records.h"
+
+namespace tpscope::gui {
+
+inline constexpr int kKindCount = tracedb::kSpanKindCount;
+inline constexpr double kMinVisiblePx = 2.0;  // spans narrower than this are merged
+inline constexpr double kMergeGapPx = 2.0;    // tiny spans closer than this join one block
+inline constexpr double kMaxMergePx = 6.0;    // a merged block stops growing once this wide (keeps local colour)
+inline constexpr uint32_t kKindBlock = 64;    // spans per kind-count summary entry
+
+// The spans at one nesting depth of one lane, structure of arrays, sorted by begin; ends sorted too.
+struct LaneRow {
+  std::vector<int64_t> begin;  // ns
+  std::vector<int64_t> end;    // ns, >= begin
+  std::vector<uint32_t> name;  // string id (TimelineData::strings)
+  std::vector<int32_t> step;
+  std::vector<int16_t> layer;
+  std::vector<uint8_t> kind;   // tracedb::SpanKind
+  std::vector<uint8_t> phase;  // tracedb::Phase
+  // kindPrefix[b][k]: spans of kind k among indices [0, b * kKindBlock). Size: size() / kKindBlock + 1.
+  std::vector<std::array<uint32_t, kKindCount>> kindPrefix;
+
+  size_t size() const { return begin.size(); }
+  // Counts of each kind among spans [first, last).
+  std::array<uint32_t, kKindCount> kindCounts(uint32_t first, uint32_t last) const;
+  void buildSummaries();
+};
+
+struct Lane {
+  int rank = 0;
+  int thread = 0;
+  std::string label;     // "rank 3 · main" / "rank 3 · stream 7"
+  std::vector<LaneRow> rows;  // by depth; rows[0] = outermost spans
+};
+
+// One thing to draw in a row. A single span (merged == false, count == 1, first = its index) or a block of merged
+// spans [first, first + count) spanning [beginNs, endNs) whose colour is `kind`, their majority kind (ties: lowest id).
+struct DrawItem {
+  int64_t beginNs = 0;
+  int64_t endNs = 0;
+  uint32_t first = 0;
+  uint32_t count = 0;
+  uint8_t kind = 0;
+  bool merged = false;
+  bool operator==(const DrawItem&) const = default;
+};
+
+// What one frame shows: [startNs, startNs + nsPerPx * widthPx).
+struct Viewport {
+  int64_t startNs = 0;
+  double nsPerPx = 1.0;  // > 0
+  int widthPx = 1;       // > 0
+  int64_t endNs() const;
+};
+
+// The LOD thresholds of a viewport in ns (each at least 1): kMinVisiblePx, kMergeGapPx, kMaxMergePx pixels, rounded up.
+struct LodThresholds {
+  int64_t minNs = 1;
+  int64_t gapNs = 1;
+  int64_t maxNs = 1;
+};
+LodThresholds lodThresholds(const Viewport& viewport);
+
+// Where a span lives: lane, row (depth), index in the row.
+struct SpanRef {
+  int lane = -1;
+  int row = -1;
+  uint32_t index = 0;
+  bool valid() const { return lane >= 0; }
+  bool operator==(const SpanRef&) const = default;
+};
+
+// Plain input span for building (a tracedb::SpanRow without the optional columns).
+struct InputSpan {
+  int rank = 0;
+  int thread = 0;
+  int64_t beginNs = 0;
+  int64_t endNs = 0;
+  uint32_t name = 0;
+  int32_t step = -1;
+  int16_t layer = -1;
+  uint8_t kind = 0;
+  uint8_t phase = 0;
+};
+
+class TimelineData {
+ public:
+  // Builds lanes from spans in any order. Lanes are ordered by (rank, thread); `threadLabel(rank, thread)` names them.
+  // Consumes `spans`. Sorting runs on up to `threads` threads (the calling one included). O(n log n).
+  static TimelineData build(std::vector<InputSpan> spans, std::vector<std::string> strings,
+                            const std::vector<tracedb::ThreadInfo>& threads = {}, int workers = 1);
+
+  const std::vector<Lane>& lanes() const { return lanes_; }
+  const std::string& string(uint32_t id) const;
+  const std::vector<std::string>& strings() const { return strings_; }
+  int64_t beginNs() const { return beginNs_; }
+  int64_t endNs() const { return endNs_; }
+  size_t spanCount() const { return spanCount_; }
+  int laneOf(int rank, int thread) const;  // -1 if none
+
+  // Level of detail for one row. Exact rule (px = nsPerPx, t0 = startNs, t1 = endNs()):
+  //   i = first span with end > t0; while i < n and begin[i] < t1:
+  //     a span with end - begin >= minNs is emitted alone;
+  //     else a block starts at i with runEnd = end[i] and grows, while runEnd - begin[i] < maxNs, by
+  //       (a) every following span that ends before runEnd + gapNs (each of those is narrower than the gap),
+  //       or, when there is none, (b) the next span if it is narrower than minNs and begins before runEnd + gapNs;
+  //       runEnd becomes the last absorbed span's end. The block is emitted and i moves past it.
+  //   (minNs, gapNs, maxNs: lodThresholds(viewport).)
+  // Cost: O(items × log n). Any thread.
+  std::vector<DrawItem> queryRow(int lane, int row, const Viewport& viewport) const;
+
+  // The innermost span under time t in a lane (deepest row first), within `slackNs` either side; invalid if none.
+  SpanRef spanAt(int lane, int64_t t, int64_t slackNs = 0) const;
+  // Spans whose name contains `needle` (case-insensitive), in time order across lanes, at most `limit`.
+  std::vector<SpanRef> search(const std::string& needle, size_t limit = 1000) const;
+
+  const LaneRow& row(const SpanRef& ref) const { return lanes_[ref.lane].rows[ref.row]; }
+
+ private:
+  std::vector<Lane> lanes_;
+  std::vector<std::string> strings_;
+  int64_t beginNs_ = 0;
+  int64_t endNs_ = 0;
+  size_t spanCount_ = 0;
+};
+
+// The majority kind of a kind-count histogram (ties: lowest id).
+uint8_t majorityKind(const std::array<uint32_t, kKindCount>& counts);
+
+}  // namespace tpscope::gui

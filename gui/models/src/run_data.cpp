@@ -1,0 +1,303 @@
+#include "tpscope/gui/run_data.h"
+
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <unordered_map>
+
+#include "tpscope/tracedb/merge.h"
+#include "tpscope/tracedb/reader.h"
+
+namespace tpscope::gui {
+
+namespace fs = std::filesystem;
+using tracedb::Reader;
+using tracedb::Result;
+using tracedb::Status;
+
+std::vector<int> RunData::rankIds() const {
+  std::set<int> ids;
+  for (const auto& r : ranks) ids.insert(r.rank);
+  for (const auto& c : collectives) ids.insert(c.rank);
+  if (timeline)
+    for (const auto& l : timeline->lanes()) ids.insert(l.rank);
+  return {ids.begin(), ids.end()};
+}
+
+bool RunData::stepWindow(int rank, int step, int64_t& b, int64_t& e) const {
+  for (const auto& s : stepStats)
+    if (s.rank == rank && s.step == step && s.beginNs && s.endNs) {
+      b = *s.beginNs;
+      e = *s.endNs;
+      return true;
+    }
+  if (!timeline) return false;
+  bool found = false;
+  for (const Lane& lane : timeline->lanes()) {
+    if (lane.rank != rank) continue;
+    for (const LaneRow& r : lane.rows)
+      for (size_t i = 0; i < r.size(); ++i)
+        if (r.step[i] == step) {
+          b = found ? std::min(b, r.begin[i]) : r.begin[i];
+          e = found ? std::max(e, r.end[i]) : r.end[i];
+          found = true;
+        }
+  }
+  return found;
+}
+
+std::vector<fs::path> traceFilesOf(const fs::path& path) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return {path};
+  if (fs::exists(path / "run.db", ec)) return {path / "run.db"};
+  return tracedb::rankFiles(path);
+}
+
+namespace {
+
+struct FileShift {
+  int64_t epochShift = 0;                  // file epoch - earliest epoch
+  bool aligned = false;
+  std::unordered_map<int, int64_t> offset;  // rank -> clock offset
+  int64_t of(int rank) const {
+    if (aligned) return epochShift;
+    auto it = offset.find(rank);
+    return epochShift + (it == offset.end() ? 0 : it->second);
+  }
+};
+
+// Reads the spans of `path` with ids in [lo, hi) into out[id - base], shifting times and remapping names.
+Status readSpanChunk(const fs::path& path, int64_t lo, int64_t hi, int64_t base, const FileShift& shift,
+                     const std::vector<uint32_t>& nameMap, std::vector<InputSpan>& out, std::vector<char>& filled) {
+  auto reader = Reader::open(path);
+  if (!reader) return reader.status();
+  sqlite3* db = (*reader)->handle();
+  sqlite3_stmt* stmt = nullptr;
+  const char* sql =
+      "SELECT id, rank, thread, kind, name, begin_ns, dur_ns, step, layer, phase FROM spans WHERE id >= ? AND id < ?";
+  if (sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr) != SQLITE_OK) return (*reader)->error("reading spans");
+  sqlite3_bind_int64(stmt, 1, lo);
+  sqlite3_bind_int64(stmt, 2, hi);
+  int rc;
+  while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+    const int64_t id = sqlite3_column_int64(stmt, 0);
+    InputSpan s;
+    s.rank = sqlite3_column_int(stmt, 1);
+    s.thread = sqlite3_column_int(stmt, 2);
+    s.kind = static_cast<uint8_t>(std::clamp(sqlite3_column_int(stmt, 3), 0, kKindCount - 1));
+    const int64_t name = sqlite3_column_int64(stmt, 4);
+    s.name = name >= 0 && static_cast<size_t>(name) < nameMap.size() ? nameMap[name] : 0;
+    const int64_t sh = shift.of(s.rank);
+    s.beginNs = sqlite3_column_int64(stmt, 5) + sh;
+    s.endNs = s.beginNs + std::max<int64_t>(0, sqlite3_column_int64(stmt, 6));
+    s.step = sqlite3_column_int(stmt, 7);
+    s.layer = static_cast<int16_t>(sqlite3_column_int(stmt, 8));
+    s.phase = static_cast<uint8_t>(sqlite3_column_int(stmt, 9));
+    const size_t at = static_cast<size_t>(id - base);
+    if (at < out.size()) {
+      out[at] = s;
+      filled[at] = 1;
+    }
+  }
+  sqlite3_finalize(stmt);
+  if (rc != SQLITE_DONE) return (*reader)->error("reading spans");
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const RunData>> loadRun(const fs::path& path, const LoadOptions& options) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return Status::error(path.string() + ": no such file or folder");
+  auto run = std::make_shared<RunData>();
+  run->source = path;
+  run->files = traceFilesOf(path);
+  run->live = fs::is_directory(path, ec) && !(run->files.size() == 1 && run->files[0].filename() == "run.db");
+  if (run->files.empty()) return Status::error(path.string() + ": no run.db and no rank-*.db files in this folder");
+
+  // Pass 1: open every file, read the small tables, find the earliest epoch.
+  struct Opened {
+    std::unique_ptr<Reader> reader;
+    int64_t epoch = 0;
+    FileShift shift;
+    std::vector<uint32_t> nameMap;  // file string id -> global id
+  };
+  std::vector<Opened> opened;
+  for (const auto& file : run->files) {
+    auto reader = Reader::open(file);
+    if (!reader) return reader.status();
+    Opened o;
+    o.reader = std::move(*reader);
+    if (auto e = o.reader->metaValue(tracedb::meta_keys::kEpochUnixNs)) o.epoch = std::atoll(e->c_str());
+    o.shift.aligned = o.reader->metaValue(tracedb::meta_keys::kClockAligned).value_or("") == "1";
+    opened.push_back(std::move(o));
+  }
+  int64_t epochMin = INT64_MAX;
+  for (const auto& o : opened) epochMin = std::min(epochMin, o.epoch);
+
+  std::vector<std::string> strings{""};
+  std::unordered_map<std::string, uint32_t> stringIds{{"", 0}};
+  for (size_t f = 0; f < opened.size(); ++f) {
+    Opened& o = opened[f];
+    Reader& r = *o.reader;
+    o.shift.epochShift = o.epoch - epochMin;
+    if (f == 0) {
+      auto meta = r.meta();
+      if (!meta) return meta.status();
+      run->meta = std::move(*meta);
+    }
+    auto ranks = r.ranks();
+    if (!ranks) return ranks.status();
+    for (auto& rk : *ranks) {
+      o.shift.offset[rk.rank] = rk.clockOffsetNs;
+      const int64_t sh = o.shift.of(rk.rank);
+      if (rk.startNs) *rk.startNs += sh;
+      if (rk.endNs) *rk.endNs += sh;
+      run->ranks.push_back(std::move(rk));
+    }
+    auto threads = r.threads();
+    if (!threads) return threads.status();
+    run->threads.insert(run->threads.end(), threads->begin(), threads->end());
+    auto groups = r.groups();
+    if (!groups) return groups.status();
+    for (auto& g : *groups)
+      if (std::none_of(run->groups.begin(), run->groups.end(), [&](const auto& x) { return x.name == g.name; }))
+        run->groups.push_back(std::move(g));
+    auto collectives = r.collectives();
+    if (!collectives) return collectives.status();
+    for (auto& c : *collectives) {
+      const int64_t sh = o.shift.of(c.rank);
+      c.enqueueNs += sh;
+      if (c.startNs) *c.startNs += sh;
+      if (c.endNs) *c.endNs += sh;
+      run->collectives.push_back(std::move(c));
+    }
+    auto grads = r.gradStats();
+    if (!grads) return grads.status();
+    run->gradStats.insert(run->gradStats.end(), grads->begin(), grads->end());
+    auto steps = r.stepStats();
+    if (!steps) return steps.status();
+    for (auto& s : *steps) {
+      const int64_t sh = o.shift.of(s.rank);
+      if (s.beginNs) *s.beginNs += sh;
+      if (s.endNs) *s.endNs += sh;
+      run->stepStats.push_back(std::move(s));
+    }
+    auto alerts = r.alerts();
+    if (!alerts) return alerts.status();
+    for (auto& a : *alerts) {
+      a.tsNs += o.shift.of(a.rank);
+      run->alerts.push_back(std::move(a));
+    }
+    // Names used by spans, re-interned into the global table.
+    sqlite3_stmt* stmt = nullptr;
+    if (sqlite3_prepare_v2(r.handle(), "SELECT id, value FROM strings", -1, &stmt, nullptr) != SQLITE_OK)
+      return r.error("reading strings");
+    int rc;
+    while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+      const int64_t id = sqlite3_column_int64(stmt, 0);
+      const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 1));
+      std::string value = text ? text : "";
+      if (id < 0 || id > (1 << 30)) continue;
+      if (o.nameMap.size() <= static_cast<size_t>(id)) o.nameMap.resize(id + 1, 0);
+      auto [it, inserted] = stringIds.emplace(value, static_cast<uint32_t>(strings.size()));
+      if (inserted) strings.push_back(std::move(value));
+      o.nameMap[id] = it->second;
+    }
+    sqlite3_finalize(stmt);
+    if (rc != SQLITE_DONE) return r.error("reading strings");
+  }
+
+  // Pass 2: spans, each file's id range cut into chunks read in parallel (one connection per chunk).
+  struct Chunk {
+    size_t file;
+    int64_t lo, hi;
+  };
+  std::vector<Chunk> chunks;
+  std::vector<int64_t> bases;
+  size_t total = 0;
+  for (size_t f = 0; f < opened.size(); ++f) {
+    Reader& r = *opened[f].reader;
+    sqlite3_stmt* stmt = nullptr;
+    if (sqlite3_prepare_v2(r.handle(), "SELECT min(id), max(id) FROM spans", -1, &stmt, nullptr) != SQLITE_OK)
+      return r.error("reading spans");
+    int64_t lo = 0, hi = -1;
+    const int rc = sqlite3_step(stmt);
+    if (rc == SQLITE_ROW && sqlite3_column_type(stmt, 0) != SQLITE_NULL) {
+      lo = sqlite3_column_int64(stmt, 0);
+      hi = sqlite3_column_int64(stmt, 1);
+    }
+    sqlite3_finalize(stmt);
+    if (rc != SQLITE_ROW) return r.error("reading spans");
+    bases.push_back(static_cast<int64_t>(total) - lo);  // index = id + base
+    if (hi < lo) continue;
+    const int64_t n = hi - lo + 1;
+    if (n > int64_t{1} << 31) return Status::error(run->files[f].string() + ": span ids out of range");
+    const int parts = std::max(1, options.workers) * 2;
+    for (int p = 0; p < parts; ++p) {
+      const int64_t a = lo + n * p / parts, b = lo + n * (p + 1) / parts;
+      if (b > a) chunks.push_back({f, a, b});
+    }
+    total += static_cast<size_t>(n);
+  }
+
+  std::vector<InputSpan> spans(total);
+  std::vector<char> filled(total, 0);
+  std::atomic<size_t> next{0};
+  std::mutex errorMutex;
+  Status firstError = Status::ok();
+  auto work = [&] {
+    for (size_t k; (k = next.fetch_add(1)) < chunks.size();) {
+      const Chunk& c = chunks[k];
+      // The chunk writes to spans[id + base]; give it the view starting at index 0 with base = -(base offset).
+      Status st = readSpanChunk(run->files[c.file], c.lo, c.hi, -bases[c.file], opened[c.file].shift,
+                                opened[c.file].nameMap, spans, filled);
+      if (!st) {
+        std::lock_guard lock(errorMutex);
+        if (firstError) firstError = st;
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int w = 1; w < std::max(1, options.workers); ++w) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  if (!firstError) return firstError;
+  opened.clear();
+
+  // Holes (deleted ids) are dropped.
+  size_t kept = 0;
+  for (size_t i = 0; i < spans.size(); ++i)
+    if (filled[i]) spans[kept++] = spans[i];
+  spans.resize(kept);
+  std::vector<char>().swap(filled);
+
+  auto timeline = std::make_shared<TimelineData>(
+      TimelineData::build(std::move(spans), std::move(strings), run->threads, options.workers));
+  run->beginNs = timeline->beginNs();
+  run->endNs = timeline->endNs();
+  bool any = timeline->spanCount() > 0;
+  for (const auto& c : run->collectives) {
+    const int64_t e = c.endNs.value_or(c.startNs.value_or(c.enqueueNs));
+    run->beginNs = any ? std::min(run->beginNs, c.enqueueNs) : c.enqueueNs;
+    run->endNs = any ? std::max(run->endNs, e) : e;
+    any = true;
+  }
+  run->timeline = std::move(timeline);
+  std::sort(run->collectives.begin(), run->collectives.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.group, a.seq, a.rank) < std::tie(b.group, b.seq, b.rank);
+  });
+  std::stable_sort(run->alerts.begin(), run->alerts.end(), [](const auto& a, const auto& b) { return a.tsNs < b.tsNs; });
+  std::stable_sort(run->stepStats.begin(), run->stepStats.end(),
+                   [](const auto& a, const auto& b) { return std::tie(a.step, a.rank) < std::tie(b.step, b.rank); });
+  std::stable_sort(run->gradStats.begin(), run->gradStats.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.step, a.rank, a.layer) < std::tie(b.step, b.rank, b.layer);
+  });
+  return std::shared_ptr<const RunData>(std::move(run));
+}
+
+}  // namespace tpscope::gui

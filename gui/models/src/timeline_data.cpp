@@ -1,0 +1,226 @@
+#include "tpscope/gui/timeline_data.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cmath>
+#include <map>
+#include <thread>
+#include <unordered_set>
+
+namespace tpscope::gui {
+
+int64_t Viewport::endNs() const {
+  return startNs + static_cast<int64_t>(std::ceil(nsPerPx * widthPx));
+}
+
+LodThresholds lodThresholds(const Viewport& viewport) {
+  LodThresholds t;
+  t.minNs = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(kMinVisiblePx * viewport.nsPerPx)));
+  t.gapNs = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(kMergeGapPx * viewport.nsPerPx)));
+  t.maxNs = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(kMaxMergePx * viewport.nsPerPx)));
+  return t;
+}
+
+uint8_t majorityKind(const std::array<uint32_t, kKindCount>& counts) {
+  int best = 0;
+  for (int k = 1; k < kKindCount; ++k)
+    if (counts[k] > counts[best]) best = k;
+  return static_cast<uint8_t>(best);
+}
+
+void LaneRow::buildSummaries() {
+  kindPrefix.assign(size() / kKindBlock + 1, {});
+  std::array<uint32_t, kKindCount> running{};
+  for (size_t i = 0; i < size(); ++i) {
+    if (i % kKindBlock == 0) kindPrefix[i / kKindBlock] = running;
+    ++running[kind[i] < kKindCount ? kind[i] : kKindCount - 1];
+  }
+  if (size() % kKindBlock == 0) kindPrefix[size() / kKindBlock] = running;
+}
+
+std::array<uint32_t, kKindCount> LaneRow::kindCounts(uint32_t first, uint32_t last) const {
+  auto prefix = [&](uint32_t x) {
+    auto counts = kindPrefix[x / kKindBlock];
+    for (uint32_t i = x / kKindBlock * kKindBlock; i < x; ++i) ++counts[kind[i] < kKindCount ? kind[i] : kKindCount - 1];
+    return counts;
+  };
+  auto a = prefix(first);
+  auto b = prefix(last);
+  for (int k = 0; k < kKindCount; ++k) b[k] -= a[k];
+  return b;
+}
+
+namespace {
+
+// Sorts one lane's spans and distributes them into rows by nesting depth.
+void buildLane(std::vector<InputSpan>& spans, Lane& lane) {
+  std::sort(spans.begin(), spans.end(), [](const InputSpan& a, const InputSpan& b) {
+    if (a.beginNs != b.beginNs) return a.beginNs < b.beginNs;
+    return a.endNs > b.endNs;  // the enclosing span first
+  });
+  std::vector<int64_t> openEnds;  // stack of ends of open spans
+  for (const InputSpan& s : spans) {
+    while (!openEnds.empty() && openEnds.back() <= s.beginNs) openEnds.pop_back();
+    const size_t depth = openEnds.size();
+    if (lane.rows.size() <= depth) lane.rows.resize(depth + 1);
+    LaneRow& r = lane.rows[depth];
+    r.begin.push_back(s.beginNs);
+    r.end.push_back(s.endNs);
+    r.name.push_back(s.name);
+    r.step.push_back(s.step);
+    r.layer.push_back(s.layer);
+    r.kind.push_back(s.kind);
+    r.phase.push_back(s.phase);
+    openEnds.push_back(s.endNs);
+  }
+  std::vector<InputSpan>().swap(spans);
+  for (LaneRow& r : lane.rows) r.buildSummaries();
+}
+
+}  // namespace
+
+TimelineData TimelineData::build(std::vector<InputSpan> spans, std::vector<std::string> strings,
+                                 const std::vector<tracedb::ThreadInfo>& threads, int workers) {
+  TimelineData data;
+  data.strings_ = std::move(strings);
+  data.spanCount_ = spans.size();
+
+  // Lane keys in (rank, thread) order, and a count per lane so each lane's vector is allocated once.
+  std::map<std::pair<int, int>, size_t> keys;
+  for (const InputSpan& s : spans) ++keys[{s.rank, s.thread}];
+  std::vector<std::vector<InputSpan>> perLane(keys.size());
+  {
+    size_t i = 0;
+    for (auto& [key, count] : keys) {
+      perLane[i].reserve(count);
+      count = i++;
+    }
+  }
+  int64_t lo = INT64_MAX, hi = INT64_MIN;
+  for (const InputSpan& s : spans) {
+    perLane[keys[{s.rank, s.thread}]].push_back(s);
+    lo = std::min(lo, s.beginNs);
+    hi = std::max(hi, s.endNs);
+  }
+  std::vector<InputSpan>().swap(spans);
+  data.beginNs_ = keys.empty() ? 0 : lo;
+  data.endNs_ = keys.empty() ? 0 : hi;
+
+  data.lanes_.resize(keys.size());
+  for (const auto& [key, index] : keys) {
+    Lane& lane = data.lanes_[index];
+    lane.rank = key.first;
+    lane.thread = key.second;
+    std::string name;
+    for (const auto& t : threads)
+      if (t.rank == key.first && t.thread == key.second) name = t.name.empty() ? t.kind : t.name;
+    if (name.empty()) name = key.second == 0 ? "main" : "thread " + std::to_string(key.second);
+    lane.label = "rank " + std::to_string(key.first) + " · " + name;
+  }
+
+  // Lanes are independent: sort them on `workers` threads, biggest first.
+  std::vector<size_t> order(perLane.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return perLane[a].size() > perLane[b].size(); });
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t k; (k = next.fetch_add(1)) < order.size();) buildLane(perLane[order[k]], data.lanes_[order[k]]);
+  };
+  std::vector<std::thread> pool;
+  for (int w = 1; w < std::max(1, workers); ++w) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  return data;
+}
+
+const std::string& TimelineData::string(uint32_t id) const {
+  static const std::string kEmpty;
+  return id < strings_.size() ? strings_[id] : kEmpty;
+}
+
+int TimelineData::laneOf(int rank, int thread) const {
+  for (size_t i = 0; i < lanes_.size(); ++i)
+    if (lanes_[i].rank == rank && lanes_[i].thread == thread) return static_cast<int>(i);
+  return -1;
+}
+
+std::vector<DrawItem> TimelineData::queryRow(int laneIndex, int rowIndex, const Viewport& viewport) const {
+  std::vector<DrawItem> out;
+  if (laneIndex < 0 || laneIndex >= static_cast<int>(lanes_.size())) return out;
+  const Lane& lane = lanes_[laneIndex];
+  if (rowIndex < 0 || rowIndex >= static_cast<int>(lane.rows.size())) return out;
+  const LaneRow& r = lane.rows[rowIndex];
+  const LodThresholds th = lodThresholds(viewport);
+  const int64_t t1 = viewport.endNs();
+  const size_t n = r.size();
+
+  size_t i = std::upper_bound(r.end.begin(), r.end.end(), viewport.startNs) - r.end.begin();
+  while (i < n && r.begin[i] < t1) {
+    if (r.end[i] - r.begin[i] >= th.minNs) {
+      out.push_back({r.begin[i], r.end[i], static_cast<uint32_t>(i), 1, r.kind[i], false});
+      ++i;
+      continue;
+    }
+    size_t j = i + 1;
+    int64_t runEnd = r.end[i];
+    while (j < n && runEnd - r.begin[i] < th.maxNs) {
+      const size_t k = std::lower_bound(r.end.begin() + j, r.end.end(), runEnd + th.gapNs) - r.end.begin();
+      if (k > j) {  // (a) spans that end within the gap
+        runEnd = r.end[k - 1];
+        j = k;
+        continue;
+      }
+      if (r.end[j] - r.begin[j] < th.minNs && r.begin[j] < runEnd + th.gapNs) {  // (b)
+        runEnd = r.end[j];
+        ++j;
+        continue;
+      }
+      break;
+    }
+    const auto counts = r.kindCounts(static_cast<uint32_t>(i), static_cast<uint32_t>(j));
+    out.push_back({r.begin[i], runEnd, static_cast<uint32_t>(i), static_cast<uint32_t>(j - i), majorityKind(counts),
+                   true});
+    i = j;
+  }
+  return out;
+}
+
+SpanRef TimelineData::spanAt(int laneIndex, int64_t t, int64_t slackNs) const {
+  if (laneIndex < 0 || laneIndex >= static_cast<int>(lanes_.size())) return {};
+  const Lane& lane = lanes_[laneIndex];
+  for (int d = static_cast<int>(lane.rows.size()) - 1; d >= 0; --d) {
+    const LaneRow& r = lane.rows[d];
+    const size_t i = std::upper_bound(r.end.begin(), r.end.end(), t - slackNs) - r.end.begin();
+    if (i < r.size() && r.begin[i] <= t + slackNs) return {laneIndex, d, static_cast<uint32_t>(i)};
+  }
+  return {};
+}
+
+std::vector<SpanRef> TimelineData::search(const std::string& needle, size_t limit) const {
+  std::vector<SpanRef> found;
+  if (needle.empty()) return found;
+  auto lower = [](std::string s) {
+    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  };
+  const std::string n = lower(needle);
+  std::vector<char> matches(strings_.size(), 0);
+  bool any = false;
+  for (size_t id = 0; id < strings_.size(); ++id)
+    if (lower(strings_[id]).find(n) != std::string::npos) matches[id] = 1, any = true;
+  if (!any) return found;
+  for (size_t l = 0; l < lanes_.size(); ++l)
+    for (size_t d = 0; d < lanes_[l].rows.size(); ++d) {
+      const LaneRow& r = lanes_[l].rows[d];
+      for (size_t i = 0; i < r.size(); ++i)
+        if (r.name[i] < matches.size() && matches[r.name[i]])
+          found.push_back({static_cast<int>(l), static_cast<int>(d), static_cast<uint32_t>(i)});
+    }
+  std::stable_sort(found.begin(), found.end(),
+                   [&](const SpanRef& a, const SpanRef& b) { return row(a).begin[a.index] < row(b).begin[b.index]; });
+  if (found.size() > limit) found.resize(limit);
+  return found;
+}
+
+}  // namespace tpscope::gui

@@ -1,0 +1,34 @@
+// Tiny fixture runs for the GUI tests, written with tracedb::Writer.
+//
+// writeFixtureRun(): 4 ranks in one TP group "tp-0" (plus "dp-0" = {0, 2}), 3 steps of 10 ms, 2 layers, a main
+// thread and a CUDA stream per rank. Planted problems:
+//   * step 1, rank 2, layer 1 (param "layers.1.mlp.fc2.weight"): 3 NaN in the gradient — the origin; the TP
+//     all-reduce that follows spreads it (ranks 0, 1, 3 show NaN in layer 0 at step 1);
+//   * step 2: "tp-0" seq kStuckSeq (an all_reduce) was entered by ranks 0, 2, 3 and never completed; rank 1 never
+//     entered it (its last span is "data_loading").
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+namespace tpscope::gui::testing {
+
+inline constexpr int kFixtureRanks = 4;
+inline constexpr int kFixtureSteps = 3;
+inline constexpr int kFixtureLayers = 2;
+inline constexpr int64_t kStepNs = 10'000'000;
+inline constexpr int kNanRank = 2;
+inline constexpr int kNanLayer = 1;
+inline constexpr int kNanStep = 1;
+inline constexpr int kMissingRank = 1;
+inline constexpr const char* kStuckGroup = "tp-0";
+extern const int64_t kStuckSeq;
+
+// Writes the fixture run file to `path` (overwrites). Returns "" or an error message.
+std::string writeFixtureRun(const std::filesystem::path& path);
+
+// A scratch folder under the build tree, emptied at creation.
+std::filesystem::path scratchDir(const std::string& name);
+
+}  // namespace tpscope::gui::testing
