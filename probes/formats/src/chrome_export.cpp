@@ -1,0 +1,430 @@
+#include "tpscope/formats/chrome_export.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <set>
+#include <system_error>
+
+#include "json_text.h"
+#include "tpscope/tracedb/reader.h"
+
+namespace tpscope::formats {
+
+using tracedb::Result;
+using tracedb::Status;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Streams the trace into a file through a bounded buffer; remembers the first write error.
+class EventSink {
+ public:
+  explicit EventSink(std::FILE* f) : file_(f) { buf_.reserve(kFlushAt + 4096); }
+  std::string& begin() {  // a new event: separator handled here
+    buf_ += first_ ? "\n" : ",\n";
+    first_ = false;
+    return buf_;
+  }
+  std::string& raw() { return buf_; }
+  void maybeFlush() {
+    if (buf_.size() >= kFlushAt) flush();
+  }
+  void flush() {
+    if (!buf_.empty() && std::fwrite(buf_.data(), 1, buf_.size(), file_) != buf_.size() && !error_) error_ = errno;
+    written_ += static_cast<int64_t>(buf_.size());
+    buf_.clear();
+  }
+  int error() const { return error_; }
+  int64_t written() const { return written_; }
+
+ private:
+  static constexpr size_t kFlushAt = 1 << 20;
+  std::FILE* file_;
+  std::string buf_;
+  bool first_ = true;
+  int error_ = 0;
+  int64_t written_ = 0;
+};
+
+int pidOf(int rank) { return rank + 1; }
+
+void metaEvent(EventSink& sink, std::string_view name, int pid, std::optional<int64_t> tid, std::string_view argKey,
+               std::string_view stringValue, std::optional<int64_t> intValue) {
+  std::string& o = sink.begin();
+  o += "{\"ph\":\"M\",\"name\":\"";
+  o += name;
+  o += "\",\"pid\":";
+  appendInt(o, pid);
+  if (tid) {
+    o += ",\"tid\":";
+    appendInt(o, *tid);
+  }
+  o += ",\"args\":{\"";
+  o += argKey;
+  o += "\":";
+  if (intValue) appendInt(o, *intValue);
+  else appendJsonString(o, stringValue);
+  o += "}}";
+}
+
+void counterEvent(EventSink& sink, int rank, std::string_view name, int64_t tsNs, double value) {
+  std::string& o = sink.begin();
+  o += "{\"ph\":\"C\",\"pid\":";
+  appendInt(o, pidOf(rank));
+  o += ",\"ts\":";
+  appendMicros(o, tsNs);
+  o += ",\"name\":";
+  appendJsonString(o, name);
+  o += ",\"args\":{\"value\":";
+  appendDouble(o, value);
+  o += "}}";
+  sink.maybeFlush();
+}
+
+struct FileCloser {
+  void operator()(std::FILE* f) const {
+    if (f) std::fclose(f);
+  }
+};
+
+struct TempFileGuard {
+  fs::path path;
+  bool keep = false;
+  ~TempFileGuard() {
+    std::error_code ec;
+    if (!keep) fs::remove(path, ec);
+  }
+};
+
+}  // namespace
+
+std::string ChromeExportStats::summary() const {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "exported %d %s: %lld spans, %lld collectives (%lld linked across ranks), %lld counter samples, "
+                "%lld alerts; %.1f MB in %.2f s",
+                ranks, ranks == 1 ? "rank" : "ranks", static_cast<long long>(spans),
+                static_cast<long long>(collectives), static_cast<long long>(flows), static_cast<long long>(counters),
+                static_cast<long long>(alerts), bytesWritten / 1e6, seconds);
+  return buf;
+}
+
+Result<ChromeExportStats> exportChrome(const fs::path& run, const fs::path& output) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (output.empty()) return Status::error("export: no output file");
+  auto opened = tracedb::Reader::open(run);
+  if (!opened) return opened.status();
+  tracedb::Reader& reader = **opened;
+
+  auto meta = reader.meta();
+  if (!meta) return meta.status();
+  auto ranks = reader.ranks();
+  if (!ranks) return ranks.status();
+  auto threads = reader.threads();
+  if (!threads) return threads.status();
+  auto collectives = reader.collectives();
+  if (!collectives) return collectives.status();
+  auto stepStats = reader.stepStats();
+  if (!stepStats) return stepStats.status();
+  auto counters = reader.counters();
+  if (!counters) return counters.status();
+  auto alerts = reader.alerts();
+  if (!alerts) return alerts.status();
+  auto range = reader.timeRange();
+  if (!range) return range.status();
+
+  const fs::path dir = output.has_parent_path() ? output.parent_path() : fs::path(".");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return Status::error(output.string() + ": folder " + dir.string() + " does not exist");
+  TempFileGuard temp{dir / ("." + output.filename().string() + ".tmp-" + std::to_string(::getpid()))};
+  std::unique_ptr<std::FILE, FileCloser> file(std::fopen(temp.path.c_str(), "wb"));
+  if (!file) return Status::error(output.string() + ": cannot write: " + std::strerror(errno));
+
+  ChromeExportStats stats;
+  EventSink sink(file.get());
+
+  // Header. Only stable facts of the run go here (no time of export), so exports of one run are identical.
+  {
+    std::string& o = sink.raw();
+    o += "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"exporter\":\"tpscope export --format chrome\"";
+    for (const char* key : {"run_id", "source", "epoch_unix_ns", "format"}) {
+      auto it = meta->find(key);
+      if (it == meta->end()) continue;
+      o += ",";
+      appendJsonString(o, key);
+      o += ":";
+      appendJsonString(o, it->second);
+    }
+    o += "},\"traceEvents\":[";
+  }
+
+  // Processes (one per rank) and their threads.
+  std::set<int> rankSet;
+  for (const auto& r : *ranks) rankSet.insert(r.rank);
+  for (const auto& t : *threads) rankSet.insert(t.rank);
+  for (const auto& c : *collectives) rankSet.insert(c.rank);
+  for (const auto& s : *stepStats) rankSet.insert(s.rank);
+  for (const auto& c : *counters) rankSet.insert(c.rank);
+  for (const auto& a : *alerts) rankSet.insert(a.rank);
+  std::map<int, const tracedb::RankInfo*> rankInfo;
+  for (const auto& r : *ranks) rankInfo[r.rank] = &r;
+  for (int rank : rankSet) {
+    std::string label = "rank " + std::to_string(rank);
+    if (auto it = rankInfo.find(rank); it != rankInfo.end()) {
+      const auto& info = *it->second;
+      if (!info.host.empty()) label += " (" + info.host + ")";
+      if (info.tpSize > 1 || info.dpSize > 1)
+        label += " tp " + std::to_string(info.tpRank) + "/" + std::to_string(info.tpSize) + " dp " +
+                 std::to_string(info.dpRank) + "/" + std::to_string(info.dpSize);
+    }
+    metaEvent(sink, "process_name", pidOf(rank), std::nullopt, "name", label, std::nullopt);
+    metaEvent(sink, "process_sort_index", pidOf(rank), std::nullopt, "sort_index", {}, rank);
+  }
+  for (const auto& t : *threads) {
+    std::string name = t.name;
+    if (name.empty()) name = (t.kind == "cuda-stream" ? "stream " : "thread ") + std::to_string(t.thread);
+    metaEvent(sink, "thread_name", pidOf(t.rank), t.thread, "name", name, std::nullopt);
+    metaEvent(sink, "thread_sort_index", pidOf(t.rank), t.thread, "sort_index", {}, t.thread);
+  }
+
+  // Spans, streamed from the database.
+  std::map<std::pair<int, int>, int64_t> stepEnd;  // (rank, step) -> end of its last span
+  {
+    Status s = reader.forEachSpan({}, [&](const tracedb::SpanRow& r) {
+      std::string& o = sink.begin();
+      o += "{\"ph\":\"X\",\"pid\":";
+      appendInt(o, pidOf(r.rank));
+      o += ",\"tid\":";
+      appendInt(o, r.thread);
+      o += ",\"ts\":";
+      appendMicros(o, r.beginNs);
+      o += ",\"dur\":";
+      appendMicros(o, r.durNs);
+      o += ",\"name\":";
+      appendJsonString(o, reader.string(r.name));
+      o += ",\"cat\":\"";
+      o += tracedb::spanKindName(r.kind);
+      o += "\",\"args\":{\"step\":";
+      appendInt(o, r.step);
+      o += ",\"layer\":";
+      appendInt(o, r.layer);
+      o += ",\"phase\":\"";
+      o += tracedb::phaseName(r.phase);
+      o += "\"}}";
+      sink.maybeFlush();
+      ++stats.spans;
+      if (r.step >= 0) {
+        int64_t& end = stepEnd[{r.rank, r.step}];
+        end = std::max(end, r.endNs());
+      }
+      return sink.error() == 0;
+    });
+    if (!s) return s;
+  }
+
+  // Collectives: "X" on per-rank collectives lanes (a second lane only where a rank's collectives overlap, since
+  // slices on one lane must nest), then one flow per (group, seq) through the ranks in order of start.
+  struct Placed {
+    const tracedb::CollectiveRow* row;
+    int64_t ts, dur;
+    int tid;
+  };
+  std::vector<Placed> placed;
+  placed.reserve(collectives->size());
+  for (const auto& c : *collectives) {
+    const int64_t ts = c.startNs.value_or(c.enqueueNs);
+    const int64_t end = c.endNs ? *c.endNs : std::max(ts, range->endNs);  // unfinished: open to the end of the run
+    placed.push_back(Placed{&c, ts, std::max<int64_t>(0, end - ts), kCollectivesTid});
+  }
+  {
+    std::vector<size_t> byRank(placed.size());
+    for (size_t i = 0; i < placed.size(); ++i) byRank[i] = i;
+    std::sort(byRank.begin(), byRank.end(), [&](size_t a, size_t b) {
+      const auto& x = placed[a];
+      const auto& y = placed[b];
+      return std::tie(x.row->rank, x.ts, x.row->group, x.row->seq) < std::tie(y.row->rank, y.ts, y.row->group, y.row->seq);
+    });
+    std::map<int, std::vector<int64_t>> laneEnds;  // rank -> end of the last collective on each lane
+    std::set<std::pair<int, int>> lanesUsed;
+    for (size_t i : byRank) {
+      Placed& p = placed[i];
+      auto& ends = laneEnds[p.row->rank];
+      size_t lane = 0;
+      while (lane < ends.size() && ends[lane] > p.ts) ++lane;
+      if (lane == ends.size()) ends.push_back(0);
+      ends[lane] = p.ts + p.dur;
+      p.tid = kCollectivesTid + static_cast<int>(lane) * 2;  // kCollectivesTid + 1 is the alerts lane
+      lanesUsed.emplace(p.row->rank, p.tid);
+    }
+    for (const auto& [rank, tid] : lanesUsed) {
+      const int lane = (tid - kCollectivesTid) / 2;
+      metaEvent(sink, "thread_name", pidOf(rank), tid, "name",
+                lane == 0 ? std::string("collectives") : "collectives " + std::to_string(lane + 1), std::nullopt);
+      metaEvent(sink, "thread_sort_index", pidOf(rank), tid, "sort_index", {}, tid);
+    }
+  }
+  for (const Placed& p : placed) {
+    const auto& c = *p.row;
+    std::string& o = sink.begin();
+    o += "{\"ph\":\"X\",\"pid\":";
+    appendInt(o, pidOf(c.rank));
+    o += ",\"tid\":";
+    appendInt(o, p.tid);
+    o += ",\"ts\":";
+    appendMicros(o, p.ts);
+    o += ",\"dur\":";
+    appendMicros(o, p.dur);
+    o += ",\"name\":";
+    appendJsonString(o, c.op);
+    o += ",\"cat\":\"collective\",\"args\":{\"group\":";
+    appendJsonString(o, c.group);
+    o += ",\"seq\":";
+    appendInt(o, c.seq);
+    o += ",\"op\":";
+    appendJsonString(o, c.op);
+    o += ",\"dtype\":";
+    appendJsonString(o, c.dtype);
+    o += ",\"bytes\":";
+    appendInt(o, c.bytes);
+    o += ",\"shape\":[";
+    for (size_t k = 0; k < c.shape.size(); ++k) {
+      if (k) o += ",";
+      appendInt(o, c.shape[k]);
+    }
+    o += "],\"state\":\"";
+    o += tracedb::collectiveStateName(c.state);
+    o += "\",\"enqueue_ns\":";
+    appendInt(o, c.enqueueNs);
+    o += ",\"step\":";
+    appendInt(o, c.step);
+    o += ",\"layer\":";
+    appendInt(o, c.layer);
+    o += ",\"phase\":\"";
+    o += tracedb::phaseName(c.phase);
+    o += "\"";
+    if (!c.callsite.empty()) {
+      o += ",\"callsite\":";
+      appendJsonString(o, c.callsite);
+    }
+    o += "}}";
+    sink.maybeFlush();
+    ++stats.collectives;
+  }
+  // collectives() is ordered by (group, seq, rank): each run of equal (group, seq) is one chain.
+  int64_t flowId = 0;
+  for (size_t begin = 0; begin < placed.size();) {
+    size_t end = begin;
+    while (end < placed.size() && placed[end].row->group == placed[begin].row->group &&
+           placed[end].row->seq == placed[begin].row->seq)
+      ++end;
+    if (end - begin >= 2) {
+      std::vector<const Placed*> chain;
+      for (size_t k = begin; k < end; ++k) chain.push_back(&placed[k]);
+      std::stable_sort(chain.begin(), chain.end(), [](const Placed* a, const Placed* b) {
+        return std::tie(a->ts, a->row->rank) < std::tie(b->ts, b->row->rank);
+      });
+      ++flowId;
+      const std::string name = placed[begin].row->group + "#" + std::to_string(placed[begin].row->seq);
+      for (size_t k = 0; k < chain.size(); ++k) {
+        const char ph = k == 0 ? 's' : k + 1 == chain.size() ? 'f' : 't';
+        std::string& o = sink.begin();
+        o += "{\"ph\":\"";
+        o += ph;
+        o += "\",\"id\":";
+        appendInt(o, flowId);
+        o += ",\"pid\":";
+        appendInt(o, pidOf(chain[k]->row->rank));
+        o += ",\"tid\":";
+        appendInt(o, chain[k]->tid);
+        o += ",\"ts\":";
+        appendMicros(o, chain[k]->ts);
+        o += ",\"name\":";
+        appendJsonString(o, name);
+        o += ",\"cat\":\"collective\"";
+        if (ph != 's') o += ",\"bp\":\"e\"";
+        o += "}";
+      }
+      sink.maybeFlush();
+    }
+    begin = end;
+  }
+  stats.flows = flowId;
+
+  // Counters: loss, gradient norm, learning rate, loss scale per step; every row of the counters table.
+  for (const auto& s : *stepStats) {
+    std::optional<int64_t> ts = s.endNs ? s.endNs : s.beginNs;
+    if (!ts) {
+      auto it = stepEnd.find({s.rank, s.step});
+      if (it == stepEnd.end()) continue;  // a step with no time cannot be placed on a timeline
+      ts = it->second;
+    }
+    for (auto [name, value] : {std::pair<std::string_view, std::optional<double>>{"loss", s.loss},
+                               {"grad_norm", s.gradNorm},
+                               {"lr", s.lr},
+                               {"loss_scale", s.lossScale}}) {
+      if (!value) continue;
+      counterEvent(sink, s.rank, name, *ts, *value);
+      ++stats.counters;
+    }
+  }
+  for (const auto& c : *counters) {
+    counterEvent(sink, c.rank, c.name, c.tsNs, c.value);
+    ++stats.counters;
+  }
+
+  // Alerts: instant events on a per-rank "alerts" lane.
+  std::set<int> alertRanks;
+  for (const auto& a : *alerts) {
+    if (alertRanks.insert(a.rank).second) {
+      metaEvent(sink, "thread_name", pidOf(a.rank), kAlertsTid, "name", "alerts", std::nullopt);
+      metaEvent(sink, "thread_sort_index", pidOf(a.rank), kAlertsTid, "sort_index", {}, kAlertsTid);
+    }
+    std::string& o = sink.begin();
+    o += "{\"ph\":\"i\",\"s\":\"t\",\"pid\":";
+    appendInt(o, pidOf(a.rank));
+    o += ",\"tid\":";
+    appendInt(o, kAlertsTid);
+    o += ",\"ts\":";
+    appendMicros(o, a.tsNs);
+    o += ",\"name\":";
+    appendJsonString(o, a.kind);
+    o += ",\"cat\":\"alert\",\"args\":{\"severity\":";
+    appendJsonString(o, a.severity);
+    o += ",\"kind\":";
+    appendJsonString(o, a.kind);
+    o += ",\"step\":";
+    appendInt(o, a.step);
+    o += ",\"layer\":";
+    appendInt(o, a.layer);
+    o += ",\"param\":";
+    appendJsonString(o, a.param);
+    o += ",\"message\":";
+    appendJsonString(o, a.message);
+    o += ",\"evidence\":";
+    appendJsonString(o, a.evidence);
+    o += "}}";
+    ++stats.alerts;
+  }
+
+  sink.raw() += "\n]}\n";
+  sink.flush();
+  if (sink.error()) return Status::error(output.string() + ": write error: " + std::strerror(sink.error()));
+  if (std::fflush(file.get()) != 0 || std::fclose(file.release()) != 0)
+    return Status::error(output.string() + ": write error: " + std::strerror(errno));
+  fs::rename(temp.path, output, ec);
+  if (ec) return Status::error(output.string() + ": cannot move the export into place: " + ec.message());
+  temp.keep = true;
+
+  stats.ranks = static_cast<int>(rankSet.size());
+  stats.bytesWritten = sink.written();
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return stats;
+}
+
+}  // namespace tpscope::formats

@@ -1,0 +1,104 @@
+#include "gzip_file.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+
+namespace tpscope::formats {
+namespace {
+
+using tracedb::Result;
+using tracedb::Status;
+
+struct FileCloser {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+
+Status inflateInto(const std::filesystem::path& path, const std::vector<char>& in, JsonBuffer& out) {
+  // ISIZE (the last 4 bytes: uncompressed size mod 2^32) is a good first guess for the output size.
+  size_t guess = in.size() * 4;
+  if (in.size() >= 18) {
+    uint32_t isize = 0;
+    std::memcpy(&isize, in.data() + in.size() - 4, 4);
+    if (isize > guess) guess = isize;
+  }
+  out.bytes.resize(guess + JsonBuffer::kPadding);
+
+  z_stream zs{};
+  if (inflateInit2(&zs, 15 + 32) != Z_OK) return Status::error(path.string() + ": cannot initialise zlib");
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+  zs.avail_in = static_cast<uInt>(in.size());
+  size_t produced = 0;
+  int rc = Z_OK;
+  for (;;) {
+    if (out.bytes.size() - JsonBuffer::kPadding - produced < (1u << 16))
+      out.bytes.resize(out.bytes.size() * 2 + (1u << 20));
+    const size_t room = out.bytes.size() - JsonBuffer::kPadding - produced;
+    zs.next_out = reinterpret_cast<Bytef*>(out.bytes.data() + produced);
+    zs.avail_out = static_cast<uInt>(std::min<size_t>(room, 1u << 30));
+    const uInt before = zs.avail_out;
+    rc = inflate(&zs, Z_NO_FLUSH);
+    produced += before - zs.avail_out;
+    if (rc == Z_STREAM_END) {
+      // Concatenated gzip members (gzip a; gzip b; cat) form one stream.
+      if (zs.avail_in > 0 && static_cast<unsigned char>(*zs.next_in) == 0x1f) {
+        if (inflateReset(&zs) != Z_OK) break;
+        continue;
+      }
+      break;
+    }
+    if (rc == Z_OK) continue;
+    if (rc == Z_BUF_ERROR && zs.avail_in == 0) break;  // input ended before the stream did
+    if (rc == Z_BUF_ERROR) continue;                   // output was full; grow and go on
+    break;
+  }
+  const std::string zmsg = zs.msg ? zs.msg : "";
+  inflateEnd(&zs);
+  if (rc != Z_STREAM_END) {
+    if (rc == Z_OK || rc == Z_BUF_ERROR)
+      return Status::error(path.string() + ": truncated gzip stream (ended after " + std::to_string(produced) +
+                           " uncompressed bytes)");
+    return Status::error(path.string() + ": corrupt gzip stream" + (zmsg.empty() ? "" : " (" + zmsg + ")"));
+  }
+  out.size = produced;
+  out.bytes.resize(produced + JsonBuffer::kPadding);
+  std::memset(out.bytes.data() + produced, 0, JsonBuffer::kPadding);
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<JsonBuffer> readJsonFile(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return Status::error(path.string() + ": is a directory");
+  std::unique_ptr<std::FILE, FileCloser> f(std::fopen(path.c_str(), "rb"));
+  if (!f) return Status::error(path.string() + ": cannot open: " + std::strerror(errno));
+  std::fseek(f.get(), 0, SEEK_END);
+  const long len = std::ftell(f.get());
+  std::fseek(f.get(), 0, SEEK_SET);
+  if (len < 0) return Status::error(path.string() + ": cannot determine the file size");
+  if (len == 0) return Status::error(path.string() + ": empty file");
+
+  JsonBuffer buf;
+  buf.fileBytes = static_cast<size_t>(len);
+  std::vector<char> raw(static_cast<size_t>(len) + JsonBuffer::kPadding, 0);
+  if (std::fread(raw.data(), 1, static_cast<size_t>(len), f.get()) != static_cast<size_t>(len))
+    return Status::error(path.string() + ": read error: " + std::strerror(errno));
+  if (len >= 2 && static_cast<unsigned char>(raw[0]) == 0x1f && static_cast<unsigned char>(raw[1]) == 0x8b) {
+    raw.resize(static_cast<size_t>(len));
+    buf.compressed = true;
+    if (Status s = inflateInto(path, raw, buf); !s) return s;
+    if (buf.size == 0) return Status::error(path.string() + ": empty file (after gzip decompression)");
+    return buf;
+  }
+  buf.size = static_cast<size_t>(len);
+  buf.bytes = std::move(raw);
+  return buf;
+}
+
+}  // namespace tpscope::formats

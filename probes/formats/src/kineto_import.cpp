@@ -1,0 +1,234 @@
+#include "tpscope/formats/kineto_import.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <system_error>
+
+#include "json_text.h"
+#include "kineto_model.h"
+#include "kineto_names.h"
+#include "kineto_parse.h"
+#include "tpscope/tracedb/writer.h"
+
+namespace tpscope::formats {
+
+using tracedb::Result;
+using tracedb::Status;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr size_t kSpanChunk = 8192;
+
+std::string formatBytes(int64_t bytes) {
+  char buf[32];
+  if (bytes >= 1'000'000) std::snprintf(buf, sizeof buf, "%.1f MB", bytes / 1e6);
+  else if (bytes >= 1'000) std::snprintf(buf, sizeof buf, "%.1f kB", bytes / 1e3);
+  else std::snprintf(buf, sizeof buf, "%lld bytes", static_cast<long long>(bytes));
+  return buf;
+}
+
+void removeWithSidecars(const fs::path& path) {
+  std::error_code ec;
+  for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(path.string() + suffix, ec);
+}
+
+// Removes the temporary output unless released (every early return is a failure).
+struct TempFileGuard {
+  fs::path path;
+  bool keep = false;
+  ~TempFileGuard() {
+    if (!keep) removeWithSidecars(path);
+  }
+};
+
+std::string runIdFor(std::span<const fs::path> inputs) {
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a over names and sizes: same inputs, same run id
+  auto mix = [&](std::string_view s) {
+    for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
+  };
+  for (const fs::path& p : inputs) {
+    mix(p.filename().string());
+    std::error_code ec;
+    mix(std::to_string(fs::file_size(p, ec)));
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "kineto-%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+
+}  // namespace
+
+std::string KinetoImportStats::summary() const {
+  std::string s = "imported " + std::to_string(ranks) + (ranks == 1 ? " rank" : " ranks") + " from " +
+                  std::to_string(files) + (files == 1 ? " file" : " files") + " (" + formatBytes(inputBytes) +
+                  " of JSON";
+  if (seconds > 0) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, " in %.2f s, %.0f MB/s", seconds, inputBytes / 1e6 / seconds);
+    s += buf;
+  }
+  s += "): " + std::to_string(spans) + " spans, " + std::to_string(collectives) + " collectives, " +
+       std::to_string(counters) + " counter samples, " + std::to_string(threads) + " threads/streams";
+  int64_t skippedTotal = 0;
+  for (const auto& [reason, count] : skipped) skippedTotal += count;
+  if (skippedTotal > 0) {
+    s += "\nnot imported: " + std::to_string(skippedTotal) + " events (";
+    bool first = true;
+    for (const auto& [reason, count] : skipped) {
+      s += (first ? "" : "; ") + reason + ": " + std::to_string(count);
+      first = false;
+    }
+    s += ")";
+  }
+  return s;
+}
+
+Result<KinetoImportStats> importKineto(std::span<const fs::path> inputs, const fs::path& output) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (inputs.empty()) return Status::error("import kineto: no input files");
+  if (output.empty()) return Status::error("import kineto: no output file");
+  const fs::path dir = output.has_parent_path() ? output.parent_path() : fs::path(".");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return Status::error(output.string() + ": folder " + dir.string() + " does not exist");
+
+  TempFileGuard temp{dir / ("." + output.filename().string() + ".tmp-" + std::to_string(::getpid()))};
+  removeWithSidecars(temp.path);
+  tracedb::CreateOptions options;
+  options.overwrite = true;
+  options.runId = runIdFor(inputs);
+  options.source = "kineto";
+  auto created = tracedb::Writer::create(temp.path, options);
+  if (!created) return created.status();
+  std::unique_ptr<tracedb::Writer> writer = std::move(*created);
+  if (Status s = writer->begin(); !s) return s;
+
+  kineto::InternFn intern = [&](std::string_view name) { return writer->intern(name); };
+  KinetoImportStats stats;
+  std::vector<kineto::RankModel> models;
+  std::map<int, fs::path> rankOwner;
+  std::string inputsJson = "[", devicesJson = "{";
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    auto parsed = kineto::parseKinetoFile(inputs[i]);
+    if (!parsed) return parsed.status();
+    kineto::KinetoFile file = std::move(*parsed);
+    std::string rankSource = "distributedInfo.rank";
+    std::optional<int> rank = file.rank;
+    if (!rank) {
+      rank = kineto::rankFromFileName(inputs[i].filename().string());
+      rankSource = "file name";
+    }
+    if (!rank) {
+      rank = static_cast<int>(i);
+      rankSource = "input order";
+    }
+    if (*rank < 0) return Status::error(inputs[i].string() + ": negative rank " + std::to_string(*rank));
+    auto [owner, inserted] = rankOwner.emplace(*rank, inputs[i]);
+    if (!inserted)
+      return Status::error(inputs[i].string() + ": holds rank " + std::to_string(*rank) + " (from its " + rankSource +
+                           "), which " + owner->second.string() + " holds too; give each rank's trace once");
+    auto model = kineto::buildRankModel(file, *rank, intern);
+    if (!model) return model.status();
+    stats.events += file.events;
+    stats.inputBytes += static_cast<int64_t>(file.buffer.size);
+    if (i) inputsJson += ",";
+    inputsJson += "{\"file\":";
+    appendJsonString(inputsJson, inputs[i].filename().string());
+    inputsJson += ",\"rank\":" + std::to_string(*rank) + ",\"rank_from\":";
+    appendJsonString(inputsJson, rankSource);
+    inputsJson += ",\"bytes\":" + std::to_string(file.buffer.size) +
+                  ",\"gzip\":" + (file.buffer.compressed ? "true" : "false") + "}";
+    if (!file.deviceProperties.empty()) {
+      if (devicesJson.size() > 1) devicesJson += ",";
+      devicesJson += "\"" + std::to_string(*rank) + "\":" + file.deviceProperties;
+    }
+    models.push_back(std::move(*model));
+  }
+  inputsJson += "]";
+  devicesJson += "}";
+
+  int64_t epoch = models.front().minNs;
+  for (const auto& m : models) epoch = std::min(epoch, m.minNs);
+
+  std::map<std::string, tracedb::GroupInfo> groups;
+  std::vector<tracedb::SpanRow> chunk;
+  chunk.reserve(kSpanChunk);
+  for (kineto::RankModel& m : models) {
+    tracedb::RankInfo info = m.info;
+    if (info.startNs) *info.startNs -= epoch;
+    if (info.endNs) *info.endNs -= epoch;
+    if (Status s = writer->putRank(info); !s) return s;
+    for (const auto& t : m.threads)
+      if (Status s = writer->putThread(t); !s) return s;
+    for (auto& g : m.groups) {
+      auto [it, inserted] = groups.emplace(g.name, g);
+      if (!inserted && it->second.ranks.size() < g.ranks.size()) it->second = g;
+    }
+    for (size_t k = 0; k < m.spans.size(); k += kSpanChunk) {
+      chunk.clear();
+      for (size_t j = k; j < std::min(m.spans.size(), k + kSpanChunk); ++j) {
+        chunk.push_back(m.spans[j]);
+        chunk.back().beginNs -= epoch;
+      }
+      if (Status s = writer->addSpans(chunk); !s) return s;
+    }
+    for (tracedb::CollectiveRow c : m.collectives) {
+      c.enqueueNs -= epoch;
+      if (c.startNs) *c.startNs -= epoch;
+      if (c.endNs) *c.endNs -= epoch;
+      if (Status s = writer->upsertCollective(c); !s) return s;
+    }
+    for (tracedb::CounterRow c : m.counters) {
+      c.tsNs -= epoch;
+      if (Status s = writer->addCounter(c); !s) return s;
+    }
+    stats.spans += static_cast<int64_t>(m.spans.size());
+    stats.collectives += static_cast<int64_t>(m.collectives.size());
+    stats.counters += static_cast<int64_t>(m.counters.size());
+    stats.threads += static_cast<int64_t>(m.threads.size());
+    stats.flows += m.flowsUsed;
+    for (const auto& [reason, count] : m.skipped) stats.skipped[reason] += count;
+    m.spans = {};
+  }
+  for (const auto& [name, g] : groups)
+    if (Status s = writer->putGroup(g); !s) return s;
+
+  std::string skippedJson = "{";
+  for (const auto& [reason, count] : stats.skipped) {
+    if (skippedJson.size() > 1) skippedJson += ",";
+    appendJsonString(skippedJson, reason);
+    skippedJson += ":" + std::to_string(count);
+  }
+  skippedJson += "}";
+  for (auto [key, value] : std::initializer_list<std::pair<std::string_view, std::string>>{
+           {tracedb::meta_keys::kEpochUnixNs, std::to_string(epoch)},
+           {tracedb::meta_keys::kTool, "tpscope import kineto"},
+           {tracedb::meta_keys::kSource, "kineto"},
+           {"kineto_inputs", inputsJson},
+           {"kineto_import_skipped", skippedJson}}) {
+    if (Status s = writer->setMeta(key, value); !s) return s;
+  }
+  if (devicesJson.size() > 2)
+    if (Status s = writer->setMeta("kineto_device_properties", devicesJson); !s) return s;
+
+  if (Status s = writer->commit(); !s) return s;
+  if (Status s = writer->createIndexes(); !s) return s;
+  if (Status s = writer->close(); !s) return s;
+  writer.reset();
+  fs::rename(temp.path, output, ec);
+  if (ec) return Status::error(output.string() + ": cannot move the finished import into place: " + ec.message());
+  temp.keep = true;
+  removeWithSidecars(temp.path);  // stray sidecars only; the file itself was renamed
+
+  stats.files = static_cast<int>(inputs.size());
+  stats.ranks = static_cast<int>(models.size());
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return stats;
+}
+
+}  // namespace tpscope::formats

@@ -1,0 +1,546 @@
+#include "kineto_model.h"
+
+#include <algorithm>
+#include <charconv>
+#include <limits>
+#include <unordered_map>
+
+#include "kineto_names.h"
+
+namespace tpscope::formats::kineto {
+
+using tracedb::CollectiveRow;
+using tracedb::Phase;
+using tracedb::Result;
+using tracedb::SpanKind;
+using tracedb::Status;
+
+namespace {
+
+bool startsWith(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+
+bool isCollectiveMeta(const CollectiveMeta& m) {
+  return !m.name.empty() || m.inNelems >= 0 || m.outNelems >= 0 || !m.pgName.empty();
+}
+
+bool isNcclKernelName(std::string_view name) {
+  return startsWith(name, "nccl") || startsWith(name, "void nccl") || startsWith(name, "Nccl");
+}
+
+std::optional<int> profilerStep(std::string_view name) {
+  constexpr std::string_view kPrefix = "ProfilerStep#";
+  if (!startsWith(name, kPrefix)) return std::nullopt;
+  int step = 0;
+  auto [p, ec] = std::from_chars(name.data() + kPrefix.size(), name.data() + name.size(), step);
+  if (ec != std::errc() || p != name.data() + name.size()) return std::nullopt;
+  return step;
+}
+
+struct FlowKey {
+  LaneKey lane;
+  int64_t ts = 0;
+  bool operator==(const FlowKey&) const = default;
+};
+struct FlowKeyHash {
+  size_t operator()(const FlowKey& k) const noexcept { return LaneKeyHash()(k.lane) ^ std::hash<int64_t>()(k.ts); }
+};
+
+struct Group {
+  std::vector<int> host;  // host spans, outermost first
+  std::vector<int> gpu;   // GPU spans linked to it
+};
+
+struct StepRange {
+  int64_t begin = 0, end = 0;
+  int step = 0;
+};
+
+int stepAt(const std::vector<StepRange>& steps, int64_t ts) {
+  auto it = std::upper_bound(steps.begin(), steps.end(), ts,
+                             [](int64_t t, const StepRange& s) { return t < s.begin; });
+  if (it == steps.begin()) return -1;
+  --it;
+  return ts < it->end ? it->step : -1;
+}
+
+}  // namespace
+
+std::vector<int> parseRankList(std::string_view text) {
+  std::vector<int> out;
+  size_t i = 0;
+  while (i < text.size()) {
+    if ((text[i] >= '0' && text[i] <= '9') || text[i] == '-') {
+      int v = 0;
+      auto [p, ec] = std::from_chars(text.data() + i, text.data() + text.size(), v);
+      if (ec == std::errc()) {
+        out.push_back(v);
+        i = static_cast<size_t>(p - text.data());
+        continue;
+      }
+    }
+    ++i;
+  }
+  return out;
+}
+
+TensorArg largestTensorArg(std::string_view dims, std::string_view types) {
+  // dims: [[2048, 384], [], [7]]; types: ["float", "Scalar", "c10::Half"]. Both as raw JSON.
+  TensorArg best;
+  std::vector<std::string> typeList;
+  for (size_t i = 0; i < types.size(); ++i) {
+    if (types[i] != '"') continue;
+    std::string t;
+    for (++i; i < types.size() && types[i] != '"'; ++i) {
+      if (types[i] == '\\' && i + 1 < types.size()) ++i;
+      t.push_back(types[i]);
+    }
+    typeList.push_back(std::move(t));
+  }
+  int depth = 0;
+  size_t arg = 0;
+  std::vector<int64_t> shape;
+  bool open = false;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    const char c = dims[i];
+    if (c == '[') {
+      ++depth;
+      if (depth == 2) {
+        shape.clear();
+        open = true;
+      }
+    } else if (c == ']') {
+      if (depth == 2 && open) {
+        const std::string dtype = arg < typeList.size() ? normalizeDtype(typeList[arg]) : std::string();
+        if (!dtype.empty() && !shape.empty()) {
+          int64_t numel = 1;
+          for (int64_t d : shape) numel = d > 0 && numel <= std::numeric_limits<int64_t>::max() / d ? numel * d : 0;
+          if (numel > best.numel) best = TensorArg{shape, numel, dtype};
+        }
+        ++arg;
+        open = false;
+      }
+      --depth;
+    } else if (depth == 2 && ((c >= '0' && c <= '9') || c == '-')) {
+      int64_t v = 0;
+      auto [p, ec] = std::from_chars(dims.data() + i, dims.data() + dims.size(), v);
+      if (ec == std::errc()) {
+        shape.push_back(v);
+        i = static_cast<size_t>(p - dims.data()) - 1;
+      }
+    }
+  }
+  return best;
+}
+
+Result<RankModel> buildRankModel(const KinetoFile& file, int rank, const InternFn& intern) {
+  RankModel m;
+  m.rank = rank;
+  m.skipped = file.skipped;
+  const int64_t base = file.baseTimeNs.value_or(0);
+  const std::vector<RawSpan>& spans = file.spans;
+  const int n = static_cast<int>(spans.size());
+
+  // Correlation ids: from args, else from the ac2g flow event bound to the span (same lane and ts).
+  std::vector<int64_t> corr(n);
+  {
+    std::unordered_map<FlowKey, int64_t, FlowKeyHash> flowAt;
+    flowAt.reserve(file.flows.size());
+    for (const RawFlow& f : file.flows) flowAt.emplace(FlowKey{f.lane, f.tsNs}, f.id);
+    for (int i = 0; i < n; ++i) {
+      corr[i] = spans[i].correlation;
+      if (!flowAt.empty()) {
+        auto it = flowAt.find(FlowKey{spans[i].lane, spans[i].tsNs});
+        if (it != flowAt.end()) {
+          ++m.flowsUsed;
+          if (corr[i] < 0) corr[i] = it->second;
+        }
+      }
+    }
+  }
+
+  // Lanes: host threads dense from 0 (main threads first, string lanes last); GPU streams by (device, stream).
+  std::vector<char> gpu(n);
+  std::vector<int> thread(n, 0);
+  bool anyGpu = false;
+  int minDevice = std::numeric_limits<int>::max();
+  {
+    std::unordered_map<LaneKey, int, LaneKeyHash> hostLanes;
+    std::unordered_map<LaneKey, int, LaneKeyHash> gpuLanes;  // (device, stream)
+    std::vector<LaneKey> hostKeys, gpuKeys;
+    for (int i = 0; i < n; ++i) {
+      const RawSpan& s = spans[i];
+      gpu[i] = isGpuCategory(s.cat) || (s.cat == Cat::Other && s.device >= 0 && s.stream >= 0);
+      if (gpu[i]) {
+        LaneKey k{s.device >= 0 ? s.device : s.lane.pid, s.stream >= 0 ? s.stream : s.lane.tid};
+        if (gpuLanes.emplace(k, 0).second) gpuKeys.push_back(k);
+      } else if (hostLanes.emplace(s.lane, 0).second) {
+        hostKeys.push_back(s.lane);
+      }
+    }
+    std::sort(hostKeys.begin(), hostKeys.end(), [](const LaneKey& a, const LaneKey& b) {
+      auto key = [](const LaneKey& k) { return std::tuple(k.pid < 0 || k.tid < 0, k.tid != k.pid, k.pid, k.tid); };
+      return key(a) < key(b);
+    });
+    auto laneText = [&](int64_t id) -> std::string {
+      if (id >= 0) return std::to_string(id);
+      const size_t idx = static_cast<size_t>(-id - 1);
+      return idx < file.laneStrings.size() ? file.laneStrings[idx] : std::string();
+    };
+    for (size_t t = 0; t < hostKeys.size(); ++t) {
+      hostLanes[hostKeys[t]] = static_cast<int>(t);
+      tracedb::ThreadInfo info;
+      info.rank = rank;
+      info.thread = static_cast<int>(t);
+      info.kind = "cpu";
+      auto named = file.threadNames.find(hostKeys[t]);
+      if (named != file.threadNames.end()) info.name = named->second;
+      else if (hostKeys[t].tid < 0 && !laneText(hostKeys[t].tid).empty()) info.name = laneText(hostKeys[t].tid);
+      else if (hostKeys[t].tid < 0) info.name = "lane '" + laneText(hostKeys[t].pid) + "'";
+      else info.name = "thread " + std::to_string(hostKeys[t].tid);
+      m.threads.push_back(std::move(info));
+    }
+    std::sort(gpuKeys.begin(), gpuKeys.end(),
+              [](const LaneKey& a, const LaneKey& b) { return std::pair(a.pid, a.tid) < std::pair(b.pid, b.tid); });
+    bool multiDevice = false;
+    for (const LaneKey& k : gpuKeys) multiDevice = multiDevice || k.pid != gpuKeys.front().pid;
+    int overflow = 0;
+    for (const LaneKey& k : gpuKeys) {
+      const bool small = k.pid >= 0 && k.pid < 89 && k.tid >= 0 && k.tid < kGpuLaneBase;
+      const int id = small ? static_cast<int>(kGpuLaneBase * (k.pid + 1) + k.tid) : kGpuLaneOverflow + overflow++;
+      gpuLanes[k] = id;
+      tracedb::ThreadInfo info;
+      info.rank = rank;
+      info.thread = id;
+      info.kind = "cuda-stream";
+      info.name = (multiDevice ? "gpu " + laneText(k.pid) + " " : std::string()) + "stream " + laneText(k.tid);
+      m.threads.push_back(std::move(info));
+      anyGpu = true;
+      if (k.pid >= 0) minDevice = std::min(minDevice, static_cast<int>(k.pid));
+    }
+    for (int i = 0; i < n; ++i) {
+      const RawSpan& s = spans[i];
+      thread[i] = gpu[i] ? gpuLanes[LaneKey{s.device >= 0 ? s.device : s.lane.pid, s.stream >= 0 ? s.stream : s.lane.tid}]
+                         : hostLanes[s.lane];
+    }
+    for (const LaneKey& k : hostKeys)
+      if (k.pid >= 0) {
+        m.info.pid = k.pid;
+        break;
+      }
+  }
+
+  // Host spans: nesting per lane gives phases, collective groups (an outermost collective op and the collective
+  // ops inside it) and the correlation ids launched from inside a collective.
+  std::vector<SpanKind> kind(n, SpanKind::Other);
+  std::vector<Phase> phase(n, Phase::None);
+  std::vector<int> step(n, -1);
+  std::vector<Group> groups;
+  std::unordered_map<int64_t, int> corrToGroup, extToGroup, corrToHost;
+  std::vector<StepRange> steps;
+  {
+    std::vector<int> order;
+    order.reserve(n);
+    for (int i = 0; i < n; ++i)
+      if (!gpu[i]) order.push_back(i);
+    std::sort(order.begin(), order.end(), [&](int a, int b) {
+      if (thread[a] != thread[b]) return thread[a] < thread[b];
+      if (spans[a].tsNs != spans[b].tsNs) return spans[a].tsNs < spans[b].tsNs;
+      if (spans[a].durNs != spans[b].durNs) return spans[a].durNs > spans[b].durNs;
+      return a < b;
+    });
+    std::vector<int> ctx(n, -1);  // group of the nearest collective op at or above the span
+    std::vector<int> stack;
+    int lane = -1;
+    for (int i : order) {
+      const RawSpan& s = spans[i];
+      if (thread[i] != lane) {
+        stack.clear();
+        lane = thread[i];
+      }
+      while (!stack.empty() && spans[stack.back()].tsNs + spans[stack.back()].durNs <= s.tsNs) stack.pop_back();
+      const int parent = stack.empty() ? -1 : stack.back();
+
+      if (startsWith(s.name, "autograd::engine::evaluate_function")) phase[i] = Phase::Backward;
+      else if (startsWith(s.name, "Optimizer.")) phase[i] = Phase::Optimizer;
+      else if (parent >= 0) phase[i] = phase[parent];
+
+      const CollectiveMeta* meta = s.meta >= 0 ? &file.metas[s.meta] : nullptr;
+      const bool hasCollMeta = meta && isCollectiveMeta(*meta);
+      const bool notCollective = hasCollMeta && isNonCollectiveCommName(meta->name);
+      const bool collectiveOp = !notCollective && (hasCollMeta || isCollectiveOpName(s.name));
+      ctx[i] = parent >= 0 ? ctx[parent] : -1;
+      if (collectiveOp) {
+        if (ctx[i] < 0) {
+          ctx[i] = static_cast<int>(groups.size());
+          groups.emplace_back();
+        }
+        groups[ctx[i]].host.push_back(i);
+        if (s.externalId >= 0) extToGroup[s.externalId] = ctx[i];
+      }
+      if (corr[i] >= 0) {
+        corrToHost[corr[i]] = i;
+        if (ctx[i] >= 0) corrToGroup[corr[i]] = ctx[i];
+      }
+
+      if (notCollective) kind[i] = SpanKind::Wait;
+      else if (collectiveOp) kind[i] = SpanKind::Comm;
+      else {
+        switch (s.cat) {
+          case Cat::CpuOp:
+          case Cat::UserAnnotation:
+          case Cat::PythonFunction:
+            if (auto st = profilerStep(s.name)) {
+              kind[i] = SpanKind::Step;
+              steps.push_back(StepRange{s.tsNs, s.tsNs + s.durNs, *st});
+            } else if (startsWith(s.name, "Optimizer.")) {
+              kind[i] = SpanKind::Optimizer;
+            } else if (startsWith(s.name, "enumerate(DataLoader)")) {
+              kind[i] = SpanKind::Data;
+            } else {
+              kind[i] = SpanKind::Compute;
+            }
+            break;
+          case Cat::CudaRuntime:
+          case Cat::CudaDriver:
+            kind[i] = s.name.find("Synchronize") != std::string_view::npos ? SpanKind::Wait : SpanKind::Other;
+            break;
+          default:
+            kind[i] = SpanKind::Other;
+        }
+      }
+      stack.push_back(i);
+    }
+    std::sort(steps.begin(), steps.end(), [](const StepRange& a, const StepRange& b) { return a.begin < b.begin; });
+    for (int i : order) step[i] = stepAt(steps, spans[i].tsNs);
+  }
+
+  // GPU spans: linked to their host op through the correlation id (or External id), kinds, steps.
+  for (int i = 0; i < n; ++i) {
+    if (!gpu[i]) continue;
+    const RawSpan& s = spans[i];
+    const CollectiveMeta* meta = s.meta >= 0 ? &file.metas[s.meta] : nullptr;
+    const bool hasCollMeta = meta && isCollectiveMeta(*meta) && !isNonCollectiveCommName(meta->name);
+    int g = -1;
+    if (corr[i] >= 0) {
+      auto it = corrToGroup.find(corr[i]);
+      if (it != corrToGroup.end()) g = it->second;
+    }
+    if (g < 0 && (corr[i] < 0 || hasCollMeta) && s.externalId >= 0) {
+      auto it = extToGroup.find(s.externalId);
+      if (it != extToGroup.end()) g = it->second;
+    }
+    if (g < 0 && hasCollMeta) {  // the host side is missing: the kernel's metadata still identifies it
+      g = static_cast<int>(groups.size());
+      groups.emplace_back();
+    }
+    if (g >= 0) groups[g].gpu.push_back(i);
+    switch (s.cat) {
+      case Cat::Kernel:
+        kind[i] = g >= 0 || hasCollMeta || isNcclKernelName(s.name) ? SpanKind::NcclKernel : SpanKind::Kernel;
+        break;
+      case Cat::GpuMemcpy: kind[i] = SpanKind::Memcpy; break;
+      case Cat::GpuMemset: kind[i] = SpanKind::Memset; break;
+      default: kind[i] = SpanKind::Other;
+    }
+    auto host = corr[i] >= 0 ? corrToHost.find(corr[i]) : corrToHost.end();
+    if (host != corrToHost.end()) {
+      step[i] = step[host->second];
+      phase[i] = phase[host->second];
+    } else {
+      step[i] = stepAt(steps, s.tsNs);
+    }
+  }
+
+  // Collectives: one per group.
+  std::map<std::string, tracedb::GroupInfo> groupInfos;
+  for (const PgConfig& pg : file.pgConfig) {
+    tracedb::GroupInfo gi;
+    gi.name = pg.name;
+    gi.ranks = pg.ranks;
+    gi.backend = backendFromConfig(pg.backend);
+    if (gi.backend.empty()) gi.backend = file.backend;
+    groupInfos[pg.name] = std::move(gi);
+  }
+  struct Draft {
+    CollectiveRow row;
+    int64_t metaSeq = -1;
+  };
+  std::vector<Draft> drafts;
+  for (const Group& g : groups) {
+    const CollectiveMeta* meta = nullptr;
+    for (int i : g.host)
+      if (!meta && spans[i].meta >= 0 && isCollectiveMeta(file.metas[spans[i].meta])) meta = &file.metas[spans[i].meta];
+    for (int i : g.gpu)
+      if (!meta && spans[i].meta >= 0 && isCollectiveMeta(file.metas[spans[i].meta])) meta = &file.metas[spans[i].meta];
+    std::string op = meta ? normalizeCollectiveOp(meta->name) : std::string();
+    for (int i : g.host)
+      if (op.empty() && isCollectiveOpName(spans[i].name)) op = normalizeCollectiveOp(spans[i].name);
+    for (int i : g.gpu)
+      if (op.empty() && isCollectiveOpName(spans[i].name)) op = normalizeCollectiveOp(spans[i].name);
+    if (op.empty() && !meta) {
+      // Only record_param_comms without metadata: PyTorch also emits it around waits and barriers it does not
+      // name; without metadata or an op name it cannot be told apart, so it stays a Comm span only.
+      m.skipped["record_param_comms without metadata or op name (not a collective)"]++;
+      continue;
+    }
+    if (op.empty()) op = meta && !meta->name.empty() ? std::string(meta->name) : "unknown";
+
+    TensorArg tensor;
+    for (int i : g.host) {
+      TensorArg t = largestTensorArg(spans[i].inputDims, spans[i].inputTypes);
+      if (t.numel > tensor.numel) tensor = std::move(t);
+    }
+    Draft d;
+    CollectiveRow& c = d.row;
+    c.rank = rank;
+    c.op = std::move(op);
+    c.dtype = meta && !meta->dtype.empty() ? normalizeDtype(meta->dtype) : tensor.dtype;
+    if (c.dtype.empty() && meta && !meta->dtype.empty()) c.dtype = std::string(meta->dtype);
+    if (meta && (meta->inNelems >= 0 || meta->outNelems >= 0)) {
+      c.numel = std::max(meta->inNelems, meta->outNelems);
+      if (tensor.numel == c.numel) c.shape = tensor.shape;
+      else if (c.numel > 0) c.shape = {c.numel};
+    } else if (tensor.numel >= 0) {
+      c.numel = tensor.numel;
+      c.shape = tensor.shape;
+    }
+    c.bytes = c.numel * dtypeSize(c.dtype);
+    c.group = meta && !meta->pgName.empty() ? std::string(meta->pgName) : "default_pg";
+    if (meta && !meta->pgName.empty() && !groupInfos.count(c.group)) {
+      tracedb::GroupInfo gi;
+      gi.name = c.group;
+      gi.ranks = parseRankList(meta->pgRanks);
+      gi.backend = file.backend;
+      groupInfos[c.group] = std::move(gi);
+    }
+    d.metaSeq = meta ? meta->seq : -1;
+
+    int64_t kernelBegin = std::numeric_limits<int64_t>::max(), kernelEnd = std::numeric_limits<int64_t>::min();
+    int64_t gpuBegin = kernelBegin, gpuEnd = kernelEnd;
+    for (int i : g.gpu) {
+      const int64_t b = spans[i].tsNs, e = spans[i].tsNs + spans[i].durNs;
+      gpuBegin = std::min(gpuBegin, b);
+      gpuEnd = std::max(gpuEnd, e);
+      if (spans[i].cat == Cat::Kernel) {
+        kernelBegin = std::min(kernelBegin, b);
+        kernelEnd = std::max(kernelEnd, e);
+      }
+    }
+    const bool haveKernel = kernelEnd != std::numeric_limits<int64_t>::min();
+    const bool haveGpu = gpuEnd != std::numeric_limits<int64_t>::min();
+    if (!g.host.empty()) {
+      const int outer = g.host.front();
+      c.enqueueNs = spans[outer].tsNs + base;
+      c.thread = thread[outer];
+      c.step = step[outer];
+      c.phase = phase[outer];
+      c.callsite = std::string(spans[outer].name);
+      c.startNs = (haveKernel ? kernelBegin : haveGpu ? gpuBegin : spans[outer].tsNs) + base;
+      c.endNs = (haveKernel ? kernelEnd : haveGpu ? gpuEnd : spans[outer].tsNs + spans[outer].durNs) + base;
+    } else {
+      const int first = g.gpu.front();
+      c.enqueueNs = (haveKernel ? kernelBegin : gpuBegin) + base;
+      c.thread = thread[first];
+      c.step = step[first];
+      c.phase = phase[first];
+      c.callsite = std::string(spans[first].name);
+      c.startNs = c.enqueueNs;
+      c.endNs = (haveKernel ? kernelEnd : gpuEnd) + base;
+    }
+    c.state = tracedb::CollectiveState::Completed;
+    drafts.push_back(std::move(d));
+  }
+  // Sequence numbers per group: the metadata's when every collective of the group has a distinct one, else the
+  // order of enqueueing on this rank (0, 1, ...).
+  std::stable_sort(drafts.begin(), drafts.end(), [](const Draft& a, const Draft& b) {
+    return std::tie(a.row.group, a.row.enqueueNs, *a.row.startNs) < std::tie(b.row.group, b.row.enqueueNs, *b.row.startNs);
+  });
+  for (size_t begin = 0; begin < drafts.size();) {
+    size_t end = begin;
+    while (end < drafts.size() && drafts[end].row.group == drafts[begin].row.group) ++end;
+    std::vector<int64_t> seqs;
+    bool allMeta = true;
+    for (size_t k = begin; k < end; ++k) {
+      allMeta = allMeta && drafts[k].metaSeq >= 0;
+      seqs.push_back(drafts[k].metaSeq);
+    }
+    std::sort(seqs.begin(), seqs.end());
+    const bool distinct = std::adjacent_find(seqs.begin(), seqs.end()) == seqs.end();
+    const bool anyMeta = !seqs.empty() && seqs.back() >= 0;
+    if (anyMeta && !(allMeta && distinct))
+      m.skipped["collective Seq missing or repeated in its group (numbered by order instead)"] +=
+          static_cast<int64_t>(end - begin);
+    for (size_t k = begin; k < end; ++k)
+      drafts[k].row.seq = allMeta && distinct ? drafts[k].metaSeq : static_cast<int64_t>(k - begin);
+    if (!groupInfos.count(drafts[begin].row.group)) {
+      tracedb::GroupInfo gi;
+      gi.name = drafts[begin].row.group;
+      for (const PgConfig& pg : file.pgConfig)
+        if (pg.desc == "default_pg") gi.ranks = pg.ranks;
+      if (gi.ranks.empty()) {
+        const int world = file.worldSize.value_or(rank + 1);
+        for (int r = 0; r < world; ++r) gi.ranks.push_back(r);
+      }
+      gi.backend = file.backend;
+      groupInfos[gi.name] = std::move(gi);
+    }
+    begin = end;
+  }
+  m.collectives.reserve(drafts.size());
+  for (Draft& d : drafts) m.collectives.push_back(std::move(d.row));
+  for (auto& [name, gi] : groupInfos) m.groups.push_back(std::move(gi));
+
+  // Spans, with names interned once per distinct string.
+  std::unordered_map<std::string_view, uint32_t> names;
+  m.spans.reserve(n);
+  int64_t lo = std::numeric_limits<int64_t>::max(), hi = std::numeric_limits<int64_t>::min();
+  for (int i = 0; i < n; ++i) {
+    const RawSpan& s = spans[i];
+    auto it = names.find(s.name);
+    if (it == names.end()) {
+      auto id = intern(s.name);
+      if (!id) return id.status();
+      it = names.emplace(s.name, *id).first;
+    }
+    tracedb::SpanRow row;
+    row.rank = rank;
+    row.thread = thread[i];
+    row.kind = kind[i];
+    row.name = it->second;
+    row.beginNs = s.tsNs + base;
+    row.durNs = s.durNs;
+    row.step = step[i];
+    row.phase = phase[i];
+    if (corr[i] >= 0) row.correlation = corr[i];
+    lo = std::min(lo, row.beginNs);
+    hi = std::max(hi, row.beginNs + row.durNs);
+    m.spans.push_back(row);
+  }
+  for (const RawCounter& rc : file.counters) {
+    tracedb::CounterRow c;
+    c.rank = rank;
+    c.name = rc.name;
+    c.tsNs = rc.tsNs + base;
+    c.value = rc.value;
+    lo = std::min(lo, c.tsNs);
+    hi = std::max(hi, c.tsNs);
+    m.counters.push_back(std::move(c));
+  }
+  for (const CollectiveRow& c : m.collectives) {
+    lo = std::min(lo, c.enqueueNs);
+    hi = std::max(hi, c.endNs.value_or(c.enqueueNs));
+  }
+  if (lo > hi) lo = hi = base;
+  m.minNs = lo;
+  m.maxNs = hi;
+
+  tracedb::RankInfo& info = m.info;
+  info.rank = rank;
+  info.worldSize = file.worldSize.value_or(1);
+  info.device = anyGpu && minDevice != std::numeric_limits<int>::max() ? "cuda:" + std::to_string(minDevice) : "cpu";
+  info.startNs = lo;
+  info.endNs = hi;
+  return m;
+}
+
+}  // namespace tpscope::formats::kineto

@@ -1,0 +1,159 @@
+#include "kineto_names.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <utility>
+
+namespace tpscope::formats::kineto {
+namespace {
+
+bool startsWith(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+
+// Collective names as c10d, record_param_comms and the nccl:/gloo: annotations spell them, minus leading '_'
+// and trailing '_' — mapped to tpscope's op names.
+constexpr std::array<std::pair<std::string_view, std::string_view>, 40> kOps{{
+    {"allreduce", "all_reduce"},
+    {"all_reduce", "all_reduce"},
+    {"allreduce_coalesced", "all_reduce_coalesced"},
+    {"all_reduce_coalesced", "all_reduce_coalesced"},
+    {"allreduce_sparse", "all_reduce"},
+    {"allgather", "all_gather"},
+    {"all_gather", "all_gather"},
+    {"allgather_base", "all_gather"},
+    {"all_gather_base", "all_gather"},
+    {"allgather_into_tensor", "all_gather"},
+    {"all_gather_into_tensor", "all_gather"},
+    {"allgather_into_tensor_coalesced", "all_gather_coalesced"},
+    {"allgather_coalesced", "all_gather_coalesced"},
+    {"all_gather_coalesced", "all_gather_coalesced"},
+    {"reduce_scatter", "reduce_scatter"},
+    {"reduce_scatter_base", "reduce_scatter"},
+    {"reduce_scatter_tensor", "reduce_scatter"},
+    {"reduce_scatter_tensor_coalesced", "reduce_scatter_coalesced"},
+    {"reducescatter", "reduce_scatter"},
+    {"alltoall", "all_to_all"},
+    {"all_to_all", "all_to_all"},
+    {"alltoall_base", "all_to_all"},
+    {"all_to_all_base", "all_to_all"},
+    {"all_to_allv", "all_to_all"},
+    {"broadcast", "broadcast"},
+    {"broadcast_coalesced", "broadcast"},
+    {"reduce", "reduce"},
+    {"gather", "gather"},
+    {"scatter", "scatter"},
+    {"barrier", "barrier"},
+    {"monitored_barrier", "barrier"},
+    {"send", "send"},
+    {"recv", "recv"},
+    {"recv_any_source", "recv"},
+    {"recvanysource", "recv"},
+    {"coalesced", "coalesced"},
+    {"batch_isend_irecv", "send_recv"},
+    {"sendrecv", "send_recv"},
+    {"alltoallv", "all_to_all"},
+    {"gather_into_tensor", "gather"},
+}};
+
+std::string_view trimUnderscores(std::string_view s) {
+  while (!s.empty() && s.front() == '_') s.remove_prefix(1);
+  while (!s.empty() && s.back() == '_') s.remove_suffix(1);
+  return s;
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string_view lookupOp(std::string_view bare) {
+  for (const auto& [from, to] : kOps)
+    if (from == bare) return to;
+  return {};
+}
+
+}  // namespace
+
+bool isCollectiveOpName(std::string_view name) {
+  if (name == "record_param_comms") return true;
+  for (std::string_view prefix : {std::string_view("nccl:"), std::string_view("gloo:"), std::string_view("c10d::"),
+                                  std::string_view("ucc:"), std::string_view("mpi:"), std::string_view("xccl:")}) {
+    if (startsWith(name, prefix)) return !lookupOp(trimUnderscores(name.substr(prefix.size()))).empty();
+  }
+  return false;
+}
+
+std::string normalizeCollectiveOp(std::string_view name) {
+  if (auto colon = name.rfind(':'); colon != std::string_view::npos) name = name.substr(colon + 1);
+  const std::string bare = lower(trimUnderscores(name));
+  return std::string(lookupOp(bare));
+}
+
+bool isNonCollectiveCommName(std::string_view collectiveName) {
+  const std::string n = lower(collectiveName);
+  return n == "wait" || n == "wait_tensor" || n == "waitall" || n == "startcoalescing" || n == "endcoalescing" ||
+         n == "init";
+}
+
+std::string normalizeDtype(std::string_view dtype) {
+  static constexpr std::array<std::pair<std::string_view, std::string_view>, 34> kTypes{{
+      {"float", "float32"},        {"float32", "float32"},      {"c10::float", "float32"},
+      {"double", "float64"},       {"float64", "float64"},      {"half", "float16"},
+      {"c10::half", "float16"},    {"float16", "float16"},      {"bfloat16", "bfloat16"},
+      {"c10::bfloat16", "bfloat16"}, {"long", "int64"},         {"long int", "int64"},
+      {"int64", "int64"},          {"int64_t", "int64"},        {"int", "int32"},
+      {"int32", "int32"},          {"short", "int16"},          {"short int", "int16"},
+      {"int16", "int16"},          {"char", "int8"},            {"signed char", "int8"},
+      {"int8", "int8"},            {"byte", "uint8"},           {"unsigned char", "uint8"},
+      {"uint8", "uint8"},          {"bool", "bool"},            {"float8_e4m3fn", "float8_e4m3fn"},
+      {"c10::float8_e4m3fn", "float8_e4m3fn"}, {"float8_e5m2", "float8_e5m2"},
+      {"c10::float8_e5m2", "float8_e5m2"}, {"complexfloat", "complex64"}, {"c10::complex<float>", "complex64"},
+      {"complexdouble", "complex128"}, {"c10::complex<double>", "complex128"},
+  }};
+  const std::string key = lower(dtype);
+  for (const auto& [from, to] : kTypes)
+    if (from == key) return std::string(to);
+  return {};
+}
+
+int dtypeSize(std::string_view t) {
+  if (t == "float64" || t == "int64" || t == "complex64") return 8;
+  if (t == "complex128") return 16;
+  if (t == "float32" || t == "int32") return 4;
+  if (t == "float16" || t == "bfloat16" || t == "int16") return 2;
+  if (t == "int8" || t == "uint8" || t == "bool" || t == "float8_e4m3fn" || t == "float8_e5m2") return 1;
+  return 0;
+}
+
+std::optional<int> rankFromFileName(std::string_view fileName) {
+  const std::string name = lower(fileName);
+  std::optional<int> found;
+  for (size_t pos = name.find("rank"); pos != std::string::npos; pos = name.find("rank", pos + 1)) {
+    size_t i = pos + 4;
+    if (i < name.size() && (name[i] == '-' || name[i] == '_')) ++i;
+    size_t digits = i;
+    while (digits < name.size() && std::isdigit(static_cast<unsigned char>(name[digits]))) ++digits;
+    if (digits == i || digits - i > 9) continue;
+    found = std::stoi(name.substr(i, digits - i));
+  }
+  return found;
+}
+
+std::string backendFromConfig(std::string_view config) {
+  // "cuda:nccl" -> nccl; "cpu:gloo,cuda:gloo" -> gloo; "cpu:gloo,cuda:nccl" -> nccl (the device backend wins).
+  std::string best;
+  while (!config.empty()) {
+    const size_t comma = config.find(',');
+    std::string_view part = config.substr(0, comma);
+    config = comma == std::string_view::npos ? std::string_view() : config.substr(comma + 1);
+    const size_t colon = part.find(':');
+    std::string_view device = colon == std::string_view::npos ? std::string_view() : part.substr(0, colon);
+    std::string_view backend = colon == std::string_view::npos ? part : part.substr(colon + 1);
+    if (backend.empty()) continue;
+    if (best.empty() || device == "cuda") best = lower(backend);
+  }
+  return best;
+}
+
+}  // namespace tpscope::formats::kineto

@@ -1,0 +1,106 @@
+// Parsing of one Kineto trace file (simdjson On-Demand) into flat raw records. Nothing is interpreted here beyond
+// JSON types: names, categories and args are kept as views into the file's buffer, which must outlive the result.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "gzip_file.h"
+#include "tpscope/tracedb/status.h"
+
+namespace tpscope::formats::kineto {
+
+enum class Cat : uint8_t {
+  CpuOp, UserAnnotation, PythonFunction, CudaRuntime, CudaDriver, Kernel, GpuMemcpy, GpuMemset,
+  GpuUserAnnotation, Trace, Other,
+};
+Cat categoryOf(std::string_view cat);
+inline bool isGpuCategory(Cat c) {
+  return c == Cat::Kernel || c == Cat::GpuMemcpy || c == Cat::GpuMemset || c == Cat::GpuUserAnnotation;
+}
+
+// pid/tid of an event; string pids/tids ("Spans", "PyTorch Profiler") get negative ids (see KinetoFile::laneStrings).
+struct LaneKey {
+  int64_t pid = 0;
+  int64_t tid = 0;
+  bool operator==(const LaneKey&) const = default;
+};
+struct LaneKeyHash {
+  size_t operator()(const LaneKey& k) const noexcept {
+    return std::hash<int64_t>()(k.pid * 1000003 ^ (k.tid + 0x9e3779b97f4a7c15LL));
+  }
+};
+
+// The collective metadata PyTorch attaches to record_param_comms and NCCL kernels.
+struct CollectiveMeta {
+  std::string_view name;   // "Collective name"
+  std::string_view dtype;  // "dtype" ("Float", ...)
+  std::string_view pgName, pgDesc;
+  std::string_view pgRanks;  // "[0, 1]" (string or raw JSON array)
+  int64_t inNelems = -1, outNelems = -1, groupSize = -1, seq = -1;
+};
+
+struct RawSpan {  // one "X" event
+  std::string_view name;
+  Cat cat = Cat::Other;
+  LaneKey lane;
+  int64_t tsNs = 0;   // relative to the file's base (baseTimeNanoseconds)
+  int64_t durNs = 0;
+  int64_t externalId = -1, correlation = -1, device = -1, stream = -1;
+  int32_t meta = -1;  // index into KinetoFile::metas
+  std::string_view inputDims, inputTypes;  // raw JSON arrays ("Input Dims", "Input type"), may be empty
+};
+
+struct RawFlow {  // one ac2g "s"/"f" event
+  char ph = 's';
+  int64_t id = 0;
+  LaneKey lane;
+  int64_t tsNs = 0;
+};
+
+struct RawCounter {
+  std::string name;
+  LaneKey lane;
+  int64_t tsNs = 0;
+  double value = 0;
+};
+
+struct PgConfig {
+  std::string name, desc, backend;
+  std::vector<int> ranks;
+};
+
+struct KinetoFile {
+  std::filesystem::path path;
+  JsonBuffer buffer;                     // owns the text raw JSON views point into
+  std::shared_ptr<void> stringStorage;   // the parser whose string buffer holds the unescaped string views
+  bool objectForm = false;
+  std::optional<int> rank, worldSize;
+  std::string backend;
+  std::vector<PgConfig> pgConfig;
+  std::optional<int64_t> baseTimeNs;
+  std::string deviceProperties;  // raw JSON, "" if absent
+
+  std::vector<RawSpan> spans;
+  std::vector<CollectiveMeta> metas;
+  std::vector<RawFlow> flows;
+  std::vector<RawCounter> counters;
+  std::unordered_map<LaneKey, std::string, LaneKeyHash> threadNames;  // "thread_name" metadata
+  std::unordered_map<int64_t, std::string> processLabels;             // "process_labels" ("CPU", "GPU 0")
+  std::vector<std::string> laneStrings;  // string pid/tid values: id -1 - i  <->  laneStrings[i]
+  int64_t events = 0;
+  std::map<std::string, int64_t> skipped;  // reason -> count (unknown or malformed events)
+};
+
+// Reads, decompresses and parses `path`. Errors name the file: unreadable, truncated gzip, not JSON, not a Kineto
+// trace (neither an object with "traceEvents" nor an array), no events.
+tracedb::Result<KinetoFile> parseKinetoFile(const std::filesystem::path& path);
+
+}  // namespace tpscope::formats::kineto
