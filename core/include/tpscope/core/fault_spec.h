@@ -1,0 +1,54 @@
+// Fault specifications for `tpscope capture --inject` and `tpscope-train --inject` — the pure, LibTorch-free part
+// (target tpscope_fault_spec, linked by the CLI to validate specs before any rank starts, and by core to run them).
+//
+// Grammar: KIND ':' KEY '=' VALUE (',' KEY '=' VALUE)*   — no spaces; keys in any order, each at most once.
+//   nan:rank=R,step=S[,layer=L]       a NaN enters rank R's gradient at step S (layer L's first parameter)
+//   inf:rank=R,step=S[,layer=L]       the same with +Inf
+//   spike:rank=R,step=S,factor=F      rank R's gradients are multiplied by F (> 0) at step S
+//   hang:rank=R,step=S[,phase=fwd|bwd] rank R never enters its first collective of step S (of that phase)
+//   mismatch:rank=R,step=S            rank R's first all-reduce of step S carries one element too many
+//   slow:rank=R,ms=M                  rank R computes M ms longer every step (a straggler)
+//   delay:rank=R,ms=M                 rank R arrives M ms late at every collective
+//   crash:rank=R,step=S               rank R aborts (SIGABRT) at the start of step S
+// Ranks are global ranks (0-based); steps are 1-based optimizer steps; layers 0-based transformer layers.
+// Lists (environment variable TPSCOPE_INJECT) join specs with ';'.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tpscope::core {
+
+enum class FaultKind : uint8_t { Nan, Inf, Spike, Hang, Mismatch, Slow, Delay, Crash };
+enum class FaultPhase : uint8_t { Any, Forward, Backward };
+
+std::string_view faultKindName(FaultKind kind);  // "nan", "inf", ...
+
+struct FaultSpec {
+  FaultKind kind = FaultKind::Nan;
+  int rank = 0;
+  int step = -1;        // -1: every step (slow, delay)
+  int layer = -1;       // -1: not given
+  double factor = 1.0;  // spike
+  int64_t ms = 0;       // slow, delay
+  FaultPhase phase = FaultPhase::Any;
+};
+
+// Parses one spec. On failure returns nullopt and sets `error` to a message that quotes the spec and says what is
+// wrong and what is expected (e.g. "--inject 'nan:rank=1': missing step=S (nan:rank=R,step=S[,layer=L])").
+std::optional<FaultSpec> parseFaultSpec(std::string_view text, std::string* error);
+// Parses a ';'-separated list (empty entries are ignored). nullopt + `error` on the first bad entry.
+std::optional<std::vector<FaultSpec>> parseFaultList(std::string_view text, std::string* error);
+// The canonical text of a spec; parseFaultSpec(formatFaultSpec(s)) == s.
+std::string formatFaultSpec(const FaultSpec& spec);
+std::string formatFaultList(const std::vector<FaultSpec>& specs);
+// Empty when the spec fits a job of `worldSize` ranks (and `layers` transformer layers, when known: > 0);
+// otherwise the reason, naming the spec.
+std::string checkFaultSpec(const FaultSpec& spec, int worldSize, int layers = 0);
+
+bool operator==(const FaultSpec& a, const FaultSpec& b);
+
+}  // namespace tpscope::core

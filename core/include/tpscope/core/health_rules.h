@@ -1,0 +1,120 @@
+// Live per-rank gradient-health rules, checked by the trainer every step (LibTorch-free: they see host-side
+// numbers only, so the CLI can validate their options and tests can drive them without a model).
+//
+// Rules (alert kinds in the alerts table):
+//   nonfinite_grad        a NaN/Inf in this rank's gradients before any reduction; names the first parameter in
+//                         model order (lowest layer) where it shows and how many parameters are affected
+//   nonfinite_activation  this rank's own loss (before the DP reduction) is NaN/Inf: the forward pass produced it
+//   grad_spike            this rank's pre-reduction gradient norm is above BOTH factor × median and
+//                         median + mads × 1.4826 × MAD of the last `window` healthy steps (after `warmup` steps)
+//   loss_spike            the same test on this rank's own loss
+//   replica_divergence    DP replicas' reduced gradient norms differ by more than rtol (relative): replicas that
+//                         must be identical are not (checked every `every` steps; costs one DP all-reduce)
+// Policies: off (not checked), warn (alert only), skip-step (every rank agrees to drop the update: the trainer
+// all-reduces the MAX of the ranks' actions, see agree()), stop (every rank stops; tpscope-train exits 5).
+// More than `skip_max` skipped steps within `skip_window` steps escalate to stop ("don't wake me for ONE bad batch").
+// Steps that are skipped or spiking do not enter the baselines.
+//
+// Options text (TPSCOPE_HEALTH, `tpscope capture --health`): comma-separated KEY=VALUE, e.g.
+//   "nonfinite=skip-step,grad_spike=stop,grad_spike.factor=8,loss_spike=off,replica.every=5,skip_window=20"
+// Keys: nonfinite, grad_spike, loss_spike, replica (policies; replica: off|warn|stop), grad_spike.{factor,mads,
+// window,warmup}, loss_spike.{factor,mads,window,warmup}, replica.{every,rtol}, skip_window, skip_max.
+//
+// Threading: one HealthRules per rank, used by the training thread only. Alerts go to probes::sink() when it is
+// recording, else one line on stderr.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "tpscope/probes/probes.h"
+
+namespace tpscope::core {
+
+enum class HealthPolicy : uint8_t { Off, Warn, SkipStep, Stop };
+std::string_view healthPolicyName(HealthPolicy policy);  // "off", "warn", "skip-step", "stop"
+std::optional<HealthPolicy> parseHealthPolicy(std::string_view name);
+
+struct SpikeRule {
+  HealthPolicy policy = HealthPolicy::Warn;
+  double factor = 10.0;  // value > factor × median ...
+  double mads = 6.0;     // ... and value > median + mads × 1.4826 × MAD
+  int window = 20;       // healthy steps in the baseline
+  int warmup = 5;        // healthy steps needed before the rule can fire
+};
+
+struct HealthOptions {
+  HealthPolicy nonfinite = HealthPolicy::Warn;
+  SpikeRule gradSpike{HealthPolicy::Warn, 10.0, 6.0, 20, 5};
+  SpikeRule lossSpike{HealthPolicy::Warn, 2.0, 6.0, 20, 5};
+  HealthPolicy replica = HealthPolicy::Warn;
+  int replicaEvery = 10;
+  double replicaRtol = 1e-5;
+  int skipWindow = 10;
+  int skipMax = 1;
+
+  // True when some rule may drop or stop a step: every rank must then agree on each step's action.
+  bool needsAgreement() const;
+};
+
+// Applies `text` on top of `base`. nullopt + `error` ("--health 'x=y': ...") on a bad key or value.
+std::optional<HealthOptions> parseHealthOptions(std::string_view text, std::string* error,
+                                                const HealthOptions& base = {});
+std::string formatHealthOptions(const HealthOptions& options);
+
+// Ordered: the agreed action of a step is the maximum over ranks.
+enum class StepAction : int { Continue = 0, SkipStep = 1, Stop = 2 };
+
+// A robust running baseline: median and MAD of the last `window` accepted values.
+class RobustBaseline {
+ public:
+  explicit RobustBaseline(int window) : window_(window < 1 ? 1 : window) {}
+  void add(double v);
+  int size() const { return static_cast<int>(values_.size()); }
+  double median() const;
+  double mad() const;  // median absolute deviation (not scaled)
+
+ private:
+  int window_;
+  std::deque<double> values_;
+};
+
+class HealthRules {
+ public:
+  explicit HealthRules(HealthOptions options);
+
+  const HealthOptions& options() const { return options_; }
+
+  // Pre-reduction per-parameter stats of this rank (probes::GradStat: param, layer, l2Norm, maxAbs, NaN/Inf counts).
+  StepAction checkGradients(int step, std::span<const probes::GradStat> stats);
+  // This rank's own loss of the step (mean over its micro-batches, before the DP reduction).
+  StepAction checkLoss(int step, double localLoss);
+  // Whether the replica check runs at `step` (every `replicaEvery` steps, when DP > 1 and the rule is on).
+  bool replicaCheckDue(int step, int dpSize) const;
+  // The smallest and largest reduced gradient norm over this rank's DP group.
+  StepAction checkReplicas(int step, double minNorm, double maxNorm, int dpSize);
+  // Called with the action every rank agreed on (max over ranks) before the update: returns the final action
+  // (a skip beyond skip_max within skip_window becomes Stop) and records the step in the baselines if healthy.
+  StepAction agree(int step, StepAction agreed);
+
+  int alertsRaised() const { return alerts_; }
+  int stepsSkipped() const { return static_cast<int>(skipped_.size()); }
+
+ private:
+  void raise(probes::Severity severity, std::string_view kind, int step, int layer, std::string_view param,
+             const std::string& message, const std::string& evidence);
+  static StepAction actionOf(HealthPolicy policy);
+
+  HealthOptions options_;
+  RobustBaseline gradBase_, lossBase_;
+  std::optional<double> pendingGradNorm_, pendingLoss_;  // this step's values, added by agree() if healthy
+  bool pendingUnhealthy_ = false;
+  std::deque<int> skipped_;  // steps skipped within the window
+  int alerts_ = 0;
+};
+
+}  // namespace tpscope::core

@@ -1,0 +1,327 @@
+#include "tpscope/core/health_rules.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+namespace tpscope::core {
+
+namespace {
+
+constexpr double kMadToSigma = 1.4826;
+
+std::optional<double> parseNumber(std::string_view v) {
+  if (v.empty()) return std::nullopt;
+  std::string s(v);
+  char* end = nullptr;
+  const double d = std::strtod(s.c_str(), &end);
+  if (end != s.c_str() + s.size() || !std::isfinite(d)) return std::nullopt;
+  return d;
+}
+
+double medianOf(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  const size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
+  double m = v[mid];
+  if (v.size() % 2 == 0) {
+    const double lower = *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid));
+    m = 0.5 * (m + lower);
+  }
+  return m;
+}
+
+bool isSpike(const SpikeRule& rule, const RobustBaseline& base, double value, double* median, double* mad) {
+  *median = base.median();
+  *mad = base.mad();
+  if (rule.policy == HealthPolicy::Off || base.size() < rule.warmup) return false;
+  return value > rule.factor * *median && value > *median + rule.mads * kMadToSigma * *mad;
+}
+
+}  // namespace
+
+std::string_view healthPolicyName(HealthPolicy policy) {
+  switch (policy) {
+    case HealthPolicy::Off: return "off";
+    case HealthPolicy::Warn: return "warn";
+    case HealthPolicy::SkipStep: return "skip-step";
+    case HealthPolicy::Stop: return "stop";
+  }
+  return "warn";
+}
+
+std::optional<HealthPolicy> parseHealthPolicy(std::string_view name) {
+  if (name == "off") return HealthPolicy::Off;
+  if (name == "warn") return HealthPolicy::Warn;
+  if (name == "skip-step" || name == "skip_step" || name == "skip") return HealthPolicy::SkipStep;
+  if (name == "stop") return HealthPolicy::Stop;
+  return std::nullopt;
+}
+
+bool HealthOptions::needsAgreement() const {
+  auto acts = [](HealthPolicy p) { return p == HealthPolicy::SkipStep || p == HealthPolicy::Stop; };
+  return acts(nonfinite) || acts(gradSpike.policy) || acts(lossSpike.policy) || acts(replica);
+}
+
+std::optional<HealthOptions> parseHealthOptions(std::string_view text, std::string* error, const HealthOptions& base) {
+  HealthOptions o = base;
+  const std::string whole(text);
+  auto fail = [&](const std::string& why) -> std::optional<HealthOptions> {
+    if (error != nullptr) *error = fmt::format("--health '{}': {}", whole, why);
+    return std::nullopt;
+  };
+  while (!text.empty()) {
+    const size_t comma = text.find(',');
+    const std::string_view item = text.substr(0, comma);
+    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    if (eq == std::string_view::npos) return fail(fmt::format("'{}' is not KEY=VALUE", item));
+    const std::string_view key = item.substr(0, eq), value = item.substr(eq + 1);
+    auto policy = [&](HealthPolicy& out, bool allowSkip) -> std::optional<std::string> {
+      auto p = parseHealthPolicy(value);
+      if (!p) return fmt::format("{}={}: expected off, warn, skip-step or stop", key, value);
+      if (!allowSkip && *p == HealthPolicy::SkipStep)
+        return fmt::format("{}={}: this rule can only be off, warn or stop", key, value);
+      out = *p;
+      return std::nullopt;
+    };
+    auto number = [&](double lo, double hi) -> std::optional<double> {
+      auto d = parseNumber(value);
+      if (!d || *d < lo || *d > hi) return std::nullopt;
+      return d;
+    };
+    auto spikeKey = [&](SpikeRule& rule, std::string_view sub) -> std::optional<std::string> {
+      if (sub == "factor" || sub == "mads") {
+        auto d = number(0.0, 1e12);
+        if (!d) return fmt::format("{}={}: expected a number >= 0", key, value);
+        (sub == "factor" ? rule.factor : rule.mads) = *d;
+      } else if (sub == "window" || sub == "warmup") {
+        auto d = number(sub == "window" ? 1 : 0, 100000);
+        if (!d || *d != std::floor(*d)) return fmt::format("{}={}: expected a whole number of steps", key, value);
+        (sub == "window" ? rule.window : rule.warmup) = static_cast<int>(*d);
+      } else {
+        return fmt::format("unknown key '{}' (factor, mads, window, warmup)", key);
+      }
+      return std::nullopt;
+    };
+    std::optional<std::string> bad;
+    if (key == "nonfinite") bad = policy(o.nonfinite, true);
+    else if (key == "grad_spike") bad = policy(o.gradSpike.policy, true);
+    else if (key == "loss_spike") bad = policy(o.lossSpike.policy, true);
+    else if (key == "replica") bad = policy(o.replica, false);
+    else if (key.starts_with("grad_spike.")) bad = spikeKey(o.gradSpike, key.substr(11));
+    else if (key.starts_with("loss_spike.")) bad = spikeKey(o.lossSpike, key.substr(11));
+    else if (key == "replica.every" || key == "skip_window" || key == "skip_max") {
+      auto d = number(key == "skip_max" ? 0 : 1, 1e9);
+      if (!d || *d != std::floor(*d)) bad = fmt::format("{}={}: expected a whole number", key, value);
+      else (key == "replica.every" ? o.replicaEvery : key == "skip_window" ? o.skipWindow : o.skipMax) = static_cast<int>(*d);
+    } else if (key == "replica.rtol") {
+      auto d = number(0.0, 1.0);
+      if (!d) bad = fmt::format("{}={}: expected a number in [0, 1]", key, value);
+      else o.replicaRtol = *d;
+    } else {
+      bad = fmt::format("unknown key '{}' (nonfinite, grad_spike[.factor|.mads|.window|.warmup], loss_spike[...], "
+                        "replica[.every|.rtol], skip_window, skip_max)", key);
+    }
+    if (bad) return fail(*bad);
+  }
+  return o;
+}
+
+std::string formatHealthOptions(const HealthOptions& o) {
+  auto spike = [](std::string_view n, const SpikeRule& r) {
+    return fmt::format("{}={},{}.factor={},{}.mads={},{}.window={},{}.warmup={}", n, healthPolicyName(r.policy), n,
+                       r.factor, n, r.mads, n, r.window, n, r.warmup);
+  };
+  return fmt::format("nonfinite={},{},{},replica={},replica.every={},replica.rtol={},skip_window={},skip_max={}",
+                     healthPolicyName(o.nonfinite), spike("grad_spike", o.gradSpike), spike("loss_spike", o.lossSpike),
+                     healthPolicyName(o.replica), o.replicaEvery, o.replicaRtol, o.skipWindow, o.skipMax);
+}
+
+void RobustBaseline::add(double v) {
+  values_.push_back(v);
+  while (static_cast<int>(values_.size()) > window_) values_.pop_front();
+}
+
+double RobustBaseline::median() const { return medianOf(std::vector<double>(values_.begin(), values_.end())); }
+
+double RobustBaseline::mad() const {
+  const double m = median();
+  std::vector<double> dev;
+  dev.reserve(values_.size());
+  for (double v : values_) dev.push_back(std::fabs(v - m));
+  return medianOf(std::move(dev));
+}
+
+HealthRules::HealthRules(HealthOptions options)
+    : options_(options), gradBase_(options.gradSpike.window), lossBase_(options.lossSpike.window) {}
+
+StepAction HealthRules::actionOf(HealthPolicy policy) {
+  switch (policy) {
+    case HealthPolicy::SkipStep: return StepAction::SkipStep;
+    case HealthPolicy::Stop: return StepAction::Stop;
+    default: return StepAction::Continue;
+  }
+}
+
+void HealthRules::raise(probes::Severity severity, std::string_view kind, int step, int layer, std::string_view param,
+                        const std::string& message, const std::string& evidence) {
+  ++alerts_;
+  if (probes::Sink* s = probes::sink()) {
+    probes::Alert a;
+    a.severity = severity;
+    a.kind = kind;
+    a.step = step;
+    a.layer = layer;
+    a.param = param;
+    a.message = message;
+    a.evidence = evidence;
+    s->alert(a);
+  } else {
+    std::fprintf(stderr, "tpscope health: %.*s step %d: %s %s\n", static_cast<int>(kind.size()), kind.data(), step,
+                 message.c_str(), evidence.c_str());
+  }
+}
+
+StepAction HealthRules::checkGradients(int step, std::span<const probes::GradStat> stats) {
+  StepAction action = StepAction::Continue;
+  pendingGradNorm_.reset();
+  double sumSq = 0;
+  const probes::GradStat* first = nullptr;
+  int affected = 0;
+  int64_t nan = 0, inf = 0;
+  for (const auto& g : stats) {
+    sumSq += g.l2Norm * g.l2Norm;
+    if (g.nanCount > 0 || g.infCount > 0) {
+      ++affected;
+      nan += g.nanCount;
+      inf += g.infCount;
+      // "first": lowest layer, then model order (layer -1, outside the transformer, counts as after the layers).
+      auto rankOf = [](int layer) { return layer < 0 ? (1 << 30) : layer; };
+      if (first == nullptr || rankOf(g.layer) < rankOf(first->layer)) first = &g;
+    }
+  }
+  const double norm = std::sqrt(sumSq);
+  if (first != nullptr) {
+    pendingUnhealthy_ = true;
+    if (options_.nonfinite != HealthPolicy::Off) {
+      nlohmann::json ev{{"param", first->param},         {"layer", first->layer},
+                        {"nan_count", first->nanCount}, {"inf_count", first->infCount},
+                        {"numel", first->numel},        {"params_affected", affected},
+                        {"nan_total", nan},             {"inf_total", inf},
+                        {"policy", healthPolicyName(options_.nonfinite)}};
+      raise(probes::Severity::Critical, "nonfinite_grad", step, first->layer, first->param,
+            fmt::format("non-finite gradient before reduction: {} ({} NaN, {} Inf in {} elements){}", first->param,
+                        first->nanCount, first->infCount, first->numel,
+                        affected > 1 ? fmt::format("; {} parameters affected", affected) : std::string()),
+            ev.dump());
+      action = std::max(action, actionOf(options_.nonfinite));
+    }
+    return action;
+  }
+  double median = 0, mad = 0;
+  if (isSpike(options_.gradSpike, gradBase_, norm, &median, &mad)) {
+    pendingUnhealthy_ = true;
+    nlohmann::json ev{{"grad_norm", norm},         {"median", median}, {"mad", mad},
+                      {"ratio", median > 0 ? norm / median : 0.0}, {"baseline_steps", gradBase_.size()},
+                      {"factor", options_.gradSpike.factor},       {"policy", healthPolicyName(options_.gradSpike.policy)}};
+    // The parameter with the largest norm is where the spike shows most.
+    const probes::GradStat* top = nullptr;
+    for (const auto& g : stats)
+      if (top == nullptr || g.l2Norm > top->l2Norm) top = &g;
+    if (top != nullptr) ev["top_param"] = top->param;
+    raise(probes::Severity::Warning, "grad_spike", step, top != nullptr ? top->layer : -1,
+          top != nullptr ? top->param : std::string_view(),
+          fmt::format("gradient norm {:.4g} is {:.1f}x the median {:.4g} of the last {} steps", norm,
+                      median > 0 ? norm / median : 0.0, median, gradBase_.size()),
+          ev.dump());
+    action = std::max(action, actionOf(options_.gradSpike.policy));
+  } else {
+    pendingGradNorm_ = norm;
+  }
+  return action;
+}
+
+StepAction HealthRules::checkLoss(int step, double localLoss) {
+  pendingLoss_.reset();
+  if (!std::isfinite(localLoss)) {
+    pendingUnhealthy_ = true;
+    if (options_.nonfinite == HealthPolicy::Off) return StepAction::Continue;
+    nlohmann::json ev{{"loss", std::isnan(localLoss) ? "nan" : (localLoss > 0 ? "inf" : "-inf")},
+                      {"policy", healthPolicyName(options_.nonfinite)}};
+    raise(probes::Severity::Critical, "nonfinite_activation", step, -1, "loss",
+          fmt::format("this rank's loss is {} before the DP reduction: the forward pass produced a non-finite value",
+                      localLoss),
+          ev.dump());
+    return actionOf(options_.nonfinite);
+  }
+  double median = 0, mad = 0;
+  if (isSpike(options_.lossSpike, lossBase_, localLoss, &median, &mad)) {
+    pendingUnhealthy_ = true;
+    nlohmann::json ev{{"loss", localLoss}, {"median", median}, {"mad", mad}, {"baseline_steps", lossBase_.size()},
+                      {"factor", options_.lossSpike.factor}, {"policy", healthPolicyName(options_.lossSpike.policy)}};
+    raise(probes::Severity::Warning, "loss_spike", step, -1, "loss",
+          fmt::format("loss {:.4g} is {:.1f}x the median {:.4g} of the last {} steps", localLoss,
+                      median > 0 ? localLoss / median : 0.0, median, lossBase_.size()),
+          ev.dump());
+    return actionOf(options_.lossSpike.policy);
+  }
+  pendingLoss_ = localLoss;
+  return StepAction::Continue;
+}
+
+bool HealthRules::replicaCheckDue(int step, int dpSize) const {
+  return dpSize > 1 && options_.replica != HealthPolicy::Off && options_.replicaEvery > 0 &&
+         step % options_.replicaEvery == 0;
+}
+
+StepAction HealthRules::checkReplicas(int step, double minNorm, double maxNorm, int dpSize) {
+  if (options_.replica == HealthPolicy::Off || dpSize <= 1) return StepAction::Continue;
+  if (!std::isfinite(minNorm) || !std::isfinite(maxNorm)) return StepAction::Continue;  // non-finite: own rule
+  const double scale = std::max(std::fabs(maxNorm), std::fabs(minNorm));
+  const double rel = scale > 0 ? (maxNorm - minNorm) / scale : 0.0;
+  if (rel <= options_.replicaRtol) return StepAction::Continue;
+  nlohmann::json ev{{"min_grad_norm", minNorm}, {"max_grad_norm", maxNorm}, {"relative_difference", rel},
+                    {"rtol", options_.replicaRtol}, {"dp_size", dpSize},
+                    {"policy", healthPolicyName(options_.replica)}};
+  raise(probes::Severity::Error, "replica_divergence", step, -1, "",
+        fmt::format("DP replicas disagree after the gradient reduction: grad norm {:.8g} vs {:.8g} (relative {:.2e})",
+                    minNorm, maxNorm, rel),
+        ev.dump());
+  return actionOf(options_.replica);
+}
+
+StepAction HealthRules::agree(int step, StepAction agreed) {
+  StepAction out = agreed;
+  if (agreed == StepAction::SkipStep) {
+    while (!skipped_.empty() && skipped_.front() <= step - options_.skipWindow) skipped_.pop_front();
+    skipped_.push_back(step);
+    if (static_cast<int>(skipped_.size()) > options_.skipMax) {
+      out = StepAction::Stop;
+      nlohmann::json ev{{"skipped_steps", std::vector<int>(skipped_.begin(), skipped_.end())},
+                        {"skip_window", options_.skipWindow},
+                        {"skip_max", options_.skipMax}};
+      raise(probes::Severity::Critical, "too_many_skipped_steps", step, -1, "",
+            fmt::format("{} steps skipped within {} steps (at most {} allowed): stopping", skipped_.size(),
+                        options_.skipWindow, options_.skipMax),
+            ev.dump());
+    }
+  }
+  // Baselines learn only from steps that every rank found healthy and that were applied.
+  if (agreed == StepAction::Continue && !pendingUnhealthy_) {
+    if (pendingGradNorm_) gradBase_.add(*pendingGradNorm_);
+    if (pendingLoss_) lossBase_.add(*pendingLoss_);
+  }
+  pendingGradNorm_.reset();
+  pendingLoss_.reset();
+  pendingUnhealthy_ = false;
+  return out;
+}
+
+}  // namespace tpscope::core

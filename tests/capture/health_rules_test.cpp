@@ -1,0 +1,190 @@
+// Health rules on host numbers: each rule fires on the value it is about (and only then), with its evidence, and the
+// policies turn into the step actions capture relies on (skip-step, escalation to stop, warn never acts).
+#include "tpscope/core/health_rules.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace tpscope::core {
+namespace {
+
+// A probe sink that keeps the alerts it is given (the rules' only output besides the step action).
+class AlertSink final : public probes::Sink {
+ public:
+  struct Kept {
+    std::string kind, param, message;
+    int step, layer;
+    nlohmann::json evidence;
+  };
+  std::vector<Kept> alerts;
+
+  probes::ThreadBuffer* acquireThreadBuffer() noexcept override { return nullptr; }
+  uint64_t collectiveEnqueued(const probes::CollectiveDesc&, uint64_t) noexcept override { return 0; }
+  void collectiveState(uint64_t, probes::CollectiveState, uint64_t) noexcept override {}
+  void gradStats(int, std::span<const probes::GradStat>) noexcept override {}
+  void stepStat(const probes::StepStat&) noexcept override {}
+  void alert(const probes::Alert& a) noexcept override {
+    alerts.push_back({std::string(a.kind), std::string(a.param), std::string(a.message), a.step, a.layer,
+                      nlohmann::json::parse(a.evidence)});
+  }
+  void counter(std::string_view, double, uint64_t) noexcept override {}
+  void flush() noexcept override {}
+};
+
+class HealthRulesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    probes::detail::g_sink.store(&sink_);
+    probes::detail::g_recording.store(true);
+  }
+  void TearDown() override {
+    probes::detail::g_recording.store(false);
+    probes::detail::g_sink.store(nullptr);
+  }
+  AlertSink sink_;
+};
+
+std::vector<probes::GradStat> grads(double scale, int64_t nanAt = -1) {
+  std::vector<probes::GradStat> g = {
+      {"embedding.weight", -1, 1.0 * scale, 0.1, 0, 0, 100},
+      {"layers.0.attention.qkv.weight", 0, 2.0 * scale, 0.2, 0, 0, 100},
+      {"layers.1.mlp.fc2.weight", 1, 2.0 * scale, 0.2, 0, 0, 100},
+  };
+  if (nanAt >= 0) g[static_cast<size_t>(nanAt)].nanCount = 3;
+  return g;
+}
+
+TEST(RobustBaseline, MedianAndMadOverTheWindow) {
+  RobustBaseline b(4);
+  for (double v : {10.0, 1.0, 2.0, 3.0, 4.0}) b.add(v);  // 10 falls out of the window
+  EXPECT_EQ(b.size(), 4);
+  EXPECT_DOUBLE_EQ(b.median(), 2.5);
+  EXPECT_DOUBLE_EQ(b.mad(), 1.0);
+}
+
+TEST_F(HealthRulesTest, NonFiniteGradientNamesTheLowestLayerAndActsByPolicy) {
+  HealthOptions o;
+  o.nonfinite = HealthPolicy::SkipStep;
+  HealthRules rules(o);
+  auto g = grads(1.0);
+  g[2].nanCount = 1;
+  g[1].infCount = 2;
+  EXPECT_EQ(rules.checkGradients(7, g), StepAction::SkipStep);
+  ASSERT_EQ(sink_.alerts.size(), 1u);
+  EXPECT_EQ(sink_.alerts[0].kind, "nonfinite_grad");
+  EXPECT_EQ(sink_.alerts[0].step, 7);
+  EXPECT_EQ(sink_.alerts[0].layer, 0);
+  EXPECT_EQ(sink_.alerts[0].param, "layers.0.attention.qkv.weight");
+  EXPECT_EQ(sink_.alerts[0].evidence["params_affected"], 2);
+  EXPECT_EQ(sink_.alerts[0].evidence["nan_total"], 1);
+  EXPECT_EQ(sink_.alerts[0].evidence["inf_total"], 2);
+
+  HealthRules warnOnly(HealthOptions{});
+  EXPECT_EQ(warnOnly.checkGradients(7, g), StepAction::Continue);
+  EXPECT_EQ(sink_.alerts.size(), 2u);
+  EXPECT_FALSE(HealthOptions{}.needsAgreement());
+  EXPECT_TRUE(o.needsAgreement());
+}
+
+TEST_F(HealthRulesTest, GradientSpikeNeedsWarmupAndIgnoresNoise) {
+  HealthOptions o;
+  o.gradSpike.warmup = 3;
+  HealthRules rules(o);
+  // Before warm-up a huge value does not fire.
+  EXPECT_EQ(rules.checkGradients(1, grads(1000.0)), StepAction::Continue);
+  rules.agree(1, StepAction::Continue);
+  EXPECT_TRUE(sink_.alerts.empty());
+  for (int step = 2; step <= 6; ++step) {
+    EXPECT_EQ(rules.checkGradients(step, grads(1.0 + 0.01 * step)), StepAction::Continue);
+    rules.agree(step, StepAction::Continue);
+  }
+  EXPECT_TRUE(sink_.alerts.empty());  // 1000 entered the baseline once but the median is robust to it
+  EXPECT_EQ(rules.checkGradients(7, grads(2.0)), StepAction::Continue);  // 2x: not a spike at factor 10
+  rules.agree(7, StepAction::Continue);
+  EXPECT_TRUE(sink_.alerts.empty());
+  EXPECT_EQ(rules.checkGradients(8, grads(50.0)), StepAction::Continue);  // warn policy: alert, no action
+  rules.agree(8, StepAction::Continue);
+  ASSERT_EQ(sink_.alerts.size(), 1u);
+  EXPECT_EQ(sink_.alerts[0].kind, "grad_spike");
+  EXPECT_EQ(sink_.alerts[0].step, 8);
+  EXPECT_GT(sink_.alerts[0].evidence["ratio"].get<double>(), 10.0);
+}
+
+TEST_F(HealthRulesTest, LossRules) {
+  HealthOptions o;
+  o.nonfinite = HealthPolicy::Stop;
+  o.lossSpike.warmup = 2;
+  o.lossSpike.policy = HealthPolicy::SkipStep;
+  HealthRules rules(o);
+  EXPECT_EQ(rules.checkLoss(1, std::numeric_limits<double>::quiet_NaN()), StepAction::Stop);
+  ASSERT_EQ(sink_.alerts.size(), 1u);
+  EXPECT_EQ(sink_.alerts[0].kind, "nonfinite_activation");
+  rules.agree(1, StepAction::Continue);
+  for (int step = 2; step <= 5; ++step) {
+    EXPECT_EQ(rules.checkLoss(step, 5.0 - 0.01 * step), StepAction::Continue);
+    rules.agree(step, StepAction::Continue);
+  }
+  EXPECT_EQ(rules.checkLoss(6, 40.0), StepAction::SkipStep);
+  EXPECT_EQ(sink_.alerts.back().kind, "loss_spike");
+}
+
+TEST_F(HealthRulesTest, ReplicaDivergence) {
+  HealthOptions o;
+  o.replicaEvery = 5;
+  HealthRules rules(o);
+  EXPECT_FALSE(rules.replicaCheckDue(4, 2));
+  EXPECT_TRUE(rules.replicaCheckDue(5, 2));
+  EXPECT_FALSE(rules.replicaCheckDue(5, 1));
+  EXPECT_EQ(rules.checkReplicas(5, 1.0, 1.0 + 1e-9, 2), StepAction::Continue);
+  EXPECT_TRUE(sink_.alerts.empty());
+  EXPECT_EQ(rules.checkReplicas(5, 1.0, 1.01, 2), StepAction::Continue);
+  ASSERT_EQ(sink_.alerts.size(), 1u);
+  EXPECT_EQ(sink_.alerts[0].kind, "replica_divergence");
+}
+
+TEST_F(HealthRulesTest, ASecondSkipWithinTheWindowStops) {
+  HealthOptions o;
+  o.nonfinite = HealthPolicy::SkipStep;
+  o.skipWindow = 5;
+  o.skipMax = 1;
+  HealthRules rules(o);
+  EXPECT_EQ(rules.agree(3, StepAction::SkipStep), StepAction::SkipStep);
+  EXPECT_EQ(rules.agree(9, StepAction::SkipStep), StepAction::SkipStep);  // 3 fell out of the window
+  EXPECT_EQ(rules.agree(10, StepAction::SkipStep), StepAction::Stop);
+  EXPECT_EQ(sink_.alerts.back().kind, "too_many_skipped_steps");
+  EXPECT_EQ(rules.agree(11, StepAction::Continue), StepAction::Continue);
+}
+
+TEST(HealthOptions, ParsesAndRefuses) {
+  std::string error;
+  auto o = parseHealthOptions("nonfinite=skip-step,grad_spike=stop,grad_spike.factor=8,loss_spike=off,"
+                              "replica.every=5,skip_window=20,skip_max=2",
+                              &error);
+  ASSERT_TRUE(o.has_value()) << error;
+  EXPECT_EQ(o->nonfinite, HealthPolicy::SkipStep);
+  EXPECT_EQ(o->gradSpike.policy, HealthPolicy::Stop);
+  EXPECT_DOUBLE_EQ(o->gradSpike.factor, 8.0);
+  EXPECT_EQ(o->lossSpike.policy, HealthPolicy::Off);
+  EXPECT_EQ(o->replicaEvery, 5);
+  EXPECT_EQ(o->skipWindow, 20);
+  EXPECT_EQ(o->skipMax, 2);
+  auto again = parseHealthOptions(formatHealthOptions(*o), &error);
+  ASSERT_TRUE(again.has_value()) << error;
+  EXPECT_EQ(formatHealthOptions(*again), formatHealthOptions(*o));
+
+  EXPECT_FALSE(parseHealthOptions("nonfinite=maybe", &error));
+  EXPECT_NE(error.find("expected off, warn, skip-step or stop"), std::string::npos);
+  EXPECT_FALSE(parseHealthOptions("replica=skip-step", &error));
+  EXPECT_FALSE(parseHealthOptions("grad_spike.window=0", &error));
+  EXPECT_FALSE(parseHealthOptions("colour=blue", &error));
+  EXPECT_NE(error.find("unknown key 'colour'"), std::string::npos);
+  EXPECT_FALSE(parseHealthOptions("nonfinite", &error));
+}
+
+}  // namespace
+}  // namespace tpscope::core
