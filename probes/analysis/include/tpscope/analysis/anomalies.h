@@ -6,7 +6,7 @@
 // normality); with d = 0, z is computed with d replaced by 1e-3·|m| (a flat series). A spike is z ≥ zThreshold and
 // x_t ≥ ratioThreshold · m. Non-finite values are left to the NaN analysis (nonfinite.h).
 //   grad_spike (per rank, param): over grad_stats.l2_norm; reported per (rank, step), worst param first
-//   grad_spike (per rank, global): over step_stats.grad_norm
+//   grad_spike (run-wide, rank −1): over step_stats.grad_norm, per step the mean over the ranks
 //   loss_spike: over step_stats.loss, per step the mean over the ranks that recorded it
 // Replica divergence: values that must agree after reduction do not.
 //   step_stats.grad_norm is the global norm after reduction: equal on every rank of a step. Relative spread

@@ -1,0 +1,142 @@
+#include "tpscope/analysis/crash.h"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+
+#include "evidence_util.h"
+#include "sql_query.h"
+
+namespace tpscope::analysis {
+
+using detail::Query;
+
+namespace {
+
+bool crashReason(std::string reason) {
+  std::transform(reason.begin(), reason.end(), reason.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (const char* word : {"crash", "signal", "abort", "segfault", "sigsegv", "sigabrt", "sigkill", "killed"})
+    if (reason.find(word) != std::string::npos) return true;
+  return false;
+}
+
+using detail::f;
+
+}  // namespace
+
+tracedb::Result<std::vector<RankEnd>> analyzeRankEnds(tracedb::Reader& reader, const RunInfo& info) {
+  std::map<int, RankEnd> ends;
+  for (const auto& r : info.ranks) {
+    RankEnd& e = ends[r.rank];
+    e.rank = r.rank;
+    e.exitReason = r.exitReason;
+    e.crashed = crashReason(r.exitReason);
+    e.lastRecordNs = INT64_MIN;
+  }
+  auto take = [&](int rank, int64_t t, int step) {
+    RankEnd& e = ends[rank];
+    e.rank = rank;
+    e.lastRecordNs = std::max(e.lastRecordNs, t);
+    e.lastStep = std::max(e.lastStep, step);
+  };
+  if (info.indexed) {
+    // Through the (rank, begin_ns) index: the last spans of each rank (the one ending last begins among them).
+    for (auto& [rank, e] : ends) {
+      Query q(reader,
+              "SELECT begin_ns + dur_ns, step FROM spans WHERE rank = ? ORDER BY begin_ns DESC LIMIT 256",
+              "table 'spans'");
+      q.bind(1, int64_t{rank});
+      if (auto s = q.each([&](Query& r) { take(rank, r.i64(0), r.i32(1)); }); !s) return s;
+    }
+  } else {
+    Query q(reader, "SELECT rank, max(begin_ns + dur_ns), max(step) FROM spans GROUP BY rank", "table 'spans'");
+    if (auto s = q.each([&](Query& r) { take(r.i32(0), r.i64(1), r.i32(2)); }); !s) return s;
+  }
+  {
+    Query q(reader,
+            "SELECT rank, max(coalesce(end_ns, start_ns, enqueue_ns)), max(step) FROM collectives GROUP BY rank",
+            "table 'collectives'");
+    if (auto s = q.each([&](Query& r) { take(r.i32(0), r.i64(1), r.i32(2)); }); !s) return s;
+  }
+  {
+    Query q(reader, "SELECT rank, max(coalesce(end_ns, begin_ns, 0)), max(step) FROM step_stats GROUP BY rank",
+            "table 'step_stats'");
+    if (auto s = q.each([&](Query& r) { take(r.i32(0), r.i64(1), r.i32(2)); }); !s) return s;
+  }
+  // A stop signal every rank received alike (the launcher stopping the job, e.g. after a hang dump) is no crash.
+  bool allSame = !ends.empty();
+  for (auto& [rank, e] : ends) allSame = allSame && e.exitReason == ends.begin()->second.exitReason;
+  for (auto& [rank, e] : ends) {
+    const bool stopSignal = e.exitReason.find("SIGTERM") != std::string::npos ||
+                            e.exitReason.find("SIGINT") != std::string::npos ||
+                            e.exitReason.find("SIGUSR1") != std::string::npos;
+    if (stopSignal && allSame && ends.size() > 1) e.crashed = false;
+  }
+  int64_t runLast = INT64_MIN, runFirst = info.beginNs;
+  for (auto& [rank, e] : ends) runLast = std::max(runLast, e.lastRecordNs);
+  const int64_t extent = std::max<int64_t>(0, runLast - runFirst);
+  const int64_t slack = std::max<int64_t>(1'000'000, extent / 20);
+  std::vector<RankEnd> out;
+  for (auto& [rank, e] : ends) {
+    int othersMaxStep = -1;
+    for (auto& [r2, e2] : ends)
+      if (r2 != rank) othersMaxStep = std::max(othersMaxStep, e2.lastStep);
+    if (e.exitReason != "ok" && e.lastRecordNs != INT64_MIN && runLast - e.lastRecordNs > slack &&
+        e.lastStep < othersMaxStep)
+      e.stoppedEarly = true;
+    out.push_back(e);
+  }
+  return out;
+}
+
+tracedb::Result<std::vector<Finding>> crashFindings(tracedb::Reader& reader, const std::vector<RankEnd>& ends,
+                                                    const RunInfo& info) {
+  std::vector<Finding> out;
+  for (const RankEnd& e : ends) {
+    if (!e.crashed && !e.stoppedEarly) continue;
+    Finding fd;
+    fd.kind = FindingKind::Crash;
+    fd.severity = e.crashed ? Severity::Critical : Severity::Error;
+    fd.rank = e.rank;
+    fd.step = e.lastStep;
+    std::string who = "rank " + std::to_string(e.rank);
+    if (auto d = info.describeRank(e.rank); !d.empty()) who += " (" + d + ")";
+    if (e.crashed) fd.message = who + " exited: " + e.exitReason;
+    else fd.message = who + " stopped recording early" + (e.exitReason.empty() ? "" : " (exit: " + e.exitReason + ")");
+    if (e.lastStep >= 0) fd.message += ", last step " + std::to_string(e.lastStep);
+    fd.cite("ranks", {f("rank", int64_t{e.rank})});
+    {
+      Query q(reader,
+              "SELECT n.value, s.begin_ns, s.step, s.layer FROM spans s LEFT JOIN strings n ON n.id = s.name"
+              " WHERE s.rank = ? ORDER BY s.begin_ns DESC LIMIT 1",
+              "table 'spans'");
+      q.bind(1, int64_t{e.rank});
+      auto s = q.each([&](Query& r) {
+        fd.details.push_back("last span: " + r.text(0) + (r.i32(2) >= 0 ? ", step " + std::to_string(r.i32(2)) : "") +
+                             (r.i32(3) >= 0 ? ", layer " + std::to_string(r.i32(3)) : ""));
+        fd.cite("spans", {f("rank", int64_t{e.rank}), f("begin_ns", r.i64(1)), f("name", r.text(0))});
+      });
+      if (!s) return s;
+    }
+    {
+      Query q(reader,
+              "SELECT group_name, seq, op, state, callsite FROM collectives WHERE rank = ? ORDER BY enqueue_ns DESC"
+              " LIMIT 1",
+              "table 'collectives'");
+      q.bind(1, int64_t{e.rank});
+      auto s = q.each([&](Query& r) {
+        fd.collective = CollectiveRef{r.text(0), r.i64(1), r.text(2)};
+        fd.details.push_back("last collective: group " + r.text(0) + " seq " + std::to_string(r.i64(1)) + " " +
+                             r.text(2) + " (" + r.text(3) + ")" + (r.view(4).empty() ? "" : " at " + r.text(4)));
+        fd.cite("collectives", {f("rank", int64_t{e.rank}), f("group_name", r.text(0)), f("seq", r.i64(1))});
+      });
+      if (!s) return s;
+    }
+    fd.number("last_record_ns", e.lastRecordNs);
+    fd.number("exit_reason", e.exitReason);
+    out.push_back(std::move(fd));
+  }
+  return out;
+}
+
+}  // namespace tpscope::analysis

@@ -1,0 +1,336 @@
+#include "tpscope/analysis/desync.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "evidence_util.h"
+#include "sql_query.h"
+
+namespace tpscope::analysis {
+
+using detail::Query;
+
+const char* matchStateName(MatchState state) {
+  switch (state) {
+    case MatchState::FullyMatched: return "fully_matched";
+    case MatchState::CollectiveTypeMismatch: return "collective_type_mismatch";
+    case MatchState::SizeMismatch: return "size_mismatch";
+    case MatchState::StateMismatch: return "state_mismatch";
+    case MatchState::DtypeMismatch: return "dtype_mismatch";
+    case MatchState::Undecided: return "undecided";
+  }
+  return "undecided";
+}
+
+namespace {
+
+constexpr const char* kCompletedSql =
+    "(state = 'completed' OR (end_ns IS NOT NULL AND state NOT IN ('timed_out', 'failed')))";
+constexpr const char* kStartedSql = "(start_ns IS NOT NULL OR state IN ('started', 'completed'))";
+
+bool completed(const MemberRecord& r) {
+  return r.state == "completed" || (r.endNs && r.state != "timed_out" && r.state != "failed");
+}
+
+MatchState classify(const std::vector<MemberRecord>& recs) {
+  if (recs.size() < 2) return MatchState::Undecided;
+  const MemberRecord& a = recs.front();
+  for (const auto& r : recs)
+    if (r.op != a.op) return MatchState::CollectiveTypeMismatch;
+  for (const auto& r : recs)
+    if (r.numel != a.numel || (!r.shape.empty() && !a.shape.empty() && r.shape != a.shape))
+      return MatchState::SizeMismatch;
+  for (const auto& r : recs)
+    if (r.dtype != a.dtype) return MatchState::DtypeMismatch;
+  const bool first = completed(a);
+  for (const auto& r : recs)
+    if (completed(r) != first || r.state == "timed_out" || r.state == "failed") return MatchState::StateMismatch;
+  return MatchState::FullyMatched;
+}
+
+std::vector<int64_t> parseShape(std::string_view s) {
+  std::vector<int64_t> out;
+  int64_t v = 0;
+  bool in = false, neg = false;
+  for (char c : s) {
+    if (c >= '0' && c <= '9') {
+      v = v * 10 + (c - '0');
+      in = true;
+    } else if (c == '-') {
+      neg = true;
+    } else {
+      if (in) out.push_back(neg ? -v : v);
+      v = 0;
+      in = neg = false;
+    }
+  }
+  if (in) out.push_back(neg ? -v : v);
+  return out;
+}
+
+constexpr const char* kRecordColumns =
+    "rank, op, dtype, shape, numel, bytes, callsite, step, layer, enqueue_ns, start_ns, end_ns, state";
+
+MemberRecord readRecord(Query& row) {
+  MemberRecord r;
+  r.rank = row.i32(0);
+  r.op = row.text(1);
+  r.dtype = row.text(2);
+  r.shape = parseShape(row.view(3));
+  r.numel = row.i64(4);
+  r.bytes = row.i64(5);
+  r.callsite = row.text(6);
+  r.step = row.i32(7);
+  r.layer = row.i32(8);
+  r.enqueueNs = row.i64(9);
+  r.startNs = row.optI64(10);
+  r.endNs = row.optI64(11);
+  r.state = row.text(12);
+  return r;
+}
+
+tracedb::Result<std::vector<MemberRecord>> recordsOf(tracedb::Reader& reader, const std::string& group, int64_t seq,
+                                                     std::optional<int> rank = std::nullopt) {
+  std::string sql = std::string("SELECT ") + kRecordColumns + " FROM collectives WHERE group_name = ? AND seq = ?";
+  if (rank) sql += " AND rank = ?";
+  sql += " ORDER BY rank";
+  Query q(reader, sql, "table 'collectives'");
+  q.bind(1, group).bind(2, seq);
+  if (rank) q.bind(3, int64_t{*rank});
+  std::vector<MemberRecord> out;
+  if (auto s = q.each([&](Query& row) { out.push_back(readRecord(row)); }); !s) return s;
+  return out;
+}
+
+}  // namespace
+
+tracedb::Result<DesyncReport> analyzeDesync(tracedb::Reader& reader, const RunInfo& info) {
+  DesyncReport out;
+  struct Progress {
+    int64_t lastEnqueued = 0, lastStarted = 0, lastCompleted = 0;
+    std::optional<int64_t> firstIncomplete;
+  };
+  std::map<std::string, std::map<int, Progress>> progress;
+  {
+    Query q(reader,
+            std::string("SELECT group_name, rank, max(seq), max(CASE WHEN ") + kStartedSql +
+                " THEN seq END), max(CASE WHEN " + kCompletedSql + " THEN seq END), min(CASE WHEN NOT " +
+                kCompletedSql + " THEN seq END) FROM collectives GROUP BY group_name, rank",
+            "table 'collectives'");
+    auto s = q.each([&](Query& row) {
+      Progress& p = progress[row.text(0)][row.i32(1)];
+      p.lastEnqueued = row.i64(2);
+      p.lastStarted = row.optI64(3).value_or(0);
+      p.lastCompleted = row.optI64(4).value_or(0);
+      p.firstIncomplete = row.optI64(5);
+    });
+    if (!s) return s;
+  }
+  // Every (group, seq) whose members disagree on op, size or dtype.
+  std::map<std::string, std::vector<int64_t>> mismatchedSeqs;
+  {
+    Query q(reader,
+            "SELECT group_name, seq FROM collectives GROUP BY group_name, seq HAVING count(DISTINCT op) > 1 OR"
+            " count(DISTINCT numel) > 1 OR count(DISTINCT shape) > 1 OR count(DISTINCT dtype) > 1"
+            " ORDER BY group_name, seq",
+            "table 'collectives'");
+    auto s = q.each([&](Query& row) { mismatchedSeqs[row.text(0)].push_back(row.i64(1)); });
+    if (!s) return s;
+  }
+
+  for (auto& [name, byRank] : progress) {
+    GroupDesync gd;
+    gd.group = name;
+    if (const auto* g = info.group(name)) gd.members = g->ranks;
+    for (auto& [rank, p] : byRank)
+      if (std::find(gd.members.begin(), gd.members.end(), rank) == gd.members.end()) gd.members.push_back(rank);
+    // Members this file holds nothing of (one rank's own file, a partial merge) cannot be judged.
+    std::erase_if(gd.members, [&](int m) { return info.rank(m) == nullptr && !byRank.count(m); });
+    std::sort(gd.members.begin(), gd.members.end());
+
+    int64_t maxEnqueued = 0;
+    int64_t stuck = INT64_MAX;
+    for (int m : gd.members) {
+      MemberProgress mp;
+      mp.rank = m;
+      auto it = byRank.find(m);
+      if (it != byRank.end()) {
+        mp.lastEnqueued = it->second.lastEnqueued;
+        mp.lastStarted = it->second.lastStarted;
+        mp.lastCompleted = it->second.lastCompleted;
+        stuck = std::min(stuck, it->second.firstIncomplete.value_or(it->second.lastEnqueued + 1));
+      } else {
+        stuck = std::min<int64_t>(stuck, 1);
+      }
+      maxEnqueued = std::max(maxEnqueued, mp.lastEnqueued);
+      gd.progress.push_back(mp);
+    }
+    // The first seq is the smallest recorded one (sequence numbers may not start at 1 in an imported file).
+    if (stuck != INT64_MAX && stuck <= maxEnqueued) {
+      auto recs = recordsOf(reader, name, stuck);
+      if (!recs) return recs.status();
+      if (!recs->empty()) {
+        gd.stuckSeq = stuck;
+        gd.stuckRecords = std::move(*recs);
+        gd.stuckState = classify(gd.stuckRecords);
+        for (int m : gd.members) {
+          auto r = std::find_if(gd.stuckRecords.begin(), gd.stuckRecords.end(),
+                                [&](const MemberRecord& x) { return x.rank == m; });
+          if (r == gd.stuckRecords.end()) gd.missingRanks.push_back(m);
+          else if (!completed(*r)) gd.waitingRanks.push_back(m);
+        }
+        if (gd.missingRanks.empty() && gd.waitingRanks.empty()) gd.stuckSeq.reset();  // a gap, not a hang
+      }
+    }
+    for (MemberProgress& mp : gd.progress) {
+      if (mp.lastEnqueued > 0) {
+        auto recs = recordsOf(reader, name, mp.lastEnqueued, mp.rank);
+        if (!recs) return recs.status();
+        if (!recs->empty()) mp.lastRecord = recs->front();
+      }
+      const bool missing = std::find(gd.missingRanks.begin(), gd.missingRanks.end(), mp.rank) != gd.missingRanks.end();
+      if (missing) {
+        Query q(reader,
+                "SELECT n.value, k.name, p.name, s.step, s.layer, s.begin_ns, s.begin_ns + s.dur_ns FROM spans s"
+                " LEFT JOIN strings n ON n.id = s.name LEFT JOIN span_kinds k ON k.id = s.kind"
+                " LEFT JOIN phases p ON p.id = s.phase WHERE s.rank = ? ORDER BY s.begin_ns DESC LIMIT 1",
+                "table 'spans'");
+        q.bind(1, int64_t{mp.rank});
+        auto s = q.each([&](Query& row) {
+          mp.lastSpan = LastSpan{row.text(0), row.text(1), row.text(2), row.i32(3), row.i32(4), row.i64(5), row.i64(6)};
+        });
+        if (!s) return s;
+      }
+    }
+    const auto& seqs = mismatchedSeqs[name];
+    gd.mismatchCount = static_cast<int64_t>(seqs.size());
+    for (size_t i = 0; i < seqs.size() && i < 100; ++i) {
+      auto recs = recordsOf(reader, name, seqs[i]);
+      if (!recs) return recs.status();
+      SeqMismatch sm;
+      sm.seq = seqs[i];
+      sm.state = classify(*recs);
+      sm.records = std::move(*recs);
+      gd.mismatches.push_back(std::move(sm));
+    }
+    out.groups.push_back(std::move(gd));
+  }
+  return out;
+}
+
+namespace {
+
+using detail::f;
+
+std::string describeRecord(const MemberRecord& r) {
+  std::string s = r.op + " " + r.dtype + " [";
+  for (size_t i = 0; i < r.shape.size(); ++i) s += (i ? "," : "") + std::to_string(r.shape[i]);
+  s += "] (" + std::to_string(r.bytes) + " bytes)";
+  return s;
+}
+
+std::string spanText(const LastSpan& s) {
+  std::string t = s.name.empty() ? s.kind : s.name;
+  if (!s.phase.empty() && s.phase != "none") t += " (" + s.phase + ")";
+  if (s.layer >= 0) t += ", layer " + std::to_string(s.layer);
+  if (s.step >= 0) t += ", step " + std::to_string(s.step);
+  return t;
+}
+
+}  // namespace
+
+std::vector<Finding> desyncFindings(const DesyncReport& report, const RunInfo& info) {
+  std::vector<Finding> out;
+  for (const GroupDesync& g : report.groups) {
+    const std::string members = formatRanks(g.members);
+    if (g.stuckSeq) {
+      Finding fd;
+      fd.kind = FindingKind::Hang;
+      fd.severity = Severity::Critical;
+      const MemberRecord* sample = g.stuckRecords.empty() ? nullptr : &g.stuckRecords.front();
+      fd.collective = CollectiveRef{g.group, *g.stuckSeq, sample ? sample->op : ""};
+      fd.rank = g.missingRanks.empty() ? -1 : g.missingRanks.front();
+      fd.step = sample ? sample->step : -1;
+      fd.layer = sample ? sample->layer : -1;
+      fd.ranks = g.missingRanks;
+      const std::string where = sample && !sample->callsite.empty() ? ": " + sample->callsite : "";
+      fd.message = "group " + g.group + " (ranks " + members + ") seq " + std::to_string(*g.stuckSeq) + where;
+      if (!g.waitingRanks.empty())
+        fd.details.push_back("ranks " + formatRanks(g.waitingRanks) + " entered it and never completed it");
+      if (g.stuckState != MatchState::FullyMatched && g.stuckState != MatchState::StateMismatch &&
+          g.stuckState != MatchState::Undecided)
+        fd.details.push_back(std::string("the ranks that entered it disagree: ") + matchStateName(g.stuckState));
+      for (const MemberRecord& r : g.stuckRecords) {
+        fd.cite("collectives", {f("rank", int64_t{r.rank}), f("group_name", g.group), f("seq", *g.stuckSeq)});
+        if (!r.callsite.empty() && sample && r.callsite != sample->callsite)
+          fd.details.push_back("rank " + std::to_string(r.rank) + " was at: " + r.callsite);
+      }
+      for (int m : g.missingRanks) {
+        const auto& mp = *std::find_if(g.progress.begin(), g.progress.end(), [&](const auto& p) { return p.rank == m; });
+        std::string line = "rank " + std::to_string(m) + " never entered it: ";
+        line += mp.lastEnqueued > 0 ? "its last collective is seq " + std::to_string(mp.lastEnqueued)
+                                    : "it recorded no collective in this group";
+        if (mp.lastRecord && !mp.lastRecord->callsite.empty()) line += " (" + mp.lastRecord->callsite + ")";
+        if (mp.lastSpan) line += "; its last span: " + spanText(*mp.lastSpan);
+        fd.details.push_back(line);
+        if (mp.lastEnqueued > 0)
+          fd.cite("collectives", {f("rank", int64_t{m}), f("group_name", g.group), f("seq", mp.lastEnqueued)});
+        if (mp.lastSpan)
+          fd.cite("spans", {f("rank", int64_t{m}), f("begin_ns", mp.lastSpan->beginNs), f("name", mp.lastSpan->name)});
+      }
+      fd.number("stuck_seq", *g.stuckSeq);
+      fd.number("missing_ranks", static_cast<int64_t>(g.missingRanks.size()));
+      fd.number("waiting_ranks", static_cast<int64_t>(g.waitingRanks.size()));
+      fd.number("match_state", std::string(matchStateName(g.stuckState)));
+      if (!g.missingRanks.empty()) fd.message += " — rank" + std::string(g.missingRanks.size() > 1 ? "s " : " ") +
+                                                 formatRanks(g.missingRanks) + " never entered it";
+      out.push_back(std::move(fd));
+    }
+    for (const SeqMismatch& m : g.mismatches) {
+      if (m.state == MatchState::FullyMatched || m.state == MatchState::Undecided ||
+          m.state == MatchState::StateMismatch)
+        continue;
+      Finding fd;
+      fd.kind = FindingKind::Desync;
+      const bool isStuck = g.stuckSeq && *g.stuckSeq == m.seq;
+      fd.severity = isStuck ? Severity::Critical : Severity::Error;
+      // The odd one out: the rank whose record differs from the majority.
+      std::map<std::string, std::vector<int>> byDesc;
+      for (const auto& r : m.records) byDesc[describeRecord(r)].push_back(r.rank);
+      size_t most = 0;
+      for (auto& [d, rs] : byDesc) most = std::max(most, rs.size());
+      std::vector<int> odd;
+      for (auto& [d, rs] : byDesc)
+        if (rs.size() < most || byDesc.size() == 1) odd.insert(odd.end(), rs.begin(), rs.end());
+      if (odd.empty())  // a tie: every variant is as common; name all but the first variant
+        for (auto it = std::next(byDesc.begin()); it != byDesc.end(); ++it)
+          odd.insert(odd.end(), it->second.begin(), it->second.end());
+      std::sort(odd.begin(), odd.end());
+      fd.rank = odd.empty() ? -1 : odd.front();
+      fd.ranks = odd;
+      const MemberRecord& first = m.records.front();
+      fd.collective = CollectiveRef{g.group, m.seq, first.op};
+      fd.step = first.step;
+      fd.layer = first.layer;
+      fd.message = std::string(matchStateName(m.state)) + " in group " + g.group + " seq " + std::to_string(m.seq) +
+                   ": rank" + (odd.size() > 1 ? "s " : " ") + formatRanks(odd) + " disagree" +
+                   (odd.size() > 1 ? "" : "s") + " with the others";
+      for (auto& [d, rs] : byDesc) {
+        std::string cs;
+        for (const auto& r : m.records)
+          if (r.rank == rs.front() && !r.callsite.empty()) cs = " at " + r.callsite;
+        fd.details.push_back("rank" + std::string(rs.size() > 1 ? "s " : " ") + formatRanks(rs) + ": " + d + cs);
+      }
+      for (const auto& r : m.records)
+        fd.cite("collectives", {f("rank", int64_t{r.rank}), f("group_name", g.group), f("seq", m.seq)});
+      fd.number("match_state", std::string(matchStateName(m.state)));
+      fd.number("mismatched_seqs_in_group", g.mismatchCount);
+      out.push_back(std::move(fd));
+    }
+  }
+  (void)info;
+  return out;
+}
+
+}  // namespace tpscope::analysis

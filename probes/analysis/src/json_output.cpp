@@ -1,0 +1,220 @@
+#include "tpscope/analysis/json_output.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+namespace tpscope::analysis {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// Reals with 6 significant digits (stable golden output); non-finite values become null.
+Json real(double v) {
+  if (!std::isfinite(v)) return nullptr;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return std::strtod(buf, nullptr);
+}
+
+Json value(const EvidenceValue& v) {
+  if (const auto* i = std::get_if<int64_t>(&v)) return *i;
+  if (const auto* d = std::get_if<double>(&v)) return real(*d);
+  return std::get<std::string>(v);
+}
+
+Json fields(const std::vector<EvidenceField>& fs) {
+  Json o = Json::object();
+  for (const auto& f : fs) o[f.name] = value(f.value);
+  return o;
+}
+
+Json findingJson(const Finding& f) {
+  Json j;
+  j["kind"] = std::string(findingKindName(f.kind));
+  j["severity"] = std::string(severityName(f.severity));
+  j["rank"] = f.rank;
+  j["step"] = f.step;
+  j["layer"] = f.layer;
+  if (f.collective) j["collective"] = Json{{"group", f.collective->group}, {"seq", f.collective->seq},
+                                           {"op", f.collective->op}};
+  else j["collective"] = nullptr;
+  j["ranks"] = f.ranks;
+  j["message"] = f.message;
+  j["details"] = f.details;
+  Json rows = Json::array();
+  for (const auto& r : f.evidence.rows) rows.push_back(Json{{"table", r.table}, {"key", fields(r.key)}});
+  j["evidence"] = Json{{"rows", rows}, {"rows_omitted", f.evidence.rowsOmitted}, {"numbers", fields(f.evidence.numbers)}};
+  return j;
+}
+
+Json shares(const TimeShares& t) {
+  Json j;
+  j["step_ns"] = t.stepNs;
+  j["compute_ns"] = t.computeNs;
+  j["comm_ns"] = t.commNs;
+  j["exposed_comm_ns"] = t.exposedCommNs;
+  j["other_ns"] = t.otherNs;
+  j["idle_ns"] = t.idleNs;
+  j["comm_overhead_pct"] = real(t.commOverheadPct());
+  return j;
+}
+
+Json record(const MemberRecord& r) {
+  Json j;
+  j["rank"] = r.rank;
+  j["op"] = r.op;
+  j["dtype"] = r.dtype;
+  j["shape"] = r.shape;
+  j["numel"] = r.numel;
+  j["bytes"] = r.bytes;
+  j["state"] = r.state;
+  j["callsite"] = r.callsite;
+  j["step"] = r.step;
+  j["layer"] = r.layer;
+  return j;
+}
+
+}  // namespace
+
+std::string diagnosisToJson(const DiagnoseResult& result, const std::string& file, int indent) {
+  Json j;
+  j["version"] = kDiagnosisJsonVersion;
+  j["file"] = file;
+  Json list = Json::array();
+  for (const auto& f : result.findings) list.push_back(findingJson(f));
+  j["findings"] = std::move(list);
+  j["errors"] = result.errors;
+  Json omitted = Json::object();
+  for (const auto& [k, n] : result.omitted) omitted[k] = n;
+  j["omitted"] = std::move(omitted);
+  return j.dump(indent) + "\n";
+}
+
+std::string reportToJson(const Report& report, const std::string& file, int indent) {
+  Json j;
+  j["file"] = file;
+  j["step_source"] = stepSourceName(report.breakdown.source);
+  Json ranks = Json::array();
+  for (const auto& r : report.breakdown.ranks) {
+    Json x;
+    x["rank"] = r.rank;
+    x["steps"] = r.steps;
+    const Json t = shares(r.time);
+    for (auto it = t.begin(); it != t.end(); ++it) x[it.key()] = it.value();
+    ranks.push_back(std::move(x));
+  }
+  j["ranks"] = std::move(ranks);
+  Json steps = Json::array();
+  for (const auto& s : report.breakdown.steps) {
+    Json x;
+    x["rank"] = s.rank;
+    x["step"] = s.step;
+    const Json t = shares(s.time);
+    for (auto it = t.begin(); it != t.end(); ++it) x[it.key()] = it.value();
+    steps.push_back(std::move(x));
+  }
+  j["steps"] = std::move(steps);
+  j["run"] = shares(report.breakdown.run);
+  Json colls = Json::array();
+  for (const auto& c : report.collectives.stats) {
+    Json x;
+    x["group"] = c.group;
+    x["op"] = c.op;
+    x["group_size"] = c.groupSize;
+    x["count"] = c.count;
+    x["incomplete"] = c.incomplete;
+    x["bytes"] = c.bytes;
+    x["total_ns"] = c.totalNs;
+    x["latency_ns"] = c.latencyNs;
+    x["algbw_gbps"] = real(c.algbwGbps);
+    x["busbw_gbps"] = real(c.busbwGbps);
+    x["mean_skew_ns"] = c.meanSkewNs;
+    x["max_skew_ns"] = c.maxSkewNs;
+    x["steps"] = c.steps;
+    colls.push_back(std::move(x));
+  }
+  j["collectives"] = std::move(colls);
+  Json st;
+  st["decided"] = report.collectives.stragglers.decided;
+  st["undecided"] = report.collectives.stragglers.undecided;
+  Json sr = Json::array();
+  for (const auto& r : report.collectives.stragglers.ranks)
+    sr.push_back(Json{{"rank", r.rank}, {"collectives", r.collectives}, {"last_count", r.lastCount},
+                      {"last_pct", real(r.lastPct())}, {"caused_wait_ns", r.causedWaitNs}, {"waited_ns", r.waitedNs}});
+  st["ranks"] = std::move(sr);
+  j["stragglers"] = std::move(st);
+  const TpModelCheck& tp = report.collectives.tp;
+  Json t;
+  t["have_model"] = tp.haveModel;
+  t["expected_per_step"] = tp.expectedPerStep;
+  t["expected_elements"] = tp.expectedElements;
+  t["expected_bytes_per_step"] = tp.expectedBytesPerStep;
+  t["measured_per_step"] = real(tp.measuredPerStep);
+  t["measured_model_sized_per_step"] = real(tp.measuredModelSizedPerStep);
+  t["measured_bytes_per_step"] = real(tp.measuredBytesPerStep);
+  t["measured_bytes_each"] = tp.measuredBytesEach;
+  t["busbw_gbps"] = real(tp.busbwGbps);
+  t["matches"] = tp.matches;
+  j["tp_model"] = std::move(t);
+  return j.dump(indent) + "\n";
+}
+
+std::string desyncToJson(const DesyncReport& report, const std::string& file, int indent) {
+  Json j;
+  j["file"] = file;
+  Json groups = Json::array();
+  for (const auto& g : report.groups) {
+    Json x;
+    x["group"] = g.group;
+    x["members"] = g.members;
+    Json prog = Json::array();
+    for (const auto& p : g.progress) {
+      Json y{{"rank", p.rank}, {"last_enqueued", p.lastEnqueued}, {"last_started", p.lastStarted},
+             {"last_completed", p.lastCompleted}};
+      y["callsite"] = p.lastRecord ? p.lastRecord->callsite : "";
+      if (p.lastSpan)
+        y["last_span"] = Json{{"name", p.lastSpan->name}, {"kind", p.lastSpan->kind}, {"phase", p.lastSpan->phase},
+                              {"step", p.lastSpan->step}, {"layer", p.lastSpan->layer}};
+      prog.push_back(std::move(y));
+    }
+    x["progress"] = std::move(prog);
+    x["stuck_seq"] = g.stuckSeq ? Json(*g.stuckSeq) : Json(nullptr);
+    x["stuck_state"] = matchStateName(g.stuckState);
+    x["missing_ranks"] = g.missingRanks;
+    x["waiting_ranks"] = g.waitingRanks;
+    Json recs = Json::array();
+    for (const auto& r : g.stuckRecords) recs.push_back(record(r));
+    x["stuck_records"] = std::move(recs);
+    Json mm = Json::array();
+    for (const auto& m : g.mismatches) {
+      Json r = Json::array();
+      for (const auto& rec : m.records) r.push_back(record(rec));
+      mm.push_back(Json{{"seq", m.seq}, {"state", matchStateName(m.state)}, {"records", r}});
+    }
+    x["mismatches"] = std::move(mm);
+    x["mismatch_count"] = g.mismatchCount;
+    groups.push_back(std::move(x));
+  }
+  j["groups"] = std::move(groups);
+  return j.dump(indent) + "\n";
+}
+
+std::string diffToJson(const RunDiff& diff, const std::string& fileA, const std::string& fileB, int indent) {
+  Json j;
+  j["a"] = fileA;
+  j["b"] = fileB;
+  j["steps"] = Json{{"a", diff.stepsA}, {"b", diff.stepsB}};
+  j["ranks"] = Json{{"a", diff.ranksA}, {"b", diff.ranksB}};
+  Json e = Json::array();
+  for (const auto& d : diff.entries)
+    e.push_back(Json{{"what", d.what}, {"unit", d.unit}, {"a", real(d.a)}, {"b", real(d.b)},
+                     {"change_pct", d.a != 0 ? real(d.changePct()) : Json(nullptr)}});
+  j["entries"] = std::move(e);
+  return j.dump(indent) + "\n";
+}
+
+}  // namespace tpscope::analysis

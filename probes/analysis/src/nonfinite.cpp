@@ -1,0 +1,349 @@
+#include "tpscope/analysis/nonfinite.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <queue>
+#include <set>
+
+#include "evidence_util.h"
+#include "sql_query.h"
+
+namespace tpscope::analysis {
+
+using detail::Query;
+
+namespace {
+
+// Orders candidate origins: step, time (events with a time first), higher layer, NaN before Inf, more elements,
+// smaller rank.
+bool earlier(const NonFiniteEvent& a, const NonFiniteEvent& b) {
+  if (a.step != b.step) return a.step < b.step;
+  if (a.tsNs.has_value() != b.tsNs.has_value()) return a.tsNs.has_value();
+  if (a.tsNs && *a.tsNs != *b.tsNs) return *a.tsNs < *b.tsNs;
+  if (a.layer != b.layer) return a.layer > b.layer;
+  if (a.isNan() != b.isNan()) return a.isNan();
+  const int64_t na = a.nanCount + a.infCount, nb = b.nanCount + b.infCount;
+  if (na != nb) return na > nb;
+  if (a.rank != b.rank) return a.rank < b.rank;
+  return a.param < b.param;
+}
+
+std::string phaseFromAlert(const std::string& kind, const std::string& evidence) {
+  const auto j = nlohmann::json::parse(evidence, nullptr, false);
+  if (j.is_object()) {
+    if (auto it = j.find("phase"); it != j.end() && it->is_string()) return it->get<std::string>();
+  }
+  if (kind.find("activation") != std::string::npos) return "fwd";
+  if (kind.find("grad") != std::string::npos) return "bwd";
+  return "";
+}
+
+int64_t jsonCount(const std::string& evidence, const char* key) {
+  const auto j = nlohmann::json::parse(evidence, nullptr, false);
+  if (j.is_object())
+    if (auto it = j.find(key); it != j.end() && it->is_number_integer()) return it->get<int64_t>();
+  return 0;
+}
+
+struct Coll {
+  int rank;
+  std::string group;
+  int64_t seq;
+  std::string op;
+  int64_t enqueue, done;
+  int step, phase, layer;
+};
+
+}  // namespace
+
+tracedb::Result<NonFiniteReport> analyzeNonFinite(tracedb::Reader& reader, const RunInfo& info) {
+  NonFiniteReport out;
+  std::vector<NonFiniteEvent> events;
+  {
+    Query q(reader,
+            "SELECT g.rank, g.step, s.value, g.layer, g.nan_count, g.inf_count, g.numel FROM grad_stats g"
+            " LEFT JOIN strings s ON s.id = g.param WHERE g.nan_count > 0 OR g.inf_count > 0",
+            "table 'grad_stats'");
+    auto s = q.each([&](Query& r) {
+      NonFiniteEvent e;
+      e.source = "grad_stats";
+      e.rank = r.i32(0);
+      e.step = r.i32(1);
+      e.param = r.text(2);
+      e.layer = r.i32(3);
+      e.phase = "bwd";
+      e.nanCount = r.i64(4);
+      e.infCount = r.i64(5);
+      e.numel = r.i64(6);
+      events.push_back(std::move(e));
+    });
+    if (!s) return s;
+  }
+  {
+    Query q(reader,
+            "SELECT rank, step, layer, param, ts_ns, kind, evidence FROM alerts WHERE kind LIKE 'nonfinite%'"
+            " OR kind LIKE 'nan%' OR kind LIKE 'inf%'",
+            "table 'alerts'");
+    auto s = q.each([&](Query& r) {
+      NonFiniteEvent e;
+      e.source = "alerts";
+      e.rank = r.i32(0);
+      e.step = r.i32(1);
+      e.layer = r.i32(2);
+      e.param = r.text(3);
+      e.tsNs = r.i64(4);
+      const std::string kind = r.text(5), evidence = r.text(6);
+      e.phase = phaseFromAlert(kind, evidence);
+      e.nanCount = jsonCount(evidence, "nan_count");
+      e.infCount = jsonCount(evidence, "inf_count");
+      e.numel = jsonCount(evidence, "numel");
+      if (e.nanCount == 0 && e.infCount == 0) {
+        if (kind.find("inf") != std::string::npos && kind.find("nonfinite") == std::string::npos) e.infCount = 1;
+        else e.nanCount = 1;
+      }
+      if (e.step >= 0) events.push_back(std::move(e));
+    });
+    if (!s) return s;
+  }
+  {
+    // SQLite stores NaN as NULL (indistinguishable from "not recorded"), so only ±Inf is visible here.
+    Query q(reader,
+            "SELECT rank, step, loss, grad_norm FROM step_stats WHERE abs(loss) > 1.7976931348623157e308 OR"
+            " abs(grad_norm) > 1.7976931348623157e308",
+            "table 'step_stats'");
+    auto s = q.each([&](Query& r) {
+      NonFiniteEvent e;
+      e.source = "step_stats";
+      e.rank = r.i32(0);
+      e.step = r.i32(1);
+      e.param = !r.isNull(2) && std::isinf(r.f64(2)) ? "loss" : "grad_norm";
+      e.infCount = 1;
+      events.push_back(std::move(e));
+    });
+    if (!s) return s;
+  }
+  if (events.empty()) return out;
+
+  std::sort(events.begin(), events.end(), earlier);
+  // Grad stats beat step stats at equal position: the step_stats event carries no layer and sorts last anyway.
+  std::map<int, NonFiniteEvent> first;
+  for (const auto& e : events) first.try_emplace(e.rank, e);
+  for (auto& [r, e] : first) out.firstPerRank.push_back(e);
+  // The origin: the earliest event of the earliest step. A NaN at the same step beats an Inf.
+  NonFiniteEvent origin = events.front();
+  for (const auto& e : events) {
+    if (e.step != origin.step) break;
+    if (e.isNan() && !origin.isNan() && !origin.tsNs) {
+      origin = e;
+      break;
+    }
+  }
+
+  // History of the origin's parameter on its rank.
+  if (origin.source == "grad_stats") {
+    if (auto id = reader.stringId(origin.param)) {
+      Query q(reader,
+              "SELECT l2_norm FROM grad_stats WHERE rank = ? AND param = ? AND step < ? AND nan_count = 0 AND"
+              " inf_count = 0 ORDER BY step DESC LIMIT 20",
+              "table 'grad_stats'");
+      q.bind(1, int64_t{origin.rank}).bind(2, int64_t{*id}).bind(3, int64_t{origin.step});
+      std::vector<double> hist;
+      auto s = q.each([&](Query& r) { hist.push_back(r.f64(0)); });
+      if (!s) return s;
+      if (!hist.empty()) {
+        origin.prevNorm = hist.front();
+        std::vector<double> sorted = hist;
+        std::nth_element(sorted.begin(), sorted.begin() + static_cast<long>(sorted.size() / 2), sorted.end());
+        origin.medianNorm = sorted[sorted.size() / 2];
+      }
+    }
+  }
+  out.origin = origin;
+
+  // Spread: collectives of the origin step and the next one.
+  std::vector<Coll> colls;
+  {
+    Query q(reader,
+            "SELECT rank, group_name, seq, op, enqueue_ns, coalesce(end_ns, start_ns, enqueue_ns), step, phase, layer"
+            " FROM collectives WHERE step BETWEEN ? AND ? ORDER BY enqueue_ns",
+            "table 'collectives'");
+    q.bind(1, int64_t{origin.step}).bind(2, int64_t{origin.step} + 1);
+    auto s = q.each([&](Query& r) {
+      colls.push_back(Coll{r.i32(0), r.text(1), r.i64(2), r.text(3), r.i64(4), r.i64(5), r.i32(6), r.i32(7),
+                           r.i32(8)});
+    });
+    if (!s) return s;
+  }
+  // The origin time: the alert's time; else, for gradients, the first backward collective of the origin rank at
+  // the origin layer or below; else the first collective of the step.
+  int64_t t0 = INT64_MIN;
+  if (origin.tsNs) {
+    t0 = *origin.tsNs;
+  } else {
+    const Coll* pick = nullptr;
+    for (const Coll& c : colls) {
+      if (c.rank != origin.rank || c.step != origin.step) continue;
+      if (origin.phase == "bwd" && c.phase == 2 && (origin.layer < 0 || c.layer <= origin.layer)) {
+        pick = &c;
+        break;
+      }
+    }
+    if (!pick)
+      for (const Coll& c : colls)
+        if (c.rank == origin.rank && c.step == origin.step && (origin.phase != "bwd" || c.phase == 2)) {
+          pick = &c;
+          break;
+        }
+    if (!pick)
+      for (const Coll& c : colls)
+        if (c.rank == origin.rank && c.step == origin.step) {
+          pick = &c;
+          break;
+        }
+    t0 = pick ? pick->enqueue : INT64_MAX;
+  }
+  std::map<std::pair<std::string, int64_t>, std::vector<const Coll*>> bySeq;
+  for (const Coll& c : colls) bySeq[{c.group, c.seq}].push_back(&c);
+
+  // Earliest-arrival search over (rank, time): a reached rank passes the value on through the next collective of
+  // each of its groups that it enqueued at or after it was reached.
+  std::map<int, int64_t> reached{{origin.rank, t0}};
+  using Item = std::pair<int64_t, int>;
+  std::priority_queue<Item, std::vector<Item>, std::greater<>> frontier;
+  frontier.emplace(t0, origin.rank);
+  std::set<std::pair<std::string, int64_t>> used;
+  while (!frontier.empty() && t0 != INT64_MAX) {
+    auto [t, r] = frontier.top();
+    frontier.pop();
+    if (reached[r] < t) continue;
+    std::set<std::string> groupsDone;
+    for (const Coll& c : colls) {
+      if (c.rank != r || c.enqueue < t || groupsDone.count(c.group)) continue;
+      groupsDone.insert(c.group);
+      if (!used.insert({c.group, c.seq}).second) continue;
+      SpreadHop hop;
+      hop.collective = CollectiveRef{c.group, c.seq, c.op};
+      hop.step = c.step;
+      hop.fromRank = r;
+      int64_t done = c.done;
+      for (const Coll* m : bySeq[{c.group, c.seq}]) done = std::max(done, m->done);
+      for (const Coll* m : bySeq[{c.group, c.seq}]) {
+        if (m->rank == r) continue;
+        auto it = reached.find(m->rank);
+        if (it == reached.end() || it->second > done) {
+          reached[m->rank] = done;
+          frontier.emplace(done, m->rank);
+          hop.toRanks.push_back(m->rank);
+        }
+      }
+      std::sort(hop.toRanks.begin(), hop.toRanks.end());
+      if (!hop.toRanks.empty()) out.spread.push_back(std::move(hop));
+    }
+  }
+  for (const auto& [rank, e] : first) {
+    if (rank == origin.rank) continue;
+    if (reached.count(rank)) out.receivers.push_back(rank);
+    else out.unexplained.push_back(rank);
+  }
+  (void)info;
+  return out;
+}
+
+namespace {
+using detail::f;
+
+using detail::g3;
+}  // namespace
+
+std::vector<Finding> nonFiniteFindings(const NonFiniteReport& report, const RunInfo& info) {
+  std::vector<Finding> out;
+  if (!report.origin) return out;
+  const NonFiniteEvent& o = *report.origin;
+  Finding fd;
+  fd.kind = o.isNan() ? FindingKind::NanOrigin : FindingKind::InfOrigin;
+  fd.severity = Severity::Critical;
+  fd.rank = o.rank;
+  fd.step = o.step;
+  fd.layer = o.layer;
+  fd.ranks = report.receivers;
+  std::string where = "rank " + std::to_string(o.rank);
+  if (auto d = info.describeRank(o.rank); !d.empty()) where += " (" + d + ")";
+  where += " step " + std::to_string(o.step);
+  if (o.layer >= 0) where += " layer " + std::to_string(o.layer);
+  if (!o.param.empty()) where += " " + o.param;
+  if (o.source == "grad_stats") where += " grad";
+  else if (!o.phase.empty()) where += " (" + o.phase + ")";
+  fd.message = std::string("first ") + (o.isNan() ? "NaN" : "Inf") + ": " + where;
+  std::string line = "first non-finite value: ";
+  if (o.nanCount > 0) line += std::to_string(o.nanCount) + " NaN";
+  if (o.nanCount > 0 && o.infCount > 0) line += " and ";
+  if (o.infCount > 0) line += std::to_string(o.infCount) + " Inf";
+  if (o.numel > 0) line += " in " + std::to_string(o.numel) + " elements";
+  line += " (" + o.source + ")";
+  if (o.prevNorm) {
+    line += "; rank " + std::to_string(o.rank) + "'s grad norm was " + g3(*o.prevNorm) + " the step before";
+    if (o.medianNorm) line += " (median " + g3(*o.medianNorm) + ")";
+  }
+  fd.details.push_back(line);
+  if (!report.spread.empty()) {
+    std::string sp = "spread:";
+    for (size_t i = 0; i < report.spread.size(); ++i) {
+      const SpreadHop& h = report.spread[i];
+      sp += (i ? ";" : "") + std::string(" step ") + std::to_string(h.step) + " " + h.collective.op + " group " +
+            h.collective.group + " seq " + std::to_string(h.collective.seq) + " from rank " +
+            std::to_string(h.fromRank) + " → ranks " + formatRanks(h.toRanks);
+    }
+    fd.details.push_back(sp);
+    fd.collective = report.spread.front().collective;
+  }
+  if (!report.receivers.empty())
+    fd.details.push_back("ranks " + formatRanks(report.receivers) + " only received it through collectives");
+  if (!report.unexplained.empty())
+    fd.details.push_back("ranks " + formatRanks(report.unexplained) +
+                         " also show non-finite values that no collective of the origin explains (a second origin?)");
+  if (o.source == "grad_stats")
+    fd.cite("grad_stats", {f("rank", int64_t{o.rank}), f("step", int64_t{o.step}), f("param", o.param)});
+  else if (o.source == "alerts")
+    fd.cite("alerts", {f("rank", int64_t{o.rank}), f("step", int64_t{o.step}), f("ts_ns", *o.tsNs)});
+  else
+    fd.cite("step_stats", {f("rank", int64_t{o.rank}), f("step", int64_t{o.step})});
+  for (const SpreadHop& h : report.spread)
+    fd.cite("collectives", {f("rank", int64_t{h.fromRank}), f("group_name", h.collective.group),
+                            f("seq", h.collective.seq)});
+  for (const NonFiniteEvent& e : report.firstPerRank) {
+    if (e.rank == o.rank) continue;
+    if (e.source == "grad_stats")
+      fd.cite("grad_stats", {f("rank", int64_t{e.rank}), f("step", int64_t{e.step}), f("param", e.param)});
+  }
+  fd.number("nan_count", o.nanCount);
+  fd.number("inf_count", o.infCount);
+  fd.number("numel", o.numel);
+  if (o.prevNorm) fd.number("prev_l2_norm", *o.prevNorm);
+  if (o.medianNorm) fd.number("median_l2_norm", *o.medianNorm);
+  fd.number("affected_ranks", static_cast<int64_t>(report.firstPerRank.size()));
+  out.push_back(std::move(fd));
+  // A second origin: affected ranks the spread path does not explain, each its own finding.
+  for (const NonFiniteEvent& e : report.firstPerRank) {
+    if (std::find(report.unexplained.begin(), report.unexplained.end(), e.rank) == report.unexplained.end()) continue;
+    Finding s;
+    s.kind = e.isNan() ? FindingKind::NanOrigin : FindingKind::InfOrigin;
+    s.severity = Severity::Error;
+    s.rank = e.rank;
+    s.step = e.step;
+    s.layer = e.layer;
+    s.message = std::string("non-finite value on rank ") + std::to_string(e.rank) + " step " + std::to_string(e.step) +
+                (e.param.empty() ? "" : " " + e.param) + " not explained by the spread from rank " +
+                std::to_string(o.rank);
+    if (e.source == "grad_stats")
+      s.cite("grad_stats", {f("rank", int64_t{e.rank}), f("step", int64_t{e.step}), f("param", e.param)});
+    s.number("nan_count", e.nanCount);
+    s.number("inf_count", e.infCount);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace tpscope::analysis

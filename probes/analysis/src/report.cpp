@@ -1,0 +1,141 @@
+#include "tpscope/analysis/report.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "intervals.h"
+#include "sql_query.h"
+
+namespace tpscope::analysis {
+
+using detail::Interval;
+using detail::IntervalSet;
+using detail::Query;
+
+tracedb::Result<Report> buildReport(tracedb::Reader& reader) {
+  Report r;
+  auto info = loadRunInfo(reader);
+  if (!info) return info.status();
+  r.info = std::move(*info);
+  auto b = computeBreakdown(reader);
+  if (!b) return b.status();
+  r.breakdown = std::move(*b);
+  auto c = analyzeCollectives(reader, r.info);
+  if (!c) return c.status();
+  r.collectives = std::move(*c);
+  return r;
+}
+
+tracedb::Result<PhaseProfile> profilePhases(tracedb::Reader& reader, const Report& report) {
+  PhaseProfile p;
+  p.ranks = static_cast<int>(report.breakdown.ranks.size());
+  int steps = 0;
+  for (const auto& rb : report.breakdown.ranks) steps = std::max(steps, rb.steps);
+  p.steps = steps;
+  const double rankSteps = std::max(1, p.ranks) * static_cast<double>(std::max(1, steps));
+  p.stepNs = report.breakdown.steps.empty()
+                 ? 0.0
+                 : static_cast<double>(report.breakdown.run.stepNs) / static_cast<double>(report.breakdown.steps.size());
+
+  // (kind, phase) → per rank intervals; unions per rank so nested spans count once.
+  std::map<std::pair<int, int>, std::map<int, std::vector<Interval>>> byKey;
+  {
+    Query q(reader, "SELECT kind, phase, rank, begin_ns, dur_ns FROM spans WHERE kind != 4", "table 'spans'");
+    auto s = q.each([&](Query& row) {
+      const int64_t b = row.i64(3);
+      byKey[{row.i32(0), row.i32(1)}][row.i32(2)].emplace_back(b, b + row.i64(4));
+    });
+    if (!s) return s;
+  }
+  std::map<int, std::string> kinds, phases;
+  {
+    Query q(reader, "SELECT id, name FROM span_kinds", "table 'span_kinds'");
+    if (auto s = q.each([&](Query& row) { kinds[row.i32(0)] = row.text(1); }); !s) return s;
+    Query q2(reader, "SELECT id, name FROM phases", "table 'phases'");
+    if (auto s = q2.each([&](Query& row) { phases[row.i32(0)] = row.text(1); }); !s) return s;
+  }
+  for (auto& [key, perRank] : byKey) {
+    int64_t total = 0;
+    for (auto& [rank, iv] : perRank) total += IntervalSet(std::move(iv)).total();
+    PhaseTime t;
+    t.kind = kinds.count(key.first) ? kinds[key.first] : std::to_string(key.first);
+    t.phase = phases.count(key.second) ? phases[key.second] : std::to_string(key.second);
+    t.nsPerRankStep = static_cast<double>(total) / rankSteps;
+    p.phases.push_back(t);
+  }
+
+  std::map<std::pair<std::string, std::string>, CollectiveClassTime> classes;
+  std::map<std::pair<std::string, std::string>, std::pair<double, double>> bw;  // bytes, latency·factor⁻¹
+  std::map<std::pair<std::string, std::string>, std::set<std::string>> groups;
+  std::map<std::pair<std::string, std::string>, int64_t> counts, stepsMax;
+  for (const CollectiveStats& s : report.collectives.stats) {
+    const auto key = std::make_pair(groupClass(s.group), s.op);
+    CollectiveClassTime& c = classes[key];
+    c.groupClass = key.first;
+    c.op = key.second;
+    c.meanLatencyNs += static_cast<double>(s.latencyNs);
+    c.meanTimeNs += static_cast<double>(s.totalNs);
+    counts[key] += s.count;
+    groups[key].insert(s.group);
+    stepsMax[key] = std::max(stepsMax[key], s.steps);
+    bw[key].first += static_cast<double>(s.bytes);
+    bw[key].second += s.busbwGbps > 0 ? static_cast<double>(s.latencyNs) / (s.busbwGbps / s.algbwGbps) : 0.0;
+  }
+  for (auto& [key, c] : classes) {
+    const double n = static_cast<double>(std::max<int64_t>(1, counts[key]));
+    c.meanLatencyNs /= n;
+    c.meanTimeNs /= n;
+    c.countPerStep = static_cast<double>(counts[key]) / static_cast<double>(groups[key].size()) /
+                     static_cast<double>(std::max<int64_t>(1, stepsMax[key]));
+    c.busbwGbps = bw[key].second > 0 ? bw[key].first / bw[key].second : 0.0;
+    p.collectives.push_back(c);
+  }
+  return p;
+}
+
+RunDiff diffProfiles(const PhaseProfile& a, const PhaseProfile& b) {
+  RunDiff d;
+  d.stepsA = a.steps;
+  d.stepsB = b.steps;
+  d.ranksA = a.ranks;
+  d.ranksB = b.ranks;
+  d.entries.push_back(DiffEntry{"step time", a.stepNs, b.stepNs, "ns"});
+  std::vector<DiffEntry> phases, colls;
+  std::map<std::string, std::pair<double, double>> pm;
+  for (const auto& t : a.phases) pm[t.kind + "/" + t.phase].first = t.nsPerRankStep;
+  for (const auto& t : b.phases) pm[t.kind + "/" + t.phase].second = t.nsPerRankStep;
+  for (const auto& [k, v] : pm) phases.push_back(DiffEntry{"phase " + k + " per rank-step", v.first, v.second, "ns"});
+  std::map<std::string, std::array<double, 6>> cm;
+  for (const auto& c : a.collectives) {
+    auto& v = cm[c.groupClass + " " + c.op];
+    v[0] = c.meanLatencyNs;
+    v[2] = c.countPerStep;
+    v[4] = c.busbwGbps;
+  }
+  for (const auto& c : b.collectives) {
+    auto& v = cm[c.groupClass + " " + c.op];
+    v[1] = c.meanLatencyNs;
+    v[3] = c.countPerStep;
+    v[5] = c.busbwGbps;
+  }
+  for (const auto& [k, v] : cm) {
+    colls.push_back(DiffEntry{"collective " + k + " latency", v[0], v[1], "ns"});
+    colls.push_back(DiffEntry{"collective " + k + " per group-step", v[2], v[3], "count"});
+    colls.push_back(DiffEntry{"collective " + k + " busbw", v[4], v[5], "GB/s"});
+  }
+  auto byChange = [](const DiffEntry& x, const DiffEntry& y) {
+    const double cx = std::fabs(x.a != 0 ? x.changePct() : (x.b != 0 ? 1e300 : 0));
+    const double cy = std::fabs(y.a != 0 ? y.changePct() : (y.b != 0 ? 1e300 : 0));
+    return cx != cy ? cx > cy : x.what < y.what;
+  };
+  std::stable_sort(phases.begin(), phases.end(), byChange);
+  std::stable_sort(colls.begin(), colls.end(), byChange);
+  d.entries.insert(d.entries.end(), phases.begin(), phases.end());
+  d.entries.insert(d.entries.end(), colls.begin(), colls.end());
+  return d;
+}
+
+}  // namespace tpscope::analysis

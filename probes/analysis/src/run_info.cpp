@@ -1,0 +1,157 @@
+#include "tpscope/analysis/run_info.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <set>
+
+#include "sql_query.h"
+
+namespace tpscope::analysis {
+
+using detail::Query;
+
+const tracedb::RankInfo* RunInfo::rank(int r) const {
+  auto it = std::lower_bound(ranks.begin(), ranks.end(), r,
+                             [](const tracedb::RankInfo& a, int b) { return a.rank < b; });
+  return it != ranks.end() && it->rank == r ? &*it : nullptr;
+}
+
+const tracedb::GroupInfo* RunInfo::group(const std::string& name) const {
+  auto it = std::lower_bound(groups.begin(), groups.end(), name,
+                             [](const tracedb::GroupInfo& a, const std::string& b) { return a.name < b; });
+  return it != groups.end() && it->name == name ? &*it : nullptr;
+}
+
+std::string RunInfo::describeRank(int r) const {
+  const tracedb::RankInfo* info = rank(r);
+  if (!info) return "";
+  std::string out;
+  auto add = [&](const std::string& part) {
+    if (!out.empty()) out += ", ";
+    out += part;
+  };
+  if (info->tpSize > 1) add("tp " + std::to_string(info->tpRank));
+  if (info->dpSize > 1) add("dp " + std::to_string(info->dpRank));
+  if (!info->host.empty()) add("host " + info->host);
+  return out;
+}
+
+namespace {
+std::optional<ModelConfig> parseModel(const std::string& text) {
+  const auto json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object()) return std::nullopt;
+  ModelConfig m;
+  bool any = false;
+  auto num = [&](const char* key, auto& out) {
+    auto it = json.find(key);
+    if (it != json.end() && it->is_number()) {
+      out = it->template get<std::remove_reference_t<decltype(out)>>();
+      any = true;
+    }
+  };
+  num("layers", m.layers);
+  num("hidden", m.hidden);
+  num("seq_len", m.seqLen);
+  num("micro_batch_size", m.microBatchSize);
+  num("grad_accum_steps", m.gradAccumSteps);
+  num("gradient_accumulation_steps", m.gradAccumSteps);
+  if (auto it = json.find("sequence_parallel"); it != json.end() && it->is_boolean()) m.sequenceParallel = *it;
+  if (m.gradAccumSteps < 1) m.gradAccumSteps = 1;
+  return any ? std::optional<ModelConfig>(m) : std::nullopt;
+}
+}  // namespace
+
+tracedb::Result<RunInfo> loadRunInfo(tracedb::Reader& reader) {
+  RunInfo info;
+  auto ranks = reader.ranks();
+  if (!ranks) return ranks.status();
+  info.ranks = std::move(*ranks);
+  auto groups = reader.groups();
+  if (!groups) return groups.status();
+  info.groups = std::move(*groups);
+
+  // Ranks and groups that only appear in records.
+  std::set<int> known;
+  for (const auto& r : info.ranks) known.insert(r.rank);
+  auto addRank = [&](int r) {
+    if (known.insert(r).second) {
+      tracedb::RankInfo ri;
+      ri.rank = r;
+      info.ranks.push_back(ri);
+    }
+  };
+  {
+    Query q(reader, "SELECT DISTINCT rank FROM step_stats UNION SELECT DISTINCT rank FROM collectives", "ranks");
+    if (auto s = q.each([&](Query& row) { addRank(row.i32(0)); }); !s) return s;
+  }
+  info.indexed = detail::hasIndex(reader, "spans_rank_begin");
+  if (info.indexed) {
+    // Distinct ranks of spans through the index: one probe per rank (skip-scan by hand).
+    int64_t next = INT64_MIN;
+    for (;;) {
+      Query q(reader, "SELECT rank FROM spans WHERE rank >= ? ORDER BY rank LIMIT 1", "table 'spans'");
+      q.bind(1, next);
+      std::optional<int> found;
+      if (auto s = q.each([&](Query& row) { found = row.i32(0); }); !s) return s;
+      if (!found) break;
+      addRank(*found);
+      next = int64_t{*found} + 1;
+    }
+  } else {
+    Query q(reader, "SELECT DISTINCT rank FROM spans", "table 'spans'");
+    if (auto s = q.each([&](Query& row) { addRank(row.i32(0)); }); !s) return s;
+  }
+  std::sort(info.ranks.begin(), info.ranks.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+
+  {
+    std::map<std::string, std::set<int>> seen;
+    Query q(reader, "SELECT DISTINCT group_name, rank FROM collectives", "table 'collectives'");
+    if (auto s = q.each([&](Query& row) { seen[row.text(0)].insert(row.i32(1)); }); !s) return s;
+    for (auto& [name, members] : seen) {
+      auto it = std::find_if(info.groups.begin(), info.groups.end(), [&](const auto& g) { return g.name == name; });
+      if (it == info.groups.end()) {
+        info.groups.push_back(tracedb::GroupInfo{name, std::vector<int>(members.begin(), members.end()), ""});
+      } else if (it->ranks.empty()) {
+        it->ranks.assign(members.begin(), members.end());
+      }
+    }
+    std::sort(info.groups.begin(), info.groups.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  }
+
+  auto range = reader.timeRange();
+  if (!range) return range.status();
+  info.beginNs = range->beginNs;
+  info.endNs = range->endNs;
+  if (auto config = reader.metaValue(tracedb::meta_keys::kConfig)) info.model = parseModel(*config);
+  return info;
+}
+
+std::string formatRanks(std::vector<int> ranks) {
+  if (ranks.empty()) return "none";
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  std::string out;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!out.empty()) out += ", ";
+    out += std::to_string(ranks[i]);
+    if (j > i + 1) out += "–" + std::to_string(ranks[j]);
+    else if (j == i + 1) out += ", " + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string groupClass(const std::string& group) {
+  const auto dash = group.rfind('-');
+  if (dash == std::string::npos || dash + 1 == group.size()) return group;
+  for (size_t i = dash + 1; i < group.size(); ++i)
+    if (!std::isdigit(static_cast<unsigned char>(group[i]))) return group;
+  return group.substr(0, dash);
+}
+
+}  // namespace tpscope::analysis
