@@ -1,0 +1,35 @@
+// The analyses the viewer shows (probes/analysis), run once per loaded run: findings (diagnose), the per-rank/step
+// time breakdown, collective statistics and stragglers, and the desync report.
+//
+// A single trace file is analysed in place. A capture folder of rank files (a capture in progress) is merged into
+// a temporary run file first (tracedb::merge), which is removed afterwards.
+//
+// Threading: loadAnalysis() blocks; call it on a worker thread. It opens its own Reader. A failing analysis does not
+// stop the others: its error is kept in `errors` (text naming the analysis and the file).
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "tpscope/analysis/breakdown.h"
+#include "tpscope/analysis/collectives.h"
+#include "tpscope/analysis/desync.h"
+#include "tpscope/analysis/finding.h"
+#include "tpscope/analysis/run_info.h"
+
+namespace tpscope::gui {
+
+struct AnalysisData {
+  analysis::RunInfo info;
+  std::vector<analysis::Finding> findings;  // most severe first
+  analysis::Breakdown breakdown;
+  analysis::CollectiveAnalysis collectives;
+  analysis::DesyncReport desync;
+  std::vector<std::string> errors;
+};
+
+// `files`: RunData::files (one run file, or the rank files of a capture folder).
+AnalysisData loadAnalysis(const std::vector<std::filesystem::path>& files);
+
+}  // namespace tpscope::gui

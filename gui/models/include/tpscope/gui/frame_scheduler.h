@@ -1,0 +1,59 @@
+// Per-frame timeline queries on a worker thread, so zooming and panning never wait for the query.
+//
+// The widget asks for a viewport with request(); the scheduler runs at most one query at a time and coalesces
+// requests that arrive meanwhile (only the newest is run next). frameReady() is emitted on the scheduler's thread
+// with the finished frame; the widget paints the newest frame it has, re-mapped to its current viewport.
+//
+// Threading: FrameScheduler lives on the UI thread; computeFrame() is pure and may run on any thread. The destructor
+// waits for the query in flight.
+#pragma once
+
+#include <QObject>
+#include <QThreadPool>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "tpscope/gui/timeline_data.h"
+
+namespace tpscope::gui {
+
+struct Frame {
+  Viewport viewport;
+  std::vector<std::vector<std::vector<DrawItem>>> items;  // [lane][row] → draw items in time order
+  quint64 serial = 0;
+  size_t itemCount() const;
+};
+
+// The LOD query of every row of every lane. O(output × log n).
+Frame computeFrame(const TimelineData& timeline, const Viewport& viewport);
+
+class FrameScheduler : public QObject {
+  Q_OBJECT
+ public:
+  explicit FrameScheduler(QObject* parent = nullptr);
+  ~FrameScheduler() override;
+
+  void setTimeline(std::shared_ptr<const TimelineData> timeline);  // drops frames of the previous timeline
+  const std::shared_ptr<const TimelineData>& timeline() const { return timeline_; }
+  void request(const Viewport& viewport);
+  std::shared_ptr<const Frame> latest() const { return latest_; }
+  bool idle() const { return !busy_ && !pending_; }
+  void waitForDone() { pool_.waitForDone(); }
+
+ signals:
+  void frameReady();
+
+ private:
+  void startNext();
+
+  QThreadPool pool_;
+  std::shared_ptr<const TimelineData> timeline_;
+  std::shared_ptr<const Frame> latest_;
+  std::optional<Viewport> pending_;
+  bool busy_ = false;
+  quint64 serial_ = 0;
+  quint64 epoch_ = 0;  // bumped by setTimeline
+};
+
+}  // namespace tpscope::gui

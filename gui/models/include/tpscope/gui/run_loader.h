@@ -1,0 +1,46 @@
+// Loads runs off the UI thread: the run's data and timeline first (what the first frame needs), the analyses after.
+//
+// Threading: a RunLoader lives on the UI thread; its work runs on its own thread pool and its signals are emitted on
+// the thread the loader lives in. A newer load() supersedes an older one: results of a superseded load are dropped.
+// The destructor waits for work in flight.
+#pragma once
+
+#include <QObject>
+#include <QString>
+#include <QThreadPool>
+#include <memory>
+
+#include "tpscope/gui/analysis_data.h"
+#include "tpscope/gui/run_data.h"
+
+namespace tpscope::gui {
+
+using RunPtr = std::shared_ptr<const RunData>;
+using AnalysisPtr = std::shared_ptr<const AnalysisData>;
+
+class RunLoader : public QObject {
+  Q_OBJECT
+ public:
+  explicit RunLoader(QObject* parent = nullptr);
+  ~RunLoader() override;
+
+  // Starts loading `path` (a run file, a rank file or a capture folder). `withAnalysis`: also run the analyses.
+  void load(const QString& path, bool withAnalysis = true);
+  bool busy() const { return inFlight_ > 0; }
+  void waitForDone();
+
+ signals:
+  void runLoaded(tpscope::gui::RunPtr run, qint64 elapsedMs);
+  void analysisLoaded(tpscope::gui::AnalysisPtr analysis);
+  void failed(QString path, QString message);
+
+ private:
+  QThreadPool pool_;
+  quint64 generation_ = 0;
+  int inFlight_ = 0;
+};
+
+}  // namespace tpscope::gui
+
+Q_DECLARE_METATYPE(tpscope::gui::RunPtr)
+Q_DECLARE_METATYPE(tpscope::gui::AnalysisPtr)

@@ -1,0 +1,61 @@
+#include "tpscope/gui/frame_scheduler.h"
+
+namespace tpscope::gui {
+
+size_t Frame::itemCount() const {
+  size_t n = 0;
+  for (const auto& lane : items)
+    for (const auto& row : lane) n += row.size();
+  return n;
+}
+
+Frame computeFrame(const TimelineData& timeline, const Viewport& viewport) {
+  Frame frame;
+  frame.viewport = viewport;
+  frame.items.resize(timeline.lanes().size());
+  for (size_t l = 0; l < timeline.lanes().size(); ++l) {
+    const size_t rows = timeline.lanes()[l].rows.size();
+    frame.items[l].resize(rows);
+    for (size_t d = 0; d < rows; ++d)
+      frame.items[l][d] = timeline.queryRow(static_cast<int>(l), static_cast<int>(d), viewport);
+  }
+  return frame;
+}
+
+FrameScheduler::FrameScheduler(QObject* parent) : QObject(parent) { pool_.setMaxThreadCount(1); }
+
+FrameScheduler::~FrameScheduler() { pool_.waitForDone(); }
+
+void FrameScheduler::setTimeline(std::shared_ptr<const TimelineData> timeline) {
+  timeline_ = std::move(timeline);
+  latest_.reset();
+  ++epoch_;
+}
+
+void FrameScheduler::request(const Viewport& viewport) {
+  pending_ = viewport;
+  if (!busy_) startNext();
+}
+
+void FrameScheduler::startNext() {
+  if (!pending_ || !timeline_) return;
+  const Viewport viewport = *pending_;
+  pending_.reset();
+  busy_ = true;
+  const quint64 serial = ++serial_;
+  const quint64 epoch = epoch_;
+  pool_.start([this, timeline = timeline_, viewport, serial, epoch] {
+    auto frame = std::make_shared<Frame>(computeFrame(*timeline, viewport));
+    frame->serial = serial;
+    QMetaObject::invokeMethod(this, [this, frame, epoch] {
+      busy_ = false;
+      if (epoch == epoch_) {
+        latest_ = frame;
+        emit frameReady();
+      }
+      startNext();
+    });
+  });
+}
+
+}  // namespace tpscope::gui

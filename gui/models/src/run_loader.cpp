@@ -1,0 +1,50 @@
+#include "tpscope/gui/run_loader.h"
+
+#include <QElapsedTimer>
+#include <QThread>
+
+namespace tpscope::gui {
+
+RunLoader::RunLoader(QObject* parent) : QObject(parent) {
+  qRegisterMetaType<RunPtr>();
+  qRegisterMetaType<AnalysisPtr>();
+  pool_.setMaxThreadCount(1);  // one load at a time; the load itself uses its own worker threads
+}
+
+RunLoader::~RunLoader() { pool_.waitForDone(); }
+
+void RunLoader::waitForDone() { pool_.waitForDone(); }
+
+void RunLoader::load(const QString& path, bool withAnalysis) {
+  const quint64 generation = ++generation_;
+  ++inFlight_;
+  pool_.start([this, path, withAnalysis, generation] {
+    QElapsedTimer timer;
+    timer.start();
+    LoadOptions options;
+    options.workers = std::max(1, QThread::idealThreadCount());
+    auto run = loadRun(path.toStdString(), options);
+    const qint64 ms = timer.elapsed();
+    if (!run) {
+      const QString message = QString::fromStdString(run.error());
+      QMetaObject::invokeMethod(this, [this, path, message, generation] {
+        --inFlight_;
+        if (generation == generation_) emit failed(path, message);
+      });
+      return;
+    }
+    RunPtr loaded = *run;
+    QMetaObject::invokeMethod(this, [this, loaded, ms, generation] {
+      if (generation == generation_) emit runLoaded(loaded, ms);
+    });
+    if (withAnalysis) {
+      auto analysis = std::make_shared<const AnalysisData>(loadAnalysis(loaded->files));
+      QMetaObject::invokeMethod(this, [this, analysis, generation] {
+        if (generation == generation_) emit analysisLoaded(analysis);
+      });
+    }
+    QMetaObject::invokeMethod(this, [this] { --inFlight_; });
+  });
+}
+
+}  // namespace tpscope::gui

@@ -1,0 +1,308 @@
+// The models over the fixture run (fixture_run.h): loading, bad files, async loading and frames, and each item
+// model checked with QAbstractItemModelTester and against the fixture's planted NaN and stuck collective.
+#include <gtest/gtest.h>
+
+#include <QAbstractItemModelTester>
+#include <QSignalSpy>
+#include <QSortFilterProxyModel>
+#include <fstream>
+
+#include "fixture_run.h"
+#include "tpscope/gui/breakdown_model.h"
+#include "tpscope/gui/collective_model.h"
+#include "tpscope/gui/desync_model.h"
+#include "tpscope/gui/findings_model.h"
+#include "tpscope/gui/frame_scheduler.h"
+#include "tpscope/gui/grad_health_model.h"
+#include "tpscope/gui/live_follower.h"
+#include "tpscope/gui/palette.h"
+#include "tpscope/gui/run_loader.h"
+#include "tpscope/tracedb/writer.h"
+
+namespace tpscope::gui {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace tpscope::gui::testing;
+
+class ModelsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new fs::path(scratchDir("models"));
+    ASSERT_EQ(writeFixtureRun(*dir_ / "run.db"), "");
+    auto run = loadRun(*dir_ / "run.db");
+    ASSERT_TRUE(run) << run.error();
+    run_ = new RunPtr(*run);
+    analysis_ = new AnalysisPtr(std::make_shared<const AnalysisData>(loadAnalysis((*run_)->files)));
+  }
+  static void TearDownTestSuite() {
+    delete run_;
+    delete analysis_;
+    delete dir_;
+  }
+  static fs::path* dir_;
+  static RunPtr* run_;
+  static AnalysisPtr* analysis_;
+  const RunData& run() { return **run_; }
+};
+fs::path* ModelsTest::dir_ = nullptr;
+RunPtr* ModelsTest::run_ = nullptr;
+AnalysisPtr* ModelsTest::analysis_ = nullptr;
+
+TEST_F(ModelsTest, LoadsLanesPerRankAndThread) {
+  const TimelineData& t = *run().timeline;
+  ASSERT_EQ(t.lanes().size(), 8u);  // 4 ranks × (main, stream 7)
+  EXPECT_EQ(t.lanes()[0].label, "rank 0 · main");
+  EXPECT_EQ(t.lanes()[1].label, "rank 0 · stream 7");
+  EXPECT_GE(t.lanes()[0].rows.size(), 2u) << "step spans hold the phase spans";
+  EXPECT_EQ(run().rankIds(), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(run().collectives.size(), 2u * 4 * kFixtureRanks + 3);
+  EXPECT_FALSE(run().live);
+  EXPECT_EQ(run().beginNs, 0);
+  int64_t b = 0, e = 0;
+  ASSERT_TRUE(run().stepWindow(2, 1, b, e));
+  EXPECT_EQ(b, kStepNs);
+  EXPECT_TRUE(analysis_ && (*analysis_)->errors.empty()) << (*analysis_)->errors.front();
+}
+
+TEST_F(ModelsTest, BadFilesAreErrorsNamingTheFile) {
+  const fs::path dir = scratchDir("bad");
+  std::ofstream(dir / "empty.db").close();
+  std::ofstream(dir / "text.db") << "this is not a database\n";
+  {
+    std::ifstream in(*dir_ / "run.db", std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    std::ofstream(dir / "truncated.db", std::ios::binary) << bytes.substr(0, bytes.size() / 3);
+  }
+  fs::create_directories(dir / "empty-folder");
+  for (const char* name : {"missing.db", "empty.db", "text.db", "truncated.db", "empty-folder"}) {
+    auto r = loadRun(dir / name);
+    ASSERT_FALSE(r) << name;
+    EXPECT_NE(r.error().find(name), std::string::npos) << r.error();
+  }
+}
+
+TEST_F(ModelsTest, LoaderSignalsRunThenAnalysisOrFailure) {
+  RunLoader loader;
+  QSignalSpy loaded(&loader, &RunLoader::runLoaded);
+  QSignalSpy analysed(&loader, &RunLoader::analysisLoaded);
+  QSignalSpy failed(&loader, &RunLoader::failed);
+  loader.load(QString::fromStdString((*dir_ / "run.db").string()));
+  ASSERT_TRUE(analysed.wait(20000));
+  ASSERT_EQ(loaded.count(), 1);
+  EXPECT_EQ(failed.count(), 0);
+  EXPECT_EQ(loaded.at(0).at(0).value<RunPtr>()->timeline->spanCount(), run().timeline->spanCount());
+  loader.load("/nonexistent/run.db");
+  ASSERT_TRUE(failed.wait(10000));
+  EXPECT_TRUE(failed.at(0).at(1).toString().contains("/nonexistent/run.db"));
+  // A superseded load reports nothing.
+  loader.load(QString::fromStdString((*dir_ / "run.db").string()), false);
+  loader.load("/nonexistent/other.db");
+  ASSERT_TRUE(failed.wait(10000));
+  loader.waitForDone();
+  QCoreApplication::processEvents();
+  EXPECT_EQ(loaded.count(), 1);
+}
+
+TEST_F(ModelsTest, FrameSchedulerDeliversTheNewestRequest) {
+  FrameScheduler scheduler;
+  scheduler.setTimeline(run().timeline);
+  QSignalSpy ready(&scheduler, &FrameScheduler::frameReady);
+  Viewport a{0, 1000.0, 800}, b{kStepNs, 50.0, 800}, c{0, 40000.0, 800};
+  scheduler.request(a);
+  scheduler.request(b);
+  scheduler.request(c);
+  while (!scheduler.idle()) ASSERT_TRUE(ready.wait(5000));
+  ASSERT_TRUE(scheduler.latest());
+  EXPECT_EQ(scheduler.latest()->viewport.nsPerPx, c.nsPerPx);
+  EXPECT_LE(ready.count(), 2) << "b was superseded by c while a ran";
+  const Frame want = computeFrame(*run().timeline, c);
+  EXPECT_EQ(scheduler.latest()->items, want.items);
+  EXPECT_GT(want.itemCount(), 8u);
+}
+
+TEST_F(ModelsTest, FindingsModel) {
+  FindingsModel model;
+  QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::Fatal);
+  model.setRun(*run_, *analysis_);
+  ASSERT_GT(model.rowCount(), 0);
+  // Most severe first; the recorded alert is there with its rank, step and time.
+  for (int r = 1; r < model.rowCount(); ++r)
+    EXPECT_LE(model.index(r - 1, 0).data(FindingsModel::SeverityRole).toInt(),
+              model.index(r, 0).data(FindingsModel::SeverityRole).toInt());
+  int alertRow = -1, hangRow = -1, nanRow = -1;
+  for (int r = 0; r < model.rowCount(); ++r) {
+    const QString kind = model.index(r, FindingsModel::kKind).data().toString();
+    if (kind == "nonfinite_grad") alertRow = r;
+    if (kind == "hang") hangRow = r;
+    if (kind == "nan_origin") nanRow = r;
+  }
+  ASSERT_GE(alertRow, 0);
+  EvidenceTarget t = model.evidenceTarget(alertRow);
+  EXPECT_EQ(t.rank, kNanRank);
+  EXPECT_EQ(t.step, kNanStep);
+  ASSERT_TRUE(t.timeNs);
+  EXPECT_EQ(*t.timeNs, kNanStep * kStepNs + 5'000'000);
+  ASSERT_GE(nanRow, 0) << "diagnose finds the NaN origin";
+  EXPECT_EQ(model.index(nanRow, FindingsModel::kRank).data().toInt(), kNanRank);
+  ASSERT_GE(hangRow, 0) << "diagnose finds the hang";
+  t = model.evidenceTarget(hangRow);
+  EXPECT_EQ(t.group, kStuckGroup);
+  EXPECT_EQ(t.seq, kStuckSeq);
+  ASSERT_TRUE(t.timeNs);
+  EXPECT_GE(*t.timeNs, (kFixtureSteps - 1) * kStepNs);
+  EXPECT_FALSE(model.detailsText(hangRow).isEmpty());
+  model.setRun(nullptr, nullptr);
+  EXPECT_EQ(model.rowCount(), 0);
+}
+
+TEST_F(ModelsTest, CollectiveModelJoinsRanksAndSortsNumerically) {
+  CollectiveModel model;
+  QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::Fatal);
+  model.setRun(*run_);
+  ASSERT_EQ(model.rowCount(), static_cast<int>(kStuckSeq + 1));
+  const int stuck = model.rowOf(kStuckGroup, kStuckSeq);
+  ASSERT_GE(stuck, 0);
+  const CollectiveSummary& s = model.summary(stuck);
+  EXPECT_TRUE(s.stuck());
+  EXPECT_EQ(s.entered, 3);
+  EXPECT_EQ(s.completed, 0);
+  EXPECT_EQ(s.groupSize, 4);
+  EXPECT_TRUE(model.index(stuck, 0).data(CollectiveModel::StuckRole).toBool());
+  const CollectiveSummary& ok = model.summary(model.rowOf("tp-0", 0));
+  EXPECT_FALSE(ok.stuck());
+  EXPECT_EQ(ok.lastRank, 3) << "rank 3 arrives last";
+  EXPECT_EQ(ok.latencyNs, 300'000);
+  EXPECT_EQ(ok.bytes, 8192);
+  EXPECT_NEAR(ok.algbwGbps, 8192.0 / 300'000, 1e-12);
+  EXPECT_NEAR(ok.busbwGbps, ok.algbwGbps * 2 * 3 / 4, 1e-12);
+  // Sorting by skew puts numbers in numeric order.
+  QSortFilterProxyModel proxy;
+  proxy.setSourceModel(&model);
+  proxy.setSortRole(CollectiveModel::SortRole);
+  proxy.sort(CollectiveModel::kSkew, Qt::DescendingOrder);
+  for (int r = 1; r < proxy.rowCount(); ++r)
+    EXPECT_GE(proxy.index(r - 1, CollectiveModel::kSkew).data(CollectiveModel::SortRole).toLongLong(),
+              proxy.index(r, CollectiveModel::kSkew).data(CollectiveModel::SortRole).toLongLong());
+}
+
+TEST_F(ModelsTest, GradHealthFlagsTheNanCell) {
+  GradHealthModel model;
+  QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::Fatal);
+  QSignalSpy reset(&model, &QAbstractItemModel::modelReset);
+  model.setRun(*run_);
+  EXPECT_EQ(reset.count(), 1);
+  EXPECT_EQ(model.firstNonFiniteStep(), kNanStep);
+  EXPECT_EQ(model.step(), kNanStep);
+  ASSERT_EQ(model.rowCount(), kFixtureRanks);
+  ASSERT_EQ(model.columnCount(), kFixtureLayers);
+  const QModelIndex nan = model.index(kNanRank, kNanLayer);
+  EXPECT_TRUE(nan.data(GradHealthModel::NonFiniteRole).toBool());
+  EXPECT_EQ(nan.data(GradHealthModel::NanCountRole).toLongLong(), 3);
+  EXPECT_EQ(nan.data().toString(), "NaN");
+  EXPECT_EQ(nan.data(Qt::BackgroundRole).value<QBrush>().color(), palette::kNonFinite);
+  EXPECT_EQ(nan.data(GradHealthModel::RankRole).toInt(), kNanRank);
+  EXPECT_EQ(nan.data(GradHealthModel::StepRole).toInt(), kNanStep);
+  EXPECT_EQ(nan.data(GradHealthModel::LayerRole).toInt(), kNanLayer);
+  EXPECT_FALSE(model.index(0, kNanLayer).data(GradHealthModel::NonFiniteRole).toBool());
+  EXPECT_TRUE(model.index(0, 0).data(GradHealthModel::NonFiniteRole).toBool()) << "spread through the all-reduce";
+  model.showStep(0);
+  for (int r = 0; r < model.rowCount(); ++r)
+    for (int c = 0; c < model.columnCount(); ++c)
+      EXPECT_FALSE(model.index(r, c).data(GradHealthModel::NonFiniteRole).toBool());
+  EXPECT_EQ(model.headerData(1, Qt::Horizontal, Qt::DisplayRole).toString(), "layer 1");
+  EXPECT_EQ(model.headerData(2, Qt::Vertical, Qt::DisplayRole).toString(), "rank 2");
+  model.showParam("layers.1.mlp.fc2.weight");
+  EXPECT_EQ(model.mode(), GradHealthModel::Mode::StepByRank);
+  ASSERT_EQ(model.rowCount(), 2);  // steps 0 and 1 have gradients
+  ASSERT_EQ(model.columnCount(), kFixtureRanks);
+  EXPECT_TRUE(model.index(kNanStep, kNanRank).data(GradHealthModel::NonFiniteRole).toBool());
+  EXPECT_FALSE(model.index(kNanStep, 0).data(GradHealthModel::NonFiniteRole).toBool());
+  EXPECT_EQ(model.headerData(kNanStep, Qt::Vertical, Qt::DisplayRole).toString(), "step 1");
+}
+
+TEST_F(ModelsTest, DesyncMatrixFlagsStuckSeqAndMissingRank) {
+  DesyncModel model;
+  QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::Fatal);
+  model.setAnalysis(*analysis_);
+  ASSERT_NE(model.currentGroup(), nullptr);
+  EXPECT_EQ(model.currentGroup()->group, kStuckGroup);
+  ASSERT_TRUE(model.currentGroup()->stuckSeq);
+  EXPECT_EQ(*model.currentGroup()->stuckSeq, kStuckSeq);
+  ASSERT_EQ(model.rowCount(), kFixtureRanks);
+  for (int r = 0; r < model.rowCount(); ++r) {
+    const int rank = model.index(r, 0).data(DesyncModel::RankRole).toInt();
+    const auto st = static_cast<DesyncModel::Status>(model.index(r, 0).data(DesyncModel::StatusRole).toInt());
+    EXPECT_EQ(st, rank == kMissingRank ? DesyncModel::Status::Missing : DesyncModel::Status::Waiting) << rank;
+    EXPECT_EQ(model.index(r, DesyncModel::kLastEnqueued).data().toLongLong(),
+              rank == kMissingRank ? kStuckSeq - 1 : kStuckSeq);
+  }
+  EXPECT_EQ(model.index(kMissingRank, DesyncModel::kRank).data(Qt::BackgroundRole).value<QBrush>().color(),
+            palette::kStuck);
+  EXPECT_FALSE(model.explanation().isEmpty());
+  EXPECT_TRUE(model.groupNames().join(",").contains("tp-0"));
+  const int healthy = static_cast<int>(model.groupNames().indexOf("dp-0"));
+  if (healthy >= 0) {
+    model.setGroup(healthy);
+    EXPECT_TRUE(model.explanation().isEmpty());
+  }
+}
+
+TEST_F(ModelsTest, BreakdownSharesSumToTheStep) {
+  BreakdownModel model;
+  QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::Fatal);
+  model.setAnalysis(*analysis_);
+  ASSERT_GE(model.rowCount(), kFixtureRanks * (kFixtureSteps - 1));
+  for (int r = 0; r < model.rowCount(); ++r) {
+    double sum = 0;
+    for (int c : {BreakdownModel::kCompute, BreakdownModel::kExposedComm, BreakdownModel::kOther, BreakdownModel::kIdle})
+      sum += model.index(r, c).data(BreakdownModel::SortRole).toDouble();
+    EXPECT_NEAR(sum, 100.0, 1e-6);
+    EXPECT_GT(model.index(r, BreakdownModel::kStepMs).data(BreakdownModel::SortRole).toLongLong(), 0);
+  }
+}
+
+// A capture folder of rank files with different epochs and clock offsets loads aligned, and the follower notices
+// a new rank file.
+TEST(LiveFolder, AlignsRankFilesAndNoticesGrowth) {
+  const fs::path dir = scratchDir("live");
+  auto writeRank = [&](int rank, int64_t epoch, int64_t offset) {
+    tracedb::CreateOptions o;
+    o.runId = "live";
+    o.epochUnixNs = epoch;
+    auto w = tracedb::Writer::create(dir / ("rank-" + std::to_string(rank) + ".db"), o);
+    ASSERT_TRUE(w) << w.error();
+    tracedb::RankInfo info;
+    info.rank = rank;
+    info.worldSize = 2;
+    info.clockOffsetNs = offset;
+    ASSERT_TRUE((*w)->putRank(info).isOk());
+    const uint32_t name = *(*w)->intern(rank == 0 ? "forward" : "backward");
+    ASSERT_TRUE((*w)->addSpan({rank, 0, tracedb::SpanKind::Compute, name, 1000, 500, 0, 0, tracedb::Phase::Forward, {}})
+                    .isOk());
+    ASSERT_TRUE((*w)->close().isOk());
+  };
+  writeRank(0, 1'000'000, 0);
+  LiveFollower follower;
+  follower.follow(QString::fromStdString(dir.string()), 50);
+  EXPECT_FALSE(follower.poll());
+  writeRank(1, 1'000'300, 200);
+  EXPECT_TRUE(follower.poll());
+  QSignalSpy changed(&follower, &LiveFollower::changed);
+  std::ofstream(dir / "rank-1.db", std::ios::app) << "x";  // growth
+  EXPECT_TRUE(changed.wait(2000));
+
+  fs::remove(dir / "rank-1.db");
+  writeRank(1, 1'000'300, 200);
+  auto run = loadRun(dir);
+  ASSERT_TRUE(run) << run.error();
+  EXPECT_TRUE((*run)->live);
+  const TimelineData& t = *(*run)->timeline;
+  ASSERT_EQ(t.lanes().size(), 2u);
+  EXPECT_EQ(t.lanes()[0].rows[0].begin[0], 1000);
+  EXPECT_EQ(t.lanes()[1].rows[0].begin[0], 1000 + 300 + 200) << "epoch difference plus clock offset";
+  EXPECT_EQ(t.string(t.lanes()[1].rows[0].name[0]), "backward") << "names re-interned across files";
+}
+
+}  // namespace
+}  // namespace tpscope::gui
