@@ -1,0 +1,51 @@
+// TrainConfig: every knob of a training run, read from a JSON file (samples/configs/*.json) and overridden from
+// the command line. Torch-free. Keys and defaults are documented in docs/config.md.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace tpscope::core {
+
+// A configuration problem the user can fix (bad key, bad value, a size that TP does not divide, missing corpus).
+// tpscope-train turns it into exit code 2.
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct TrainConfig {
+  // model
+  int64_t layers = 2, hidden = 64, heads = 4, ffn_hidden = 256, seq_len = 64, vocab_size = 256;
+  double dropout = 0.0, attention_dropout = 0.0, label_smoothing = 0.0;
+  // batch / schedule
+  int64_t micro_batch_size = 4, grad_accum = 1, steps = 20, warmup = 0;
+  double lr = 1e-3, min_lr = 0.0, weight_decay = 0.0, beta1 = 0.9, beta2 = 0.95, adam_eps = 1e-8, clip = 1.0;
+  uint64_t seed = 1234;
+  // parallelism and memory
+  bool sequence_parallel = false, activation_checkpointing = false, zero1 = false, bf16 = false;
+  bool overlap_grad_reduce = true;
+  double bucket_mb = 4.0;
+  // runtime
+  std::string corpus = "../corpus";  // file or folder of *.txt; relative to the config file's folder
+  std::string checkpoint_dir;        // empty: no checkpoints
+  int64_t save_every = 0;            // 0: only at the end when checkpoint_dir is set
+  double timeout_s = 300;            // collective / rendezvous timeout
+  int64_t threads = 1;               // intra-op threads per rank
+  int64_t log_every = 1;
+
+  std::string configDir = ".";       // folder of the config file, for relative paths
+
+  // Throws ConfigError naming the file and the key.
+  static TrainConfig fromFile(const std::string& path);
+  // Sets one key from a JSON-typed string ("layers", "4"); unknown keys throw ConfigError.
+  void set(const std::string& key, const std::string& jsonValue);
+  // Checks sizes against the parallel layout; throws ConfigError naming the value that does not divide.
+  void validate(int tp, int dp) const;
+  // The corpus path resolved against configDir.
+  std::string corpusPath() const;
+  std::string toJson() const;
+};
+
+}  // namespace tpscope::core

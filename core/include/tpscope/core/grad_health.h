@@ -1,0 +1,30 @@
+// Per-parameter gradient health: L2 norm, max |g|, NaN count, Inf count — for all parameters in ONE batched
+// reduction over a flat buffer (a handful of kernels, not 4 per parameter) and ONE host sync per step (in
+// `reportGradHealth`). Computed before any DP/TP gradient reduction, so a NaN is attributed to the rank that made it.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <vector>
+
+#include "tpscope/probes/probes.h"
+
+namespace tpscope::core {
+
+// Column order of the stats tensors.
+enum GradHealthColumn : int { kL2Norm = 0, kMaxAbs = 1, kNanCount = 2, kInfCount = 3 };
+
+// Segment index for a flat buffer holding tensors of `numels` back to back: int64 [sum(numels)] with the tensor's
+// position. Build once and reuse (it is as long as the buffer).
+at::Tensor gradHealthSegments(const std::vector<int64_t>& numels);
+// Stats [P, 4] fp32 on the buffer's device for the P tensors laid out in `flat` (fp32 or bf16). No host sync.
+at::Tensor gradHealthFlat(const at::Tensor& flat, const at::Tensor& segments, int64_t count);
+// Same for separate tensors (concatenated first; undefined tensors count as empty). No host sync.
+at::Tensor gradHealth(const std::vector<at::Tensor>& grads);
+
+// Copies `stats` [P, 4] to the host (the one sync) and hands them to `sink.gradStats(step, ...)`.
+void reportGradHealth(probes::Sink& sink, int step, const std::vector<std::string>& names,
+                      const std::vector<int>& layers, const std::vector<int64_t>& numels, const at::Tensor& stats);
+
+}  // namespace tpscope::core

@@ -1,0 +1,52 @@
+// Mesh: rendezvous from torchrun's environment and the TP x DP grid of process groups.
+//
+// Ranks come from MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK (torchrun / Slurm launchers). Rank 0 hosts
+// the c10d TCPStore. Layout: TP inner — global rank = dp_rank * tp + tp_rank, so a TP group is `tp` consecutive ranks
+// (one node's fast links) and DP group j holds ranks {j, j + tp, j + 2 tp, ...}. Group names: "tp-<dp_rank>",
+// "dp-<tp_rank>", "world". Backend: Gloo on CPU; NCCL when built with it and the run asks for CUDA.
+// Without WORLD_SIZE in the environment a 1x1 mesh runs without any rendezvous.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "tpscope/core/communicator.h"
+
+namespace tpscope::core {
+
+struct MeshOptions {
+  int tp = 1;
+  int dp = 1;
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // collective and rendezvous timeout
+  bool cuda = false;                                           // NCCL instead of Gloo
+};
+
+class Mesh {
+ public:
+  // Throws std::invalid_argument (clear message) when WORLD_SIZE != tp * dp or the environment is incomplete.
+  static std::unique_ptr<Mesh> fromEnvironment(const MeshOptions& opts);
+  // A 1x1 mesh without rendezvous (single-process runs and tests).
+  static std::unique_ptr<Mesh> single();
+  ~Mesh();
+
+  int rank() const noexcept { return rank_; }
+  int worldSize() const noexcept { return tp_ * dp_; }
+  int tp() const noexcept { return tp_; }
+  int dp() const noexcept { return dp_; }
+  int tpRank() const noexcept { return rank_ % tp_; }
+  int dpRank() const noexcept { return rank_ / tp_; }
+  int localRank() const noexcept { return localRank_; }
+  Communicator& tpGroup() noexcept { return *tpComm_; }
+  Communicator& dpGroup() noexcept { return *dpComm_; }
+  Communicator& world() noexcept { return *worldComm_; }
+
+ private:
+  Mesh() = default;
+  int rank_ = 0, tp_ = 1, dp_ = 1, localRank_ = 0;
+  std::unique_ptr<Communicator> tpComm_, dpComm_, worldComm_;
+  struct StoreHolder;
+  std::shared_ptr<StoreHolder> store_;
+};
+
+}  // namespace tpscope::core

@@ -1,0 +1,55 @@
+// Trainer: one rank's training loop over the TP x DP mesh.
+//
+// A step (1-based): for each of grad_accum micro-batches, load the DP-sharded batch, forward (bf16 autocast when
+// asked), backward of loss / grad_accum; during the last backward the GradReducer all-reduces gradient buckets over
+// DP; sequence parallelism then sums the replicated parameters' gradients over TP; global-norm clipping (sharded
+// parameters summed over TP, replicated ones counted once); AdamW (ZeRO-1: each DP rank updates the parameters it
+// owns and broadcasts them) with linear warm-up + cosine decay of the LR.
+// Probes: TPS_STEP, spans for step, data, optimizer, clipping, DP reduction, checkpoint; gradient health before
+// the reductions (`sink->gradStats`) and `sink->stepStat` after each step while a sink is recording.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "tpscope/core/config.h"
+#include "tpscope/core/mesh.h"
+
+namespace tpscope::core {
+
+struct StepMetrics {
+  int64_t step = 0;
+  double loss = 0;       // mean over the global batch (all DP replicas and micro-batches)
+  double lr = 0;
+  double gradNorm = 0;   // global norm before clipping
+  double stepTimeS = 0;
+  double tokensPerS = 0; // global tokens (all DP replicas) per second
+  int64_t tokens = 0;    // global tokens of the step
+};
+
+// The LR at `step` (1-based): linear warm-up over `warmup` steps, then cosine from lr down to min_lr at `steps`.
+double learningRate(const TrainConfig& c, int64_t step);
+
+class Trainer {
+ public:
+  // Builds the model from the master initialisation, the optimizer and the data. Throws ConfigError for config
+  // problems (including a missing corpus). `mesh` must outlive the trainer.
+  Trainer(const TrainConfig& config, Mesh& mesh);
+  ~Trainer();
+
+  StepMetrics trainStep(int64_t step);
+  // Writes <checkpoint_dir>/step-<N>/rank-<R>.pt, then (world rank 0) manifest.json and <checkpoint_dir>/latest.
+  void saveCheckpoint(int64_t step);
+  // Loads `dir` (a checkpoint root holding `latest`, or one step-<N> folder). Returns the step it holds.
+  // Throws ConfigError when the layout (tp, dp, zero1) differs.
+  int64_t loadCheckpoint(const std::string& dir);
+  // Model FLOPs of one optimizer step at TP=1 for this rank's share of the batch.
+  double flopsPerStep() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tpscope::core

@@ -1,0 +1,273 @@
+#include "tpscope/core/communicator.h"
+
+#include <fmt/format.h>
+
+#include <torch/torch.h>
+
+#include "backend.h"
+
+namespace tpscope::core {
+
+namespace probes = ::tpscope::probes;
+
+const char* phaseName(probes::Phase phase) noexcept {
+  switch (phase) {
+    case probes::Phase::Forward: return "forward";
+    case probes::Phase::Backward: return "backward";
+    case probes::Phase::Optimizer: return "optimizer";
+    case probes::Phase::Data: return "data";
+    case probes::Phase::Checkpoint: return "checkpoint";
+    case probes::Phase::Other: return "other";
+    case probes::Phase::None: break;
+  }
+  return "none";
+}
+
+std::string describeCallsite(const Callsite& site, probes::Phase phase, const char* op) {
+  if (site.layer >= 0) return fmt::format("layer {} {} {} {}", site.layer, site.what, phaseName(phase), op);
+  return fmt::format("{} {} {}", site.what, phaseName(phase), op);
+}
+
+namespace {
+
+const char* dtypeName(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "float32";
+    case at::kDouble: return "float64";
+    case at::kHalf: return "float16";
+    case at::kBFloat16: return "bfloat16";
+    case at::kLong: return "int64";
+    case at::kInt: return "int32";
+    case at::kByte: return "uint8";
+    case at::kBool: return "bool";
+    default: return "other";
+  }
+}
+
+const char* opDisplay(const char* op) {
+  std::string_view o(op);
+  if (o == "all_reduce") return "all-reduce";
+  if (o == "all_gather") return "all-gather";
+  if (o == "reduce_scatter") return "reduce-scatter";
+  return op;
+}
+
+bool looksLikeTimeout(const std::exception& e) {
+  std::string m = e.what();
+  for (auto& c : m) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return m.find("timed out") != std::string::npos || m.find("timeout") != std::string::npos;
+}
+
+// Gloo carries no bf16 (and we keep fp16 reductions in fp32 too): the wire tensor is fp32.
+bool needsFp32(const at::Tensor& t, bool gloo) {
+  return gloo && (t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf);
+}
+
+}  // namespace
+
+struct Communicator::Issue {
+  uint64_t seq = 0;
+  uint64_t handle = 0;
+  probes::Sink* sink = nullptr;
+  const char* op = "";
+  Callsite site;
+  probes::Phase phase = probes::Phase::None;
+};
+
+struct PendingCollective::State {
+  Communicator* comm = nullptr;
+  Communicator::Issue issue;
+  c10::intrusive_ptr<compat::Work> work;
+  at::Tensor user;  // caller's tensor
+  at::Tensor wire;  // what was sent (fp32 copy or the user tensor itself)
+};
+
+Communicator::Communicator(std::string name, std::vector<int> globalRanks, int rank, std::shared_ptr<Backend> backend,
+                           std::chrono::milliseconds timeout)
+    : name_(std::move(name)), ranks_(std::move(globalRanks)), rank_(rank), backend_(std::move(backend)),
+      timeout_(timeout) {
+  TORCH_CHECK(rank_ >= 0 && rank_ < size(), "communicator ", name_, ": rank ", rank_, " outside size ", size());
+  TORCH_CHECK(size() == 1 || backend_, "communicator ", name_, " of size ", size(), " needs a backend");
+}
+
+Communicator::~Communicator() = default;
+
+std::unique_ptr<Communicator> Communicator::solo(std::string name, int globalRank) {
+  return std::make_unique<Communicator>(std::move(name), std::vector<int>{globalRank}, 0, nullptr,
+                                        std::chrono::milliseconds(0));
+}
+
+Communicator::Issue Communicator::begin(const char* op, const at::Tensor* t, const Callsite& site,
+                                        probes::Phase phase) {
+  if (dead_) {
+    throw CollectiveError(fmt::format("group {} is unusable after an earlier collective error; refusing {} seq {}",
+                                      name_, op, seq_ + 1),
+                          false);
+  }
+  Issue is;
+  is.seq = ++seq_;
+  is.op = op;
+  is.site = site;
+  is.phase = phase;
+  is.sink = probes::sink();
+  if (is.sink != nullptr) {
+    std::vector<int64_t> shape;
+    probes::CollectiveDesc d;
+    d.group = name_;
+    d.groupRanks = ranks_;
+    d.seq = is.seq;
+    d.op = op;
+    if (t != nullptr) {
+      shape.assign(t->sizes().begin(), t->sizes().end());
+      d.dtype = dtypeName(t->scalar_type());
+      d.shape = shape;
+      d.numel = t->numel();
+      d.bytes = static_cast<int64_t>(t->numel() * t->element_size());
+    } else {
+      d.dtype = "none";
+    }
+    const std::string where = describeCallsite(site, phase, opDisplay(op));
+    d.callsite = where;
+    d.layer = site.layer;
+    d.phase = phase;
+    is.handle = is.sink->collectiveEnqueued(d, probes::rawTicks());
+    is.sink->collectiveState(is.handle, probes::CollectiveState::Started, probes::rawTicks());
+  }
+  return is;
+}
+
+void Communicator::fail(const Issue& is, const std::exception& e) {
+  dead_ = true;
+  const bool timedOut = looksLikeTimeout(e);
+  if (is.sink != nullptr) {
+    is.sink->collectiveState(is.handle,
+                             timedOut ? probes::CollectiveState::TimedOut : probes::CollectiveState::Failed,
+                             probes::rawTicks());
+    is.sink->flush();
+  }
+  throw CollectiveError(
+      fmt::format("collective {} on group {} (ranks {}) seq {} at \"{}\" {} after timeout {} ms: {}", is.op, name_,
+                  fmt::join(ranks_, ","), is.seq, describeCallsite(is.site, is.phase, opDisplay(is.op)),
+                  timedOut ? "timed out" : "failed", timeout_.count(), e.what()),
+      timedOut);
+}
+
+#define TPS_COMM_RUN(issue, body)                                                                   \
+  try {                                                                                             \
+    body;                                                                                           \
+  } catch (const CollectiveError&) {                                                                \
+    throw;                                                                                          \
+  } catch (const std::exception& e) {                                                               \
+    fail(issue, e);                                                                                 \
+  }                                                                                                 \
+  if ((issue).sink != nullptr)                                                                      \
+    (issue).sink->collectiveState((issue).handle, probes::CollectiveState::Completed, probes::rawTicks())
+
+void Communicator::allReduce(at::Tensor& t, ReduceOp op, const Callsite& site, probes::Phase phase) {
+  if (size() == 1) return;
+  TORCH_CHECK(t.is_contiguous(), "allReduce on ", name_, " needs a contiguous tensor");
+  Issue is = begin("all_reduce", &t, site, phase);
+  TPS_COMM_RUN(is, {
+    at::Tensor wire = needsFp32(t, backend_->gloo) ? t.to(at::kFloat) : t;
+    std::vector<at::Tensor> v{wire};
+    c10d::AllreduceOptions o;
+    o.reduceOp = op == ReduceOp::Sum ? c10d::ReduceOp::SUM : c10d::ReduceOp::MAX;
+    backend_->pg->allreduce(v, o)->wait();
+    if (!wire.is_same(t)) t.copy_(wire);
+  });
+}
+
+PendingCollective Communicator::allReduceAsync(at::Tensor t, const Callsite& site, probes::Phase phase) {
+  auto st = std::make_unique<PendingCollective::State>();
+  st->comm = this;
+  st->user = t;
+  if (size() == 1) return PendingCollective(std::move(st));
+  TORCH_CHECK(t.is_contiguous(), "allReduceAsync on ", name_, " needs a contiguous tensor");
+  st->issue = begin("all_reduce", &t, site, phase);
+  try {
+    st->wire = needsFp32(t, backend_->gloo) ? t.to(at::kFloat) : t;
+    std::vector<at::Tensor> v{st->wire};
+    st->work = backend_->pg->allreduce(v, c10d::AllreduceOptions{});
+  } catch (const std::exception& e) {
+    fail(st->issue, e);
+  }
+  return PendingCollective(std::move(st));  // Completed is recorded by wait()
+}
+
+at::Tensor Communicator::allGather(const at::Tensor& t, int64_t dim, const Callsite& site, probes::Phase phase) {
+  if (size() == 1) return t;
+  at::Tensor out;
+  at::Tensor in = t.contiguous();
+  Issue is = begin("all_gather", &in, site, phase);
+  TPS_COMM_RUN(is, {
+    at::Tensor wire = needsFp32(in, backend_->gloo) ? in.to(at::kFloat) : in;
+    std::vector<std::vector<at::Tensor>> outs(1);
+    for (int i = 0; i < size(); ++i) outs[0].push_back(at::empty_like(wire));
+    std::vector<at::Tensor> ins{wire};
+    backend_->pg->allgather(outs, ins)->wait();
+    out = at::cat(outs[0], dim);
+    if (out.scalar_type() != in.scalar_type()) out = out.to(in.scalar_type());
+  });
+  return out;
+}
+
+at::Tensor Communicator::reduceScatter(const at::Tensor& t, int64_t dim, const Callsite& site, probes::Phase phase) {
+  if (size() == 1) return t;
+  TORCH_CHECK(t.size(dim) % size() == 0, "reduceScatter on ", name_, ": size ", t.size(dim), " along dim ", dim,
+              " is not divisible by the group size ", size());
+  at::Tensor in = t.contiguous();
+  at::Tensor out;
+  Issue is = begin("reduce_scatter", &in, site, phase);
+  TPS_COMM_RUN(is, {
+    // Emulated: Gloo here has no reduce-scatter. All-reduce a copy (the input stays untouched), keep our chunk.
+    at::Tensor wire = needsFp32(in, backend_->gloo) ? in.to(at::kFloat) : in.clone();
+    std::vector<at::Tensor> v{wire};
+    backend_->pg->allreduce(v, c10d::AllreduceOptions{})->wait();
+    out = wire.chunk(size(), dim)[rank_].contiguous();
+    if (out.scalar_type() != in.scalar_type()) out = out.to(in.scalar_type());
+  });
+  return out;
+}
+
+void Communicator::broadcast(at::Tensor& t, int root, const Callsite& site, probes::Phase phase) {
+  if (size() == 1) return;
+  TORCH_CHECK(t.is_contiguous(), "broadcast on ", name_, " needs a contiguous tensor");
+  Issue is = begin("broadcast", &t, site, phase);
+  TPS_COMM_RUN(is, {
+    at::Tensor wire = needsFp32(t, backend_->gloo) ? t.to(at::kFloat) : t;
+    std::vector<at::Tensor> v{wire};
+    c10d::BroadcastOptions o;
+    o.rootRank = root;
+    backend_->pg->broadcast(v, o)->wait();
+    if (!wire.is_same(t)) t.copy_(wire);
+  });
+}
+
+void Communicator::barrier(const Callsite& site, probes::Phase phase) {
+  if (size() == 1) return;
+  Issue is = begin("barrier", nullptr, site, phase);
+  TPS_COMM_RUN(is, { backend_->pg->barrier()->wait(); });
+}
+
+PendingCollective::PendingCollective() = default;
+PendingCollective::PendingCollective(std::unique_ptr<State> s) : state_(std::move(s)) {}
+PendingCollective::PendingCollective(PendingCollective&&) noexcept = default;
+PendingCollective& PendingCollective::operator=(PendingCollective&&) noexcept = default;
+PendingCollective::~PendingCollective() = default;
+
+void PendingCollective::wait() {
+  TORCH_CHECK(state_ != nullptr, "PendingCollective::wait on an empty or already waited handle");
+  std::unique_ptr<State> st = std::move(state_);
+  if (!st->work) return;  // size-1 group
+  Communicator* c = st->comm;
+  try {
+    st->work->wait();
+  } catch (const std::exception& e) {
+    c->fail(st->issue, e);
+  }
+  if (!st->wire.is_same(st->user)) st->user.copy_(st->wire);
+  if (st->issue.sink != nullptr)
+    st->issue.sink->collectiveState(st->issue.handle, probes::CollectiveState::Completed, probes::rawTicks());
+}
+
+}  // namespace tpscope::core

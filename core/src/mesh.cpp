@@ -1,0 +1,118 @@
+#include "tpscope/core/mesh.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <stdexcept>
+
+#include "backend.h"
+
+namespace tpscope::core {
+
+struct Mesh::StoreHolder {
+  c10::intrusive_ptr<c10d::Store> store;
+};
+
+namespace {
+
+int envInt(const char* name, int fallback, bool required) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') {
+    if (required) throw std::invalid_argument(fmt::format("environment variable {} is not set (torchrun sets "
+                                                          "MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK)",
+                                                          name));
+    return fallback;
+  }
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  if (end == v || *end != '\0' || x < 0) throw std::invalid_argument(fmt::format("{}='{}' is not a rank number", name, v));
+  return static_cast<int>(x);
+}
+
+}  // namespace
+
+Mesh::~Mesh() = default;
+
+std::unique_ptr<Mesh> Mesh::single() {
+  std::unique_ptr<Mesh> m(new Mesh());
+  m->tpComm_ = Communicator::solo("tp-0", 0);
+  m->dpComm_ = Communicator::solo("dp-0", 0);
+  m->worldComm_ = Communicator::solo("world", 0);
+  return m;
+}
+
+std::unique_ptr<Mesh> Mesh::fromEnvironment(const MeshOptions& opts) {
+  if (opts.tp < 1 || opts.dp < 1) throw std::invalid_argument(fmt::format("tp={} dp={} must be >= 1", opts.tp, opts.dp));
+  const char* ws = std::getenv("WORLD_SIZE");
+  if (ws == nullptr || *ws == '\0') {
+    if (opts.tp * opts.dp != 1)
+      throw std::invalid_argument(fmt::format("tp={} x dp={} needs {} ranks, but WORLD_SIZE is not set: launch one "
+                                              "process per rank (torchrun or tpscope capture)",
+                                              opts.tp, opts.dp, opts.tp * opts.dp));
+    return single();
+  }
+  const int world = envInt("WORLD_SIZE", 1, true);
+  const int rank = envInt("RANK", 0, true);
+  if (world != opts.tp * opts.dp)
+    throw std::invalid_argument(
+        fmt::format("WORLD_SIZE={} but tp={} x dp={} = {}", world, opts.tp, opts.dp, opts.tp * opts.dp));
+  if (rank >= world) throw std::invalid_argument(fmt::format("RANK={} >= WORLD_SIZE={}", rank, world));
+  std::unique_ptr<Mesh> m(new Mesh());
+  m->rank_ = rank;
+  m->tp_ = opts.tp;
+  m->dp_ = opts.dp;
+  m->localRank_ = envInt("LOCAL_RANK", rank, false);
+  if (world == 1) {
+    auto s = single();
+    m->tpComm_ = std::move(s->tpComm_);
+    m->dpComm_ = std::move(s->dpComm_);
+    m->worldComm_ = std::move(s->worldComm_);
+    return m;
+  }
+  const char* addr = std::getenv("MASTER_ADDR");
+  if (addr == nullptr || *addr == '\0') throw std::invalid_argument("environment variable MASTER_ADDR is not set");
+  const int port = envInt("MASTER_PORT", 29500, true);
+  if (port > 65535) throw std::invalid_argument(fmt::format("MASTER_PORT={} is not a port", port));
+
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<uint16_t>(port);
+  so.isServer = rank == 0;
+  so.numWorkers = static_cast<size_t>(world);
+  so.waitWorkers = true;
+  so.timeout = opts.timeout;
+  m->store_ = std::make_shared<StoreHolder>();
+  m->store_->store = c10::make_intrusive<c10d::TCPStore>(std::string(addr), so);
+
+  const std::string a(addr);
+  const bool loopback = a == "127.0.0.1" || a == "localhost" || a == "::1";
+  auto makeComm = [&](const std::string& name, std::vector<int> members) {
+    int groupRank = -1;
+    for (size_t i = 0; i < members.size(); ++i)
+      if (members[i] == rank) groupRank = static_cast<int>(i);
+    if (members.size() == 1) return std::make_unique<Communicator>(name, members, 0, nullptr, opts.timeout);
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name + "/", m->store_->store);
+    auto be = std::make_shared<Communicator::Backend>();
+#if TPSCOPE_HAVE_NCCL
+    if (opts.cuda) {
+      be->pg = compat::makeNccl(prefixed, groupRank, static_cast<int>(members.size()), opts.timeout);
+      be->gloo = false;
+    }
+#else
+    if (opts.cuda) throw std::invalid_argument("this build has no NCCL: run on CPU (Gloo)");
+#endif
+    if (!be->pg) be->pg = compat::makeGloo(prefixed, groupRank, static_cast<int>(members.size()), opts.timeout, loopback);
+    return std::make_unique<Communicator>(name, std::move(members), groupRank, be, opts.timeout);
+  };
+
+  std::vector<int> all(world);
+  for (int i = 0; i < world; ++i) all[i] = i;
+  m->worldComm_ = makeComm("world", all);
+  std::vector<int> tpMembers, dpMembers;
+  for (int t = 0; t < opts.tp; ++t) tpMembers.push_back(m->dpRank() * opts.tp + t);
+  for (int d = 0; d < opts.dp; ++d) dpMembers.push_back(d * opts.tp + m->tpRank());
+  m->tpComm_ = makeComm(fmt::format("tp-{}", m->dpRank()), tpMembers);
+  m->dpComm_ = makeComm(fmt::format("dp-{}", m->tpRank()), dpMembers);
+  return m;
+}
+
+}  // namespace tpscope::core

@@ -1,0 +1,346 @@
+#include "tpscope/core/trainer.h"
+
+#include <ATen/autocast_mode.h>
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tpscope/core/checkpoint.h"
+#include "tpscope/core/data.h"
+#include "tpscope/core/gpt.h"
+#include "tpscope/core/grad_health.h"
+#include "tpscope/core/grad_reducer.h"
+
+namespace tpscope::core {
+
+namespace fs = std::filesystem;
+namespace probes = ::tpscope::probes;
+
+double learningRate(const TrainConfig& c, int64_t step) {
+  if (c.warmup > 0 && step <= c.warmup) return c.lr * static_cast<double>(step) / static_cast<double>(c.warmup);
+  const double span = static_cast<double>(std::max<int64_t>(1, c.steps - c.warmup));
+  const double progress = std::clamp(static_cast<double>(step - c.warmup) / span, 0.0, 1.0);
+  return c.min_lr + 0.5 * (c.lr - c.min_lr) * (1.0 + std::cos(M_PI * progress));
+}
+
+struct Trainer::Impl {
+  TrainConfig cfg;
+  Mesh* mesh;
+  Corpus corpus;
+  std::unique_ptr<BatchSampler> sampler;
+  Gpt model{nullptr};
+  std::vector<GptImpl::ParamInfo> params;
+  std::vector<std::string> names;
+  std::vector<int> layers;
+  std::vector<int64_t> numels;
+  std::vector<int> owner;  // ZeRO-1: DP rank that updates each parameter (unused without ZeRO)
+  std::unique_ptr<torch::optim::AdamW> optimizer;
+  std::unique_ptr<GradReducer> reducer;
+  std::vector<size_t> spReplicated;  // sequence parallel: replicated params whose grads are summed over TP
+  bool sp = false;
+
+  Callsite lossSite{"step loss mean over DP", -1};
+  Callsite clipSite{"gradient global norm over TP", -1};
+  Callsite spSite{"sequence-parallel replicated gradients", -1};
+  Callsite zeroSite{"ZeRO-1 parameter broadcast", -1};
+  Callsite ckptSite{"checkpoint save", -1};
+
+  bool zeroSharded() const { return cfg.zero1 && mesh->dp() > 1; }
+
+  void buildOptimizer() {
+    std::vector<at::Tensor> decay, noDecay;
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (zeroSharded() && owner[i] != mesh->dpRank()) continue;  // ZeRO-1: only the parameters this rank owns
+      (params[i].param.dim() >= 2 ? decay : noDecay).push_back(params[i].param);
+    }
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    auto opts = [&](double wd) {
+      auto o = std::make_unique<torch::optim::AdamWOptions>(cfg.lr);
+      o->betas({cfg.beta1, cfg.beta2}).eps(cfg.adam_eps).weight_decay(wd);
+      return o;
+    };
+    groups.emplace_back(decay, opts(cfg.weight_decay));
+    groups.emplace_back(noDecay, opts(0.0));
+    optimizer = std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(cfg.lr));
+  }
+
+  double clipGradients() {
+    TPS_SPAN("gradient clipping", Optimizer, Optimizer);
+    torch::NoGradGuard ng;
+    const bool leadTp = mesh->tpRank() == 0;
+    std::vector<at::Tensor> sq;
+    for (auto& p : params) {
+      const at::Tensor& g = p.param.grad();
+      if (!g.defined()) continue;
+      if (p.sharded || leadTp) sq.push_back(g.pow(2).sum());  // replicated params counted once (TP rank 0)
+    }
+    at::Tensor total = sq.empty() ? torch::zeros({1}) : torch::stack(sq).sum().reshape({1});
+    mesh->tpGroup().allReduce(total, ReduceOp::Sum, clipSite, probes::Phase::Optimizer);
+    const double norm = std::sqrt(total.item<double>());
+    if (cfg.clip > 0 && norm > cfg.clip) {
+      const double coef = cfg.clip / (norm + 1e-6);
+      for (auto& p : params)
+        if (p.param.grad().defined()) p.param.mutable_grad().mul_(coef);
+    }
+    return norm;
+  }
+
+  void reduceSequenceParallel() {
+    if (!sp || spReplicated.empty()) return;
+    torch::NoGradGuard ng;
+    std::vector<at::Tensor> flat;
+    for (size_t i : spReplicated) flat.push_back(params[i].param.grad().reshape({-1}));
+    at::Tensor buf = torch::cat(flat);
+    mesh->tpGroup().allReduce(buf, ReduceOp::Sum, spSite, probes::Phase::Backward);
+    int64_t off = 0;
+    for (size_t i : spReplicated) {
+      at::Tensor& g = params[i].param.mutable_grad();
+      g.copy_(buf.narrow(0, off, g.numel()).view_as(g));
+      off += g.numel();
+    }
+  }
+
+  void zeroBroadcast() {
+    if (!zeroSharded()) return;
+    torch::NoGradGuard ng;
+    for (int d = 0; d < mesh->dp(); ++d) {
+      std::vector<at::Tensor> mine;
+      for (size_t i = 0; i < params.size(); ++i)
+        if (owner[i] == d) mine.push_back(params[i].param.reshape({-1}));
+      if (mine.empty()) continue;
+      at::Tensor buf = torch::cat(mine);
+      mesh->dpGroup().broadcast(buf, d, zeroSite, probes::Phase::Optimizer);
+      int64_t off = 0;
+      for (size_t i = 0; i < params.size(); ++i) {
+        if (owner[i] != d) continue;
+        at::Tensor& p = params[i].param;
+        p.copy_(buf.narrow(0, off, p.numel()).view_as(p));
+        off += p.numel();
+      }
+    }
+  }
+};
+
+Trainer::Trainer(const TrainConfig& config, Mesh& mesh) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.cfg = config;
+  m.mesh = &mesh;
+  config.validate(mesh.tp(), mesh.dp());
+  m.corpus = Corpus::load(config.corpusPath());
+  m.sampler = std::make_unique<BatchSampler>(m.corpus, config.seq_len, config.micro_batch_size, config.seed);
+  // Same dropout stream on every TP rank of a replica (replicated regions must agree), different across replicas.
+  torch::manual_seed(config.seed + 1 + 1000003ull * static_cast<uint64_t>(mesh.dpRank()));
+  m.model = Gpt(GptOptions()
+                    .layers(config.layers)
+                    .hidden(config.hidden)
+                    .heads(config.heads)
+                    .ffn_hidden(config.ffn_hidden)
+                    .seq_len(config.seq_len)
+                    .vocab_size(config.vocab_size)
+                    .dropout(config.dropout)
+                    .attention_dropout(config.attention_dropout)
+                    .label_smoothing(config.label_smoothing)
+                    .sequence_parallel(config.sequence_parallel)
+                    .activation_checkpointing(config.activation_checkpointing)
+                    .seed(config.seed)
+                    .tp(&mesh.tpGroup()));
+  m.model->train();
+  m.sp = config.sequence_parallel && mesh.tp() > 1;
+  m.params = m.model->paramInfo();
+  std::vector<at::Tensor> ps;
+  std::vector<bool> late;
+  auto shared = m.model->sharedParams();
+  for (size_t i = 0; i < m.params.size(); ++i) {
+    const auto& p = m.params[i];
+    m.names.push_back(p.name);
+    m.layers.push_back(p.layer);
+    m.numels.push_back(p.param.numel());
+    ps.push_back(p.param);
+    bool isShared = false;
+    for (auto& s : shared) isShared |= s.is_same(p.param);
+    late.push_back(isShared);
+    if (m.sp && !p.sharded) m.spReplicated.push_back(i);
+  }
+  // ZeRO-1 ownership: greedy by size (largest first) onto the least-loaded DP rank; identical on every rank.
+  m.owner.assign(m.params.size(), 0);
+  if (config.zero1 && mesh.dp() > 1) {
+    std::vector<size_t> order(m.params.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return m.numels[a] > m.numels[b]; });
+    std::vector<int64_t> load(mesh.dp(), 0);
+    for (size_t i : order) {
+      int best = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+      m.owner[i] = best;
+      load[best] += m.numels[i];
+    }
+  }
+  m.buildOptimizer();
+  m.reducer = std::make_unique<GradReducer>(ps, late, mesh.dpGroup(), config.bucket_mb * 1024 * 1024,
+                                            config.overlap_grad_reduce);
+}
+
+Trainer::~Trainer() = default;
+
+double Trainer::flopsPerStep() const {
+  return impl_->model->flopsPerStep(impl_->cfg.micro_batch_size * impl_->cfg.grad_accum);
+}
+
+StepMetrics Trainer::trainStep(int64_t step) {
+  Impl& m = *impl_;
+  const TrainConfig& c = m.cfg;
+  TPS_STEP(static_cast<int>(step));
+  const uint64_t t0 = probes::rawTicks();
+  const auto wall0 = std::chrono::steady_clock::now();
+  probes::Sink* sink = probes::sink();
+  StepMetrics out;
+  out.step = step;
+  {
+    TPS_SPAN("train step", Step, None);
+    for (auto& p : m.params) p.param.mutable_grad() = at::Tensor();
+    const int64_t n = c.micro_batch_size * c.seq_len;
+    double lossSum = 0;
+    at::Tensor lossAcc = torch::zeros({1});
+    for (int64_t micro = 0; micro < c.grad_accum; ++micro) {
+      at::Tensor ids = torch::empty({c.micro_batch_size, c.seq_len}, torch::kLong);
+      at::Tensor targets = torch::empty({c.micro_batch_size, c.seq_len}, torch::kLong);
+      {
+        TPS_SPAN("data loading", Data, Data);
+        m.sampler->fill(step, micro, c.grad_accum, m.mesh->dpRank(), m.mesh->dp(), ids.data_ptr<int64_t>(),
+                        targets.data_ptr<int64_t>());
+      }
+      const bool last = micro + 1 == c.grad_accum;
+      at::Tensor loss;
+      if (c.bf16) {
+        at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+        at::autocast::set_cpu_enabled(true);
+        loss = m.model->forward(ids, targets);
+        at::autocast::set_cpu_enabled(false);
+        at::autocast::clear_cache();
+      } else {
+        loss = m.model->forward(ids, targets);
+      }
+      if (last) m.reducer->beginLastMicrobatch(sink != nullptr);
+      (loss / static_cast<double>(c.grad_accum)).backward();
+      lossAcc += loss.detach().to(at::kFloat);
+      (void)n;
+    }
+    at::Tensor health = m.reducer->finish();
+    if (health.defined() && sink != nullptr)
+      reportGradHealth(*sink, static_cast<int>(step), m.names, m.layers, m.numels, health);
+    else if (sink != nullptr) {
+      std::vector<at::Tensor> gs;
+      for (auto& p : m.params) gs.push_back(p.param.grad());
+      reportGradHealth(*sink, static_cast<int>(step), m.names, m.layers, m.numels, gradHealth(gs));
+    }
+    m.reduceSequenceParallel();
+    out.gradNorm = m.clipGradients();
+    out.lr = learningRate(c, step);
+    {
+      TPS_SPAN("optimizer step", Optimizer, Optimizer);
+      for (auto& g : m.optimizer->param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(out.lr);
+      m.optimizer->step();
+      m.zeroBroadcast();
+    }
+    // Loss: mean over micro-batches, then over DP replicas (identical across TP).
+    lossAcc.div_(static_cast<double>(c.grad_accum));
+    m.mesh->dpGroup().allReduce(lossAcc, ReduceOp::Sum, m.lossSite, probes::Phase::Optimizer);
+    lossSum = lossAcc.item<double>() / m.mesh->dp();
+    out.loss = lossSum;
+  }
+  out.stepTimeS = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  out.tokens = c.micro_batch_size * c.seq_len * c.grad_accum * m.mesh->dp();
+  out.tokensPerS = static_cast<double>(out.tokens) / std::max(out.stepTimeS, 1e-9);
+  if (sink != nullptr) {
+    probes::StepStat st;
+    st.step = static_cast<int>(step);
+    st.loss = out.loss;
+    st.lr = out.lr;
+    st.gradNorm = out.gradNorm;
+    st.tokens = c.micro_batch_size * c.seq_len * c.grad_accum;
+    st.t0 = t0;
+    st.t1 = probes::rawTicks();
+    sink->stepStat(st);
+  }
+  return out;
+}
+
+void Trainer::saveCheckpoint(int64_t step) {
+  Impl& m = *impl_;
+  TPS_SPAN("checkpoint save", Checkpoint, Checkpoint);
+  const std::string root = m.cfg.checkpoint_dir;
+  TORCH_CHECK(!root.empty(), "saveCheckpoint: checkpoint_dir is not set");
+  const std::string dir = checkpointStepDir(root, step);
+  fs::create_directories(dir);
+  {
+    torch::serialize::OutputArchive ar;
+    for (auto& p : m.params) ar.write("param/" + p.name, p.param.detach());
+    torch::serialize::OutputArchive opt;
+    m.optimizer->save(opt);
+    ar.write("optimizer", opt);
+    ar.write("rng", at::detail::getDefaultCPUGenerator().get_state());
+    ar.write("meta", torch::tensor({step, static_cast<int64_t>(m.mesh->tp()), static_cast<int64_t>(m.mesh->dp()),
+                                    static_cast<int64_t>(m.mesh->rank())}));
+    const std::string file = checkpointRankFile(dir, m.mesh->rank());
+    ar.save_to(file + ".tmp");
+    fs::rename(file + ".tmp", file);
+  }
+  m.mesh->world().barrier(m.ckptSite, probes::Phase::Checkpoint);
+  if (m.mesh->rank() == 0) {
+    nlohmann::json j;
+    j["format"] = "tpscope-checkpoint";
+    j["version"] = kCheckpointVersion;
+    j["step"] = step;
+    j["tp"] = m.mesh->tp();
+    j["dp"] = m.mesh->dp();
+    j["world"] = m.mesh->worldSize();
+    j["zero1"] = m.cfg.zero1;
+    auto files = nlohmann::json::array();
+    for (int r = 0; r < m.mesh->worldSize(); ++r) files.push_back(fs::path(checkpointRankFile(dir, r)).filename());
+    j["files"] = files;
+    j["config"] = nlohmann::json::parse(m.cfg.toJson());
+    std::ofstream(fs::path(dir) / "manifest.json") << j.dump(2) << "\n";
+    std::ofstream(fs::path(root) / "latest.tmp") << fs::path(dir).filename().string() << "\n";
+    fs::rename(fs::path(root) / "latest.tmp", fs::path(root) / "latest");
+  }
+  m.mesh->world().barrier(m.ckptSite, probes::Phase::Checkpoint);
+}
+
+int64_t Trainer::loadCheckpoint(const std::string& where) {
+  Impl& m = *impl_;
+  TPS_SPAN("checkpoint load", Checkpoint, Checkpoint);
+  const std::string dir = resolveCheckpointDir(where);
+  nlohmann::json j;
+  std::ifstream(fs::path(dir) / "manifest.json") >> j;
+  if (j.value("format", "") != "tpscope-checkpoint" || j.value("version", 0) > kCheckpointVersion)
+    throw ConfigError(fmt::format("{}: not a tpscope checkpoint of version <= {}", dir, kCheckpointVersion));
+  if (j["tp"].get<int>() != m.mesh->tp() || j["dp"].get<int>() != m.mesh->dp() ||
+      j.value("zero1", false) != m.cfg.zero1)
+    throw ConfigError(fmt::format("{} was written with tp={} dp={} zero1={}; this run has tp={} dp={} zero1={}", dir,
+                                  j["tp"].get<int>(), j["dp"].get<int>(), j.value("zero1", false), m.mesh->tp(),
+                                  m.mesh->dp(), m.cfg.zero1));
+  torch::serialize::InputArchive ar;
+  ar.load_from(checkpointRankFile(dir, m.mesh->rank()));
+  torch::NoGradGuard ng;
+  for (auto& p : m.params) {
+    at::Tensor t;
+    ar.read("param/" + p.name, t);
+    TORCH_CHECK(t.sizes() == p.param.sizes(), "checkpoint ", dir, ": ", p.name, " has shape ", t.sizes(),
+                ", the model expects ", p.param.sizes());
+    p.param.copy_(t);
+  }
+  torch::serialize::InputArchive opt;
+  ar.read("optimizer", opt);
+  m.optimizer->load(opt);
+  at::Tensor rng;
+  ar.read("rng", rng);
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  gen.set_state(rng);
+  return j["step"].get<int64_t>();
+}
+
+}  // namespace tpscope::core
