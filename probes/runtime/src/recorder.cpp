@@ -1,0 +1,860 @@
+#include "recorder.h"
+
+#include <poll.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "signals.h"
+
+namespace tpscope::probes::runtime_detail {
+
+namespace {
+
+constexpr uint32_t kLaneBase = 65536;
+constexpr int kPollMs = 5;                     // how often the flusher looks at buffer fill levels
+constexpr int64_t kHeartbeatNs = 1'000'000'000;  // an idle session still commits a recorder_stats row this often
+
+// Marks the thread's buffer retired when the thread exits; the flusher frees it once drained.
+struct ThreadGuard {
+  ThreadBuffer* buffer = nullptr;
+  ~ThreadGuard();
+};
+thread_local ThreadGuard t_guard;
+thread_local bool t_exited = false;  // trivially destructible: readable after t_guard is gone
+thread_local BufferEntry* t_entry = nullptr;
+
+ThreadGuard::~ThreadGuard() {
+  t_exited = true;
+  if (buffer != nullptr) {
+    detail::t_buffer = nullptr;
+    t_entry = nullptr;
+    buffer->retired.store(true, std::memory_order_release);
+  }
+}
+
+int64_t osTid() { return static_cast<int64_t>(syscall(SYS_gettid)); }
+
+std::string currentThreadName() {
+  char name[64] = {};
+  if (pthread_getname_np(pthread_self(), name, sizeof name) != 0) return {};
+  return name;
+}
+
+void logLine(const std::string& line) { std::fprintf(stderr, "tpscope recorder: %s\n", line.c_str()); }
+
+// Offset stored in ranks: the mean of the start and end estimates (a constant offset is all the format holds), with
+// an uncertainty that covers both.
+void combineClock(const std::optional<ClockOffset>& a, const std::optional<ClockOffset>& b, tracedb::RankInfo* info) {
+  const bool okA = a && a->ok(), okB = b && b->ok();
+  if (okA && okB) {
+    info->clockOffsetNs = a->offsetNs + (b->offsetNs - a->offsetNs) / 2;
+    info->clockUncertaintyNs = std::max(a->uncertaintyNs, b->uncertaintyNs) + std::abs(b->offsetNs - a->offsetNs) / 2;
+  } else if (okA || okB) {
+    const ClockOffset& c = okA ? *a : *b;
+    info->clockOffsetNs = c.offsetNs;
+    info->clockUncertaintyNs = c.uncertaintyNs;
+  }
+}
+
+int64_t recorderNowUnix() { return Recorder::instance().nowUnixNs(); }
+
+}  // namespace
+
+Recorder& Recorder::instance() {
+  static Recorder* r = [] {
+    auto* rec = new Recorder();  // never destroyed: threads may record during static destruction
+    pthread_atfork(nullptr, nullptr, [] { Recorder::instance().onFork(); });
+    return rec;
+  }();
+  return *r;
+}
+
+// ------------------------------------------------------------------------------------------------------------------
+// Sink
+
+ThreadBuffer* Recorder::acquireThreadBuffer() noexcept {
+  if (t_exited || forked_.load(std::memory_order_relaxed)) return nullptr;
+  if (detail::t_buffer != nullptr) return detail::t_buffer;
+  auto* buffer = new (std::nothrow) ThreadBuffer;
+  if (buffer == nullptr) return nullptr;
+  auto entry = std::make_unique<BufferEntry>();
+  entry->buffer = buffer;
+  entry->osTid = osTid();
+  entry->name = currentThreadName();
+  {
+    std::lock_guard lock(registryMutex_);
+    entry->threadId = nextThreadId_++;
+    buffer->threadId = entry->threadId;
+    t_entry = entry.get();
+    entries_.push_back(std::move(entry));
+  }
+  t_guard.buffer = buffer;
+  detail::t_buffer = buffer;
+  return buffer;
+}
+
+BufferEntry* Recorder::entryForThisThread() noexcept {
+  if (t_entry == nullptr) acquireThreadBuffer();
+  return t_entry;
+}
+
+uint64_t Recorder::collectiveEnqueued(const CollectiveDesc& desc, uint64_t enqueueTicks) noexcept {
+  if (!started()) return 0;
+  const BufferEntry* e = entryForThisThread();
+  const int step = desc.step >= 0 ? desc.step : currentStep();
+  try {
+    return ring_.enqueue(desc, enqueueTicks, e ? static_cast<int>(e->threadId) : 0, step);
+  } catch (...) {
+    return 0;
+  }
+}
+
+void Recorder::collectiveState(uint64_t handle, CollectiveState state, uint64_t ticks) noexcept {
+  if (!started()) return;
+  ring_.setState(handle, state, ticks);
+}
+
+void Recorder::gradStats(int step, std::span<const GradStat> stats) noexcept {
+  if (!started()) return;
+  try {
+    std::lock_guard lock(recordsMutex_);
+    for (const GradStat& g : stats) {
+      if (records_.size() >= options_.recordQueue) {
+        ++recordsDroppedQueue_;
+        continue;
+      }
+      records_.grads.push_back(tracedb::GradStatRow{options_.rank.rank, step, std::string(g.param), g.layer, g.l2Norm,
+                                                    g.maxAbs, g.nanCount, g.infCount, g.numel});
+    }
+  } catch (...) {
+  }
+}
+
+void Recorder::stepStat(const StepStat& stat) noexcept {
+  if (!started()) return;
+  try {
+    std::lock_guard lock(recordsMutex_);
+    if (records_.size() >= options_.recordQueue) {
+      ++recordsDroppedQueue_;
+      return;
+    }
+    records_.steps.push_back(RawStepStat{stat, options_.rank.rank});
+  } catch (...) {
+  }
+}
+
+void Recorder::alert(const Alert& a) noexcept {
+  if (!started()) return;
+  const uint64_t ticks = rawTicks();
+  try {
+    tracedb::AlertRow row;
+    row.rank = options_.rank.rank;
+    row.step = a.step >= 0 ? a.step : currentStep();
+    static constexpr const char* kSeverity[] = {"info", "warning", "error", "critical"};
+    row.severity = kSeverity[static_cast<int>(a.severity) & 3];
+    row.kind.assign(a.kind);
+    row.layer = a.layer;
+    row.param.assign(a.param);
+    row.message.assign(a.message);
+    row.evidence = a.evidence.empty() ? std::string("{}") : std::string(a.evidence);
+    std::lock_guard lock(recordsMutex_);
+    if (records_.size() >= options_.recordQueue) {
+      ++recordsDroppedQueue_;
+      return;
+    }
+    records_.alerts.push_back(RawAlert{std::move(row), ticks});
+  } catch (...) {
+  }
+}
+
+void Recorder::counter(std::string_view name, double value, uint64_t ticks) noexcept {
+  if (!started()) return;
+  try {
+    std::lock_guard lock(recordsMutex_);
+    if (records_.size() >= options_.recordQueue) {
+      ++recordsDroppedQueue_;
+      return;
+    }
+    records_.counters.push_back(RawCounter{std::string(name), value, ticks});
+  } catch (...) {
+  }
+}
+
+// ------------------------------------------------------------------------------------------------------------------
+// Lifecycle
+
+int64_t Recorder::perSpanCostPs() {
+  // What SpanScope costs while recording: two raw clock reads and a push into the thread's ring.
+  static constexpr Site kSite{"tpscope.calibration", "", __FILE__, __LINE__, SpanKind::Other, Phase::None};
+  std::unique_ptr<ThreadBuffer> scratch(new (std::nothrow) ThreadBuffer);
+  if (!scratch) return 0;
+  constexpr int kSpans = 20000;
+  int64_t best = INT64_MAX;
+  for (int round = 0; round < 3; ++round) {
+    const int64_t t0 = monotonicNow();
+    for (int i = 0; i < kSpans; ++i) {
+      const uint64_t a = rawTicks();
+      scratch->push(SpanEvent{&kSite, a, rawTicks(), i, -1, 0});
+      if ((i & 0x3fff) == 0x3fff) scratch->tail.store(scratch->head.load(std::memory_order_relaxed));
+    }
+    best = std::min(best, monotonicNow() - t0);
+  }
+  return best * 1000 / kSpans;
+}
+
+tracedb::Status Recorder::start(const RuntimeOptions& options) {
+  std::lock_guard lifecycle(lifecycleMutex_);
+  if (forked_) return tracedb::Status::error("tpscope recorder: cannot start in a forked child");
+  if (started()) return tracedb::Status::error("tpscope recorder: already recording to " + path_.string());
+  if (flusher_.joinable()) flusher_.join();  // a session that ended by a fatal signal's dump
+  if (options.outDir.empty()) return tracedb::Status::error("tpscope recorder: no output folder");
+
+  options_ = options;
+  if (options_.collectiveRing == 0) options_.collectiveRing = 1;
+  if (options_.flushInterval.count() <= 0) options_.flushInterval = std::chrono::milliseconds(250);
+  tracedb::RankInfo& rank = options_.rank;
+  if (rank.host.empty()) {
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    rank.host = host;
+  }
+  if (rank.pid == 0) rank.pid = getpid();
+
+  clock_.init(options_.epochUnixNs.value_or(-1));
+  clockReady_.store(true, std::memory_order_release);
+  if (options_.runId.empty()) {
+    options_.runId = rank.host + "-" + std::to_string(rank.pid) + "-" + std::to_string(clock_.epochUnixNs());
+  }
+
+  path_ = options_.outDir / ("rank-" + std::to_string(rank.rank) + ".db");
+  tracedb::CreateOptions create;
+  create.overwrite = options_.overwrite;
+  create.runId = options_.runId;
+  create.epochUnixNs = clock_.epochUnixNs();
+  create.source = "capture";
+  auto writer = tracedb::Writer::create(path_, create);
+  if (!writer) return writer.status();
+  writer_ = std::move(writer.value());
+
+  perSpanCostPs_ = perSpanCostPs();
+  rank.startNs = clock_.nowFile();
+  rank.endNs.reset();
+  rank.exitReason.clear();
+  rank.clockOffsetNs = 0;
+  rank.clockUncertaintyNs = 0;
+
+  // First transaction: what a reader needs even if the process dies before the first flush.
+  {
+    std::vector<std::pair<std::string, std::string>> meta = {
+        {"run_id", options_.runId},
+        {"epoch_unix_ns", std::to_string(clock_.epochUnixNs())},
+        {"tool", options_.tool},
+        {"source", "capture"},
+        {"recorder.tick_source", clock_.source()},
+        {"recorder.ticks_per_ns", std::to_string(clock_.ticksPerNs())},
+        {"recorder.span_cost_ps", std::to_string(perSpanCostPs_)},
+        {"recorder.flush_interval_ms", std::to_string(options_.flushInterval.count())},
+    };
+    tracedb::Status s = writer_->begin();
+    for (const auto& [k, v] : meta) {
+      if (s) s = writer_->setMeta(k, v);
+    }
+    if (s) s = writer_->putRank(rank);
+    if (s) s = writer_->commit();
+    if (!s) {
+      writer_.reset();
+      return s;
+    }
+  }
+
+  {
+    std::lock_guard lock(stateMutex_);
+    rankInfo_ = rank;
+    rankDirty_ = false;
+    pendingMeta_.clear();
+    pendingGroups_.clear();
+    clockStart_.reset();
+    clockEnd_.reset();
+    clockCounters_.clear();
+    clockStore_ = options_.clockStore;
+    clockCancel_ = false;
+  }
+  {
+    std::lock_guard lock(recordsMutex_);
+    records_.clear();
+    recordsDroppedQueue_ = 0;
+  }
+  {
+    std::lock_guard lock(controlMutex_);
+    flushRequested_ = flushDone_ = 0;
+    stopRequested_ = false;
+    stopReason_.clear();
+    flusherExited_ = false;
+  }
+  {
+    std::lock_guard lock(statsMutex_);
+    stats_ = RecorderStats{};
+    stats_.perSpanCostPs = perSpanCostPs_;
+  }
+  ring_.reset(options_.collectiveRing);
+  siteNames_.clear();
+  lastCommitMono_ = monotonicNow();
+  recordsDroppedCum_ = 0;
+  ++session_;
+  {
+    // Events left in a buffer from before this session are not this file's.
+    std::lock_guard lock(registryMutex_);
+    for (auto& e : entries_) {
+      e->buffer->tail.store(e->buffer->head.load(std::memory_order_acquire), std::memory_order_release);
+      e->droppedSeen = e->buffer->dropped.load(std::memory_order_relaxed);
+    }
+  }
+
+  wakeFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  signalState().finalRequested.store(false);
+  signalState().done.store(signalState().requested.load());
+  flusher_ = std::thread([this] { flusherMain(); });
+  signalState().wakeFd.store(wakeFd_);
+  if (options_.installSignalHandlers) installSignalHandlers();
+  if (options_.flushAtExit) {
+    static std::once_flag once;
+    std::call_once(once, [] { std::atexit([] { Recorder::instance().stop("ok"); }); });
+  }
+
+  detail::g_sink.store(this, std::memory_order_release);
+  started_.store(true, std::memory_order_release);
+  detail::g_recording.store(true, std::memory_order_release);
+
+  if (clockStore_ && rank.worldSize > 1) {
+    clockThread_ = std::thread([this, tag = options_.runId + "/start", t = options_.clock.timeout] {
+      runClockAlignment(tag, t, true);
+    });
+  }
+  return tracedb::Status::ok();
+}
+
+void Recorder::stop(std::string_view exitReason) {
+  std::lock_guard lifecycle(lifecycleMutex_);
+  if (!started() || forked_) return;
+  joinClockThread();
+  std::shared_ptr<KvStore> store;
+  {
+    std::lock_guard lock(stateMutex_);
+    store = clockStore_;
+  }
+  bool flusherAlive;
+  {
+    std::lock_guard lock(controlMutex_);
+    flusherAlive = !flusherExited_;
+  }
+  if (store && flusherAlive && options_.rank.worldSize > 1) {
+    runClockAlignment(options_.runId + "/end", options_.clockEndTimeout, false);
+  }
+  detail::g_recording.store(false, std::memory_order_release);
+  {
+    std::lock_guard lock(controlMutex_);
+    stopRequested_ = true;
+    stopReason_.assign(exitReason);
+  }
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(wakeFd_, &one, sizeof one);
+  if (flusher_.joinable()) flusher_.join();
+  signalState().wakeFd.store(-1);
+  close(wakeFd_);
+  wakeFd_ = -1;
+  writer_.reset();
+  {
+    std::lock_guard lock(stateMutex_);
+    clockStore_.reset();
+  }
+  started_.store(false, std::memory_order_release);
+}
+
+void Recorder::onFork() {
+  forked_.store(true);
+  detail::g_recording.store(false);
+  started_.store(false);
+}
+
+void Recorder::flushNow() {
+  if (!started()) return;
+  if (std::this_thread::get_id() == flusher_.get_id()) return;
+  std::unique_lock lock(controlMutex_);
+  if (flusherExited_) return;
+  const uint64_t ticket = ++flushRequested_;
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(wakeFd_, &one, sizeof one);
+  controlCv_.wait_for(lock, std::chrono::seconds(5), [&] { return flushDone_ >= ticket || flusherExited_; });
+}
+
+// ------------------------------------------------------------------------------------------------------------------
+// Session data
+
+void Recorder::setRankInfo(const tracedb::RankInfo& info) {
+  std::lock_guard lock(stateMutex_);
+  tracedb::RankInfo merged = info;
+  merged.rank = rankInfo_.rank;
+  merged.worldSize = rankInfo_.worldSize;
+  merged.localRank = rankInfo_.localRank;
+  merged.pid = rankInfo_.pid;
+  if (merged.host.empty()) merged.host = rankInfo_.host;
+  merged.startNs = rankInfo_.startNs;
+  merged.endNs = rankInfo_.endNs;
+  merged.exitReason = rankInfo_.exitReason;
+  merged.clockOffsetNs = rankInfo_.clockOffsetNs;
+  merged.clockUncertaintyNs = rankInfo_.clockUncertaintyNs;
+  rankInfo_ = std::move(merged);
+  rankDirty_ = true;
+}
+
+void Recorder::setMeta(std::string_view key, std::string_view value) {
+  std::lock_guard lock(stateMutex_);
+  pendingMeta_.emplace_back(std::string(key), std::string(value));
+}
+
+void Recorder::putGroup(const tracedb::GroupInfo& group) {
+  std::lock_guard lock(stateMutex_);
+  pendingGroups_.push_back(group);
+}
+
+void Recorder::setThreadName(std::string_view name) {
+  BufferEntry* e = entryForThisThread();
+  if (e == nullptr) return;
+  std::lock_guard lock(registryMutex_);
+  e->name.assign(name);
+  e->threadRowSession = 0;
+}
+
+void Recorder::setClockStore(std::shared_ptr<KvStore> store) {
+  std::lock_guard lifecycle(lifecycleMutex_);
+  {
+    std::lock_guard lock(stateMutex_);
+    clockStore_ = std::move(store);
+  }
+  if (!started() || !clockStore_ || options_.rank.worldSize <= 1) return;
+  joinClockThread();
+  clockCancel_ = false;
+  clockThread_ = std::thread([this, tag = options_.runId + "/start", t = options_.clock.timeout] {
+    runClockAlignment(tag, t, true);
+  });
+}
+
+void Recorder::joinClockThread() {
+  if (clockThread_.joinable()) {
+    clockCancel_ = true;
+    clockThread_.join();
+  }
+}
+
+void Recorder::runClockAlignment(const std::string& tag, std::chrono::milliseconds timeout, bool atStart) {
+  std::shared_ptr<KvStore> store;
+  {
+    std::lock_guard lock(stateMutex_);
+    store = clockStore_;
+  }
+  if (!store) return;
+  ClockAlignOptions o = options_.clock;
+  o.timeout = timeout;
+  const ClockOffset c = alignClock(*store, options_.rank.rank, options_.rank.worldSize, tag, o, &recorderNowUnix);
+  const uint64_t ticks = rawTicks();
+  std::lock_guard lock(stateMutex_);
+  (atStart ? clockStart_ : clockEnd_) = c;
+  if (c.ok()) {
+    clockCounters_.push_back(RawCounter{"tpscope.clock_offset_ns", static_cast<double>(c.offsetNs), ticks});
+    clockCounters_.push_back(RawCounter{"tpscope.clock_uncertainty_ns", static_cast<double>(c.uncertaintyNs), ticks});
+  } else if (options_.rank.rank != 0) {
+    logLine("clock alignment (" + tag + ") failed: no answer from rank 0; offset left as measured before");
+  }
+  combineClock(clockStart_, clockEnd_, &rankInfo_);
+  rankDirty_ = true;
+}
+
+RecorderStats Recorder::stats() const {
+  std::lock_guard lock(statsMutex_);
+  return stats_;
+}
+
+std::filesystem::path Recorder::outputPath() const { return path_; }
+
+// ------------------------------------------------------------------------------------------------------------------
+// Hooks
+
+void Recorder::addParticipant(FlushParticipant* p) {
+  std::lock_guard lock(participantsMutex_);
+  if (std::find(participants_.begin(), participants_.end(), p) == participants_.end()) participants_.push_back(p);
+}
+
+void Recorder::removeParticipant(FlushParticipant* p) {
+  std::lock_guard lock(participantsMutex_);
+  participants_.erase(std::remove(participants_.begin(), participants_.end(), p), participants_.end());
+}
+
+std::optional<uint32_t> Recorder::threadIdForOsTid(int64_t tid) {
+  std::lock_guard lock(registryMutex_);
+  for (const auto& e : entries_) {
+    if (e->osTid == tid) return e->threadId;
+  }
+  return std::nullopt;
+}
+
+uint32_t Recorder::registerLane(std::string_view kind, std::string_view name) {
+  std::lock_guard lock(registryMutex_);
+  for (const Lane& l : lanes_) {
+    if (l.kind == kind && l.name == name) return l.threadId;
+  }
+  Lane lane;
+  lane.threadId = kLaneBase + static_cast<uint32_t>(lanes_.size());
+  lane.kind.assign(kind);
+  lane.name.assign(name);
+  lanes_.push_back(std::move(lane));
+  return lanes_.back().threadId;
+}
+
+int64_t Recorder::fileNsFromMonotonicNs(int64_t mono) const {
+  return clockReady_.load(std::memory_order_acquire) ? clock_.monoToFile(mono) : 0;
+}
+
+int64_t Recorder::fileNsFromTicks(uint64_t ticks) const {
+  return clockReady_.load(std::memory_order_acquire) ? clock_.ticksToFileLocked(ticks) : 0;
+}
+
+int64_t Recorder::nowUnixNs() const {
+  return clockReady_.load(std::memory_order_acquire) ? clock_.nowUnix() : realtimeNow();
+}
+
+// ------------------------------------------------------------------------------------------------------------------
+// Flusher
+
+bool Recorder::anyBufferHalfFull() {
+  std::lock_guard lock(registryMutex_);
+  for (const auto& e : entries_) {
+    const ThreadBuffer& b = *e->buffer;
+    if (b.head.load(std::memory_order_relaxed) - b.tail.load(std::memory_order_relaxed) >= ThreadBuffer::kCapacity / 2)
+      return true;
+  }
+  return false;
+}
+
+void Recorder::flusherMain() {
+  blockDumpSignals();
+  pthread_setname_np(pthread_self(), "tpscope-flush");
+  SignalState& sig = signalState();
+  const int64_t interval = std::chrono::duration_cast<std::chrono::nanoseconds>(options_.flushInterval).count();
+  int64_t nextFlush = monotonicNow() + interval;
+  for (;;) {
+    const int64_t now = monotonicNow();
+    const int waitMs = static_cast<int>(std::clamp<int64_t>((nextFlush - now + 999'999) / 1'000'000, 0, kPollMs));
+    pollfd pfd{wakeFd_, POLLIN, 0};
+    if (poll(&pfd, 1, waitMs) > 0) {
+      uint64_t drained = 0;
+      [[maybe_unused]] ssize_t n = read(wakeFd_, &drained, sizeof drained);
+    }
+    const uint64_t sigTicket = sig.requested.load();
+    const bool sigPending = sigTicket > sig.done.load();
+    uint64_t requested;
+    bool stopping;
+    std::string reason;
+    {
+      std::lock_guard lock(controlMutex_);
+      requested = flushRequested_;
+      stopping = stopRequested_;
+      reason = stopReason_;
+    }
+    const bool sigFinal = sigPending && sig.finalRequested.load();
+    const bool due = monotonicNow() >= nextFlush || anyBufferHalfFull();
+    if (!sigPending && !stopping && requested <= flushDone_ && !due) continue;
+
+    const bool final = stopping || sigFinal;
+    if (sigFinal) {
+      detail::g_recording.store(false, std::memory_order_release);
+      reason = std::string("signal ") + signalName(sig.lastSignal.load());
+    }
+    flushOnce(final, reason);
+    nextFlush = monotonicNow() + interval;
+    if (final) {
+      tracedb::Status s = writer_->close();
+      if (!s) logLine("closing " + path_.string() + ": " + s.message());
+    }
+    {
+      std::lock_guard lock(controlMutex_);
+      flushDone_ = requested;
+      if (final) flusherExited_ = true;
+    }
+    controlCv_.notify_all();
+    if (sigPending) sig.done.store(sigTicket);
+    if (final) return;
+  }
+}
+
+void Recorder::flushOnce(bool final, std::string_view finalReason) {
+  const int64_t t0 = monotonicNow();
+  // Conversions of this flush happen under the clock's lock (released before the participants, which may convert).
+  std::unique_lock clockLock(clock_.lock());
+  clock_.recalibrate();
+  tracedb::Writer& w = *writer_;
+  const int rank = options_.rank.rank;
+  int64_t spansWritten = 0, spansDropped = 0, recordsWritten = 0, recordsDropped = 0;
+  bool wroteSomething = false;
+  std::string firstError;
+  auto check = [&](const tracedb::Status& s) {
+    if (!s && firstError.empty()) firstError = s.message();
+  };
+
+  // Buffers and lanes whose threads rows this file lacks.
+  std::vector<BufferEntry*> entries;
+  std::vector<tracedb::ThreadInfo> threadRows;
+  {
+    std::lock_guard lock(registryMutex_);
+    entries.reserve(entries_.size());
+    for (auto& e : entries_) {
+      entries.push_back(e.get());
+      if (e->threadRowSession != session_) {
+        e->threadRowSession = session_;
+        threadRows.push_back(tracedb::ThreadInfo{rank, static_cast<int>(e->threadId), "cpu", e->name});
+      }
+    }
+    for (Lane& l : lanes_) {
+      if (l.threadRowSession != session_) {
+        l.threadRowSession = session_;
+        threadRows.push_back(tracedb::ThreadInfo{rank, static_cast<int>(l.threadId), l.kind, l.name});
+      }
+    }
+  }
+
+  check(w.begin());
+  for (const auto& t : threadRows) check(w.putThread(t));
+
+  // Spans, one buffer at a time (a drained chunk is at most one ring: 64 Ki rows).
+  std::vector<BufferEntry*> retired;
+  bool wantRefs;
+  {
+    std::lock_guard lock(participantsMutex_);
+    wantRefs = !participants_.empty();
+  }
+  hostRefs_.clear();
+  for (BufferEntry* e : entries) {
+    ThreadBuffer& b = *e->buffer;
+    const bool isRetired = b.retired.load(std::memory_order_acquire);
+    const uint64_t head = b.head.load(std::memory_order_acquire);
+    const uint64_t tail = b.tail.load(std::memory_order_relaxed);
+    const size_t n = static_cast<size_t>(head - tail);
+    if (n > 0) {
+      rows_.resize(n);
+      const Site* lastSite = nullptr;
+      uint32_t lastName = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const SpanEvent& ev = b.events[(tail + i) & (ThreadBuffer::kCapacity - 1)];
+        if (ev.site != lastSite) {
+          auto it = siteNames_.find(ev.site);
+          if (it == siteNames_.end()) {
+            auto id = w.intern(ev.site->name != nullptr ? ev.site->name : "");
+            check(id.status());
+            it = siteNames_.emplace(ev.site, id ? *id : 0).first;
+          }
+          lastSite = ev.site;
+          lastName = it->second;
+        }
+        tracedb::SpanRow& r = rows_[i];
+        r.rank = rank;
+        r.thread = static_cast<int>(e->threadId);
+        r.kind = static_cast<tracedb::SpanKind>(ev.site->kind);
+        r.name = lastName;
+        r.beginNs = clock_.ticksToFile(ev.t0);
+        r.durNs = std::max<int64_t>(0, clock_.ticksToFile(ev.t1) - r.beginNs);
+        r.step = ev.step;
+        r.layer = ev.layer;
+        r.phase = static_cast<tracedb::Phase>(ev.site->phase);
+        r.correlation.reset();
+      }
+      b.tail.store(head, std::memory_order_release);
+      const tracedb::Status s = w.addSpans(std::span<const tracedb::SpanRow>(rows_.data(), n));
+      check(s);
+      if (s) {
+        spansWritten += static_cast<int64_t>(n);
+        if (wantRefs) {
+          const int64_t last = sqlite3_last_insert_rowid(w.handle());
+          const int64_t first = last - static_cast<int64_t>(n) + 1;
+          for (size_t i = 0; i < n; ++i) {
+            const tracedb::SpanRow& r = rows_[i];
+            hostRefs_.push_back(HostSpanRef{first + static_cast<int64_t>(i), e->threadId,
+                                            static_cast<SpanKind>(r.kind), r.beginNs, r.endNs()});
+          }
+        }
+      } else {
+        spansDropped += static_cast<int64_t>(n);
+      }
+      wroteSomething = true;
+    }
+    const uint64_t d = b.dropped.load(std::memory_order_relaxed);
+    spansDropped += static_cast<int64_t>(d - e->droppedSeen);
+    e->droppedSeen = d;
+    if (isRetired) retired.push_back(e);
+  }
+
+  // Rank, meta, groups, clock counters.
+  tracedb::RankInfo rankInfo;
+  bool rankDirty;
+  std::vector<std::pair<std::string, std::string>> meta;
+  std::vector<tracedb::GroupInfo> groups;
+  std::vector<RawCounter> clockCounters;
+  {
+    std::lock_guard lock(stateMutex_);
+    if (final) {
+      rankInfo_.endNs = clock_.nowFile();
+      rankInfo_.exitReason = finalReason.empty() ? "ok" : std::string(finalReason);
+      rankDirty_ = true;
+    }
+    rankDirty = rankDirty_;
+    rankDirty_ = false;
+    rankInfo = rankInfo_;
+    meta.swap(pendingMeta_);
+    groups.swap(pendingGroups_);
+    clockCounters.swap(clockCounters_);
+  }
+  if (rankDirty) check(w.putRank(rankInfo));
+  for (const auto& [k, v] : meta) check(w.setMeta(k, v));
+  std::vector<tracedb::GroupInfo> ringGroups;
+  ring_.takeDirty(&collectives_, &ringGroups);
+  for (const auto& g : ringGroups) check(w.putGroup(g));
+  for (const auto& g : groups) check(w.putGroup(g));  // explicit ones (with a backend) win
+  wroteSomething |= rankDirty || !meta.empty() || !groups.empty() || !ringGroups.empty();
+
+  // Collectives whose state changed.
+  for (CollectiveSnapshot& c : collectives_) {
+    c.row.rank = rank;
+    c.row.enqueueNs = clock_.ticksToFile(c.enqueueTicks);
+    c.row.startNs = c.startTicks ? std::optional<int64_t>(clock_.ticksToFile(c.startTicks)) : std::nullopt;
+    c.row.endNs = c.endTicks ? std::optional<int64_t>(clock_.ticksToFile(c.endTicks)) : std::nullopt;
+    const tracedb::Status s = w.upsertCollective(c.row);
+    check(s);
+    (s ? recordsWritten : recordsDropped)++;
+  }
+  wroteSomething |= !collectives_.empty();
+
+  // Queued records.
+  recordsLocal_.clear();
+  int64_t queueDrops;
+  {
+    std::lock_guard lock(recordsMutex_);
+    std::swap(records_, recordsLocal_);
+    queueDrops = recordsDroppedQueue_;
+    recordsDroppedQueue_ = 0;
+  }
+  recordsDropped += queueDrops;
+  auto count = [&](const tracedb::Status& s) {
+    check(s);
+    (s ? recordsWritten : recordsDropped)++;
+  };
+  for (const auto& g : recordsLocal_.grads) count(w.addGradStat(g));
+  for (const auto& st : recordsLocal_.steps) {
+    tracedb::StepStatRow row;
+    row.rank = st.rank;
+    row.step = st.stat.step;
+    row.loss = st.stat.loss;
+    row.lr = st.stat.lr;
+    row.gradNorm = st.stat.gradNorm;
+    row.lossScale = st.stat.lossScale;
+    row.tokens = st.stat.tokens;
+    if (st.stat.t0 != 0) row.beginNs = clock_.ticksToFile(st.stat.t0);
+    if (st.stat.t1 != 0) row.endNs = clock_.ticksToFile(st.stat.t1);
+    row.skipped = st.stat.skipped;
+    count(w.putStepStat(row));
+  }
+  for (auto& a : recordsLocal_.alerts) {
+    a.row.tsNs = clock_.ticksToFile(a.ticks);
+    count(w.addAlert(a.row));
+  }
+  for (const auto& c : recordsLocal_.counters) {
+    count(w.addCounter(tracedb::CounterRow{rank, c.name, clock_.ticksToFile(c.ticks), c.value}));
+  }
+  for (const auto& c : clockCounters) {
+    check(w.addCounter(tracedb::CounterRow{rank, c.name, clock_.ticksToFile(c.ticks), c.value}));
+  }
+  wroteSomething |= recordsLocal_.size() > 0 || queueDrops > 0 || !clockCounters.empty();
+
+  clockLock.unlock();
+
+  // Sources that add rows (CUPTI).
+  {
+    std::lock_guard lock(participantsMutex_);
+    if (!participants_.empty()) {
+      int64_t pRecW = 0, pRecD = 0, pSpanW = 0, pSpanD = 0;
+      FlushContext ctx{w, rank, final, hostRefs_, &pRecW, &pRecD, &pSpanW, &pSpanD};
+      for (FlushParticipant* p : participants_) p->onFlush(ctx);
+      recordsWritten += pRecW;
+      recordsDropped += pRecD;
+      spansWritten += pSpanW;
+      spansDropped += pSpanD;
+      wroteSomething |= (pRecW + pRecD + pSpanW + pSpanD) > 0;
+    }
+  }
+
+  const int64_t nowMono = monotonicNow();
+  const bool heartbeat = nowMono - lastCommitMono_ >= kHeartbeatNs;
+  const bool commitStats = wroteSomething || heartbeat || final || spansDropped > 0;
+  RecorderStats s;
+  {
+    std::lock_guard lock(statsMutex_);
+    s = stats_;
+  }
+  s.spansWritten += spansWritten;
+  s.spansDropped += spansDropped;
+  s.recordsWritten += recordsWritten;
+  recordsDroppedCum_ += recordsDropped;
+  s.recordsDropped = recordsDroppedCum_ + ring_.dropped();
+  if (commitStats) {
+    ++s.flushes;
+    const int64_t flushNs = monotonicNow() - t0;  // the stats row's own insert is not counted
+    s.flushNsTotal += flushNs;
+    s.flushNsMax = std::max(s.flushNsMax, flushNs);
+    tracedb::RecorderStatsRow row;
+    row.rank = rank;
+    row.tsNs = clock_.nowFile();
+    row.spansWritten = s.spansWritten;
+    row.spansDropped = s.spansDropped;
+    row.recordsWritten = s.recordsWritten;
+    row.recordsDropped = s.recordsDropped;
+    row.flushes = s.flushes;
+    row.flushNsMax = s.flushNsMax;
+    row.flushNsTotal = s.flushNsTotal;
+    row.probeOverheadNs = (s.spansWritten + s.spansDropped) * perSpanCostPs_ / 1000;
+    check(w.addRecorderStats(row));
+    lastCommitMono_ = nowMono;
+  }
+  check(w.commit());
+  if (!firstError.empty()) logLine("flush to " + path_.string() + " failed: " + firstError);
+
+  // Buffers of exited threads, now drained.
+  if (!retired.empty()) {
+    std::lock_guard lock(registryMutex_);
+    for (BufferEntry* e : retired) {
+      delete e->buffer;
+      entries_.erase(std::remove_if(entries_.begin(), entries_.end(), [&](const auto& p) { return p.get() == e; }),
+                     entries_.end());
+    }
+  }
+
+  std::lock_guard lock(statsMutex_);
+  stats_.spansWritten = s.spansWritten;
+  stats_.spansDropped = s.spansDropped;
+  stats_.recordsWritten = s.recordsWritten;
+  stats_.recordsDropped = s.recordsDropped;
+  stats_.flushes = s.flushes;
+  stats_.flushNsMax = s.flushNsMax;
+  stats_.flushNsTotal = s.flushNsTotal;
+  {
+    std::lock_guard state(stateMutex_);
+    stats_.clockStart = clockStart_;
+    stats_.clockEnd = clockEnd_;
+  }
+}
+
+}  // namespace tpscope::probes::runtime_detail

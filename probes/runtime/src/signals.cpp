@@ -1,0 +1,95 @@
+#include "signals.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <mutex>
+
+namespace tpscope::probes::runtime_detail {
+
+namespace {
+SignalState g_state;
+struct sigaction g_old[3];
+constexpr int kSignals[3] = {SIGTERM, SIGINT, SIGUSR1};
+
+int slot(int sig) { return sig == SIGTERM ? 0 : sig == SIGINT ? 1 : 2; }
+
+bool isCustom(const struct sigaction& a) {
+  if (a.sa_flags & SA_SIGINFO) return a.sa_sigaction != nullptr;
+  return a.sa_handler != SIG_DFL && a.sa_handler != SIG_IGN;
+}
+
+void callOld(const struct sigaction& a, int sig, siginfo_t* info, void* context) {
+  if (a.sa_flags & SA_SIGINFO) {
+    a.sa_sigaction(sig, info, context);
+  } else {
+    a.sa_handler(sig);
+  }
+}
+
+void onSignal(int sig, siginfo_t* info, void* context) {
+  const int savedErrno = errno;
+  const struct sigaction& old = g_old[slot(sig)];
+  const bool custom = isCustom(old);
+  const bool ignored = !custom && old.sa_handler == SIG_IGN && !(old.sa_flags & SA_SIGINFO);
+  const bool dies = sig != SIGUSR1 && !custom && !ignored;
+
+  const int fd = g_state.wakeFd.load();
+  if (fd >= 0) {
+    g_state.lastSignal.store(sig);
+    if (dies) g_state.finalRequested.store(true);
+    const uint64_t ticket = g_state.requested.fetch_add(1) + 1;
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = write(fd, &one, sizeof one);
+    for (int i = 0; i < 2000 && g_state.done.load() < ticket; ++i) {
+      timespec ts{0, 1'000'000};
+      nanosleep(&ts, nullptr);
+    }
+  }
+  if (custom) {
+    callOld(old, sig, info, context);
+  } else if (dies) {
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(sig, &dfl, nullptr);
+    raise(sig);  // blocked while we run; delivered (default action) as soon as the handler returns
+  }
+  errno = savedErrno;
+}
+}  // namespace
+
+SignalState& signalState() { return g_state; }
+
+void installSignalHandlers() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (int sig : kSignals) {
+      struct sigaction sa {};
+      sa.sa_sigaction = &onSignal;
+      sa.sa_flags = SA_SIGINFO | SA_RESTART;
+      sigemptyset(&sa.sa_mask);
+      sigaction(sig, &sa, &g_old[slot(sig)]);
+    }
+  });
+}
+
+void blockDumpSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : kSignals) sigaddset(&set, sig);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+const char* signalName(int sig) {
+  switch (sig) {
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGUSR1: return "SIGUSR1";
+    default: return "signal";
+  }
+}
+
+}  // namespace tpscope::probes::runtime_detail

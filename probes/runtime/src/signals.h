@@ -1,0 +1,28 @@
+// Signal-driven dumps. The handlers are async-signal-safe: they bump an atomic ticket, write to the flusher's eventfd
+// and wait (bounded: 2 s, nanosleep) until the flusher reports the ticket done. SIGUSR1: dump and continue.
+// SIGTERM/SIGINT: dump (final: the file is closed) and then the previous disposition: a previous handler is called,
+// SIG_IGN stays ignored, SIG_DFL is re-raised. The flusher thread blocks these signals, so a process-directed
+// signal never lands on the thread that has to answer it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace tpscope::probes::runtime_detail {
+
+struct SignalState {
+  std::atomic<uint64_t> requested{0};     // tickets handed out by handlers
+  std::atomic<uint64_t> done{0};          // tickets the flusher has completed
+  std::atomic<int> lastSignal{0};
+  std::atomic<bool> finalRequested{false};  // a dump before the process dies: close the file
+  std::atomic<int> wakeFd{-1};            // the flusher's eventfd (-1: no flusher)
+};
+SignalState& signalState();
+
+// Installs the handlers once per process (later calls do nothing).
+void installSignalHandlers();
+// Blocks SIGTERM, SIGINT, SIGUSR1 in the calling thread (the flusher).
+void blockDumpSignals();
+const char* signalName(int sig);
+
+}  // namespace tpscope::probes::runtime_detail

@@ -1,0 +1,412 @@
+#include "tpscope/probes/tcp_store.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <thread>
+#include <vector>
+
+namespace tpscope::probes {
+
+namespace {
+
+constexpr uint32_t kMaxKey = 4096;
+constexpr uint32_t kMaxValue = 1u << 20;
+constexpr size_t kMaxClients = 4096;
+constexpr uint32_t kMaxWaitMs = 10 * 60 * 1000;
+constexpr uint8_t kOk = 0, kMissing = 1;
+
+using Clock = std::chrono::steady_clock;
+
+void putU32(std::string* out, uint32_t v) {
+  const unsigned char b[4] = {static_cast<unsigned char>(v), static_cast<unsigned char>(v >> 8),
+                              static_cast<unsigned char>(v >> 16), static_cast<unsigned char>(v >> 24)};
+  out->append(reinterpret_cast<const char*>(b), 4);
+}
+uint32_t getU32(const char* p) {
+  const auto* b = reinterpret_cast<const unsigned char*>(p);
+  return uint32_t{b[0]} | uint32_t{b[1]} << 8 | uint32_t{b[2]} << 16 | uint32_t{b[3]} << 24;
+}
+
+void setNoDelay(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+std::string errnoText(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+// Resolves host:port to an IPv4/IPv6 address list.
+addrinfo* resolve(std::string_view host, uint16_t port, bool passive, std::string* error) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  if (passive) hints.ai_flags = AI_PASSIVE;
+  addrinfo* result = nullptr;
+  const std::string h(host);
+  const std::string p = std::to_string(port);
+  const int rc = getaddrinfo(h.empty() ? nullptr : h.c_str(), p.c_str(), &hints, &result);
+  if (rc != 0) {
+    if (error) *error = "resolve " + h + ": " + gai_strerror(rc);
+    return nullptr;
+  }
+  return result;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------------------------------
+// Server
+
+struct TcpKvServer::Impl {
+  struct Conn {
+    int fd = -1;
+    std::string in, out;
+    bool waiting = false;  // a get is pending: further requests wait
+    std::string waitKey;
+    Clock::time_point deadline;
+  };
+
+  int listenFd = -1;
+  int wakePipe[2] = {-1, -1};
+  uint16_t port = 0;
+  std::thread thread;
+  std::map<std::string, std::string, std::less<>> data;
+  std::atomic<size_t> keys{0};
+  std::vector<Conn> conns;
+
+  ~Impl() {
+    if (thread.joinable()) {
+      const char c = 'q';
+      [[maybe_unused]] ssize_t n = write(wakePipe[1], &c, 1);
+      thread.join();
+    }
+    for (Conn& c : conns) close(c.fd);
+    if (listenFd >= 0) close(listenFd);
+    if (wakePipe[0] >= 0) close(wakePipe[0]);
+    if (wakePipe[1] >= 0) close(wakePipe[1]);
+  }
+
+  static void reply(Conn& c, uint8_t status, const std::string* value) {
+    c.out.push_back(static_cast<char>(status));
+    if (value != nullptr) {
+      putU32(&c.out, static_cast<uint32_t>(value->size()));
+      c.out += *value;
+    }
+  }
+
+  // Parses and answers complete requests; false: protocol error (close the connection).
+  bool process(Conn& c, std::vector<std::string>* setKeys) {
+    for (;;) {
+      if (c.waiting || c.in.empty()) return true;
+      const char op = c.in[0];
+      if (op != 'S' && op != 'G') return false;
+      if (c.in.size() < 5) return true;
+      const uint32_t keyLen = getU32(c.in.data() + 1);
+      if (keyLen > kMaxKey) return false;
+      size_t need = 5 + size_t{keyLen} + 4;
+      if (c.in.size() < need) return true;
+      std::string key = c.in.substr(5, keyLen);
+      const uint32_t arg = getU32(c.in.data() + 5 + keyLen);
+      if (op == 'S') {
+        if (arg > kMaxValue) return false;
+        need += arg;
+        if (c.in.size() < need) return true;
+        data.insert_or_assign(key, c.in.substr(5 + keyLen + 4, arg));
+        keys.store(data.size());
+        reply(c, kOk, nullptr);
+        setKeys->push_back(std::move(key));
+      } else {
+        auto it = data.find(key);
+        if (it != data.end()) {
+          reply(c, kOk, &it->second);
+        } else {
+          c.waiting = true;
+          c.waitKey = std::move(key);
+          c.deadline = Clock::now() + std::chrono::milliseconds(std::min(arg, kMaxWaitMs));
+        }
+      }
+      c.in.erase(0, need);
+    }
+  }
+
+  void run() {
+    std::vector<pollfd> fds;
+    std::vector<std::string> setKeys;
+    for (;;) {
+      // Expire waits, compute the poll timeout.
+      const auto now = Clock::now();
+      int timeoutMs = -1;
+      for (Conn& c : conns) {
+        if (!c.waiting) continue;
+        if (c.deadline <= now) {
+          c.waiting = false;
+          reply(c, kMissing, nullptr);
+        } else {
+          const auto ms = std::chrono::ceil<std::chrono::milliseconds>(c.deadline - now).count();
+          timeoutMs = timeoutMs < 0 ? static_cast<int>(ms) : std::min(timeoutMs, static_cast<int>(ms));
+        }
+      }
+      fds.clear();
+      fds.push_back({wakePipe[0], POLLIN, 0});
+      fds.push_back({listenFd, static_cast<short>(conns.size() < kMaxClients ? POLLIN : 0), 0});
+      for (const Conn& c : conns) {
+        fds.push_back({c.fd, static_cast<short>(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
+      }
+      const int n = poll(fds.data(), fds.size(), timeoutMs);
+      if (n < 0 && errno != EINTR) return;
+      if (fds[0].revents != 0) return;  // shutdown
+      if (fds[1].revents & POLLIN) {
+        const int fd = accept4(listenFd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd >= 0) {
+          setNoDelay(fd);
+          conns.push_back(Conn{fd, {}, {}, false, {}, {}});
+        }
+      }
+      setKeys.clear();
+      std::vector<size_t> dead;
+      for (size_t i = 0; i < conns.size() && i + 2 < fds.size(); ++i) {
+        Conn& c = conns[i];
+        const short ev = fds[i + 2].revents;
+        bool ok = true;
+        if (ev & (POLLIN | POLLHUP | POLLERR)) {
+          char buf[65536];
+          const ssize_t r = read(c.fd, buf, sizeof buf);
+          if (r > 0) {
+            c.in.append(buf, static_cast<size_t>(r));
+            if (c.in.size() > kMaxValue + kMaxKey + 64) ok = false;
+            if (ok) ok = process(c, &setKeys);
+          } else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
+            ok = false;
+          }
+        }
+        if (ok && (ev & POLLOUT) && !c.out.empty()) {
+          const ssize_t w = send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
+          if (w > 0) {
+            c.out.erase(0, static_cast<size_t>(w));
+          } else if (w < 0 && errno != EAGAIN && errno != EINTR) {
+            ok = false;
+          }
+        }
+        if (!ok) dead.push_back(i);
+      }
+      // Wake the gets waiting for keys just set, then continue their pipelines.
+      if (!setKeys.empty()) {
+        for (Conn& c : conns) {
+          if (!c.waiting) continue;
+          auto it = data.find(c.waitKey);
+          if (it == data.end()) continue;
+          c.waiting = false;
+          reply(c, kOk, &it->second);
+          std::vector<std::string> more;
+          if (!process(c, &more)) c.in.clear();
+        }
+      }
+      for (auto it = dead.rbegin(); it != dead.rend(); ++it) {
+        close(conns[*it].fd);
+        conns.erase(conns.begin() + static_cast<std::ptrdiff_t>(*it));
+      }
+      // Opportunistic write of fresh replies (most fit in the socket buffer at once).
+      for (Conn& c : conns) {
+        if (c.out.empty()) continue;
+        const ssize_t w = send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) c.out.erase(0, static_cast<size_t>(w));
+      }
+    }
+  }
+};
+
+TcpKvServer::TcpKvServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TcpKvServer::~TcpKvServer() = default;
+uint16_t TcpKvServer::port() const { return impl_->port; }
+size_t TcpKvServer::keyCount() const { return impl_->keys.load(); }
+
+std::unique_ptr<TcpKvServer> TcpKvServer::listen(std::string_view host, uint16_t port, std::string* error) {
+  auto impl = std::make_unique<Impl>();
+  addrinfo* addrs = resolve(host, port, true, error);
+  if (addrs == nullptr) return nullptr;
+  for (addrinfo* a = addrs; a != nullptr; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 1024) == 0) {
+      impl->listenFd = fd;
+      break;
+    }
+    if (error) *error = errnoText("bind/listen");
+    close(fd);
+  }
+  freeaddrinfo(addrs);
+  if (impl->listenFd < 0) return nullptr;
+  sockaddr_storage bound{};
+  socklen_t len = sizeof bound;
+  getsockname(impl->listenFd, reinterpret_cast<sockaddr*>(&bound), &len);
+  impl->port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                                 : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  if (pipe2(impl->wakePipe, O_CLOEXEC) != 0) {
+    if (error) *error = errnoText("pipe");
+    return nullptr;
+  }
+  Impl* raw = impl.get();
+  impl->thread = std::thread([raw] { raw->run(); });
+  return std::unique_ptr<TcpKvServer>(new TcpKvServer(std::move(impl)));
+}
+
+// ------------------------------------------------------------------------------------------------------------------
+// Client
+
+std::unique_ptr<TcpKvClient> TcpKvClient::connect(std::string_view host, uint16_t port,
+                                                  std::chrono::milliseconds connectTimeout, std::string* error) {
+  const auto deadline = Clock::now() + connectTimeout;
+  std::string lastError = "timed out";
+  for (;;) {
+    addrinfo* addrs = resolve(host, port, false, &lastError);
+    for (addrinfo* a = addrs; a != nullptr; a = a->ai_next) {
+      const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+      if (fd < 0) continue;
+      if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+        freeaddrinfo(addrs);
+        setNoDelay(fd);
+        return std::unique_ptr<TcpKvClient>(new TcpKvClient(fd));
+      }
+      lastError = errnoText("connect");
+      close(fd);
+    }
+    if (addrs != nullptr) freeaddrinfo(addrs);
+    if (Clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (error) *error = std::string(host) + ":" + std::to_string(port) + ": " + lastError;
+  return nullptr;
+}
+
+std::unique_ptr<TcpKvClient> TcpKvClient::connect(std::string_view hostPort, std::chrono::milliseconds connectTimeout,
+                                                  std::string* error) {
+  const size_t colon = hostPort.rfind(':');
+  unsigned port = 0;
+  if (colon == std::string_view::npos || colon + 1 >= hostPort.size() ||
+      std::sscanf(std::string(hostPort.substr(colon + 1)).c_str(), "%u", &port) != 1 || port == 0 || port > 65535) {
+    if (error) *error = "expected host:port, got '" + std::string(hostPort) + "'";
+    return nullptr;
+  }
+  std::string_view host = hostPort.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return connect(host, static_cast<uint16_t>(port), connectTimeout, error);
+}
+
+TcpKvClient::~TcpKvClient() {
+  if (fd_ >= 0) close(fd_);
+}
+
+bool TcpKvClient::sendAll(const void* data, size_t size, Clock::time_point deadline) noexcept {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) return false;
+    pollfd pfd{fd_, POLLOUT, 0};
+    if (poll(&pfd, 1, static_cast<int>(left)) <= 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    const ssize_t n = send(fd_, p, size, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EINTR) continue;
+      return false;
+    }
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+bool TcpKvClient::recvAll(void* data, size_t size, Clock::time_point deadline) noexcept {
+  char* p = static_cast<char*>(data);
+  while (size > 0) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) return false;
+    pollfd pfd{fd_, POLLIN, 0};
+    const int r = poll(&pfd, 1, static_cast<int>(left));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    const ssize_t n = recv(fd_, p, size, MSG_DONTWAIT);
+    if (n == 0) return false;
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EINTR) continue;
+      return false;
+    }
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+bool TcpKvClient::set(std::string_view key, std::string_view value) noexcept {
+  if (key.size() > kMaxKey || value.size() > kMaxValue) return false;
+  try {
+    std::lock_guard lock(mutex_);
+    if (fd_ < 0) return false;
+    std::string msg;
+    msg.reserve(9 + key.size() + value.size());
+    msg.push_back('S');
+    putU32(&msg, static_cast<uint32_t>(key.size()));
+    msg.append(key);
+    putU32(&msg, static_cast<uint32_t>(value.size()));
+    msg.append(value);
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    uint8_t status = kMissing;
+    if (!sendAll(msg.data(), msg.size(), deadline) || !recvAll(&status, 1, deadline)) {
+      close(fd_);  // the stream is out of step now
+      fd_ = -1;
+      return false;
+    }
+    return status == kOk;
+  } catch (...) {
+    return false;
+  }
+}
+
+std::optional<std::string> TcpKvClient::get(std::string_view key, std::chrono::milliseconds timeout) noexcept {
+  if (key.size() > kMaxKey) return std::nullopt;
+  try {
+    std::lock_guard lock(mutex_);
+    if (fd_ < 0) return std::nullopt;
+    const auto waitMs = static_cast<uint32_t>(std::clamp<int64_t>(timeout.count(), 0, kMaxWaitMs));
+    std::string msg;
+    msg.push_back('G');
+    putU32(&msg, static_cast<uint32_t>(key.size()));
+    msg.append(key);
+    putU32(&msg, waitMs);
+    // The server answers "missing" at its deadline; ours leaves it 5 s to do so.
+    const auto deadline = Clock::now() + std::chrono::milliseconds(waitMs) + std::chrono::seconds(5);
+    uint8_t status = kMissing;
+    auto fail = [&]() -> std::optional<std::string> {
+      close(fd_);
+      fd_ = -1;
+      return std::nullopt;
+    };
+    if (!sendAll(msg.data(), msg.size(), deadline) || !recvAll(&status, 1, deadline)) return fail();
+    if (status != kOk) return std::nullopt;
+    char lenBytes[4];
+    if (!recvAll(lenBytes, 4, deadline)) return fail();
+    const uint32_t len = getU32(lenBytes);
+    if (len > kMaxValue) return fail();
+    std::string value(len, '\0');
+    if (len > 0 && !recvAll(value.data(), len, deadline)) return fail();
+    return value;
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace tpscope::probes

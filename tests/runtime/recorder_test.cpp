@@ -1,0 +1,462 @@
+// The recorder in one process: completeness under threads, counted drops, the flight recorder, records, metadata.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <latch>
+#include <set>
+#include <thread>
+
+#include "test_util.h"
+#include "tpscope/probes/probes.h"
+#include "tpscope/probes/runtime.h"
+#include "tpscope/probes/runtime_hooks.h"
+#include "tpscope/tracedb/reader.h"
+
+namespace tp = tpscope::probes;
+namespace db = tpscope::tracedb;
+
+// compiled_out.cpp: the same macros in a TU built with TPSCOPE_PROBES_ENABLED=0.
+int compiledOutWork(int n);
+
+namespace {
+
+constexpr tp::Site kSites[4] = {
+    {"worker.0", "", __FILE__, __LINE__, tp::SpanKind::Compute, tp::Phase::Forward},
+    {"worker.1", "", __FILE__, __LINE__, tp::SpanKind::Comm, tp::Phase::Backward},
+    {"worker.2", "", __FILE__, __LINE__, tp::SpanKind::Data, tp::Phase::Data},
+    {"worker.3", "", __FILE__, __LINE__, tp::SpanKind::Optimizer, tp::Phase::Optimizer},
+};
+constexpr tp::Site kMain{"main.span", "", __FILE__, __LINE__, tp::SpanKind::Step, tp::Phase::None};
+
+tp::RuntimeOptions options(const std::filesystem::path& dir) {
+  tp::RuntimeOptions o;
+  o.outDir = dir;
+  o.runId = "test-run";
+  o.rank.rank = 2;
+  o.rank.worldSize = 4;
+  o.installSignalHandlers = false;
+  o.flushAtExit = false;
+  return o;
+}
+
+std::unique_ptr<db::Reader> openRank(const std::filesystem::path& dir, int rank) {
+  auto r = db::Reader::open(dir / ("rank-" + std::to_string(rank) + ".db"));
+  EXPECT_TRUE(r.isOk()) << r.error();
+  return r.isOk() ? std::move(r.value()) : nullptr;
+}
+
+// Holds the flusher inside a flush (after it drained the buffers) until released: makes overflow deterministic.
+class BlockingParticipant : public tp::FlushParticipant {
+ public:
+  void onFlush(tp::FlushContext&) noexcept override {
+    if (!armed_.exchange(false)) return;
+    entered_.store(true);
+    while (!released_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  void arm() { armed_ = true; }
+  void waitEntered() {
+    while (!entered_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  void release() { released_ = true; }
+
+ private:
+  std::atomic<bool> armed_{false}, entered_{false}, released_{false};
+};
+
+TEST(Recorder, FourThreadsLoseAndDuplicateNothing) {
+  tpscope::testing::TempDir dir;
+  auto o = options(dir.path());
+  o.flushInterval = std::chrono::milliseconds(20);
+  ASSERT_TRUE(tp::start(o).isOk());
+  constexpr int kThreads = 4;
+  constexpr int kPerThread = 150'000;  // > 2 rings per thread: the flusher drains while they record
+  std::latch go(kThreads);
+  std::vector<std::thread> threads;
+  const uint64_t base = tp::rawTicks();
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([t, &go, base] {
+      tp::setThreadName("worker-" + std::to_string(t));
+      go.arrive_and_wait();
+      for (int i = 0; i < kPerThread; ++i) {
+        // Span i of a thread begins at base + 100·i ticks with layer i % 1000: after sorting a thread's spans by
+        // begin time, span k must have layer k % 1000 and a begin of its own (distinct ticks convert to distinct ns).
+        const uint64_t t0 = base + 100 * static_cast<uint64_t>(i);
+        tp::emitSpan(&kSites[t], t0, t0 + 50, i % 1000);
+        if ((i & 1023) == 1023) {
+          // Keep below the ring's size so this test measures completeness, not overflow (tested separately).
+          const tp::ThreadBuffer* b = tp::detail::t_buffer;
+          while (b->head.load() - b->tail.load() > tp::ThreadBuffer::kCapacity / 2)
+            std::this_thread::sleep_for(std::chrono::microseconds(200));
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  tp::stop();
+
+  const tp::RecorderStats stats = tp::recorderStats();
+  EXPECT_EQ(stats.spansWritten, int64_t{kThreads} * kPerThread);
+  EXPECT_EQ(stats.spansDropped, 0);
+
+  auto reader = openRank(dir.path(), 2);
+  ASSERT_TRUE(reader);
+  auto threadRows = reader->threads();
+  ASSERT_TRUE(threadRows.isOk());
+  std::map<int, std::string> names;
+  for (const auto& th : *threadRows) names[th.thread] = th.name;
+  std::map<int, std::vector<std::pair<int64_t, int>>> begins;  // thread → (begin, layer)
+  std::map<int, std::string> siteOfThread;
+  ASSERT_TRUE(reader
+                  ->forEachSpan({},
+                                [&](const db::SpanRow& s) {
+                                  begins[s.thread].emplace_back(s.beginNs, s.layer);
+                                  siteOfThread[s.thread] = reader->string(s.name);
+                                  return true;
+                                })
+                  .isOk());
+  ASSERT_EQ(begins.size(), size_t{kThreads});
+  std::set<std::string> sites;
+  for (auto& [thread, b] : begins) {
+    EXPECT_EQ(b.size(), size_t{kPerThread}) << "thread " << thread;
+    std::sort(b.begin(), b.end());
+    int misplaced = 0, duplicates = 0;
+    for (size_t k = 0; k < b.size(); ++k) {
+      misplaced += b[k].second != static_cast<int>(k % 1000);
+      duplicates += k > 0 && b[k].first == b[k - 1].first;
+    }
+    EXPECT_EQ(misplaced, 0) << "thread " << thread;
+    EXPECT_EQ(duplicates, 0) << "thread " << thread;
+    sites.insert(siteOfThread[thread]);
+    // The thread row carries the name the thread gave itself, matching the site it recorded.
+    EXPECT_EQ(names[thread], "worker-" + siteOfThread[thread].substr(7)) << "thread " << thread;
+  }
+  EXPECT_EQ(sites.size(), size_t{kThreads});
+  auto rs = reader->recorderStats();
+  ASSERT_TRUE(rs.isOk());
+  ASSERT_FALSE(rs->empty());
+  EXPECT_EQ(rs->back().spansWritten, int64_t{kThreads} * kPerThread);
+  EXPECT_EQ(rs->back().spansDropped, 0);
+  EXPECT_GT(rs->back().flushes, 1);
+}
+
+TEST(Recorder, SpansCarryKindPhaseStepLayerAndTime) {
+  tpscope::testing::TempDir dir;
+  ASSERT_TRUE(tp::start(options(dir.path())).isOk());
+  tp::setStep(41);
+  {
+    TPS_SPAN_LAYER("layer.fwd", Compute, Forward, 5);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  tp::setStep(-1);
+  tp::stop();
+  auto reader = openRank(dir.path(), 2);
+  ASSERT_TRUE(reader);
+  auto spans = reader->spans();
+  ASSERT_TRUE(spans.isOk());
+  ASSERT_EQ(spans->size(), 1u);
+  const db::SpanRow& s = spans->front();
+  EXPECT_EQ(reader->string(s.name), "layer.fwd");
+  EXPECT_EQ(s.kind, db::SpanKind::Compute);
+  EXPECT_EQ(s.phase, db::Phase::Forward);
+  EXPECT_EQ(s.step, 41);
+  EXPECT_EQ(s.layer, 5);
+  EXPECT_EQ(s.rank, 2);
+  EXPECT_GE(s.durNs, 19'000'000);
+  EXPECT_LT(s.durNs, 200'000'000);
+  // Times are ns since the file's epoch (the start): the span began within the session.
+  auto ranks = reader->ranks();
+  ASSERT_TRUE(ranks.isOk());
+  ASSERT_EQ(ranks->size(), 1u);
+  EXPECT_GE(s.beginNs, *ranks->front().startNs);
+  EXPECT_LE(s.endNs(), *ranks->front().endNs);
+}
+
+TEST(Recorder, DropsAreCountedWhenARingOverflows) {
+  tpscope::testing::TempDir dir;
+  auto o = options(dir.path());
+  o.recordQueue = 10;
+  o.collectiveRing = 4;
+  ASSERT_TRUE(tp::start(o).isOk());
+  tp::emitSpan(&kMain, tp::rawTicks(), tp::rawTicks());  // this thread's buffer exists before the flusher is held
+  tp::flushNow();
+
+  BlockingParticipant blocker;
+  tp::addFlushParticipant(&blocker);
+  blocker.arm();
+  std::thread flusher([] { tp::flushNow(); });
+  blocker.waitEntered();  // the flusher has drained and now waits: nothing is drained until release
+
+  constexpr uint64_t kExtra = 500;
+  for (uint64_t i = 0; i < tp::ThreadBuffer::kCapacity + kExtra; ++i) tp::emitSpan(&kMain, i * 10, i * 10 + 5);
+  for (int i = 0; i < 15; ++i) tp::counter("queue.test", i);  // 10 fit, 5 dropped
+  tp::Sink* sink = tp::sink();
+  ASSERT_NE(sink, nullptr);
+  const int ranks[] = {0, 1};
+  for (int i = 1; i <= 6; ++i) {  // a ring of 4: the first 2 are evicted before they reach the disk
+    tp::CollectiveDesc d;
+    d.group = "tp-0";
+    d.groupRanks = ranks;
+    d.seq = static_cast<uint64_t>(i);
+    d.op = "all_reduce";
+    sink->collectiveEnqueued(d, tp::rawTicks());
+  }
+  blocker.release();
+  flusher.join();
+  tp::flushNow();
+  tp::removeFlushParticipant(&blocker);
+  tp::stop();
+
+  const tp::RecorderStats stats = tp::recorderStats();
+  EXPECT_EQ(stats.spansWritten, int64_t{1} + static_cast<int64_t>(tp::ThreadBuffer::kCapacity));
+  EXPECT_EQ(stats.spansDropped, static_cast<int64_t>(kExtra));
+  EXPECT_EQ(stats.recordsDropped, 5 + 2);
+  auto reader = openRank(dir.path(), 2);
+  ASSERT_TRUE(reader);
+  auto rs = reader->recorderStats();
+  ASSERT_TRUE(rs.isOk());
+  ASSERT_FALSE(rs->empty());
+  EXPECT_EQ(rs->back().spansDropped, static_cast<int64_t>(kExtra));
+  EXPECT_EQ(rs->back().recordsDropped, 7);
+  EXPECT_GT(rs->back().probeOverheadNs, 0);
+  auto count = reader->spanCount();
+  ASSERT_TRUE(count.isOk());
+  EXPECT_EQ(*count, stats.spansWritten);
+  auto counters = reader->counters();
+  ASSERT_TRUE(counters.isOk());
+  EXPECT_EQ(counters->size(), 10u);
+  auto colls = reader->collectives();
+  ASSERT_TRUE(colls.isOk());
+  ASSERT_EQ(colls->size(), 4u);
+  EXPECT_EQ(colls->front().seq, 3);
+}
+
+TEST(Recorder, FlightRecorderWritesEveryStateChange) {
+  tpscope::testing::TempDir dir;
+  ASSERT_TRUE(tp::start(options(dir.path())).isOk());
+  tp::Sink* sink = tp::sink();
+  ASSERT_NE(sink, nullptr);
+  const int ranks[] = {2, 3};
+  const int64_t shape[] = {4, 1024};
+  tp::setStep(7);
+  tp::CollectiveDesc d;
+  d.group = "tp-1";
+  d.groupRanks = ranks;
+  d.op = "all_reduce";
+  d.dtype = "float32";
+  d.shape = shape;
+  d.numel = 4096;
+  d.bytes = 16384;
+  d.callsite = "layer 3 attention output RowParallel forward all-reduce";
+  d.layer = 3;
+  d.phase = tp::Phase::Forward;
+  d.seq = 1;
+  const uint64_t a = sink->collectiveEnqueued(d, tp::rawTicks());
+  sink->collectiveState(a, tp::CollectiveState::Started, tp::rawTicks());
+  sink->collectiveState(a, tp::CollectiveState::Completed, tp::rawTicks());
+  d.seq = 2;
+  const uint64_t b = sink->collectiveEnqueued(d, tp::rawTicks());
+  sink->collectiveState(b, tp::CollectiveState::Started, tp::rawTicks());
+  tp::flushNow();
+
+  // The hanging one is on disk as "started" while the process still runs.
+  {
+    auto reader = openRank(dir.path(), 2);
+    ASSERT_TRUE(reader);
+    auto colls = reader->collectives();
+    ASSERT_TRUE(colls.isOk());
+    ASSERT_EQ(colls->size(), 2u);
+    EXPECT_EQ((*colls)[0].state, db::CollectiveState::Completed);
+    EXPECT_TRUE((*colls)[0].endNs.has_value());
+    EXPECT_EQ((*colls)[1].state, db::CollectiveState::Started);
+    EXPECT_FALSE((*colls)[1].endNs.has_value());
+    EXPECT_EQ((*colls)[1].step, 7);
+    EXPECT_EQ((*colls)[1].layer, 3);
+    EXPECT_EQ((*colls)[1].callsite, d.callsite);
+    EXPECT_EQ((*colls)[1].shape, (std::vector<int64_t>{4, 1024}));
+    auto groups = reader->groups();
+    ASSERT_TRUE(groups.isOk());
+    ASSERT_EQ(groups->size(), 1u);
+    EXPECT_EQ(groups->front().name, "tp-1");
+    EXPECT_EQ(groups->front().ranks, (std::vector<int>{2, 3}));
+  }
+  sink->collectiveState(b, tp::CollectiveState::TimedOut, tp::rawTicks());
+  tp::putGroup(db::GroupInfo{"tp-1", {2, 3}, "gloo"});
+  tp::stop();
+  auto reader = openRank(dir.path(), 2);
+  ASSERT_TRUE(reader);
+  auto colls = reader->collectives();
+  ASSERT_TRUE(colls.isOk());
+  ASSERT_EQ(colls->size(), 2u);  // upserted, not appended
+  EXPECT_EQ((*colls)[1].state, db::CollectiveState::TimedOut);
+  ASSERT_TRUE((*colls)[1].startNs && (*colls)[1].endNs);
+  EXPECT_LE((*colls)[1].enqueueNs, *(*colls)[1].startNs);
+  EXPECT_LE(*(*colls)[1].startNs, *(*colls)[1].endNs);
+  auto groups = reader->groups();
+  ASSERT_TRUE(groups.isOk());
+  ASSERT_EQ(groups->size(), 1u);
+  EXPECT_EQ(groups->front().backend, "gloo");
+  tp::setStep(-1);
+}
+
+TEST(Recorder, RecordsMetaRankAndThreadsReachTheFile) {
+  tpscope::testing::TempDir dir;
+  auto o = options(dir.path());
+  o.epochUnixNs = int64_t{1'700'000'000'000'000'000};
+  ASSERT_TRUE(tp::start(o).isOk());
+  tp::setMeta("config", R"({"layers":4})");
+  db::RankInfo info;
+  info.tpRank = 1;
+  info.tpSize = 2;
+  info.dpRank = 0;
+  info.dpSize = 2;
+  info.device = "cpu:0";
+  tp::setRankInfo(info);
+  tp::Sink* sink = tp::sink();
+  ASSERT_NE(sink, nullptr);
+  const tp::GradStat grads[] = {{"layers.0.w", 0, 1.5, 0.25, 0, 0, 100}, {"layers.1.w", 1, 2.5, 0.5, 3, 1, 100}};
+  sink->gradStats(3, grads);
+  tp::StepStat st;
+  st.step = 3;
+  st.loss = 2.0;
+  st.lr = 1e-3;
+  st.tokens = 512;
+  st.t0 = tp::rawTicks();
+  st.t1 = tp::rawTicks();
+  sink->stepStat(st);
+  tp::Alert a;
+  a.severity = tp::Severity::Error;
+  a.kind = "nonfinite_grad";
+  a.step = 3;
+  a.layer = 1;
+  a.param = "layers.1.w";
+  a.message = "NaN in layers.1.w";
+  a.evidence = R"({"nan":3})";
+  sink->alert(a);
+  tp::counter("tokens_per_s", 1234.5);
+  tp::stop();
+
+  auto reader = openRank(dir.path(), 2);
+  ASSERT_TRUE(reader);
+  auto meta = reader->meta();
+  ASSERT_TRUE(meta.isOk());
+  EXPECT_EQ((*meta)["run_id"], "test-run");
+  EXPECT_EQ((*meta)["epoch_unix_ns"], "1700000000000000000");
+  EXPECT_EQ((*meta)["source"], "capture");
+  EXPECT_EQ((*meta)["config"], R"({"layers":4})");
+  EXPECT_FALSE((*meta)["tool"].empty());
+  auto ranks = reader->ranks();
+  ASSERT_TRUE(ranks.isOk());
+  ASSERT_EQ(ranks->size(), 1u);
+  const db::RankInfo& r = ranks->front();
+  EXPECT_EQ(r.rank, 2);
+  EXPECT_EQ(r.worldSize, 4);
+  EXPECT_EQ(r.tpRank, 1);
+  EXPECT_EQ(r.tpSize, 2);
+  EXPECT_EQ(r.device, "cpu:0");
+  EXPECT_EQ(r.pid, getpid());
+  EXPECT_FALSE(r.host.empty());
+  EXPECT_EQ(r.exitReason, "ok");
+  ASSERT_TRUE(r.startNs && r.endNs);
+  EXPECT_GT(*r.startNs, 0);  // the epoch is in 2023, long before now
+  auto g = reader->gradStats();
+  ASSERT_TRUE(g.isOk());
+  ASSERT_EQ(g->size(), 2u);
+  EXPECT_EQ((*g)[1].nanCount, 3);
+  EXPECT_EQ((*g)[1].param, "layers.1.w");
+  auto steps = reader->stepStats();
+  ASSERT_TRUE(steps.isOk());
+  ASSERT_EQ(steps->size(), 1u);
+  EXPECT_EQ(*steps->front().tokens, 512);
+  auto alerts = reader->alerts();
+  ASSERT_TRUE(alerts.isOk());
+  ASSERT_EQ(alerts->size(), 1u);
+  EXPECT_EQ(alerts->front().severity, "error");
+  EXPECT_EQ(alerts->front().evidence, R"({"nan":3})");
+  auto counters = reader->counters();
+  ASSERT_TRUE(counters.isOk());
+  ASSERT_EQ(counters->size(), 1u);
+  EXPECT_EQ(counters->front().name, "tokens_per_s");
+  EXPECT_DOUBLE_EQ(counters->front().value, 1234.5);
+}
+
+TEST(Recorder, AnExitedThreadsSpansAreKeptAndItsBufferFreed) {
+  tpscope::testing::TempDir dir;
+  ASSERT_TRUE(tp::start(options(dir.path())).isOk());
+  for (int round = 0; round < 3; ++round) {
+    std::thread([] {
+      for (int i = 0; i < 1000; ++i) tp::emitSpan(&kSites[0], tp::rawTicks(), tp::rawTicks());
+    }).join();
+  }
+  tp::stop();
+  EXPECT_EQ(tp::recorderStats().spansWritten, 3000);
+  auto reader = openRank(dir.path(), 2);
+  ASSERT_TRUE(reader);
+  auto count = reader->spanCount();
+  ASSERT_TRUE(count.isOk());
+  EXPECT_EQ(*count, 3000);
+}
+
+TEST(Recorder, StopThenStartWritesASecondFileAndKeepsThreadIds) {
+  tpscope::testing::TempDir a, b;
+  ASSERT_TRUE(tp::start(options(a.path())).isOk());
+  tp::emitSpan(&kMain, tp::rawTicks(), tp::rawTicks());
+  EXPECT_FALSE(tp::start(options(b.path())).isOk());  // already recording
+  tp::stop();
+  tp::emitSpan(&kMain, tp::rawTicks(), tp::rawTicks());  // not recording: nothing
+  ASSERT_TRUE(tp::start(options(b.path())).isOk());
+  tp::emitSpan(&kMain, tp::rawTicks(), tp::rawTicks());
+  tp::emitSpan(&kMain, tp::rawTicks(), tp::rawTicks());
+  tp::stop();
+  auto ra = openRank(a.path(), 2);
+  auto rb = openRank(b.path(), 2);
+  ASSERT_TRUE(ra && rb);
+  EXPECT_EQ(*ra->spanCount(), 1);
+  EXPECT_EQ(*rb->spanCount(), 2);
+  auto sa = ra->spans();
+  auto sb = rb->spans();
+  ASSERT_TRUE(sa.isOk() && sb.isOk());
+  EXPECT_EQ(sa->front().thread, sb->front().thread);
+  auto tb = rb->threads();
+  ASSERT_TRUE(tb.isOk());
+  EXPECT_FALSE(tb->empty());
+}
+
+TEST(Recorder, CompiledOutMacrosRecordNothing) {
+  tpscope::testing::TempDir dir;
+  ASSERT_TRUE(tp::start(options(dir.path())).isOk());
+  const int before = tp::currentStep();
+  EXPECT_EQ(compiledOutWork(1000), 1000);
+  EXPECT_EQ(tp::currentStep(), before);  // TPS_STEP compiled out too
+  { TPS_SPAN("compiled.in", Compute, Forward); }  // the control: this TU has probes on
+  tp::stop();
+  auto reader = openRank(dir.path(), 2);
+  ASSERT_TRUE(reader);
+  auto spans = reader->spans();
+  ASSERT_TRUE(spans.isOk());
+  ASSERT_EQ(spans->size(), 1u);
+  EXPECT_EQ(reader->string(spans->front().name), "compiled.in");
+  auto counters = reader->counters();
+  ASSERT_TRUE(counters.isOk());
+  EXPECT_TRUE(counters->empty());
+}
+
+TEST(Recorder, NotStartedEverythingIsANoOp) {
+  EXPECT_FALSE(tp::started());
+  EXPECT_FALSE(tp::recording());
+  EXPECT_EQ(tp::sink(), nullptr);
+  { TPS_SPAN("nobody.listens", Compute, Forward); }
+  tp::counter("x", 1);
+  tp::flushNow();
+  tp::stop();
+  SUCCEED();
+}
+
+TEST(Recorder, StartFailsCleanlyOnAMissingFolder) {
+  auto o = options("/nonexistent/tpscope/folder");
+  const auto s = tp::start(o);
+  EXPECT_FALSE(s.isOk());
+  EXPECT_FALSE(tp::recording());
+  EXPECT_FALSE(tp::started());
+}
+
+}  // namespace
