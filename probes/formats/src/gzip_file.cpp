@@ -21,11 +21,12 @@ struct FileCloser {
 
 Status inflateInto(const std::filesystem::path& path, const std::vector<char>& in, JsonBuffer& out) {
   // ISIZE (the last 4 bytes: uncompressed size mod 2^32) is a good first guess for the output size.
+  // A truncated stream ends in arbitrary bytes: trust ISIZE only within deflate's maximum ratio (1032:1).
   size_t guess = in.size() * 4;
   if (in.size() >= 18) {
     uint32_t isize = 0;
     std::memcpy(&isize, in.data() + in.size() - 4, 4);
-    if (isize > guess) guess = isize;
+    if (isize > guess && isize <= in.size() * 1032) guess = isize;
   }
   out.bytes.resize(guess + JsonBuffer::kPadding);
 

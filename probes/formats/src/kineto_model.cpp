@@ -46,8 +46,16 @@ struct FlowKeyHash {
 };
 
 struct Group {
-  std::vector<int> host;  // host spans, outermost first
-  std::vector<int> gpu;   // GPU spans linked to it
+  std::vector<int> host;       // host spans, outermost first
+  int innermost = -1;          // the deepest host op (nccl:all_reduce inside c10d::allreduce_ ...)
+  int innermostDepth = 0;
+  std::vector<int> gpu;        // GPU spans linked to it
+  std::vector<int> gpuDepth;   // per GPU span: nesting depth, in the group, of the op that launched it
+};
+
+struct GroupLink {
+  int group = -1;
+  int depth = 0;  // 1 = launched under the outermost collective op, 2 = under the op nested in it, ...
 };
 
 struct StepRange {
@@ -235,7 +243,8 @@ Result<RankModel> buildRankModel(const KinetoFile& file, int rank, const InternF
   std::vector<Phase> phase(n, Phase::None);
   std::vector<int> step(n, -1);
   std::vector<Group> groups;
-  std::unordered_map<int64_t, int> corrToGroup, extToGroup, corrToHost;
+  std::unordered_map<int64_t, GroupLink> corrToGroup, extToGroup;
+  std::unordered_map<int64_t, int> corrToHost;
   std::vector<StepRange> steps;
   {
     std::vector<int> order;
@@ -248,7 +257,8 @@ Result<RankModel> buildRankModel(const KinetoFile& file, int rank, const InternF
       if (spans[a].durNs != spans[b].durNs) return spans[a].durNs > spans[b].durNs;
       return a < b;
     });
-    std::vector<int> ctx(n, -1);  // group of the nearest collective op at or above the span
+    std::vector<int> ctx(n, -1);       // group of the nearest collective op at or above the span
+    std::vector<int> ctxDepth(n, 0);   // how many of that group's ops are at or above the span
     std::vector<int> stack;
     int lane = -1;
     for (int i : order) {
@@ -269,17 +279,24 @@ Result<RankModel> buildRankModel(const KinetoFile& file, int rank, const InternF
       const bool notCollective = hasCollMeta && isNonCollectiveCommName(meta->name);
       const bool collectiveOp = !notCollective && (hasCollMeta || isCollectiveOpName(s.name));
       ctx[i] = parent >= 0 ? ctx[parent] : -1;
+      ctxDepth[i] = parent >= 0 ? ctxDepth[parent] : 0;
       if (collectiveOp) {
         if (ctx[i] < 0) {
           ctx[i] = static_cast<int>(groups.size());
           groups.emplace_back();
         }
-        groups[ctx[i]].host.push_back(i);
-        if (s.externalId >= 0) extToGroup[s.externalId] = ctx[i];
+        ++ctxDepth[i];
+        Group& group = groups[ctx[i]];
+        group.host.push_back(i);
+        if (ctxDepth[i] > group.innermostDepth) {
+          group.innermost = i;
+          group.innermostDepth = ctxDepth[i];
+        }
+        if (s.externalId >= 0) extToGroup[s.externalId] = GroupLink{ctx[i], ctxDepth[i]};
       }
       if (corr[i] >= 0) {
         corrToHost[corr[i]] = i;
-        if (ctx[i] >= 0) corrToGroup[corr[i]] = ctx[i];
+        if (ctx[i] >= 0) corrToGroup[corr[i]] = GroupLink{ctx[i], ctxDepth[i]};
       }
 
       if (notCollective) kind[i] = SpanKind::Wait;
@@ -320,20 +337,24 @@ Result<RankModel> buildRankModel(const KinetoFile& file, int rank, const InternF
     const RawSpan& s = spans[i];
     const CollectiveMeta* meta = s.meta >= 0 ? &file.metas[s.meta] : nullptr;
     const bool hasCollMeta = meta && isCollectiveMeta(*meta) && !isNonCollectiveCommName(meta->name);
-    int g = -1;
+    GroupLink link;
     if (corr[i] >= 0) {
       auto it = corrToGroup.find(corr[i]);
-      if (it != corrToGroup.end()) g = it->second;
+      if (it != corrToGroup.end()) link = it->second;
     }
-    if (g < 0 && (corr[i] < 0 || hasCollMeta) && s.externalId >= 0) {
+    if (link.group < 0 && (corr[i] < 0 || hasCollMeta) && s.externalId >= 0) {
       auto it = extToGroup.find(s.externalId);
-      if (it != extToGroup.end()) g = it->second;
+      if (it != extToGroup.end()) link = it->second;
     }
-    if (g < 0 && hasCollMeta) {  // the host side is missing: the kernel's metadata still identifies it
-      g = static_cast<int>(groups.size());
+    if (link.group < 0 && hasCollMeta) {  // the host side is missing: the kernel's metadata still identifies it
+      link.group = static_cast<int>(groups.size());
       groups.emplace_back();
     }
-    if (g >= 0) groups[g].gpu.push_back(i);
+    const int g = link.group;
+    if (g >= 0) {
+      groups[g].gpu.push_back(i);
+      groups[g].gpuDepth.push_back(link.depth);
+    }
     switch (s.cat) {
       case Cat::Kernel:
         kind[i] = g >= 0 || hasCollMeta || isNcclKernelName(s.name) ? SpanKind::NcclKernel : SpanKind::Kernel;
@@ -415,9 +436,16 @@ Result<RankModel> buildRankModel(const KinetoFile& file, int rank, const InternF
     }
     d.metaSeq = meta ? meta->seq : -1;
 
+    // GPU time: the kernels launched by the innermost collective op that launched any (c10d::allreduce_ may
+    // launch a copy kernel before nccl:all_reduce launches the NCCL kernel; the collective is the latter).
     int64_t kernelBegin = std::numeric_limits<int64_t>::max(), kernelEnd = std::numeric_limits<int64_t>::min();
     int64_t gpuBegin = kernelBegin, gpuEnd = kernelEnd;
-    for (int i : g.gpu) {
+    int kernelDepth = 0;
+    for (size_t k = 0; k < g.gpu.size(); ++k)
+      if (spans[g.gpu[k]].cat == Cat::Kernel) kernelDepth = std::max(kernelDepth, g.gpuDepth[k]);
+    for (size_t k = 0; k < g.gpu.size(); ++k) {
+      const int i = g.gpu[k];
+      if (spans[i].cat == Cat::Kernel && g.gpuDepth[k] < kernelDepth) continue;
       const int64_t b = spans[i].tsNs, e = spans[i].tsNs + spans[i].durNs;
       gpuBegin = std::min(gpuBegin, b);
       gpuEnd = std::max(gpuEnd, e);
@@ -435,8 +463,10 @@ Result<RankModel> buildRankModel(const KinetoFile& file, int rank, const InternF
       c.step = step[outer];
       c.phase = phase[outer];
       c.callsite = std::string(spans[outer].name);
-      c.startNs = (haveKernel ? kernelBegin : haveGpu ? gpuBegin : spans[outer].tsNs) + base;
-      c.endNs = (haveKernel ? kernelEnd : haveGpu ? gpuEnd : spans[outer].tsNs + spans[outer].durNs) + base;
+      // Without GPU activity (Gloo, CPU traces) the collective runs for the innermost op's time.
+      const RawSpan& inner = spans[g.innermost >= 0 ? g.innermost : outer];
+      c.startNs = (haveKernel ? kernelBegin : haveGpu ? gpuBegin : inner.tsNs) + base;
+      c.endNs = (haveKernel ? kernelEnd : haveGpu ? gpuEnd : inner.tsNs + inner.durNs) + base;
     } else {
       const int first = g.gpu.front();
       c.enqueueNs = (haveKernel ? kernelBegin : gpuBegin) + base;

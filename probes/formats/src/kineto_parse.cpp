@@ -136,6 +136,12 @@ class FileParser {
         }
       }
     } else {
+      // A scalar root: tell text that is not JSON at all from a JSON value that is not a trace (a full parse of
+      // the scalar document is cheap).
+      dom::parser validator;
+      dom::element element;
+      if (auto error = validator.parse(file_.buffer.bytes.data(), file_.buffer.size, false).get(element))
+        return notJson(error);
       return Status::error(path + ": not a Kineto trace (the JSON is neither an object with \"traceEvents\" nor "
                                   "an array of events)");
     }
