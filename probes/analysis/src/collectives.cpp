@@ -118,8 +118,8 @@ tracedb::Result<CollectiveAnalysis> analyzeCollectives(tracedb::Reader& reader, 
       for (const Record& r : recs) {
         RankStraggling& rs = straggling[r.rank];
         rs.rank = r.rank;
-        ++rs.collectives;
         if (decided) {
+          ++rs.collectives;
           const int64_t w = maxArr - r.enqueue;
           rs.waitedNs += w;
           totalWait += w;

@@ -15,7 +15,11 @@ namespace {
 
 bool crashReason(std::string reason) {
   std::transform(reason.begin(), reason.end(), reason.begin(), [](unsigned char c) { return std::tolower(c); });
-  for (const char* word : {"crash", "signal", "abort", "segfault", "sigsegv", "sigabrt", "sigkill", "killed"})
+  // Stop signals are how a launcher ends a job (after a hang dump, on Ctrl-C): not a crash by themselves.
+  for (const char* stop : {"sigterm", "sigint", "sigusr1", "sighup"})
+    if (reason.find(stop) != std::string::npos) return false;
+  for (const char* word : {"crash", "signal", "abort", "segfault", "sigsegv", "sigabrt", "sigbus", "sigfpe", "sigill",
+                           "sigkill", "killed"})
     if (reason.find(word) != std::string::npos) return true;
   return false;
 }
@@ -62,15 +66,6 @@ tracedb::Result<std::vector<RankEnd>> analyzeRankEnds(tracedb::Reader& reader, c
     Query q(reader, "SELECT rank, max(coalesce(end_ns, begin_ns, 0)), max(step) FROM step_stats GROUP BY rank",
             "table 'step_stats'");
     if (auto s = q.each([&](Query& r) { take(r.i32(0), r.i64(1), r.i32(2)); }); !s) return s;
-  }
-  // A stop signal every rank received alike (the launcher stopping the job, e.g. after a hang dump) is no crash.
-  bool allSame = !ends.empty();
-  for (auto& [rank, e] : ends) allSame = allSame && e.exitReason == ends.begin()->second.exitReason;
-  for (auto& [rank, e] : ends) {
-    const bool stopSignal = e.exitReason.find("SIGTERM") != std::string::npos ||
-                            e.exitReason.find("SIGINT") != std::string::npos ||
-                            e.exitReason.find("SIGUSR1") != std::string::npos;
-    if (stopSignal && allSame && ends.size() > 1) e.crashed = false;
   }
   int64_t runLast = INT64_MIN, runFirst = info.beginNs;
   for (auto& [rank, e] : ends) runLast = std::max(runLast, e.lastRecordNs);

@@ -242,6 +242,22 @@ std::string spanText(const LastSpan& s) {
 
 std::vector<Finding> desyncFindings(const DesyncReport& report, const RunInfo& info) {
   std::vector<Finding> out;
+  // Where each rank is blocked: a hang whose missing ranks all wait in another stuck collective is a consequence.
+  std::map<int, const GroupDesync*> waitingIn;
+  for (const GroupDesync& g : report.groups)
+    for (int r : g.waitingRanks) waitingIn.emplace(r, &g);
+  // ... and the first stuck collective (by the earliest arrival at it) each rank is missing from.
+  auto firstArrival = [](const GroupDesync& g) {
+    int64_t t = INT64_MAX;
+    for (const auto& r : g.stuckRecords) t = std::min(t, r.enqueueNs);
+    return t;
+  };
+  std::map<int, const GroupDesync*> firstMissing;
+  for (const GroupDesync& g : report.groups)
+    for (int r : g.missingRanks) {
+      auto [it, fresh] = firstMissing.emplace(r, &g);
+      if (!fresh && firstArrival(g) < firstArrival(*it->second)) it->second = &g;
+    }
   for (const GroupDesync& g : report.groups) {
     const std::string members = formatRanks(g.members);
     if (g.stuckSeq) {
@@ -257,7 +273,7 @@ std::vector<Finding> desyncFindings(const DesyncReport& report, const RunInfo& i
       const std::string where = sample && !sample->callsite.empty() ? ": " + sample->callsite : "";
       fd.message = "group " + g.group + " (ranks " + members + ") seq " + std::to_string(*g.stuckSeq) + where;
       if (!g.waitingRanks.empty())
-        fd.details.push_back("ranks " + formatRanks(g.waitingRanks) + " entered it and never completed it");
+        fd.details.push_back(rankList(g.waitingRanks) + " entered it and never completed it");
       if (g.stuckState != MatchState::FullyMatched && g.stuckState != MatchState::StateMismatch &&
           g.stuckState != MatchState::Undecided)
         fd.details.push_back(std::string("the ranks that entered it disagree: ") + matchStateName(g.stuckState));
@@ -279,12 +295,32 @@ std::vector<Finding> desyncFindings(const DesyncReport& report, const RunInfo& i
         if (mp.lastSpan)
           fd.cite("spans", {f("rank", int64_t{m}), f("begin_ns", mp.lastSpan->beginNs), f("name", mp.lastSpan->name)});
       }
+      bool secondary = !g.missingRanks.empty();
+      for (int m : g.missingRanks) {
+        auto it = waitingIn.find(m);
+        if (it != waitingIn.end() && it->second != &g) {
+          fd.details.push_back("rank " + std::to_string(m) + " is itself waiting in group " + it->second->group +
+                               " seq " + std::to_string(*it->second->stuckSeq));
+          continue;
+        }
+        const GroupDesync* earlier = firstMissing[m];
+        if (earlier != &g) {
+          fd.details.push_back("rank " + std::to_string(m) + " already failed to enter group " + earlier->group +
+                               " seq " + std::to_string(*earlier->stuckSeq) + ", which the others reached earlier");
+          continue;
+        }
+        secondary = false;
+      }
+      if (secondary) {
+        fd.severity = Severity::Error;
+        fd.details.push_back("a consequence of the hang it waits on, not a cause");
+      }
       fd.number("stuck_seq", *g.stuckSeq);
+      fd.number("secondary", int64_t{secondary});
       fd.number("missing_ranks", static_cast<int64_t>(g.missingRanks.size()));
       fd.number("waiting_ranks", static_cast<int64_t>(g.waitingRanks.size()));
       fd.number("match_state", std::string(matchStateName(g.stuckState)));
-      if (!g.missingRanks.empty()) fd.message += " — rank" + std::string(g.missingRanks.size() > 1 ? "s " : " ") +
-                                                 formatRanks(g.missingRanks) + " never entered it";
+      if (!g.missingRanks.empty()) fd.message += " — " + rankList(g.missingRanks) + " never entered it";
       out.push_back(std::move(fd));
     }
     for (const SeqMismatch& m : g.mismatches) {
@@ -314,13 +350,13 @@ std::vector<Finding> desyncFindings(const DesyncReport& report, const RunInfo& i
       fd.step = first.step;
       fd.layer = first.layer;
       fd.message = std::string(matchStateName(m.state)) + " in group " + g.group + " seq " + std::to_string(m.seq) +
-                   ": rank" + (odd.size() > 1 ? "s " : " ") + formatRanks(odd) + " disagree" +
+                   ": " + rankList(odd) + " disagree" +
                    (odd.size() > 1 ? "" : "s") + " with the others";
       for (auto& [d, rs] : byDesc) {
         std::string cs;
         for (const auto& r : m.records)
           if (r.rank == rs.front() && !r.callsite.empty()) cs = " at " + r.callsite;
-        fd.details.push_back("rank" + std::string(rs.size() > 1 ? "s " : " ") + formatRanks(rs) + ": " + d + cs);
+        fd.details.push_back(rankList(rs) + ": " + d + cs);
       }
       for (const auto& r : m.records)
         fd.cite("collectives", {f("rank", int64_t{r.rank}), f("group_name", g.group), f("seq", m.seq)});

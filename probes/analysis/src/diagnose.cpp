@@ -33,7 +33,11 @@ std::vector<Finding> stragglerFindings(const CollectiveAnalysis& ca, const Diagn
   const StragglerReport& sr = ca.stragglers;
   int64_t commTotal = 0;
   for (const auto& s : ca.stats) commTotal += s.totalNs * s.groupSize;
+  // Waiting propagates: a rank held up by the straggler arrives late at its next collective with others. Only the
+  // top rank and those that caused at least 75 % as much waiting are named.
+  const int64_t top = sr.ranks.empty() ? 0 : sr.ranks.front().causedWaitNs;
   for (const RankStraggling& r : sr.ranks) {
+    if (r.causedWaitNs * 4 < top * 3) continue;
     if (r.collectives < o.stragglerMinCollectives || r.lastPct() < o.stragglerLastPct) continue;
     const double waitPct = commTotal > 0 ? 100.0 * static_cast<double>(r.causedWaitNs) / commTotal : 0.0;
     if (waitPct < o.stragglerMinWaitPct) continue;

@@ -294,15 +294,15 @@ std::vector<Finding> nonFiniteFindings(const NonFiniteReport& report, const RunI
       const SpreadHop& h = report.spread[i];
       sp += (i ? ";" : "") + std::string(" step ") + std::to_string(h.step) + " " + h.collective.op + " group " +
             h.collective.group + " seq " + std::to_string(h.collective.seq) + " from rank " +
-            std::to_string(h.fromRank) + " → ranks " + formatRanks(h.toRanks);
+            std::to_string(h.fromRank) + " → " + rankList(h.toRanks);
     }
     fd.details.push_back(sp);
     fd.collective = report.spread.front().collective;
   }
   if (!report.receivers.empty())
-    fd.details.push_back("ranks " + formatRanks(report.receivers) + " only received it through collectives");
+    fd.details.push_back(rankList(report.receivers) + " only received it through collectives");
   if (!report.unexplained.empty())
-    fd.details.push_back("ranks " + formatRanks(report.unexplained) +
+    fd.details.push_back(rankList(report.unexplained) +
                          " also show non-finite values that no collective of the origin explains (a second origin?)");
   if (o.source == "grad_stats")
     fd.cite("grad_stats", {f("rank", int64_t{o.rank}), f("step", int64_t{o.step}), f("param", o.param)});

@@ -146,6 +146,13 @@ std::string formatRanks(std::vector<int> ranks) {
   return out;
 }
 
+std::string rankList(const std::vector<int>& ranks) {
+  std::vector<int> u = ranks;
+  std::sort(u.begin(), u.end());
+  u.erase(std::unique(u.begin(), u.end()), u.end());
+  return (u.size() == 1 ? "rank " : "ranks ") + formatRanks(u);
+}
+
 std::string groupClass(const std::string& group) {
   const auto dash = group.rfind('-');
   if (dash == std::string::npos || dash + 1 == group.size()) return group;

@@ -53,7 +53,7 @@ struct CollectiveStats {
 
 struct RankStraggling {
   int rank = 0;
-  int64_t collectives = 0;  // collectives (with ≥ 2 arrivals) the rank took part in
+  int64_t collectives = 0;  // decided collectives (≥ 2 arrivals, skew above clock uncertainty) it took part in
   int64_t lastCount = 0;    // collectives where it arrived last (decided ones)
   int64_t causedWaitNs = 0; // Σ over those of the others' waiting
   int64_t waitedNs = 0;     // Σ of its own waiting on later arrivers

@@ -1,7 +1,8 @@
 // Crashed and early-stopped ranks.
 //   crash (critical): ranks.exit_reason contains "crash", "signal", "abort", "segfault", "sigsegv", "sigabrt",
-//                     "sigkill" or "killed" (case-insensitive) — except a stop signal (SIGTERM, SIGINT, SIGUSR1)
-//                     that every rank of the run received alike (the launcher stopping the job)
+//                     "sigbus", "sigfpe", "sigill", "sigkill" or "killed" (case-insensitive) — but a stop signal
+//                     (SIGTERM, SIGINT, SIGUSR1, SIGHUP: how a launcher ends a job, e.g. after a hang dump) is not
+//                     a crash by itself; such a rank is judged by the early-stop rule below
 //   crash (error):    no exit reason "ok", and the rank's records stop early: its last record (span end,
 //                     collective enqueue/end, step_stats end) is before the run's last record by more than
 //                     max(1 ms, 5 % of the run's extent) and its last step is lower than the highest step recorded

@@ -17,7 +17,8 @@
 //   undecided                 fewer than two members recorded it, so nothing can be compared
 //   fully_matched             otherwise
 // A mismatch of type/size/dtype is a desync (error; critical when it is also the stuck seq). A stuck seq is a hang
-// (critical). Evidence: the collectives rows of the stuck seq and each missing rank's last collective and last span.
+// (critical) — unless every missing rank is itself waiting in another group's stuck seq, or is missing from another
+// stuck seq that its peers reached earlier: then it is a consequence of that hang (error, evidence "secondary" = 1). Evidence: the collectives rows of the stuck seq and each missing rank's last collective and last span.
 #pragma once
 
 #include <cstdint>

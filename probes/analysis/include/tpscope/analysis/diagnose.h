@@ -3,7 +3,9 @@
 // Runs: crash, desync/hang, NaN/Inf origin, gradient and loss anomalies, stragglers, communication overhead.
 //   straggler (warning): a rank arrives last at ≥ stragglerLastPct % of the decided collectives of the run
 //                        (≥ stragglerMinCollectives of them) and the others' waiting it caused is
-//                        ≥ stragglerMinWaitPct % of the run's total communication time; the worst such rank first.
+//                        ≥ stragglerMinWaitPct % of the run's total communication time, and it caused at least
+//                        75 % of the waiting the worst straggler caused (ranks delayed by the straggler arrive late
+//                        at their next collective too; they are victims, not causes).
 //   comm_overhead (warning above commOverheadWarnPct, info above commOverheadInfoPct): per rank, from the breakdown;
 //                        one run-wide finding (rank −1) carries the run's figure.
 // A failing analysis (e.g. a damaged table) does not stop the others: its error is returned in `errors`, named.

@@ -45,6 +45,8 @@ tracedb::Result<RunInfo> loadRunInfo(tracedb::Reader& reader);
 
 // Renders a rank list compactly: "8–15", "1, 3, 5–7", "none".
 std::string formatRanks(std::vector<int> ranks);
+// The same with the noun: "rank 3", "ranks 8–15".
+std::string rankList(const std::vector<int>& ranks);
 // A process group's class: the name up to the last '-' followed by digits ("tp-1" → "tp", "world" → "world").
 std::string groupClass(const std::string& group);
 

@@ -1,0 +1,158 @@
+// Time breakdown: interval arithmetic, step windows from each source, exact shares on hand-made spans.
+#include <gtest/gtest.h>
+
+#include "intervals.h"
+#include "test_file.h"
+#include "tpscope/analysis/breakdown.h"
+
+namespace tpscope::analysis {
+namespace {
+
+using detail::IntervalSet;
+using testing::newWriter;
+using testing::openReader;
+using testing::testDir;
+using tracedb::Phase;
+using tracedb::SpanKind;
+using tracedb::SpanRow;
+
+TEST(IntervalSet, UnionAndWindowMeasures) {
+  IntervalSet s({{50, 60}, {0, 10}, {5, 20}, {30, 30}, {40, 45}});
+  ASSERT_EQ(s.intervals().size(), 3u);  // [0,20) [40,45) [50,60); the empty one dropped
+  EXPECT_EQ(s.total(), 35);
+  EXPECT_EQ(s.measure(0, 100), 35);
+  EXPECT_EQ(s.measure(15, 42), 7);
+  EXPECT_EQ(s.measure(20, 40), 0);
+  EXPECT_EQ(s.measure(55, 55), 0);
+  EXPECT_EQ(s.measure(-10, 5), 5);
+  const IntervalSet t({{10, 52}});
+  EXPECT_EQ(s.intersect(t).total(), 10 + 5 + 2);
+  EXPECT_EQ(s.unite(t).total(), 60);
+}
+
+// rank 0, one step [0, 100): compute [0,50) and [60,80) on thread 0; comm [40,70) on thread 1 (overlapping
+// compute on [40,50) and [60,70)); data [85,90); nothing in [80,85) and [90,100).
+void writeOneStep(tracedb::Writer& w, bool withStepSpan, bool withStepStats) {
+  auto n = [&](const char* s) { return *w.intern(s); };
+  std::vector<SpanRow> spans = {
+      {0, 0, SpanKind::Compute, n("fwd"), 0, 50, 3, 0, Phase::Forward, std::nullopt},
+      {0, 0, SpanKind::Compute, n("fwd.inner"), 10, 20, 3, 0, Phase::Forward, std::nullopt},  // nested: counted once
+      {0, 0, SpanKind::Compute, n("bwd"), 60, 20, 3, 0, Phase::Backward, std::nullopt},
+      {0, 1, SpanKind::Comm, n("all_reduce"), 40, 30, 3, 0, Phase::Forward, std::nullopt},
+      {0, 0, SpanKind::Data, n("data"), 85, 5, 3, -1, Phase::Data, std::nullopt},
+  };
+  if (withStepSpan) spans.push_back({0, 0, SpanKind::Step, n("step"), 0, 100, 3, -1, Phase::None, std::nullopt});
+  ASSERT_TRUE(w.addSpans(spans));
+  if (withStepStats) {
+    tracedb::StepStatRow s;
+    s.rank = 0;
+    s.step = 3;
+    s.beginNs = 0;
+    s.endNs = 100;
+    ASSERT_TRUE(w.putStepStat(s));
+  }
+}
+
+TEST(Breakdown, ExactSharesFromStepSpans) {
+  const auto path = testDir() / "one.db";
+  {
+    auto w = newWriter(path);
+    writeOneStep(*w, true, false);
+    ASSERT_TRUE(w->close());
+  }
+  auto r = openReader(path);
+  auto b = computeBreakdown(*r);
+  ASSERT_TRUE(b) << b.error();
+  EXPECT_EQ(b->source, StepSource::StepSpans);
+  ASSERT_EQ(b->steps.size(), 1u);
+  const TimeShares& t = b->steps[0].time;
+  EXPECT_EQ(b->steps[0].step, 3);
+  EXPECT_EQ(t.stepNs, 100);
+  EXPECT_EQ(t.computeNs, 70);
+  EXPECT_EQ(t.commNs, 30);
+  EXPECT_EQ(t.exposedCommNs, 10);  // [50,60)
+  EXPECT_EQ(t.otherNs, 5);         // data
+  EXPECT_EQ(t.idleNs, 15);         // [80,85) and [90,100)
+  EXPECT_EQ(t.computeNs + t.exposedCommNs + t.otherNs + t.idleNs, t.stepNs);
+  EXPECT_DOUBLE_EQ(t.commOverheadPct(), 10.0);
+  ASSERT_EQ(b->ranks.size(), 1u);
+  EXPECT_EQ(b->ranks[0].time.computeNs, 70);
+  EXPECT_EQ(b->run.idleNs, 15);
+}
+
+TEST(Breakdown, FallsBackToStepStatsThenSpanSteps) {
+  const auto dir = testDir();
+  {
+    auto w = newWriter(dir / "stats.db");
+    writeOneStep(*w, false, true);
+    ASSERT_TRUE(w->close());
+    auto w2 = newWriter(dir / "spans.db");
+    writeOneStep(*w2, false, false);
+    ASSERT_TRUE(w2->close());
+  }
+  auto r1 = openReader(dir / "stats.db");
+  auto b1 = computeBreakdown(*r1);
+  ASSERT_TRUE(b1) << b1.error();
+  EXPECT_EQ(b1->source, StepSource::StepStats);
+  EXPECT_EQ(b1->steps.at(0).time.idleNs, 15);
+
+  auto r2 = openReader(dir / "spans.db");
+  auto b2 = computeBreakdown(*r2);
+  ASSERT_TRUE(b2) << b2.error();
+  EXPECT_EQ(b2->source, StepSource::SpanSteps);
+  // The extent of the spans of step 3 is [0, 90): the trailing idle time is not part of it.
+  EXPECT_EQ(b2->steps.at(0).time.stepNs, 90);
+  EXPECT_EQ(b2->steps.at(0).time.idleNs, 5);
+}
+
+TEST(Breakdown, CollectiveRecordsCountAsCommunicationAndUnlabelledSpansAsOneWindow) {
+  const auto path = testDir() / "coll.db";
+  {
+    auto w = newWriter(path);
+    auto n = *w->intern("k");
+    ASSERT_TRUE(w->addSpan({1, 0, SpanKind::Compute, n, 0, 40, -1, -1, Phase::None, std::nullopt}));
+    ASSERT_TRUE(w->addSpan({1, 0, SpanKind::Other, n, 90, 10, -1, -1, Phase::None, std::nullopt}));
+    tracedb::CollectiveRow c;
+    c.rank = 1;
+    c.group = "world";
+    c.seq = 1;
+    c.op = "all_reduce";
+    c.enqueueNs = 20;
+    c.startNs = 30;
+    c.endNs = 60;
+    c.state = tracedb::CollectiveState::Completed;
+    ASSERT_TRUE(w->upsertCollective(c));
+    c.seq = 2;  // never completed: no duration
+    c.enqueueNs = 70;
+    c.startNs.reset();
+    c.endNs.reset();
+    c.state = tracedb::CollectiveState::Scheduled;
+    ASSERT_TRUE(w->upsertCollective(c));
+    ASSERT_TRUE(w->close());
+  }
+  auto r = openReader(path);
+  auto b = computeBreakdown(*r);
+  ASSERT_TRUE(b) << b.error();
+  EXPECT_EQ(b->source, StepSource::WholeRun);
+  ASSERT_EQ(b->steps.size(), 1u);
+  const TimeShares& t = b->steps[0].time;
+  EXPECT_EQ(t.stepNs, 100);
+  EXPECT_EQ(t.computeNs, 40);
+  EXPECT_EQ(t.commNs, 30);         // [30, 60) from start_ns
+  EXPECT_EQ(t.exposedCommNs, 20);  // [40, 60)
+  EXPECT_EQ(t.otherNs, 10);
+  EXPECT_EQ(t.idleNs, 30);
+}
+
+TEST(Breakdown, EmptyRunHasNoRows) {
+  const auto path = testDir() / "empty.db";
+  ASSERT_TRUE(newWriter(path)->close());
+  auto r = openReader(path);
+  auto b = computeBreakdown(*r);
+  ASSERT_TRUE(b) << b.error();
+  EXPECT_TRUE(b->steps.empty());
+  EXPECT_TRUE(b->ranks.empty());
+}
+
+}  // namespace
+}  // namespace tpscope::analysis

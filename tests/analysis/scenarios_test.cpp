@@ -1,0 +1,265 @@
+// Each finding kind from a tiny simulated run built to have it; the whole diagnosis and report as golden JSON.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "golden.h"
+#include "test_file.h"
+#include "test_runs.h"
+#include "tpscope/analysis/desync.h"
+#include "tpscope/analysis/diagnose.h"
+#include "tpscope/analysis/json_output.h"
+#include "tpscope/analysis/nonfinite.h"
+#include "tpscope/analysis/report.h"
+
+namespace tpscope::analysis {
+namespace {
+
+using testing::RunSpec;
+
+struct Diagnosed {
+  DiagnoseResult result;
+  std::string json;
+};
+
+Diagnosed diagnoseSpec(const std::string& name, const RunSpec& spec) {
+  const auto path = testing::testDir() / (name + ".db");
+  const tracedb::Status s = testing::writeRun(path, spec);
+  EXPECT_TRUE(s) << s.message();
+  auto reader = testing::openReader(path);
+  Diagnosed d;
+  if (!reader) return d;
+  d.result = diagnose(*reader);
+  EXPECT_TRUE(d.result.errors.empty()) << d.result.errors.front();
+  d.json = diagnosisToJson(d.result, name + ".db");
+  return d;
+}
+
+void expectGolden(const std::string& name, const std::string& text) {
+  EXPECT_TRUE(testing::matchesGolden(TPSCOPE_GOLDEN_DIR, TPSCOPE_ACTUAL_DIR, name, text));
+}
+
+std::vector<const Finding*> ofKind(const DiagnoseResult& r, FindingKind k) {
+  std::vector<const Finding*> out;
+  for (const auto& f : r.findings)
+    if (f.kind == k) out.push_back(&f);
+  return out;
+}
+
+TEST(Scenario, HealthyRunHasOnlyOverheadInfo) {
+  const auto d = diagnoseSpec("healthy", RunSpec{});
+  for (const auto& f : d.result.findings) {
+    EXPECT_EQ(f.kind, FindingKind::CommOverhead) << f.message;
+    EXPECT_EQ(f.severity, Severity::Info) << f.message;
+  }
+  EXPECT_EQ(ofKind(d.result, FindingKind::CommOverhead).size(), 5u);  // 4 ranks + the run
+  expectGolden("healthy.diagnose.json", d.json);
+}
+
+TEST(Scenario, NanOriginOnRank2Step5SpreadsThroughTpAllReduce) {
+  RunSpec spec;
+  spec.nanRank = 2;
+  spec.nanStep = 5;
+  spec.nanLayer = 1;
+  const auto d = diagnoseSpec("nan", spec);
+  ASSERT_FALSE(d.result.findings.empty());
+  const Finding& f = d.result.findings.front();
+  EXPECT_EQ(f.kind, FindingKind::NanOrigin);
+  EXPECT_EQ(f.severity, Severity::Critical);
+  EXPECT_EQ(f.rank, 2);
+  EXPECT_EQ(f.step, 5);
+  EXPECT_EQ(f.layer, 1);
+  EXPECT_NE(f.message.find("layers.1.mlp.fc1.weight"), std::string::npos) << f.message;
+  EXPECT_EQ(f.ranks, (std::vector<int>{0, 1, 3}));  // receivers, not origins
+  ASSERT_TRUE(f.collective);
+  EXPECT_EQ(f.collective->group, "tp-1");  // the first hop: rank 2's TP group carried it to rank 3
+  EXPECT_EQ(f.collective->op, "all_reduce");
+  EXPECT_EQ(ofKind(d.result, FindingKind::NanOrigin).size(), 1u);  // nothing unexplained
+  expectGolden("nan.diagnose.json", d.json);
+}
+
+TEST(Scenario, NanSpreadPathHops) {
+  RunSpec spec;
+  spec.nanRank = 2;
+  spec.nanStep = 5;
+  spec.nanLayer = 1;
+  const auto path = testing::testDir() / "nan.db";
+  ASSERT_TRUE(testing::writeRun(path, spec));
+  auto reader = testing::openReader(path);
+  auto info = loadRunInfo(*reader);
+  ASSERT_TRUE(info);
+  auto nf = analyzeNonFinite(*reader, *info);
+  ASSERT_TRUE(nf) << nf.error();
+  ASSERT_TRUE(nf->origin);
+  EXPECT_EQ(nf->origin->source, "grad_stats");
+  EXPECT_TRUE(nf->unexplained.empty());
+  ASSERT_GE(nf->spread.size(), 3u);
+  // rank 2 → 3 over tp-1 in the backward pass (seq of step 5: 8 per step, the 5th is layer 1's MLP backward).
+  EXPECT_EQ(nf->spread[0].collective.group, "tp-1");
+  EXPECT_EQ(nf->spread[0].collective.seq, 5 * 8 + 5);
+  EXPECT_EQ(nf->spread[0].toRanks, (std::vector<int>{3}));
+  std::vector<int> reached;
+  for (const auto& h : nf->spread) reached.insert(reached.end(), h.toRanks.begin(), h.toRanks.end());
+  std::sort(reached.begin(), reached.end());
+  EXPECT_EQ(reached, (std::vector<int>{0, 1, 3}));
+}
+
+TEST(Scenario, HangWhereRank1NeverEntersSeq7) {
+  RunSpec spec;
+  spec.hangGroup = "tp-0";
+  spec.hangRank = 1;
+  spec.hangSeq = 7;
+  const auto d = diagnoseSpec("hang", spec);
+  const auto hangs = ofKind(d.result, FindingKind::Hang);
+  ASSERT_FALSE(hangs.empty());
+  const Finding& f = *hangs.front();
+  EXPECT_EQ(f.severity, Severity::Critical);
+  ASSERT_TRUE(f.collective);
+  EXPECT_EQ(f.collective->group, "tp-0");
+  EXPECT_EQ(f.collective->seq, 7);
+  EXPECT_EQ(f.rank, 1);
+  EXPECT_EQ(f.ranks, std::vector<int>{1});
+  bool namesLastSpan = false;
+  for (const auto& line : f.details) namesLastSpan = namesLastSpan || line.find("data loading") != std::string::npos;
+  EXPECT_TRUE(namesLastSpan);
+  // dp-0 waits on rank 0, which waits in tp-0: a consequence, reported below the cause.
+  for (const Finding* h : hangs)
+    if (h->collective->group == "dp-0") {
+      EXPECT_EQ(h->severity, Severity::Error);
+    }
+  EXPECT_TRUE(ofKind(d.result, FindingKind::Crash).empty());  // SIGTERM to every rank is the launcher's stop
+  expectGolden("hang.diagnose.json", d.json);
+}
+
+TEST(Scenario, HangDesyncModel) {
+  RunSpec spec;
+  spec.hangGroup = "tp-0";
+  spec.hangRank = 1;
+  spec.hangSeq = 7;
+  const auto path = testing::testDir() / "hang.db";
+  ASSERT_TRUE(testing::writeRun(path, spec));
+  auto reader = testing::openReader(path);
+  auto info = loadRunInfo(*reader);
+  ASSERT_TRUE(info);
+  auto dr = analyzeDesync(*reader, *info);
+  ASSERT_TRUE(dr) << dr.error();
+  const GroupDesync* tp0 = nullptr;
+  for (const auto& g : dr->groups)
+    if (g.group == "tp-0") tp0 = &g;
+  ASSERT_NE(tp0, nullptr);
+  ASSERT_TRUE(tp0->stuckSeq);
+  EXPECT_EQ(*tp0->stuckSeq, 7);
+  EXPECT_EQ(tp0->missingRanks, std::vector<int>{1});
+  EXPECT_EQ(tp0->waitingRanks, std::vector<int>{0});
+  EXPECT_EQ(tp0->stuckState, MatchState::Undecided);  // one member recorded it: nothing to compare
+  ASSERT_EQ(tp0->progress.size(), 2u);
+  EXPECT_EQ(tp0->progress[0].lastEnqueued, 7);
+  EXPECT_EQ(tp0->progress[0].lastCompleted, 6);
+  EXPECT_EQ(tp0->progress[1].lastEnqueued, 6);
+  EXPECT_EQ(tp0->progress[1].lastCompleted, 6);
+  ASSERT_TRUE(tp0->progress[1].lastSpan);
+  EXPECT_EQ(tp0->progress[1].lastSpan->name, "data loading");
+  expectGolden("hang.desync.json", desyncToJson(*dr, "hang.db"));
+}
+
+TEST(Scenario, SizeMismatchIsDesync) {
+  RunSpec spec;
+  spec.mismatchGroup = "tp-1";
+  spec.mismatchSeq = 5;
+  spec.mismatchRank = 3;
+  const auto d = diagnoseSpec("mismatch", spec);
+  const auto ds = ofKind(d.result, FindingKind::Desync);
+  ASSERT_EQ(ds.size(), 1u);
+  EXPECT_EQ(ds[0]->severity, Severity::Error);
+  EXPECT_EQ(ds[0]->rank, 3);
+  EXPECT_EQ(ds[0]->collective->seq, 5);
+  EXPECT_NE(ds[0]->message.find("size_mismatch"), std::string::npos) << ds[0]->message;
+  EXPECT_TRUE(ofKind(d.result, FindingKind::Hang).empty());
+  expectGolden("mismatch.diagnose.json", d.json);
+}
+
+TEST(Scenario, StragglerRank3) {
+  RunSpec spec;
+  spec.stragglerRank = 3;
+  const auto d = diagnoseSpec("straggler", spec);
+  const auto st = ofKind(d.result, FindingKind::Straggler);
+  ASSERT_EQ(st.size(), 1u);
+  EXPECT_EQ(st[0]->rank, 3);
+  EXPECT_EQ(st[0]->severity, Severity::Warning);
+  expectGolden("straggler.diagnose.json", d.json);
+}
+
+TEST(Scenario, CrashOfRank2) {
+  RunSpec spec;
+  spec.crashRank = 2;
+  spec.crashStep = 3;
+  const auto d = diagnoseSpec("crash", spec);
+  const auto cr = ofKind(d.result, FindingKind::Crash);
+  ASSERT_EQ(cr.size(), 1u);
+  EXPECT_EQ(cr[0]->rank, 2);
+  EXPECT_EQ(cr[0]->step, 3);
+  EXPECT_EQ(cr[0]->severity, Severity::Critical);
+  // Its peers hang in the collectives it never entered.
+  bool tp1 = false;
+  for (const Finding* h : ofKind(d.result, FindingKind::Hang))
+    tp1 = tp1 || (h->collective->group == "tp-1" && h->ranks == std::vector<int>{2});
+  EXPECT_TRUE(tp1);
+  expectGolden("crash.diagnose.json", d.json);
+}
+
+TEST(Scenario, GradSpikeLossSpikeAndReplicaDivergence) {
+  RunSpec spec;
+  spec.steps = 12;
+  spec.spikeRank = 1;
+  spec.spikeStep = 8;
+  spec.lossSpikeStep = 10;
+  spec.divergeStep = 7;
+  const auto d = diagnoseSpec("anomalies", spec);
+  const auto gs = ofKind(d.result, FindingKind::GradSpike);
+  ASSERT_EQ(gs.size(), 1u);
+  EXPECT_EQ(gs[0]->rank, 1);
+  EXPECT_EQ(gs[0]->step, 8);
+  EXPECT_EQ(gs[0]->layer, 1);
+  const auto ls = ofKind(d.result, FindingKind::LossSpike);
+  ASSERT_EQ(ls.size(), 1u);
+  EXPECT_EQ(ls[0]->step, 10);
+  const auto rd = ofKind(d.result, FindingKind::ReplicaDivergence);
+  ASSERT_EQ(rd.size(), 1u);
+  EXPECT_EQ(rd[0]->step, 7);
+  EXPECT_EQ(rd[0]->rank, 1);
+  expectGolden("anomalies.diagnose.json", d.json);
+}
+
+TEST(Scenario, UnindexedFileGivesTheSameDiagnosis) {
+  RunSpec spec;
+  spec.hangGroup = "tp-0";
+  spec.hangRank = 1;
+  spec.hangSeq = 7;
+  spec.nanRank = 2;
+  spec.nanStep = 0;
+  spec.nanLayer = 1;
+  const auto a = diagnoseSpec("indexed", spec);
+  spec.indexed = false;
+  const auto b = diagnoseSpec("indexed", spec);
+  EXPECT_EQ(a.json, b.json);
+  EXPECT_FALSE(a.result.findings.empty());
+}
+
+TEST(Scenario, ReportOfHealthyRun) {
+  const auto path = testing::testDir() / "healthy.db";
+  ASSERT_TRUE(testing::writeRun(path, RunSpec{}));
+  auto reader = testing::openReader(path);
+  auto report = buildReport(*reader);
+  ASSERT_TRUE(report) << report.error();
+  ASSERT_EQ(report->breakdown.ranks.size(), 4u);
+  EXPECT_EQ(report->breakdown.source, StepSource::StepSpans);
+  const TpModelCheck& tp = report->collectives.tp;
+  EXPECT_TRUE(tp.haveModel);
+  EXPECT_EQ(tp.expectedPerStep, 8);  // 4 per layer × 2 layers
+  EXPECT_DOUBLE_EQ(tp.measuredPerStep, 8.0);
+  EXPECT_TRUE(tp.matches);
+  expectGolden("healthy.report.json", reportToJson(*report, "healthy.db"));
+}
+
+}  // namespace
+}  // namespace tpscope::analysis

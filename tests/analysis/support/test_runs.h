@@ -1,0 +1,54 @@
+// Tiny deterministic runs for the analysis and CLI tests (and, scaled up, the analysis benchmark).
+//
+// A small simulator of a Megatron-style TP×DP job writes one run file through tracedb::Writer: ranks are laid out
+// TP-inner (rank = dp·tp + tp_rank), groups "tp-<dp>" and "dp-<tp_rank>". Each step of each rank records:
+//   data loading span → per layer forward: attention compute, TP all-reduce, MLP compute, TP all-reduce →
+//   per layer (last first) backward: MLP compute, TP all-reduce, attention compute, TP all-reduce →
+//   DP gradient all-reduce → optimizer; a Step span around it, grad_stats per (layer, param), step_stats.
+// A collective completes when its last member arrives plus a fixed transfer time, so waiting is real.
+// Faults (each off by default) reproduce what the analyses look for. Times are fixed integers: outputs are stable.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "tpscope/tracedb/status.h"
+
+namespace tpscope::testing {
+
+struct RunSpec {
+  int tp = 2;
+  int dp = 2;
+  int layers = 2;
+  int steps = 8;
+  bool indexed = true;      // create the query indexes (a merged file) or not (a raw recorder file)
+  bool commSpans = true;    // also record a comm span for each collective (as the communicator does)
+  int64_t elements = 256;   // b·s·h of each TP all-reduce (config: micro_batch_size 2, seq_len 8, hidden 16)
+
+  // Faults.
+  int stragglerRank = -1;          // this rank's data loading takes `stragglerDelayNs` longer every step
+  int64_t stragglerDelayNs = 2'000'000;
+  int nanRank = -1, nanStep = -1, nanLayer = -1;  // first NaN in this rank's gradients of `nanLayer` at `nanStep`
+  int spikeRank = -1, spikeStep = -1;             // this rank's layer-`layers-1` MLP grad norm ×50 at that step
+  int lossSpikeStep = -1;                         // the loss is 4× at that step
+  int divergeStep = -1;                           // rank 1's post-reduction grad_norm differs at that step
+  std::string hangGroup;                          // `hangRank` never enters (hangGroup, hangSeq): it stalls in
+  int hangRank = -1;                              // data loading, and the job is stopped (SIGTERM to every rank)
+  int64_t hangSeq = -1;
+  std::string mismatchGroup;                      // at (mismatchGroup, mismatchSeq) `mismatchRank` sends a
+  int64_t mismatchSeq = -1;                       // tensor twice as large (size mismatch), the others complete
+  int mismatchRank = -1;
+  int crashRank = -1, crashStep = -1;             // this rank dies (SIGSEGV) after finishing `crashStep`
+
+  // Bench scale: extra compute spans nested in each compute span (more spans per step, same times).
+  int extraSpansPerCompute = 0;
+};
+
+// Writes the run to `path` (replacing it). Errors name the file.
+tracedb::Status writeRun(const std::filesystem::path& path, const RunSpec& spec);
+
+// Spans the run will hold per rank and step (for sizing a benchmark).
+int64_t spansPerRankStep(const RunSpec& spec);
+
+}  // namespace tpscope::testing
