@@ -1,0 +1,143 @@
+#include "communication_view.h"
+
+#include <QHeaderView>
+#include <QSplitter>
+#include <QVBoxLayout>
+#include <QtCharts/QBarCategoryAxis>
+#include <QtCharts/QBarSet>
+#include <QtCharts/QStackedBarSeries>
+#include <QtCharts/QValueAxis>
+
+#include "tpscope/gui/palette.h"
+
+namespace tpscope::gui {
+
+CommunicationView::CommunicationView(QWidget* parent) : QWidget(parent) {
+  auto* layout = new QVBoxLayout(this);
+  overhead_ = new QLabel(this);
+  overhead_->setWordWrap(true);
+  overhead_->setTextFormat(Qt::RichText);
+  layout->addWidget(overhead_);
+  auto* split = new QSplitter(Qt::Vertical, this);
+  chartView_ = new QChartView(new QChart, split);
+  chartView_->setRenderHint(QPainter::Antialiasing);
+  chartView_->setMinimumHeight(220);
+  table_ = new QTableView(split);
+  proxy_.setSourceModel(&collectives_);
+  proxy_.setSortRole(CollectiveModel::SortRole);
+  table_->setModel(&proxy_);
+  table_->setSortingEnabled(true);
+  table_->sortByColumn(CollectiveModel::kSeq, Qt::AscendingOrder);
+  table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  table_->setSelectionBehavior(QAbstractItemView::SelectRows);
+  table_->verticalHeader()->setVisible(false);
+  table_->horizontalHeader()->setStretchLastSection(true);
+  split->addWidget(chartView_);
+  split->addWidget(table_);
+  split->setStretchFactor(0, 3);
+  split->setStretchFactor(1, 2);
+  layout->addWidget(split, 1);
+  connect(table_, &QTableView::doubleClicked, this, [this](const QModelIndex& index) {
+    const auto& s = collectives_.summary(proxy_.mapToSource(index).row());
+    emit showCollective(s.group, s.seq);
+  });
+}
+
+void CommunicationView::setRun(RunPtr run) { collectives_.setRun(std::move(run)); }
+
+void CommunicationView::setAnalysis(AnalysisPtr analysis) {
+  analysis_ = std::move(analysis);
+  breakdown_.setAnalysis(analysis_);
+  const analysis::Breakdown* b = breakdown_.breakdown();
+  if (!b || b->run.stepNs == 0) {
+    overhead_->setText(analysis_ ? "No step time recorded." : "Analysing…");
+  } else {
+    const auto& t = b->run;
+    QString text = QString("<span style='font-size:15pt'><b>Communication overhead %1 %</b></span> of step time is "
+                           "communication that no compute overlaps · communication in total %2 % · compute %3 % · "
+                           "other %4 % · idle %5 %")
+                       .arg(t.commOverheadPct(), 0, 'f', 1)
+                       .arg(t.pct(t.commNs), 0, 'f', 1)
+                       .arg(t.pct(t.computeNs), 0, 'f', 1)
+                       .arg(t.pct(t.otherNs), 0, 'f', 1)
+                       .arg(t.pct(t.idleNs), 0, 'f', 1);
+    const auto& st = analysis_->collectives.stragglers;
+    if (!st.ranks.empty() && st.ranks.front().lastCount > 0) {
+      const auto& worst = st.ranks.front();
+      text += QString("<br>Straggler: rank %1 arrives last at %2 % of collectives; the others waited %3 ms on it.")
+                  .arg(worst.rank)
+                  .arg(worst.lastPct(), 0, 'f', 0)
+                  .arg(worst.causedWaitNs / 1e6, 0, 'f', 2);
+    }
+    const auto& tp = analysis_->collectives.tp;
+    if (tp.haveModel)
+      text += QString("<br>TP all-reduces per group per step: %1 measured, %2 expected by the model%3.")
+                  .arg(tp.measuredPerStep, 0, 'f', 1)
+                  .arg(tp.expectedPerStep)
+                  .arg(tp.matches ? " — matches" : "");
+    overhead_->setText(text);
+  }
+  rebuildChart();
+}
+
+void CommunicationView::rebuildChart() {
+  QChart* chart = chartView_->chart();
+  chart->removeAllSeries();
+  for (QAbstractAxis* axis : chart->axes()) {
+    chart->removeAxis(axis);
+    delete axis;
+  }
+  chart->setTitle("Time per rank and step (ms)");
+  chart->setTheme(QChart::ChartThemeDark);
+  const analysis::Breakdown* b = breakdown_.breakdown();
+  if (!b || b->steps.empty()) return;
+  auto* compute = new QBarSet("compute");
+  auto* exposed = new QBarSet("exposed comm");
+  auto* other = new QBarSet("other");
+  auto* idle = new QBarSet("idle");
+  compute->setColor(palette::kind(0));
+  exposed->setColor(palette::kind(1));
+  other->setColor(palette::kind(2));
+  idle->setColor(QColor(110, 110, 110));
+  QStringList categories;
+  double maxMs = 0;
+  const bool perStep = b->steps.size() <= 48;
+  if (perStep) {
+    for (const auto& s : b->steps) {
+      categories << QString("r%1 s%2").arg(s.rank).arg(s.step);
+      *compute << s.time.computeNs / 1e6;
+      *exposed << s.time.exposedCommNs / 1e6;
+      *other << s.time.otherNs / 1e6;
+      *idle << s.time.idleNs / 1e6;
+      maxMs = std::max(maxMs, s.time.stepNs / 1e6);
+    }
+    chart->setTitle("Time per rank and step (ms)");
+  } else {  // too many bars: per rank, mean per step
+    for (const auto& r : b->ranks) {
+      const double n = std::max(1, r.steps);
+      categories << QString("rank %1").arg(r.rank);
+      *compute << r.time.computeNs / 1e6 / n;
+      *exposed << r.time.exposedCommNs / 1e6 / n;
+      *other << r.time.otherNs / 1e6 / n;
+      *idle << r.time.idleNs / 1e6 / n;
+      maxMs = std::max(maxMs, r.time.stepNs / 1e6 / n);
+    }
+    chart->setTitle("Mean time per step, per rank (ms)");
+  }
+  auto* series = new QStackedBarSeries;
+  series->append({compute, exposed, other, idle});
+  series->setBarWidth(0.8);
+  chart->addSeries(series);
+  auto* x = new QBarCategoryAxis;
+  x->append(categories);
+  chart->addAxis(x, Qt::AlignBottom);
+  series->attachAxis(x);
+  auto* y = new QValueAxis;
+  y->setRange(0, maxMs * 1.05);
+  y->setTitleText("ms");
+  chart->addAxis(y, Qt::AlignLeft);
+  series->attachAxis(y);
+  chart->legend()->setAlignment(Qt::AlignRight);
+}
+
+}  // namespace tpscope::gui

@@ -1,0 +1,28 @@
+// tpscope-gui [RUN]: the trace viewer. RUN is a run file (run.db), a rank file, or a capture folder.
+#include <QApplication>
+#include <QCommandLineParser>
+
+#include "main_window.h"
+
+int main(int argc, char** argv) {
+  QApplication app(argc, argv);
+  QApplication::setOrganizationName("tpscope");
+  QApplication::setApplicationName("tpscope-gui");
+  QApplication::setApplicationVersion("0.1.0");
+  QCommandLineParser parser;
+  parser.setApplicationDescription("tpscope trace viewer");
+  parser.addHelpOption();
+  parser.addVersionOption();
+  parser.addPositionalArgument("RUN", "run file, rank file or capture folder to open");
+  QCommandLineOption follow({"f", "follow"}, "follow a capture in progress (reload as its files grow)");
+  parser.addOption(follow);
+  parser.process(app);
+
+  tpscope::gui::MainWindow window;
+  window.show();
+  if (!parser.positionalArguments().isEmpty()) {
+    window.openPath(parser.positionalArguments().front());
+    if (parser.isSet(follow)) window.setFollowLive(true);
+  }
+  return app.exec();
+}

@@ -1,0 +1,661 @@
+#include "timeline_view.h"
+
+#include <QApplication>
+#include <QElapsedTimer>
+#include <QHelpEvent>
+#include <QKeyEvent>
+#include <QPainter>
+#include <QToolTip>
+#include <QWheelEvent>
+#include <algorithm>
+#include <cmath>
+
+#include "tpscope/gui/palette.h"
+
+namespace tpscope::gui {
+
+namespace {
+
+QString formatDuration(double ns) {
+  const double a = std::abs(ns);
+  if (a >= 1e9) return QString::number(ns / 1e9, 'f', 3) + " s";
+  if (a >= 1e6) return QString::number(ns / 1e6, 'f', 3) + " ms";
+  if (a >= 1e3) return QString::number(ns / 1e3, 'f', 2) + " µs";
+  return QString::number(ns, 'f', 0) + " ns";
+}
+
+// A "nice" tick step (1, 2, 5 × 10^k ns) at least minNs.
+double tickStep(double minNs) {
+  double step = 1;
+  while (step < minNs) {
+    if (step * 2 >= minNs) return step * 2;
+    if (step * 5 >= minNs) return step * 5;
+    step *= 10;
+  }
+  return step;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------------------
+// Layout
+
+void TimelineLayout::build(const TimelineData& timeline) {
+  laneTop.clear();
+  laneHeight.clear();
+  int y = 0;
+  for (const Lane& lane : timeline.lanes()) {
+    const int h = std::max<int>(1, static_cast<int>(lane.rows.size())) * kRowHeight + kLaneGap;
+    laneTop.push_back(y);
+    laneHeight.push_back(h);
+    y += h;
+  }
+  totalHeight = y;
+}
+
+int TimelineLayout::laneAt(int contentY) const {
+  auto it = std::upper_bound(laneTop.begin(), laneTop.end(), contentY);
+  if (it == laneTop.begin()) return -1;
+  const int lane = static_cast<int>(it - laneTop.begin()) - 1;
+  return contentY < laneTop[lane] + laneHeight[lane] ? lane : -1;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Painter
+
+int TimelinePainter::laneY(int lane) const {
+  return TimelineLayout::kRulerHeight + layout->laneTop[lane] - scrollY;
+}
+
+int TimelinePainter::laneOfRecord(const tracedb::CollectiveRow& c) const {
+  const TimelineData& t = *run->timeline;
+  int lane = t.laneOf(c.rank, c.thread);
+  if (lane < 0)
+    for (size_t i = 0; i < t.lanes().size() && lane < 0; ++i)
+      if (t.lanes()[i].rank == c.rank) lane = static_cast<int>(i);
+  return lane;
+}
+
+void TimelinePainter::paint(QPainter& p, const QSize& size, const Frame* frame) const {
+  p.fillRect(QRect(QPoint(0, 0), size), palette::kBackground);
+  p.setPen(palette::kText);
+  if (!run || !run->timeline || run->timeline->lanes().empty()) {
+    p.drawText(QRect(QPoint(0, 0), size), Qt::AlignCenter,
+               run ? QString("This run has no spans.") : QString("Open a run: File → Open, or drop a run file here."));
+    return;
+  }
+  const TimelineData& t = *run->timeline;
+  const int width = size.width();
+  const int top = TimelineLayout::kRulerHeight;
+  QFont small = p.font();
+  small.setPointSizeF(std::max(6.0, small.pointSizeF() - 1.5));
+  p.setFont(small);
+  const QFontMetrics fm(small);
+
+  p.save();
+  p.setClipRect(QRect(TimelineLayout::kLabelWidth, top, width - TimelineLayout::kLabelWidth, size.height() - top));
+  for (size_t l = 0; l < t.lanes().size(); ++l) {
+    const int y0 = laneY(static_cast<int>(l));
+    const int h = layout->laneHeight[l];
+    if (y0 + h < top || y0 > size.height()) continue;
+    if (l % 2) p.fillRect(QRect(0, y0, width, h), palette::kLaneAlt);
+    if (!frame || l >= frame->items.size()) continue;
+    const Lane& lane = t.lanes()[l];
+    for (size_t d = 0; d < frame->items[l].size(); ++d) {
+      const LaneRow& r = lane.rows[d];
+      const int ry = y0 + static_cast<int>(d) * TimelineLayout::kRowHeight + 1;
+      const int rh = TimelineLayout::kRowHeight - 2;
+      for (const DrawItem& it : frame->items[l][d]) {
+        const double x0 = std::max(xOf(it.beginNs), TimelineLayout::kLabelWidth - 2.0);
+        const double x1 = std::min(xOf(it.endNs), width + 2.0);
+        if (x1 < TimelineLayout::kLabelWidth || x0 > width) continue;
+        const double w = std::max(1.0, x1 - x0);
+        QColor c;
+        if (it.merged) {
+          c = palette::kind(it.kind);
+          c.setAlpha(it.count > 1 ? 200 : 255);
+        } else {
+          const uint32_t name = r.name[it.first];
+          c = nameColours && name < nameColours->size() && (*nameColours)[name].isValid() ? (*nameColours)[name]
+                                                                                           : palette::kind(it.kind);
+        }
+        const QRectF rect(x0, ry, w, rh);
+        p.fillRect(rect, c);
+        if (!it.merged && w > 36) {
+          p.setPen(c.lightness() > 150 ? Qt::black : Qt::white);
+          const QString text = fm.elidedText(QString::fromStdString(t.string(r.name[it.first])), Qt::ElideRight,
+                                             static_cast<int>(w) - 6);
+          p.drawText(rect.adjusted(3, 0, -3, 0), Qt::AlignVCenter | Qt::AlignLeft, text);
+        }
+      }
+    }
+  }
+  // The selected span.
+  if (selectedSpan.valid() && selectedSpan.lane < static_cast<int>(t.lanes().size())) {
+    const LaneRow& r = t.row(selectedSpan);
+    const int y = laneY(selectedSpan.lane) + selectedSpan.row * TimelineLayout::kRowHeight;
+    const double x0 = xOf(r.begin[selectedSpan.index]);
+    const double x1 = std::max(x0 + 2, xOf(r.end[selectedSpan.index]));
+    p.setPen(QPen(Qt::white, 2));
+    p.setBrush(Qt::NoBrush);
+    p.drawRect(QRectF(x0, y, x1 - x0, TimelineLayout::kRowHeight));
+  }
+  paintCollectives(p, size);
+  if (range) {
+    const double x0 = xOf(range->first), x1 = xOf(range->second);
+    p.fillRect(QRectF(x0, top, x1 - x0, size.height() - top), palette::kSelection);
+    p.setPen(QPen(palette::kSelection.lighter(250), 1));
+    p.drawLine(QPointF(x0, top), QPointF(x0, size.height()));
+    p.drawLine(QPointF(x1, top), QPointF(x1, size.height()));
+    const QString text = formatDuration(static_cast<double>(range->second - range->first));
+    const QRectF box(x0 + (x1 - x0) / 2 - 50, top + 4, 100, 18);
+    p.fillRect(box, QColor(20, 20, 24, 220));
+    p.setPen(Qt::white);
+    p.drawText(box, Qt::AlignCenter, text);
+  }
+  p.restore();
+
+  // Lane labels.
+  p.fillRect(QRect(0, top, TimelineLayout::kLabelWidth, size.height() - top), QColor(24, 25, 29));
+  p.setPen(palette::kText);
+  for (size_t l = 0; l < t.lanes().size(); ++l) {
+    const int y0 = laneY(static_cast<int>(l));
+    if (y0 + layout->laneHeight[l] < top || y0 > size.height()) continue;
+    p.drawText(QRect(6, y0, TimelineLayout::kLabelWidth - 8, TimelineLayout::kRowHeight), Qt::AlignVCenter,
+               QString::fromStdString(t.lanes()[l].label));
+    p.setPen(QColor(60, 62, 70));
+    p.drawLine(0, y0 + layout->laneHeight[l] - 1, width, y0 + layout->laneHeight[l] - 1);
+    p.setPen(palette::kText);
+  }
+  paintRuler(p, size);
+}
+
+void TimelinePainter::paintRuler(QPainter& p, const QSize& size) const {
+  const int h = TimelineLayout::kRulerHeight;
+  p.fillRect(QRect(0, 0, size.width(), h), QColor(22, 23, 27));
+  p.setPen(QColor(90, 92, 100));
+  p.drawLine(0, h - 1, size.width(), h - 1);
+  const double step = tickStep(90 * viewport.nsPerPx);
+  const qint64 origin = run->beginNs;
+  const double first = std::ceil((viewport.startNs - origin) / step) * step;
+  p.setPen(palette::kText);
+  for (double rel = first; origin + rel < viewport.endNs(); rel += step) {
+    const double x = xOf(origin + static_cast<qint64>(rel));
+    if (x < TimelineLayout::kLabelWidth) continue;
+    p.drawLine(QPointF(x, h - 8), QPointF(x, h - 1));
+    p.drawText(QPointF(x + 3, h - 10), formatDuration(rel));
+  }
+  p.drawText(QRect(6, 0, TimelineLayout::kLabelWidth - 8, h), Qt::AlignVCenter,
+             QString("%1 / px").arg(formatDuration(viewport.nsPerPx)));
+}
+
+void TimelinePainter::paintCollectives(QPainter& p, const QSize& size) const {
+  const int right = size.width() + 2;
+  auto band = [&](const tracedb::CollectiveRow& c, qint64 end) -> QRectF {
+    const int lane = laneOfRecord(c);
+    if (lane < 0) return {};
+    const double x0 = xOf(c.enqueueNs);
+    const double x1 = std::min<double>(std::max(x0 + 3, xOf(end)), right);
+    return QRectF(x0, laneY(lane) + 1, x1 - x0, layout->laneHeight[lane] - TimelineLayout::kLaneGap - 2);
+  };
+  if (stuck) {
+    QColor fill = palette::kStuck;
+    fill.setAlpha(70);
+    for (const auto* c : *stuck) {
+      const QRectF r = band(*c, run->endNs);
+      if (r.isEmpty()) continue;
+      p.fillRect(r, fill);
+      p.setPen(QPen(palette::kStuck, 2));
+      p.setBrush(Qt::NoBrush);
+      p.drawRect(r);
+      p.setPen(Qt::white);
+      p.drawText(r.adjusted(4, 0, 0, 0), Qt::AlignVCenter | Qt::AlignLeft,
+                 QString("stuck: %1 #%2 %3").arg(QString::fromStdString(c->group)).arg(c->seq)
+                     .arg(QString::fromStdString(c->op)));
+    }
+  }
+  if (missing) {
+    for (const auto& m : *missing) {
+      const TimelineData& t = *run->timeline;
+      for (size_t l = 0; l < t.lanes().size(); ++l) {
+        if (t.lanes()[l].rank != m.rank) continue;
+        const double x = xOf(m.timeNs);
+        const int y0 = laneY(static_cast<int>(l));
+        const int h = layout->laneHeight[l] - TimelineLayout::kLaneGap;
+        p.setPen(QPen(palette::kStuck, 2, Qt::DashLine));
+        p.drawLine(QPointF(x, y0), QPointF(x, y0 + h));
+        p.setPen(palette::kStuck.lighter(140));
+        p.drawText(QPointF(x + 4, y0 + h - 3), m.label);
+        break;  // the rank's first lane
+      }
+    }
+  }
+  if (selected && !selected->empty()) {
+    QColor fill = palette::kHighlight;
+    fill.setAlpha(90);
+    std::vector<std::pair<QPointF, QPointF>> ends;  // (arrival, completion) per record, in lane order
+    for (const auto* c : *selected) {
+      const QRectF r = band(*c, c->endNs.value_or(run->endNs));
+      if (r.isEmpty()) continue;
+      p.fillRect(r, fill);
+      p.setPen(QPen(palette::kHighlight, 2));
+      p.setBrush(Qt::NoBrush);
+      p.drawRect(r);
+      ends.push_back({QPointF(r.left(), r.center().y()), QPointF(r.right(), r.center().y())});
+    }
+    std::sort(ends.begin(), ends.end(), [](const auto& a, const auto& b) { return a.first.y() < b.first.y(); });
+    // Flows: arrivals joined rank to rank (the slant is the skew), completions likewise.
+    p.setPen(QPen(palette::kHighlight, 1.5));
+    for (size_t i = 1; i < ends.size(); ++i) {
+      p.drawLine(ends[i - 1].first, ends[i].first);
+      p.drawLine(ends[i - 1].second, ends[i].second);
+    }
+    p.setBrush(palette::kHighlight);
+    for (const auto& e : ends) {
+      p.drawEllipse(e.first, 3, 3);
+      p.drawEllipse(e.second, 3, 3);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// View
+
+TimelineView::TimelineView(QWidget* parent) : QWidget(parent) {
+  setFocusPolicy(Qt::StrongFocus);
+  setMouseTracking(true);
+  setMinimumSize(400, 200);
+  setAttribute(Qt::WA_OpaquePaintEvent);
+  vbar_ = new QScrollBar(Qt::Vertical, this);
+  connect(vbar_, &QScrollBar::valueChanged, this, [this] { update(); });
+  connect(&scheduler_, &FrameScheduler::frameReady, this, [this] { update(); });
+}
+
+int TimelineView::plotWidth() const {
+  return std::max(1, width() - TimelineLayout::kLabelWidth - vbar_->sizeHint().width());
+}
+
+qint64 TimelineView::timeAt(double x) const {
+  return viewport_.startNs + static_cast<qint64>((x - TimelineLayout::kLabelWidth) * viewport_.nsPerPx);
+}
+
+void TimelineView::setRun(RunPtr run, bool keepViewport) {
+  run_ = std::move(run);
+  nameColours_.clear();
+  collectivesByRank_.clear();
+  stuck_.clear();
+  selected_.clear();
+  missing_.clear();
+  if (!keepViewport) {
+    selectedSpan_ = {};
+    selectedCollective_ = {};
+    range_.reset();
+  } else {
+    selectedSpan_ = {};  // indices do not survive a reload
+  }
+  if (run_ && run_->timeline) {
+    const auto& strings = run_->timeline->strings();
+    nameColours_.resize(strings.size());
+    for (size_t i = 0; i < strings.size(); ++i) nameColours_[i] = palette::collectiveOp(QString::fromStdString(strings[i]));
+    for (const auto& c : run_->collectives) {
+      collectivesByRank_[c.rank].push_back(&c);
+      if (!c.endNs) stuck_.push_back(&c);
+    }
+    for (auto& [rank, list] : collectivesByRank_)
+      std::sort(list.begin(), list.end(), [](const auto* a, const auto* b) { return a->enqueueNs < b->enqueueNs; });
+    layout_.build(*run_->timeline);
+  } else {
+    layout_ = {};
+  }
+  scheduler_.setTimeline(run_ ? run_->timeline : nullptr);
+  if (keepViewport && selectedCollective_.valid()) selectCollective(selectedCollective_);
+  resizeEvent(nullptr);
+  if (!keepViewport) zoomAll();
+  else requestFrame();
+}
+
+void TimelineView::setAnalysis(AnalysisPtr analysis) {
+  analysis_ = std::move(analysis);
+  missing_.clear();
+  if (analysis_ && run_) {
+    for (const auto& g : analysis_->desync.groups) {
+      if (!g.stuckSeq) continue;
+      qint64 at = run_->endNs;
+      for (const auto& r : g.stuckRecords) at = std::min<qint64>(at, r.enqueueNs);
+      for (int rank : g.missingRanks)
+        missing_.push_back({rank, at, QString("never entered %1 #%2").arg(QString::fromStdString(g.group))
+                                          .arg(*g.stuckSeq)});
+    }
+  }
+  update();
+}
+
+void TimelineView::zoomAll() {
+  if (!run_) return;
+  const qint64 extent = std::max<qint64>(1, run_->endNs - run_->beginNs);
+  viewport_.widthPx = plotWidth();
+  viewport_.nsPerPx = static_cast<double>(extent) * 1.02 / viewport_.widthPx;
+  viewport_.startNs = run_->beginNs - static_cast<qint64>(extent * 0.01);
+  requestFrame();
+}
+
+void TimelineView::showRange(qint64 beginNs, qint64 endNs, int rank) {
+  if (!run_) return;
+  const qint64 extent = std::max<qint64>(1000, endNs - beginNs);
+  viewport_.widthPx = plotWidth();
+  viewport_.nsPerPx = static_cast<double>(extent) * 1.1 / viewport_.widthPx;
+  viewport_.startNs = beginNs - extent / 20;
+  if (rank >= 0 && run_->timeline) {
+    for (size_t l = 0; l < run_->timeline->lanes().size(); ++l)
+      if (run_->timeline->lanes()[l].rank == rank) {
+        vbar_->setValue(layout_.laneTop[l]);
+        break;
+      }
+  }
+  clampViewport();
+  requestFrame();
+}
+
+void TimelineView::selectCollective(const CollectiveKey& key) {
+  selectedCollective_ = key;
+  selected_.clear();
+  if (run_ && key.valid())
+    for (const auto& c : run_->collectives)
+      if (c.seq == key.seq && QString::fromStdString(c.group) == key.group) selected_.push_back(&c);
+  update();
+}
+
+void TimelineView::selectSpan(const SpanRef& ref) {
+  selectedSpan_ = ref;
+  if (run_ && ref.valid()) {
+    const LaneRow& r = run_->timeline->row(ref);
+    const qint64 b = r.begin[ref.index], e = r.end[ref.index];
+    if (b < viewport_.startNs || e > viewport_.endNs() || (e - b) / viewport_.nsPerPx < 4)
+      showRange(b - (e - b) * 2, e + (e - b) * 2, -1);
+    const int top = layout_.laneTop[ref.lane];
+    if (top < vbar_->value() || top > vbar_->value() + height() - 80) vbar_->setValue(top);
+  }
+  update();
+}
+
+void TimelineView::clampViewport() {
+  viewport_.nsPerPx = std::clamp(viewport_.nsPerPx, 0.01, 1e12);
+  if (!run_) return;
+  const qint64 extent = std::max<qint64>(1, run_->endNs - run_->beginNs);
+  const qint64 span = viewport_.endNs() - viewport_.startNs;
+  viewport_.startNs = std::clamp<qint64>(viewport_.startNs, run_->beginNs - extent / 2 - span / 2,
+                                         run_->endNs + extent / 2 - span / 2);
+}
+
+void TimelineView::requestFrame() {
+  viewport_.widthPx = plotWidth();
+  clampViewport();
+  if (run_) {
+    // One viewport of margin either side, so a pan shows spans at the edges before the next frame arrives.
+    Viewport wide = viewport_;
+    wide.startNs -= static_cast<qint64>(viewport_.widthPx * viewport_.nsPerPx);
+    wide.widthPx = viewport_.widthPx * 3;
+    scheduler_.request(wide);
+  }
+  emit viewportChanged();
+  update();
+}
+
+void TimelineView::waitForFrame() {
+  requestFrame();
+  QElapsedTimer timer;
+  timer.start();
+  while (!scheduler_.idle() && timer.elapsed() < 10000) {
+    scheduler_.waitForDone();
+    QCoreApplication::processEvents(QEventLoop::AllEvents, 20);
+  }
+  QCoreApplication::processEvents();
+}
+
+QRect TimelineView::laneRect(int lane) const {
+  if (lane < 0 || lane >= static_cast<int>(layout_.laneTop.size())) return {};
+  return QRect(0, TimelineLayout::kRulerHeight + layout_.laneTop[lane] - vbar_->value(), width(),
+               layout_.laneHeight[lane]);
+}
+
+TimelinePainter TimelineView::painter() const {
+  TimelinePainter p;
+  p.run = run_.get();
+  p.analysis = analysis_.get();
+  p.layout = &layout_;
+  p.viewport = viewport_;
+  p.scrollY = vbar_->value();
+  p.selectedSpan = selectedSpan_;
+  p.selectedCollective = selectedCollective_;
+  p.range = range_;
+  p.nameColours = &nameColours_;
+  p.stuck = &stuck_;
+  p.selected = &selected_;
+  p.missing = &missing_;
+  return p;
+}
+
+void TimelineView::paintEvent(QPaintEvent*) {
+  QPainter p(this);
+  const auto frame = scheduler_.latest();
+  QSize size = this->size();
+  size.setWidth(size.width() - vbar_->width());
+  painter().paint(p, size, frame.get());
+}
+
+void TimelineView::resizeEvent(QResizeEvent*) {
+  const int w = vbar_->sizeHint().width();
+  vbar_->setGeometry(width() - w, TimelineLayout::kRulerHeight, w, height() - TimelineLayout::kRulerHeight);
+  vbar_->setRange(0, std::max(0, layout_.totalHeight - (height() - TimelineLayout::kRulerHeight) + 20));
+  vbar_->setPageStep(height());
+  if (run_ && viewport_.widthPx != plotWidth()) {
+    // Keep the shown time range when the width changes.
+    const double shownNs = viewport_.nsPerPx * viewport_.widthPx;
+    viewport_.widthPx = plotWidth();
+    viewport_.nsPerPx = shownNs / viewport_.widthPx;
+  }
+  requestFrame();
+}
+
+void TimelineView::zoomAt(double factor, double x) {
+  const qint64 anchor = timeAt(x);
+  viewport_.nsPerPx *= factor;
+  clampViewport();
+  viewport_.startNs = anchor - static_cast<qint64>((x - TimelineLayout::kLabelWidth) * viewport_.nsPerPx);
+  requestFrame();
+}
+
+void TimelineView::pan(double px) {
+  viewport_.startNs += static_cast<qint64>(px * viewport_.nsPerPx);
+  requestFrame();
+}
+
+void TimelineView::wheelEvent(QWheelEvent* e) {
+  if (e->modifiers() & Qt::ShiftModifier) {
+    vbar_->setValue(vbar_->value() - e->angleDelta().y() / 2);
+  } else {
+    const double x = std::max<double>(TimelineLayout::kLabelWidth, e->position().x());
+    zoomAt(std::pow(1.0015, -e->angleDelta().y()), x);
+  }
+  e->accept();
+}
+
+SpanRef TimelineView::hit(const QPoint& pos, int* laneOut) const {
+  if (!run_ || pos.y() < TimelineLayout::kRulerHeight || pos.x() < TimelineLayout::kLabelWidth) return {};
+  const int contentY = pos.y() - TimelineLayout::kRulerHeight + vbar_->value();
+  const int lane = layout_.laneAt(contentY);
+  if (laneOut) *laneOut = lane;
+  if (lane < 0) return {};
+  const int row = (contentY - layout_.laneTop[lane]) / TimelineLayout::kRowHeight;
+  const Lane& l = run_->timeline->lanes()[lane];
+  if (row >= static_cast<int>(l.rows.size())) return {};
+  const LaneRow& r = l.rows[row];
+  const qint64 t = timeAt(pos.x());
+  const qint64 slack = static_cast<qint64>(2 * viewport_.nsPerPx);
+  const size_t i = std::upper_bound(r.end.begin(), r.end.end(), t - slack) - r.end.begin();
+  if (i < r.size() && r.begin[i] <= t + slack) return {lane, row, static_cast<uint32_t>(i)};
+  return {};
+}
+
+CollectiveKey TimelineView::collectiveAt(const SpanRef& ref) const {
+  if (!run_ || !ref.valid()) return {};
+  const LaneRow& r = run_->timeline->row(ref);
+  const uint8_t kind = r.kind[ref.index];
+  if (kind != static_cast<uint8_t>(tracedb::SpanKind::Comm) && kind != static_cast<uint8_t>(tracedb::SpanKind::NcclKernel))
+    return {};
+  const int rank = run_->timeline->lanes()[ref.lane].rank;
+  auto it = collectivesByRank_.find(rank);
+  if (it == collectivesByRank_.end()) return {};
+  const qint64 b = r.begin[ref.index], e = r.end[ref.index];
+  const auto& list = it->second;
+  auto pos = std::upper_bound(list.begin(), list.end(), e,
+                              [](qint64 v, const tracedb::CollectiveRow* c) { return v < c->enqueueNs; });
+  const tracedb::CollectiveRow* best = nullptr;
+  qint64 bestOverlap = -1;
+  for (int steps = 0; pos != list.begin() && steps < 64; ++steps) {
+    const tracedb::CollectiveRow* c = *--pos;
+    const qint64 ce = c->endNs.value_or(run_->endNs);
+    const qint64 overlap = std::min<qint64>(e, ce) - std::max<qint64>(b, c->enqueueNs);
+    if (overlap > bestOverlap) {
+      bestOverlap = overlap;
+      best = c;
+    }
+    if (ce < b && c->enqueueNs < b - (e - b)) break;
+  }
+  if (!best || bestOverlap < 0) return {};
+  return {QString::fromStdString(best->group), best->seq};
+}
+
+void TimelineView::mousePressEvent(QMouseEvent* e) {
+  if (e->button() != Qt::LeftButton) return;
+  setFocus();
+  pressPos_ = e->pos();
+  moved_ = false;
+  if (e->pos().y() < TimelineLayout::kRulerHeight || (e->modifiers() & Qt::ShiftModifier)) {
+    drag_ = Drag::Measure;
+    pressStartNs_ = timeAt(e->pos().x());
+    range_ = std::make_pair(pressStartNs_, pressStartNs_);
+  } else {
+    drag_ = Drag::Pan;
+  }
+}
+
+void TimelineView::mouseMoveEvent(QMouseEvent* e) {
+  if (drag_ == Drag::None) return;
+  const QPoint delta = e->pos() - pressPos_;
+  if (!moved_ && delta.manhattanLength() < 3) return;
+  moved_ = true;
+  if (drag_ == Drag::Pan) {
+    pan(-delta.x());
+    vbar_->setValue(vbar_->value() - delta.y());
+    pressPos_ = e->pos();
+  } else {
+    const qint64 t = timeAt(e->pos().x());
+    range_ = std::make_pair(std::min(t, pressStartNs_), std::max(t, pressStartNs_));
+    update();
+  }
+}
+
+void TimelineView::mouseReleaseEvent(QMouseEvent* e) {
+  if (e->button() != Qt::LeftButton) return;
+  const Drag drag = drag_;
+  drag_ = Drag::None;
+  if (drag == Drag::Measure) {
+    if (moved_ && range_) emit rangeMeasured(range_->first, range_->second);
+    else range_.reset();
+    update();
+    return;
+  }
+  if (drag == Drag::Pan && !moved_) {
+    const SpanRef ref = hit(e->pos());
+    selectedSpan_ = ref;
+    const CollectiveKey key = collectiveAt(ref);
+    selectCollective(key);
+    emit spanSelected(ref);
+    if (key.valid()) emit collectiveSelected(key.group, key.seq);
+    update();
+  }
+}
+
+void TimelineView::keyPressEvent(QKeyEvent* e) {
+  const QPoint cursor = mapFromGlobal(QCursor::pos());
+  const double x = rect().contains(cursor) && cursor.x() > TimelineLayout::kLabelWidth
+                       ? cursor.x()
+                       : TimelineLayout::kLabelWidth + plotWidth() / 2.0;
+  switch (e->key()) {
+    case Qt::Key_W: zoomAt(0.8, x); break;
+    case Qt::Key_S: zoomAt(1.25, x); break;
+    case Qt::Key_A: pan(-plotWidth() * 0.15); break;
+    case Qt::Key_D: pan(plotWidth() * 0.15); break;
+    case Qt::Key_0:
+    case Qt::Key_Home: zoomAll(); break;
+    case Qt::Key_Escape:
+      range_.reset();
+      selectedSpan_ = {};
+      selectCollective({});
+      break;
+    default: QWidget::keyPressEvent(e); return;
+  }
+  e->accept();
+}
+
+QString TimelineView::describeSpan(const SpanRef& ref) const {
+  if (!run_ || !ref.valid()) return {};
+  const TimelineData& t = *run_->timeline;
+  const LaneRow& r = t.row(ref);
+  const size_t i = ref.index;
+  QString text = QString("%1\n%2 · %3\nbegin %4 · duration %5")
+                     .arg(QString::fromStdString(t.string(r.name[i])),
+                          QString::fromStdString(t.lanes()[ref.lane].label),
+                          QString::fromStdString(std::string(tracedb::spanKindName(static_cast<tracedb::SpanKind>(r.kind[i])))),
+                          formatDuration(static_cast<double>(r.begin[i] - run_->beginNs)),
+                          formatDuration(static_cast<double>(r.end[i] - r.begin[i])));
+  if (r.step[i] >= 0) text += QString("\nstep %1").arg(r.step[i]);
+  if (r.layer[i] >= 0) text += QString(" · layer %1").arg(r.layer[i]);
+  if (r.phase[i] > 0)
+    text += QString(" · %1").arg(QString::fromStdString(std::string(tracedb::phaseName(static_cast<tracedb::Phase>(r.phase[i])))));
+  return text;
+}
+
+QString TimelineView::describeCollective(const CollectiveKey& key) const {
+  if (!run_ || !key.valid()) return {};
+  QStringList lines;
+  for (const auto& c : run_->collectives) {
+    if (c.seq != key.seq || QString::fromStdString(c.group) != key.group) continue;
+    if (lines.isEmpty())
+      lines << QString("%1 #%2 %3 · %4 · %5 bytes · %6")
+                   .arg(key.group)
+                   .arg(key.seq)
+                   .arg(QString::fromStdString(c.op), QString::fromStdString(c.dtype))
+                   .arg(c.bytes)
+                   .arg(QString::fromStdString(c.callsite));
+    lines << QString("  rank %1: arrived %2, %3%4")
+                 .arg(c.rank)
+                 .arg(formatDuration(static_cast<double>(c.enqueueNs - run_->beginNs)))
+                 .arg(QString::fromStdString(std::string(tracedb::collectiveStateName(c.state))))
+                 .arg(c.endNs ? QString(", took %1").arg(formatDuration(static_cast<double>(*c.endNs - c.startNs.value_or(c.enqueueNs))))
+                              : QString(", never completed"));
+  }
+  return lines.join('\n');
+}
+
+bool TimelineView::event(QEvent* e) {
+  if (e->type() == QEvent::ToolTip) {
+    auto* help = static_cast<QHelpEvent*>(e);
+    int lane = -1;
+    const SpanRef ref = hit(help->pos(), &lane);
+    if (ref.valid()) {
+      const LaneRow& r = run_->timeline->row(ref);
+      QString text = describeSpan(ref);
+      if ((r.end[ref.index] - r.begin[ref.index]) < lodThresholds(viewport_).minNs)
+        text += "\n(among tiny spans merged at this zoom — zoom in to see each)";
+      QToolTip::showText(help->globalPos(), text, this);
+    } else {
+      QToolTip::hideText();
+    }
+    return true;
+  }
+  return QWidget::event(e);
+}
+
+}  // namespace tpscope::gui

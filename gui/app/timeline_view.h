@@ -1,0 +1,148 @@
+// The timeline: a lane per rank × thread/stream (rows by nesting depth inside), a time ruler, spans coloured by kind
+// (communication by collective op), level of detail from FrameScheduler, collective highlighting with flows, the
+// stuck collectives of the run marked, range measurement, tooltips.
+//
+// Input (Perfetto/chrome://tracing habits): wheel or W/S zoom (around the cursor), drag or A/D pan, Shift+drag or a
+// drag on the ruler measures a range, click selects a span (a communication span selects its collective on every
+// rank), Esc clears. Frames are computed on the scheduler's worker thread; paint() draws the newest frame re-mapped
+// to the current viewport, so input never waits for a query.
+//
+// Threading: UI thread. TimelinePainter is separate so the benchmark can draw frames into a QImage.
+#pragma once
+
+#include <QScrollBar>
+#include <QWidget>
+#include <map>
+#include <optional>
+
+#include "tpscope/gui/frame_scheduler.h"
+#include "tpscope/gui/run_loader.h"
+
+namespace tpscope::gui {
+
+struct TimelineLayout {
+  static constexpr int kRulerHeight = 26;
+  static constexpr int kRowHeight = 16;
+  static constexpr int kLaneGap = 6;
+  static constexpr int kLabelWidth = 150;
+  std::vector<int> laneTop;     // y of each lane, content coordinates (0 = below the ruler)
+  std::vector<int> laneHeight;
+  int totalHeight = 0;
+  void build(const TimelineData& timeline);
+  int laneAt(int contentY) const;  // -1 if none
+};
+
+struct CollectiveKey {
+  QString group;
+  qint64 seq = -1;
+  bool valid() const { return seq >= 0; }
+  bool operator==(const CollectiveKey&) const = default;
+};
+
+// Draws one frame. All inputs are borrowed for the call.
+struct TimelinePainter {
+  const RunData* run = nullptr;
+  const AnalysisData* analysis = nullptr;  // may be null: stuck collectives then come from the records alone
+  const TimelineLayout* layout = nullptr;
+  Viewport viewport;  // the time axis: x = kLabelWidth + (t - startNs) / nsPerPx
+  int scrollY = 0;
+  SpanRef selectedSpan;
+  CollectiveKey selectedCollective;
+  std::optional<std::pair<qint64, qint64>> range;  // measured range, ns
+  const std::vector<QColor>* nameColours = nullptr;  // by string id; invalid: use the kind's colour
+  const std::vector<const tracedb::CollectiveRow*>* stuck = nullptr;     // records never completed
+  const std::vector<const tracedb::CollectiveRow*>* selected = nullptr;  // records of the selected collective
+  struct MissingMark {
+    int rank = 0;
+    qint64 timeNs = 0;
+    QString label;
+  };
+  const std::vector<MissingMark>* missing = nullptr;  // ranks that never entered a stuck collective
+
+  void paint(QPainter& p, const QSize& size, const Frame* frame) const;
+  double xOf(qint64 t) const { return TimelineLayout::kLabelWidth + (t - viewport.startNs) / viewport.nsPerPx; }
+
+ private:
+  void paintRuler(QPainter& p, const QSize& size) const;
+  void paintCollectives(QPainter& p, const QSize& size) const;
+  int laneY(int lane) const;
+  int laneOfRecord(const tracedb::CollectiveRow& c) const;
+};
+
+class TimelineView : public QWidget {
+  Q_OBJECT
+ public:
+  explicit TimelineView(QWidget* parent = nullptr);
+
+  void setRun(RunPtr run, bool keepViewport = false);
+  void setAnalysis(AnalysisPtr analysis);
+  RunPtr run() const { return run_; }
+
+  // Shows [beginNs, endNs) (with a small margin) and scrolls the lanes of `rank` into view (-1: keep).
+  void showRange(qint64 beginNs, qint64 endNs, int rank = -1);
+  void zoomAll();
+  void selectCollective(const CollectiveKey& key);
+  void selectSpan(const SpanRef& ref);  // also scrolls to it
+
+  const Viewport& viewport() const { return viewport_; }
+  SpanRef selectedSpan() const { return selectedSpan_; }
+  CollectiveKey selectedCollective() const { return selectedCollective_; }
+  std::optional<std::pair<qint64, qint64>> range() const { return range_; }
+  const TimelineLayout& layout() const { return layout_; }
+  // Rectangle of a lane in widget coordinates (for tests and jumping).
+  QRect laneRect(int lane) const;
+  // Blocks until the frame for the current viewport is ready (tests, screenshots).
+  void waitForFrame();
+  // Human-readable description of a span (the details panel).
+  QString describeSpan(const SpanRef& ref) const;
+  QString describeCollective(const CollectiveKey& key) const;
+
+ signals:
+  void spanSelected(tpscope::gui::SpanRef ref);
+  void collectiveSelected(QString group, qint64 seq);
+  void rangeMeasured(qint64 beginNs, qint64 endNs);
+  void viewportChanged();
+
+ protected:
+  void paintEvent(QPaintEvent*) override;
+  void resizeEvent(QResizeEvent*) override;
+  void wheelEvent(QWheelEvent*) override;
+  void mousePressEvent(QMouseEvent*) override;
+  void mouseMoveEvent(QMouseEvent*) override;
+  void mouseReleaseEvent(QMouseEvent*) override;
+  void keyPressEvent(QKeyEvent*) override;
+  bool event(QEvent*) override;
+
+ private:
+  void zoomAt(double factor, double x);
+  void pan(double px);
+  void clampViewport();
+  void requestFrame();
+  int plotWidth() const;
+  qint64 timeAt(double x) const;
+  SpanRef hit(const QPoint& pos, int* lane = nullptr) const;
+  CollectiveKey collectiveAt(const SpanRef& ref) const;
+  TimelinePainter painter() const;
+
+  RunPtr run_;
+  AnalysisPtr analysis_;
+  FrameScheduler scheduler_;
+  TimelineLayout layout_;
+  Viewport viewport_;
+  QScrollBar* vbar_ = nullptr;
+  SpanRef selectedSpan_;
+  CollectiveKey selectedCollective_;
+  std::optional<std::pair<qint64, qint64>> range_;
+  // Precomputed per run: colours of communication span names, records per rank by arrival, stuck records.
+  std::vector<QColor> nameColours_;
+  std::map<int, std::vector<const tracedb::CollectiveRow*>> collectivesByRank_;
+  std::vector<const tracedb::CollectiveRow*> stuck_, selected_;
+  std::vector<TimelinePainter::MissingMark> missing_;
+  // Mouse gesture state.
+  enum class Drag { None, Pan, Measure } drag_ = Drag::None;
+  QPoint pressPos_;
+  qint64 pressStartNs_ = 0;
+  bool moved_ = false;
+};
+
+}  // namespace tpscope::gui
