@@ -1,4 +1,8 @@
 // The recorder in one process: completeness under threads, counted drops, the flight recorder, records, metadata.
+// These tests exercise the recorder through the probe macros whatever TPSCOPE_PROBES says for the build (the
+// compiled-out case has its own TU), so the macros are on in this file.
+#undef TPSCOPE_PROBES_ENABLED
+#define TPSCOPE_PROBES_ENABLED 1
 #include <gtest/gtest.h>
 
 #include <atomic>

@@ -685,7 +685,8 @@ void Recorder::flushOnce(bool final, std::string_view finalReason) {
           for (size_t i = 0; i < n; ++i) {
             const tracedb::SpanRow& r = rows_[i];
             hostRefs_.push_back(HostSpanRef{first + static_cast<int64_t>(i), e->threadId,
-                                            static_cast<SpanKind>(r.kind), r.beginNs, r.endNs()});
+                                            static_cast<SpanKind>(r.kind), r.beginNs, r.endNs(), r.step,
+                                            static_cast<int16_t>(r.layer), static_cast<Phase>(r.phase)});
           }
         }
       } else {

@@ -22,6 +22,9 @@ struct HostSpanRef {
   SpanKind kind = SpanKind::Compute;
   int64_t beginNs = 0;  // ns since the file's epoch
   int64_t endNs = 0;
+  int32_t step = -1;
+  int16_t layer = -1;
+  Phase phase = Phase::None;
 };
 
 // Valid only during FlushParticipant::onFlush.

@@ -1,0 +1,148 @@
+// Probe benchmarks.
+//   BM_Span/recording       one TPS_SPAN while a recorder runs (two rawTicks + a push into the thread's ring)
+//   BM_Span/off             compiled in, not recording (one relaxed load)
+//   BM_Span/compiled_out    TPSCOPE_PROBES_ENABLED=0 (nothing)
+//   BM_Ingest/threads:N     end to end: N threads record spans as fast as the recorder drains them (they wait when
+//                           their ring is 3/4 full, so nothing is dropped), through the flusher into SQLite, until
+//                           stop() has committed and closed the file. Reports spans/s and bytes on disk per span.
+// Each span function is noinline so the three variants pay the same call.
+// The compiled-in variants measure the macros through the probe macros whatever TPSCOPE_PROBES says for the build (the
+// compiled-out case has its own TU), so the macros are on in this file.
+#undef TPSCOPE_PROBES_ENABLED
+#define TPSCOPE_PROBES_ENABLED 1
+#include <benchmark/benchmark.h>
+#include <unistd.h>
+
+#include <array>
+#include <filesystem>
+#include <thread>
+
+#include "tpscope/probes/probes.h"
+#include "tpscope/probes/runtime.h"
+
+namespace tp = tpscope::probes;
+
+void spanCompiledOut(int* work);
+
+namespace {
+
+__attribute__((noinline)) void spanCompiledIn(int* work) {
+  TPS_SPAN("bench.span", Compute, Forward);
+  ++*work;
+}
+
+std::filesystem::path benchDir() {
+  auto dir = std::filesystem::temp_directory_path() / ("tpscope-bench-probes-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+tp::RuntimeOptions benchOptions(const std::filesystem::path& dir) {
+  tp::RuntimeOptions o;
+  o.outDir = dir;
+  o.runId = "bench";
+  o.installSignalHandlers = false;
+  o.flushAtExit = false;
+  return o;
+}
+
+// Waits (outside the timed region) until this thread's ring is drained below a quarter.
+void waitForDrain() {
+  const tp::ThreadBuffer* b = tp::detail::t_buffer;
+  if (b == nullptr) return;
+  while (b->head.load() - b->tail.load() > tp::ThreadBuffer::kCapacity / 4) std::this_thread::yield();
+}
+
+void BM_SpanRecording(benchmark::State& state) {
+  const auto dir = benchDir();
+  if (auto s = tp::start(benchOptions(dir)); !s) {
+    state.SkipWithError(s.message().c_str());
+    return;
+  }
+  int work = 0;
+  int64_t n = 0;
+  for (auto _ : state) {
+    spanCompiledIn(&work);
+    if ((++n & 0x7fff) == 0) {  // every 32 Ki spans: let the flusher catch up, untimed (no drops in the figure)
+      state.PauseTiming();
+      waitForDrain();
+      state.ResumeTiming();
+    }
+  }
+  benchmark::DoNotOptimize(work);
+  tp::stop();
+  const tp::RecorderStats s = tp::recorderStats();
+  state.counters["dropped"] = static_cast<double>(s.spansDropped);
+  state.counters["calibrated_cost_ns"] = static_cast<double>(s.perSpanCostPs) / 1000.0;
+  std::filesystem::remove_all(dir);
+}
+BENCHMARK(BM_SpanRecording)->Name("BM_Span/recording");
+
+void BM_SpanOff(benchmark::State& state) {
+  int work = 0;
+  for (auto _ : state) spanCompiledIn(&work);
+  benchmark::DoNotOptimize(work);
+}
+BENCHMARK(BM_SpanOff)->Name("BM_Span/off");
+
+void BM_SpanCompiledOut(benchmark::State& state) {
+  int work = 0;
+  for (auto _ : state) spanCompiledOut(&work);
+  benchmark::DoNotOptimize(work);
+}
+BENCHMARK(BM_SpanCompiledOut)->Name("BM_Span/compiled_out");
+
+// 48 span sites, as a transformer's layers and phases would have.
+template <size_t... I>
+constexpr std::array<tp::Site, sizeof...(I)> makeSites(std::index_sequence<I...>) {
+  return {tp::Site{"ingest.site", "", __FILE__, static_cast<uint32_t>(I), static_cast<tp::SpanKind>(I % 6),
+                   static_cast<tp::Phase>(I % 4)}...};
+}
+constexpr auto kSites = makeSites(std::make_index_sequence<48>());
+
+void BM_Ingest(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  constexpr int64_t kSpansPerThread = 2'000'000;
+  const auto dir = benchDir();
+  double bytesPerSpan = 0, seconds = 0;
+  int64_t written = 0, dropped = 0;
+  for (auto _ : state) {
+    if (auto s = tp::start(benchOptions(dir)); !s) {
+      state.SkipWithError(s.message().c_str());
+      return;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::thread> workers;
+    for (int t = 0; t < threads; ++t) {
+      workers.emplace_back([] {
+        for (int64_t i = 0; i < kSpansPerThread; ++i) {
+          if ((i & 1023) == 0) {
+            tp::setStep(static_cast<int>(i / 20000));
+            const tp::ThreadBuffer* b = tp::detail::t_buffer;
+            while (b != nullptr && b->head.load() - b->tail.load() > tp::ThreadBuffer::kCapacity * 3 / 4)
+              std::this_thread::sleep_for(std::chrono::microseconds(50));
+          }
+          tp::SpanScope span(&kSites[static_cast<size_t>(i) % kSites.size()], static_cast<int>(i % 24));
+        }
+      });
+    }
+    for (auto& w : workers) w.join();
+    tp::stop();
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const tp::RecorderStats s = tp::recorderStats();
+    written = s.spansWritten;
+    dropped = s.spansDropped;
+    bytesPerSpan = static_cast<double>(std::filesystem::file_size(tp::outputPath())) / static_cast<double>(written);
+    state.SetIterationTime(seconds);
+  }
+  state.SetItemsProcessed(written * static_cast<int64_t>(state.iterations()));
+  state.counters["spans_per_s"] = static_cast<double>(written) / seconds;
+  state.counters["bytes_per_span"] = bytesPerSpan;
+  state.counters["dropped"] = static_cast<double>(dropped);
+  std::filesystem::remove_all(dir);
+}
+BENCHMARK(BM_Ingest)->Arg(1)->Arg(4)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(2)->Name("BM_Ingest/threads");
+
+}  // namespace
+
+BENCHMARK_MAIN();
