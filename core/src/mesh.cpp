@@ -79,7 +79,7 @@ std::unique_ptr<Mesh> Mesh::fromEnvironment(const MeshOptions& opts) {
   so.isServer = rank == 0;
   so.numWorkers = static_cast<size_t>(world);
   so.waitWorkers = true;
-  so.timeout = opts.timeout;
+  so.timeout = std::max(opts.timeout, opts.storeTimeout);
   m->store_ = std::make_shared<StoreHolder>();
   m->store_->store = c10::make_intrusive<c10d::TCPStore>(std::string(addr), so);
 

@@ -18,7 +18,8 @@ namespace tpscope::core {
 struct MeshOptions {
   int tp = 1;
   int dp = 1;
-  std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // collective and rendezvous timeout
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // collective timeout (also Gloo's connect)
+  std::chrono::milliseconds storeTimeout{std::chrono::minutes(5)};  // TCPStore rendezvous: never below `timeout`
   bool cuda = false;                                           // NCCL instead of Gloo
 };
 

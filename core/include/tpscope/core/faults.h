@@ -1,0 +1,108 @@
+// Fault injection and the live health policy inside a rank of the engine: the few hooks the trainer and the
+// communicator call. Specs (fault_spec.h) come from TPSCOPE_INJECT (set by `tpscope capture --inject` or
+// `tpscope-train --inject`); health options (health_rules.h) from TPSCOPE_HEALTH (`--on-nonfinite`, `--health`).
+//
+// Each fault goes through the real code path it breaks:
+//   nan/inf   a gradient hook on the target parameter (registered BEFORE the DP reducer's hooks, so the reducer, the
+//             gradient-health stats and the DP all-reduce all see the bad value) writes one NaN/+Inf into its
+//             gradient at step S — the first parameter of layer L, or of layer 0 without layer=.
+//   spike     gradient hooks on every parameter multiply the gradients by F during step S.
+//   hang      at the first collective of step S (of that phase) the rank does not enter it and stalls there, as a
+//             rank stuck in a data loader or a divergent branch would; its peers block in that collective. The rank
+//             gives up after twice the group's timeout (CollectiveError: exit 3) if nobody stopped it before.
+//   mismatch  the first all-reduce of step S carries one element more than on the other ranks (recorded so).
+//   slow      every step starts with M ms of extra compute (a busy loop inside a span "injected slow compute").
+//   delay     the rank sleeps M ms before entering every collective.
+//   crash     std::abort() at the start of step S (SIGABRT; records not yet flushed are lost, as in a real crash).
+// Health policy: see StepHooks::beforeUpdate.
+//
+// Threading: the training thread only. activeFaults() is one relaxed atomic load.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <atomic>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "tpscope/core/fault_spec.h"
+#include "tpscope/core/health_rules.h"
+#include "tpscope/probes/probes.h"
+
+namespace tpscope::core {
+
+class Communicator;
+class Mesh;
+
+// Thrown out of Trainer::trainStep when every rank agreed to stop on non-finite values (policy stop, or too many
+// skipped steps). tpscope-train turns it into exit status 5.
+class NonFiniteStop : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class FaultInjector {
+ public:
+  // `specs`: the faults of this rank only (others are ignored).
+  FaultInjector(std::vector<FaultSpec> specs, int rank);
+
+  const std::vector<FaultSpec>& specs() const { return specs_; }
+  bool has(FaultKind kind) const;
+  int step() const { return step_; }
+
+  // Trainer: start of step `step` (slow, crash).
+  void stepBegin(int step);
+  // Trainer, once, before the DP reducer registers its hooks: gradient hooks for nan/inf/spike.
+  void attachGradientHooks(const std::vector<std::string>& names, const std::vector<int>& layers,
+                           std::vector<at::Tensor> params);
+  // Communicator, before it numbers and issues a collective of a group with more than one member (delay, hang).
+  void beforeCollective(const Communicator& comm, const char* op, probes::Phase phase);
+  // Communicator::allReduce, before recording: replaces `t` by a tensor one element longer (mismatch). True if so.
+  bool mismatchAllReduce(at::Tensor& t);
+
+ private:
+  std::vector<FaultSpec> specs_;
+  std::vector<bool> fired_;
+  int rank_;
+  int step_ = 0;
+};
+
+// The injector installed in this process, or null. One relaxed load.
+FaultInjector* activeFaults() noexcept;
+
+// What the trainer calls each step: the injector (when faults are configured) and the health rules.
+class StepHooks {
+ public:
+  // Reads TPSCOPE_INJECT and TPSCOPE_HEALTH; throws ConfigError (naming the variable) on a bad spec or an out-of-range
+  // rank/layer. Installs the injector process-wide (until destroyed) and attaches its gradient hooks to `params` —
+  // so construct it BEFORE anything else registers gradient hooks on them.
+  StepHooks(Mesh& mesh, std::vector<std::string> names, std::vector<int> layers, std::vector<int64_t> numels,
+            const std::vector<at::Tensor>& params, int modelLayers);
+  ~StepHooks();
+  StepHooks(const StepHooks&) = delete;
+  StepHooks& operator=(const StepHooks&) = delete;
+
+  void stepBegin(int64_t step);
+  // True when the trainer must compute this rank's pre-reduction gradient health (the rules need it).
+  bool wantsHealth() const;
+  // Before the optimizer update. Runs the rules on this rank's pre-reduction gradient stats `health` ([P, 4] as from
+  // grad_health.h; skipped when undefined), its own loss and the reduced global gradient norm; alerts go to the
+  // sink. When a policy can act, every rank agrees through one all-reduce (MAX) on the world group.
+  // Returns true when the update must be skipped (all ranks return the same); throws NonFiniteStop to stop.
+  bool beforeUpdate(int64_t step, const at::Tensor& health, double localLoss, double gradNorm);
+
+  const HealthRules& rules() const { return rules_; }
+
+ private:
+  Mesh& mesh_;
+  bool recordingRequested_;  // TPSCOPE_OUT is set: the ranks record (same on every rank)
+  std::vector<std::string> names_;
+  std::vector<int> layers_;
+  std::vector<int64_t> numels_;
+  std::unique_ptr<FaultInjector> faults_;
+  HealthRules rules_;
+};
+
+}  // namespace tpscope::core

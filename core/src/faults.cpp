@@ -1,0 +1,244 @@
+#include "tpscope/core/faults.h"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <thread>
+
+#include "tpscope/core/communicator.h"
+#include "tpscope/core/config.h"
+#include "tpscope/core/mesh.h"
+
+namespace tpscope::core {
+
+namespace probes = ::tpscope::probes;
+
+namespace {
+
+std::atomic<FaultInjector*> g_faults{nullptr};
+
+// Busy work, so a slow rank shows longer compute, not idle time.
+void spinFor(std::chrono::milliseconds ms) {
+  const auto until = std::chrono::steady_clock::now() + ms;
+  volatile uint64_t x = 0;
+  while (std::chrono::steady_clock::now() < until)
+    for (int i = 0; i < 1000; ++i) x = x + static_cast<uint64_t>(i);
+}
+
+bool phaseMatches(FaultPhase want, probes::Phase got) {
+  if (want == FaultPhase::Any) return true;
+  return (want == FaultPhase::Forward && got == probes::Phase::Forward) ||
+         (want == FaultPhase::Backward && got == probes::Phase::Backward);
+}
+
+const char* envOr(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : fallback;
+}
+
+void announce(const std::string& what) {
+  std::fprintf(stderr, "tpscope inject: %s\n", what.c_str());
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+FaultInjector* activeFaults() noexcept { return g_faults.load(std::memory_order_relaxed); }
+
+FaultInjector::FaultInjector(std::vector<FaultSpec> specs, int rank) : rank_(rank) {
+  for (auto& s : specs)
+    if (s.rank == rank) specs_.push_back(s);
+  fired_.assign(specs_.size(), false);
+}
+
+bool FaultInjector::has(FaultKind kind) const {
+  for (const auto& s : specs_)
+    if (s.kind == kind) return true;
+  return false;
+}
+
+void FaultInjector::stepBegin(int step) {
+  step_ = step;
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    const FaultSpec& s = specs_[i];
+    if (s.kind == FaultKind::Slow) {
+      TPS_SPAN("injected slow compute", Compute, Forward);
+      spinFor(std::chrono::milliseconds(s.ms));
+    } else if (s.kind == FaultKind::Crash && s.step == step && !fired_[i]) {
+      fired_[i] = true;
+      announce(fmt::format("rank {} aborts at the start of step {} ({})", rank_, step, formatFaultSpec(s)));
+      std::abort();
+    }
+  }
+}
+
+void FaultInjector::attachGradientHooks(const std::vector<std::string>& names, const std::vector<int>& layers,
+                                        std::vector<at::Tensor> params) {
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    const FaultSpec s = specs_[i];
+    if (s.kind == FaultKind::Nan || s.kind == FaultKind::Inf) {
+      // The target: the first parameter of layer L (layer 0 when not given); else the first parameter.
+      const int want = s.layer >= 0 ? s.layer : 0;
+      size_t target = params.size();
+      for (size_t p = 0; p < params.size() && target == params.size(); ++p)
+        if (layers[p] == want) target = p;
+      if (target == params.size()) {
+        if (s.layer >= 0)
+          throw ConfigError(fmt::format("TPSCOPE_INJECT '{}': the model has no layer {}", formatFaultSpec(s), s.layer));
+        target = 0;
+      }
+      const std::string name = names[target];
+      const double value = s.kind == FaultKind::Nan ? std::numeric_limits<double>::quiet_NaN()
+                                                    : std::numeric_limits<double>::infinity();
+      params[target].register_hook([this, i, s, name, value](const at::Tensor& g) -> at::Tensor {
+        if (fired_[i] || step_ != s.step) return at::Tensor();
+        fired_[i] = true;
+        announce(fmt::format("rank {} step {}: {} enters the gradient of {} ({})", rank_, step_,
+                             s.kind == FaultKind::Nan ? "NaN" : "+Inf", name, formatFaultSpec(s)));
+        at::Tensor out = g.clone();
+        out.view({-1}).narrow(0, 0, 1).fill_(value);
+        return out;
+      });
+    } else if (s.kind == FaultKind::Spike) {
+      for (auto& p : params) {
+        p.register_hook([this, i, s](const at::Tensor& g) -> at::Tensor {
+          if (step_ != s.step) return at::Tensor();
+          if (!fired_[i]) {
+            fired_[i] = true;
+            announce(fmt::format("rank {} step {}: gradients x {} ({})", rank_, step_, s.factor, formatFaultSpec(s)));
+          }
+          return g * s.factor;
+        });
+      }
+    }
+  }
+}
+
+void FaultInjector::beforeCollective(const Communicator& comm, const char* op, probes::Phase phase) {
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    const FaultSpec& s = specs_[i];
+    if (s.kind == FaultKind::Delay) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(s.ms));
+    } else if (s.kind == FaultKind::Hang && s.step == step_ && !fired_[i] && phaseMatches(s.phase, phase)) {
+      fired_[i] = true;
+      const auto limit = 2 * comm.timeout();
+      announce(fmt::format("rank {} step {}: skips {} seq {} on group {} and stalls ({})", rank_, step_, op,
+                           comm.seq() + 1, comm.name(), formatFaultSpec(s)));
+      TPS_SPAN("injected hang: stalled before a collective", Other, Other);
+      const auto until = std::chrono::steady_clock::now() + limit;
+      while (std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      throw CollectiveError(fmt::format("injected hang: rank {} stalled {} ms before {} seq {} on group {}", rank_,
+                                        limit.count(), op, comm.seq() + 1, comm.name()),
+                            true);
+    }
+  }
+}
+
+bool FaultInjector::mismatchAllReduce(at::Tensor& t) {
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    const FaultSpec& s = specs_[i];
+    if (s.kind != FaultKind::Mismatch || s.step != step_ || fired_[i]) continue;
+    fired_[i] = true;
+    announce(fmt::format("rank {} step {}: all-reduce of {} elements sent as {} ({})", rank_, step_, t.numel(),
+                         t.numel() + 1, formatFaultSpec(s)));
+    t = at::zeros({t.numel() + 1}, t.options());
+    return true;
+  }
+  return false;
+}
+
+StepHooks::StepHooks(Mesh& mesh, std::vector<std::string> names, std::vector<int> layers, std::vector<int64_t> numels,
+                     const std::vector<at::Tensor>& params, int modelLayers)
+    : mesh_(mesh), recordingRequested_(*envOr("TPSCOPE_OUT", "") != '\0'), names_(std::move(names)), layers_(std::move(layers)), numels_(std::move(numels)),
+      rules_([&] {
+        std::string error;
+        auto o = parseHealthOptions(envOr("TPSCOPE_HEALTH", ""), &error);
+        if (!o) throw ConfigError("TPSCOPE_HEALTH: " + error);
+        return *o;
+      }()) {
+  std::string error;
+  auto specs = parseFaultList(envOr("TPSCOPE_INJECT", ""), &error);
+  if (!specs) throw ConfigError("TPSCOPE_INJECT: " + error);
+  for (const auto& s : *specs)
+    if (std::string why = checkFaultSpec(s, mesh.worldSize(), modelLayers); !why.empty())
+      throw ConfigError("TPSCOPE_INJECT: " + why);
+  auto mine = std::make_unique<FaultInjector>(*specs, mesh.rank());
+  if (!mine->specs().empty()) {
+    faults_ = std::move(mine);
+    faults_->attachGradientHooks(names_, layers_, params);
+    FaultInjector* expected = nullptr;
+    if (!g_faults.compare_exchange_strong(expected, faults_.get()))
+      throw ConfigError("TPSCOPE_INJECT: another trainer in this process already injects faults");
+  }
+}
+
+StepHooks::~StepHooks() {
+  FaultInjector* mine = faults_.get();
+  if (mine != nullptr) g_faults.compare_exchange_strong(mine, nullptr);
+}
+
+void StepHooks::stepBegin(int64_t step) {
+  if (faults_) faults_->stepBegin(static_cast<int>(step));
+}
+
+bool StepHooks::wantsHealth() const {
+  const auto& o = rules_.options();
+  const bool gradRules = o.nonfinite != HealthPolicy::Off || o.gradSpike.policy != HealthPolicy::Off;
+  return gradRules && (recordingRequested_ || o.needsAgreement());
+}
+
+bool StepHooks::beforeUpdate(int64_t step64, const at::Tensor& health, double localLoss, double gradNorm) {
+  const int step = static_cast<int>(step64);
+  const HealthOptions& o = rules_.options();
+  // Nothing to tell anyone and nothing to act on. Decided from the environment (identical on every rank), never from
+  // this rank's sink: the replica check below is a collective that every rank must enter or none.
+  if (!(recordingRequested_ || o.needsAgreement())) return false;
+  torch::NoGradGuard ng;
+  StepAction action = StepAction::Continue;
+  if (health.defined()) {
+    const at::Tensor h = health.detach().to(at::kCPU, at::kDouble).contiguous();
+    const auto acc = h.accessor<double, 2>();
+    std::vector<probes::GradStat> stats(static_cast<size_t>(h.size(0)));
+    for (int64_t p = 0; p < h.size(0) && p < static_cast<int64_t>(names_.size()); ++p) {
+      auto& g = stats[static_cast<size_t>(p)];
+      g.param = names_[static_cast<size_t>(p)];
+      g.layer = layers_[static_cast<size_t>(p)];
+      g.l2Norm = acc[p][0];
+      g.maxAbs = acc[p][1];
+      g.nanCount = static_cast<int64_t>(acc[p][2]);
+      g.infCount = static_cast<int64_t>(acc[p][3]);
+      g.numel = numels_[static_cast<size_t>(p)];
+    }
+    action = std::max(action, rules_.checkGradients(step, stats));
+  }
+  action = std::max(action, rules_.checkLoss(step, localLoss));
+  if (rules_.replicaCheckDue(step, mesh_.dp())) {
+    // Reduced gradients are identical on every DP replica by construction: compare their global norms.
+    at::Tensor mm = torch::tensor({gradNorm, -gradNorm}, torch::kDouble);
+    static const Callsite kReplicaSite{"health check: DP replica gradient norms", -1};
+    mesh_.dpGroup().allReduce(mm, ReduceOp::Max, kReplicaSite, probes::Phase::Optimizer);
+    action = std::max(action, rules_.checkReplicas(step, -mm[1].item<double>(), mm[0].item<double>(), mesh_.dp()));
+  }
+  if (o.needsAgreement()) {
+    at::Tensor flag = torch::tensor({static_cast<int64_t>(action)}, torch::kLong);
+    static const Callsite kAgreeSite{"health policy: agree on skip/stop", -1};
+    mesh_.world().allReduce(flag, ReduceOp::Max, kAgreeSite, probes::Phase::Optimizer);
+    action = static_cast<StepAction>(flag.item<int64_t>());
+  } else {
+    action = StepAction::Continue;  // warn-only rules never act
+  }
+  const StepAction final = rules_.agree(step, action);
+  if (final == StepAction::Stop) {
+    if (probes::Sink* s = probes::sink()) s->flush();
+    throw NonFiniteStop(fmt::format("rank {} step {}: every rank agreed to stop (health policy; alerts in the trace)",
+                                    mesh_.rank(), step));
+  }
+  return final == StepAction::SkipStep;
+}
+
+}  // namespace tpscope::core

@@ -1,0 +1,190 @@
+// Multi-process core tests: every rank is a real process (tpscope-train or tpscope_core_test_worker) talking Gloo
+// over loopback. Paths come from the build: TPSCOPE_TRAIN_EXE, TPSCOPE_WORKER_EXE, TPSCOPE_SAMPLES_DIR.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "spawn.h"
+
+namespace fs = std::filesystem;
+using tpscope::testing::describe;
+using tpscope::testing::runRanks;
+using tpscope::testing::scratchDir;
+
+namespace {
+
+const std::string kTrain = TPSCOPE_TRAIN_EXE;
+const std::string kWorker = TPSCOPE_WORKER_EXE;
+const std::string kTiny = std::string(TPSCOPE_SAMPLES_DIR) + "/configs/tiny.json";
+constexpr auto kDeadline = std::chrono::seconds(90);
+
+struct Metrics {
+  std::vector<double> loss, gradNorm;
+};
+
+Metrics readMetrics(const fs::path& p) {
+  Metrics m;
+  std::ifstream in(p);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    m.loss.push_back(j.at("loss").get<double>());
+    m.gradNorm.push_back(j.at("grad_norm").get<double>());
+  }
+  return m;
+}
+
+// Runs tpscope-train on world = tp * dp ranks; returns rank 0's metrics.
+Metrics train(const std::string& name, int tp, int dp, std::vector<std::string> extra) {
+  const fs::path dir = scratchDir(name);
+  const fs::path metrics = dir / "metrics.jsonl";
+  std::vector<std::string> args{"--config", kTiny, "--tp", std::to_string(tp), "--dp", std::to_string(dp),
+                                "--metrics-jsonl", metrics.string(), "--log-every", "0"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  auto rs = runRanks(kTrain, args, tp * dp, dir, kDeadline);
+  for (const auto& r : rs) EXPECT_EQ(r.exitCode, 0) << describe(rs);
+  return readMetrics(metrics);
+}
+
+void expectSameSeries(const std::vector<double>& got, const std::vector<double>& want, double tol,
+                      const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_LE(std::abs(got[i] - want[i]) / std::max(std::abs(want[i]), 1e-12), tol)
+        << what << " step " << i + 1 << ": " << got[i] << " vs " << want[i];
+}
+
+void expectWorkerPasses(const std::string& scenario, int world, std::vector<std::string> extra = {}) {
+  const fs::path dir = scratchDir(scenario + "-" + std::to_string(world));
+  std::vector<std::string> args{scenario};
+  args.insert(args.end(), extra.begin(), extra.end());
+  auto rs = runRanks(kWorker, args, world, dir, kDeadline);
+  for (const auto& r : rs) {
+    EXPECT_EQ(r.exitCode, 0) << describe(rs);
+    EXPECT_EQ(r.output.find("FAIL"), std::string::npos) << describe(rs);
+  }
+}
+
+}  // namespace
+
+TEST(TpLayers, EveryLayerAtTp2MatchesTp1) { expectWorkerPasses("layers", 2); }
+TEST(TpLayers, EveryLayerAtTp4MatchesTp1) { expectWorkerPasses("layers", 4); }
+
+TEST(VocabParallelCrossEntropy, KnownAnswerTp1) { expectWorkerPasses("ce_known", 1); }
+TEST(VocabParallelCrossEntropy, KnownAnswerTp2) { expectWorkerPasses("ce_known", 2); }
+TEST(VocabParallelCrossEntropy, KnownAnswerTp4) { expectWorkerPasses("ce_known", 4); }
+
+// The whole GPT, 20 steps on the tiny config: TP=1 (grad_accum 2) ≡ TP=2 ≡ TP=4 ≡ TP=2 x DP=2 (grad_accum 1,
+// same samples); losses and the pre-clip global gradient norm (clipping is active: clip 1.0) within 1e-4.
+TEST(Gpt, SameLossesAndClipNormAcrossTpAndDp) {
+  const Metrics ref = train("gpt-tp1", 1, 1, {"--grad-accum", "2"});
+  ASSERT_EQ(ref.loss.size(), 20u);
+  const Metrics tp2 = train("gpt-tp2", 2, 1, {"--grad-accum", "2"});
+  const Metrics tp4 = train("gpt-tp4", 4, 1, {"--grad-accum", "2"});
+  const Metrics tp2dp2 = train("gpt-tp2dp2", 2, 2, {"--grad-accum", "1"});
+  expectSameSeries(tp2.loss, ref.loss, 1e-4, "TP=2 loss");
+  expectSameSeries(tp4.loss, ref.loss, 1e-4, "TP=4 loss");
+  expectSameSeries(tp2dp2.loss, ref.loss, 1e-4, "TP=2 x DP=2 loss");
+  expectSameSeries(tp2.gradNorm, ref.gradNorm, 1e-4, "TP=2 clip norm");
+  expectSameSeries(tp4.gradNorm, ref.gradNorm, 1e-4, "TP=4 clip norm");
+  expectSameSeries(tp2dp2.gradNorm, ref.gradNorm, 1e-4, "TP=2 x DP=2 clip norm");
+  bool clipped = false;
+  for (double g : ref.gradNorm) clipped |= g > 1.0;
+  EXPECT_TRUE(clipped) << "the test should exercise clipping (clip = 1.0)";
+}
+
+// Sequence parallelism, ZeRO-1, activation checkpointing and non-overlapped DP reduction change how, not what.
+TEST(Gpt, SequenceParallelZero1CheckpointingMatchTp1) {
+  const Metrics ref = train("gptx-tp1", 1, 1, {"--grad-accum", "2", "--steps", "10"});
+  const Metrics x = train("gptx-sp", 2, 2,
+                          {"--steps", "10", "--sequence-parallel", "--zero1", "--activation-checkpointing"});
+  expectSameSeries(x.loss, ref.loss, 1e-4, "TP=2 x DP=2 SP+ZeRO-1+ckpt loss");
+  const Metrics y = train("gptx-noovl", 1, 2, {"--steps", "10", "--overlap-grad-reduce", "false"});
+  expectSameSeries(y.loss, ref.loss, 1e-4, "DP=2 without overlap loss");
+}
+
+// bf16 autocast runs at TP=2 (fp32 on the wire for Gloo) and stays close to fp32.
+TEST(Gpt, Bf16AutocastTrainsAtTp2) {
+  const Metrics ref = train("bf16-ref", 1, 1, {"--steps", "10"});
+  const Metrics b = train("bf16-tp2", 2, 1, {"--steps", "10", "--bf16"});
+  expectSameSeries(b.loss, ref.loss, 2e-2, "bf16 TP=2 loss vs fp32");
+}
+
+TEST(Gpt, LossFallsOnTheSampleCorpus) {
+  const Metrics m = train("falls", 2, 1, {"--steps", "60", "--lr", "0.01", "--warmup", "5"});
+  ASSERT_EQ(m.loss.size(), 60u);
+  double first = 0, last = 0;
+  for (int i = 0; i < 5; ++i) {
+    first += m.loss[i] / 5;
+    last += m.loss[55 + i] / 5;
+  }
+  EXPECT_LT(last, first - 1.0) << "mean loss of the first 5 steps " << first << ", of the last 5 " << last;
+  EXPECT_LT(last, 3.4) << "a byte-level model on English prose should get well below ln(256) = 5.55";
+}
+
+// Run 12 steps saving every 6; resume from step 6 and run to 12: steps 7..12 reproduce (TP=2 x DP=2, ZeRO-1).
+TEST(Checkpoint, ResumeReproducesLosses) {
+  const fs::path dir = scratchDir("ckpt-root");
+  const std::string root = (dir / "ckpt").string();
+  const Metrics full = train("ckpt-full", 2, 2, {"--steps", "12", "--checkpoint-dir", root, "--save-every", "6",
+                                                 "--zero1"});
+  ASSERT_EQ(full.loss.size(), 12u);
+  ASSERT_TRUE(fs::exists(fs::path(root) / "step-000006" / "manifest.json"));
+  for (int r = 0; r < 4; ++r) ASSERT_TRUE(fs::exists(fs::path(root) / "step-000006" / ("rank-0000" + std::to_string(r) + ".pt")));
+  const Metrics resumed = train("ckpt-resume", 2, 2,
+                                {"--steps", "12", "--resume", (fs::path(root) / "step-000006").string(), "--zero1"});
+  ASSERT_EQ(resumed.loss.size(), 6u);
+  expectSameSeries(resumed.loss, std::vector<double>(full.loss.begin() + 6, full.loss.end()), 1e-6,
+                   "resumed loss");
+  // A layout mismatch is refused with a clear error.
+  const fs::path d2 = scratchDir("ckpt-mismatch");
+  auto rs = runRanks(kTrain, {"--config", kTiny, "--tp", "2", "--steps", "12", "--resume", root}, 2, d2, kDeadline);
+  EXPECT_EQ(rs[0].exitCode, 2) << describe(rs);
+  EXPECT_NE(rs[0].output.find("tp=2 dp=2"), std::string::npos) << describe(rs);
+}
+
+TEST(Communicator, RecordsEveryCollectiveThroughTheProbes) {
+  const fs::path dir = scratchDir("recording");
+  auto rs = runRanks(kWorker, {"recording", kTiny}, 2, dir, kDeadline);
+  for (const auto& r : rs) {
+    EXPECT_EQ(r.exitCode, 0) << describe(rs);
+    EXPECT_EQ(r.output.find("FAIL"), std::string::npos) << describe(rs);
+  }
+  auto sig = [](const std::string& out) {
+    auto p = out.find("SIGNATURE ");
+    return p == std::string::npos ? std::string("none") : out.substr(p, out.find('\n', p) - p);
+  };
+  EXPECT_EQ(sig(rs[0].output), sig(rs[1].output)) << "ranks recorded different collective sequences";
+}
+
+TEST(Communicator, TimeoutNamesGroupSeqAndOp) { expectWorkerPasses("timeout", 2); }
+
+TEST(Platform, MatmulRunsOnOpenBlas) { expectWorkerPasses("blas", 1); }
+
+TEST(TrainCli, BadConfigsFailWithClearErrors) {
+  const fs::path dir = scratchDir("badcfg");
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases{
+      {{"--config", kTiny, "--tp", "3"}, "heads = 4 is not divisible by tp = 3"},
+      {{"--config", kTiny, "--heads", "6"}, "hidden = 32 is not divisible by heads = 6"},
+      {{"--config", kTiny, "--tp", "2", "--vocab-size", "257"}, "vocab_size = 257 is not divisible by tp = 2"},
+      {{"--config", kTiny, "--corpus", "/nonexistent/corpus"}, "corpus not found: /nonexistent/corpus"},
+      {{"--config", kTiny, "--set", "layerz=3"}, "unknown key \"layerz\""},
+      {{"--config", (dir / "missing.json").string()}, "cannot open config file"},
+      {{"--config", kTiny, "--tp", "2"}, "WORLD_SIZE=1 but tp=2 x dp=1 = 2"},
+  };
+  for (const auto& c : cases) {
+    // Single process without torchrun's environment (runRanks sets it, so spawn directly with world 1 and unset).
+    auto rs = runRanks(kTrain, c.args, 1, dir, kDeadline);
+    std::string joined;
+    for (auto& a : c.args) joined += a + " ";
+    EXPECT_EQ(rs[0].exitCode, 2) << joined << "\n" << rs[0].output;
+    EXPECT_NE(rs[0].output.find(c.message), std::string::npos) << joined << "\nwanted: " << c.message << "\n"
+                                                               << rs[0].output;
+  }
+}

@@ -1,0 +1,99 @@
+// Single-process, torch-free tests of core's data path, config and LR schedule.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "tpscope/core/config.h"
+#include "tpscope/core/data.h"
+#include "tpscope/core/trainer.h"
+
+namespace core = tpscope::core;
+namespace fs = std::filesystem;
+
+namespace {
+const std::string kSamples = TPSCOPE_SAMPLES_DIR;
+}
+
+TEST(ByteTokenizer, RoundTripsBytes) {
+  const std::string s = "Tensor parallel\n\xc3\xa9t\xc3\xa9";
+  auto ids = core::ByteTokenizer::encode(s);
+  ASSERT_EQ(ids.size(), s.size());
+  EXPECT_EQ(ids[0], 'T');
+  EXPECT_EQ(ids[ids.size() - 1], 0xa9);
+  EXPECT_EQ(core::ByteTokenizer::decode(ids), s);
+}
+
+TEST(Corpus, SampleCorpusIsRealProseUnderTheSizeLimits) {
+  auto c = core::Corpus::load(kSamples + "/corpus");
+  EXPECT_GE(c.bytes().size(), 100000u);
+  EXPECT_LE(c.bytes().size(), 4u * 1024 * 1024);
+  for (const auto& f : c.files()) EXPECT_LT(fs::file_size(f), 2u * 1024 * 1024) << f;
+  const std::string text(c.bytes().begin(), c.bytes().end());
+  EXPECT_NE(text.find("the"), std::string::npos);
+  EXPECT_THROW(core::Corpus::load("/nonexistent/corpus"), core::ConfigError);
+}
+
+TEST(BatchSampler, DataParallelShardsEqualGradientAccumulation) {
+  auto c = core::Corpus::load(kSamples + "/corpus");
+  core::BatchSampler s(c, 16, 3, 42);
+  const int64_t n = 16 * 3;
+  std::vector<int64_t> a(n), at(n), b(n), bt(n);
+  for (int64_t step = 1; step <= 3; ++step) {
+    for (int k = 0; k < 2; ++k) {
+      s.fill(step, k, 2, 0, 1, a.data(), at.data());   // dp = 1, grad_accum = 2, micro k
+      s.fill(step, 0, 1, k, 2, b.data(), bt.data());   // dp = 2, grad_accum = 1, rank k
+      EXPECT_EQ(a, b);
+      EXPECT_EQ(at, bt);
+    }
+  }
+  s.fill(1, 0, 1, 0, 1, a.data(), at.data());
+  s.fill(1, 0, 1, 0, 1, b.data(), bt.data());
+  EXPECT_EQ(a, b) << "deterministic";
+  for (int64_t i = 0; i + 1 < 16; ++i) EXPECT_EQ(at[i], a[i + 1]) << "targets are the inputs shifted by one";
+  s.fill(2, 0, 1, 0, 1, b.data(), bt.data());
+  EXPECT_NE(a, b) << "another step reads other windows";
+}
+
+TEST(TrainConfig, ReadsTheSampleConfigsAndOverrides) {
+  for (const char* name : {"tiny", "small", "bench"}) {
+    auto c = core::TrainConfig::fromFile(kSamples + "/configs/" + name + ".json");
+    EXPECT_GT(c.layers, 0) << name;
+    EXPECT_NO_THROW(c.validate(1, 1)) << name;
+    EXPECT_NO_THROW(c.validate(2, 1)) << name;
+    EXPECT_EQ(fs::path(c.corpusPath()), fs::path(kSamples + "/corpus").lexically_normal()) << name;
+  }
+  auto c = core::TrainConfig::fromFile(kSamples + "/configs/tiny.json");
+  c.set("layers", "3");
+  c.set("sequence_parallel", "true");
+  c.set("corpus", "/tmp/x");
+  EXPECT_EQ(c.layers, 3);
+  EXPECT_TRUE(c.sequence_parallel);
+  EXPECT_EQ(c.corpus, "/tmp/x");
+  EXPECT_THROW(c.set("layers", "2.5"), core::ConfigError);
+  EXPECT_THROW(c.set("no_such_key", "1"), core::ConfigError);
+}
+
+TEST(TrainConfig, ValidateNamesTheValueThatDoesNotDivide) {
+  auto c = core::TrainConfig::fromFile(kSamples + "/configs/tiny.json");
+  try {
+    c.validate(8, 1);
+    FAIL() << "heads = 4 at tp = 8 must be refused";
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("heads = 4 is not divisible by tp = 8"), std::string::npos) << e.what();
+  }
+  c.ffn_hidden = 66;
+  EXPECT_THROW(c.validate(4, 1), core::ConfigError);
+}
+
+TEST(LearningRate, WarmupThenCosine) {
+  core::TrainConfig c;
+  c.lr = 1.0;
+  c.min_lr = 0.1;
+  c.warmup = 10;
+  c.steps = 110;
+  EXPECT_DOUBLE_EQ(core::learningRate(c, 1), 0.1);
+  EXPECT_DOUBLE_EQ(core::learningRate(c, 10), 1.0);
+  EXPECT_NEAR(core::learningRate(c, 60), 0.55, 1e-12);
+  EXPECT_NEAR(core::learningRate(c, 110), 0.1, 1e-12);
+}
