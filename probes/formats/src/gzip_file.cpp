@@ -19,28 +19,33 @@ struct FileCloser {
   void operator()(std::FILE* f) const { std::fclose(f); }
 };
 
-Status inflateInto(const std::filesystem::path& path, const std::vector<char>& in, JsonBuffer& out) {
+Status inflateInto(const std::filesystem::path& path, const JsonBuffer& in, JsonBuffer& out) {
   // ISIZE (the last 4 bytes: uncompressed size mod 2^32) is a good first guess for the output size.
   // A truncated stream ends in arbitrary bytes: trust ISIZE only within deflate's maximum ratio (1032:1).
-  size_t guess = in.size() * 4;
-  if (in.size() >= 18) {
+  size_t guess = in.size * 4;
+  if (in.size >= 18) {
     uint32_t isize = 0;
-    std::memcpy(&isize, in.data() + in.size() - 4, 4);
-    if (isize > guess && isize <= in.size() * 1032) guess = isize;
+    std::memcpy(&isize, in.text() + in.size - 4, 4);
+    if (isize > guess && isize <= in.size * 1032) guess = isize;
   }
-  out.bytes.resize(guess + JsonBuffer::kPadding);
+  out.reserve(guess);
 
   z_stream zs{};
   if (inflateInit2(&zs, 15 + 32) != Z_OK) return Status::error(path.string() + ": cannot initialise zlib");
-  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-  zs.avail_in = static_cast<uInt>(in.size());
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.text()));
+  zs.avail_in = static_cast<uInt>(std::min<size_t>(in.size, 1u << 30));
+  size_t inLeft = in.size - zs.avail_in;
   size_t produced = 0;
   int rc = Z_OK;
   for (;;) {
-    if (out.bytes.size() - JsonBuffer::kPadding - produced < (1u << 16))
-      out.bytes.resize(out.bytes.size() * 2 + (1u << 20));
-    const size_t room = out.bytes.size() - JsonBuffer::kPadding - produced;
-    zs.next_out = reinterpret_cast<Bytef*>(out.bytes.data() + produced);
+    if (zs.avail_in == 0 && inLeft > 0) {
+      zs.avail_in = static_cast<uInt>(std::min<size_t>(inLeft, 1u << 30));
+      inLeft -= zs.avail_in;
+    }
+    out.size = produced;
+    if (out.capacity - JsonBuffer::kPadding - produced < (1u << 16)) out.reserve(out.capacity * 2 + (1u << 20));
+    const size_t room = out.capacity - JsonBuffer::kPadding - produced;
+    zs.next_out = reinterpret_cast<Bytef*>(out.data.get() + produced);
     zs.avail_out = static_cast<uInt>(std::min<size_t>(room, 1u << 30));
     const uInt before = zs.avail_out;
     rc = inflate(&zs, Z_NO_FLUSH);
@@ -54,7 +59,7 @@ Status inflateInto(const std::filesystem::path& path, const std::vector<char>& i
       break;
     }
     if (rc == Z_OK) continue;
-    if (rc == Z_BUF_ERROR && zs.avail_in == 0) break;  // input ended before the stream did
+    if (rc == Z_BUF_ERROR && zs.avail_in == 0 && inLeft == 0) break;  // input ended before the stream did
     if (rc == Z_BUF_ERROR) continue;                   // output was full; grow and go on
     break;
   }
@@ -67,12 +72,21 @@ Status inflateInto(const std::filesystem::path& path, const std::vector<char>& i
     return Status::error(path.string() + ": corrupt gzip stream" + (zmsg.empty() ? "" : " (" + zmsg + ")"));
   }
   out.size = produced;
-  out.bytes.resize(produced + JsonBuffer::kPadding);
-  std::memset(out.bytes.data() + produced, 0, JsonBuffer::kPadding);
+  out.pad();
   return Status::ok();
 }
 
 }  // namespace
+
+void JsonBuffer::reserve(size_t bytes) {
+  if (bytes + kPadding <= capacity) return;
+  std::unique_ptr<char[]> grown(new char[bytes + kPadding]);  // uninitialised: the text is written over it
+  if (size > 0) std::memcpy(grown.get(), data.get(), size);
+  data = std::move(grown);
+  capacity = bytes + kPadding;
+}
+
+void JsonBuffer::pad() { std::memset(data.get() + size, 0, kPadding); }
 
 Result<JsonBuffer> readJsonFile(const std::filesystem::path& path) {
   std::error_code ec;
@@ -85,21 +99,22 @@ Result<JsonBuffer> readJsonFile(const std::filesystem::path& path) {
   if (len < 0) return Status::error(path.string() + ": cannot determine the file size");
   if (len == 0) return Status::error(path.string() + ": empty file");
 
-  JsonBuffer buf;
-  buf.fileBytes = static_cast<size_t>(len);
-  std::vector<char> raw(static_cast<size_t>(len) + JsonBuffer::kPadding, 0);
-  if (std::fread(raw.data(), 1, static_cast<size_t>(len), f.get()) != static_cast<size_t>(len))
+  JsonBuffer raw;
+  raw.fileBytes = static_cast<size_t>(len);
+  raw.reserve(static_cast<size_t>(len));
+  if (std::fread(raw.data.get(), 1, static_cast<size_t>(len), f.get()) != static_cast<size_t>(len))
     return Status::error(path.string() + ": read error: " + std::strerror(errno));
-  if (len >= 2 && static_cast<unsigned char>(raw[0]) == 0x1f && static_cast<unsigned char>(raw[1]) == 0x8b) {
-    raw.resize(static_cast<size_t>(len));
-    buf.compressed = true;
-    if (Status s = inflateInto(path, raw, buf); !s) return s;
-    if (buf.size == 0) return Status::error(path.string() + ": empty file (after gzip decompression)");
-    return buf;
+  raw.size = static_cast<size_t>(len);
+  raw.pad();
+  if (len >= 2 && static_cast<unsigned char>(raw.text()[0]) == 0x1f && static_cast<unsigned char>(raw.text()[1]) == 0x8b) {
+    JsonBuffer text;
+    text.fileBytes = raw.fileBytes;
+    text.compressed = true;
+    if (Status s = inflateInto(path, raw, text); !s) return s;
+    if (text.size == 0) return Status::error(path.string() + ": empty file (after gzip decompression)");
+    return text;
   }
-  buf.size = static_cast<size_t>(len);
-  buf.bytes = std::move(raw);
-  return buf;
+  return raw;
 }
 
 }  // namespace tpscope::formats

@@ -4,7 +4,7 @@
 
 #include <cstddef>
 #include <filesystem>
-#include <vector>
+#include <memory>
 
 #include "tpscope/tracedb/status.h"
 
@@ -12,10 +12,17 @@ namespace tpscope::formats {
 
 struct JsonBuffer {
   static constexpr size_t kPadding = 64;  // >= SIMDJSON_PADDING
-  std::vector<char> bytes;                // text followed by kPadding zero bytes
+  std::unique_ptr<char[]> data;           // text followed by kPadding zero bytes (not zero-filled before reading)
   size_t size = 0;                        // length of the text
+  size_t capacity = 0;                    // bytes allocated, padding included
   bool compressed = false;
   size_t fileBytes = 0;                   // size on disk
+
+  const char* text() const { return data.get(); }
+  // Makes room for `bytes` of text plus the padding, keeping the text so far.
+  void reserve(size_t bytes);
+  // Zeroes the padding after the text.
+  void pad();
 };
 
 // Errors name the file: missing or unreadable, empty, truncated or corrupt gzip stream.

@@ -42,7 +42,12 @@ struct FlowKey {
   bool operator==(const FlowKey&) const = default;
 };
 struct FlowKeyHash {
-  size_t operator()(const FlowKey& k) const noexcept { return LaneKeyHash()(k.lane) ^ std::hash<int64_t>()(k.ts); }
+  size_t operator()(const FlowKey& k) const noexcept {
+    uint64_t h = static_cast<uint64_t>(k.ts) * 0x9e3779b97f4a7c15ULL;
+    h ^= static_cast<uint64_t>(k.lane.tid) + 0x632be59bd9b4e019ULL + (h << 6) + (h >> 2);
+    h ^= static_cast<uint64_t>(k.lane.pid) + 0x85ebca6b0c2d4f13ULL + (h << 6) + (h >> 2);
+    return static_cast<size_t>(h ^ (h >> 29));
+  }
 };
 
 struct Group {
@@ -148,19 +153,26 @@ Result<RankModel> buildRankModel(const KinetoFile& file, int rank, const InternF
   const std::vector<RawSpan>& spans = file.spans;
   const int n = static_cast<int>(spans.size());
 
-  // Correlation ids: from args, else from the ac2g flow event bound to the span (same lane and ts).
+  // Correlation ids: from args, else from the ac2g flow event bound to the span (same lane and ts). Kineto writes
+  // both for runtime and GPU events; the flows matter for traces whose args lack "correlation".
   std::vector<int64_t> corr(n);
   {
     std::unordered_map<FlowKey, int64_t, FlowKeyHash> flowAt;
-    flowAt.reserve(file.flows.size());
-    for (const RawFlow& f : file.flows) flowAt.emplace(FlowKey{f.lane, f.tsNs}, f.id);
+    bool needFlows = false;
+    for (int i = 0; i < n && !needFlows; ++i)
+      needFlows = spans[i].correlation < 0 && (spans[i].cat == Cat::CudaRuntime || spans[i].cat == Cat::Kernel ||
+                                               spans[i].cat == Cat::GpuMemcpy || spans[i].cat == Cat::GpuMemset);
+    if (needFlows) {
+      flowAt.reserve(file.flows.size());
+      for (const RawFlow& f : file.flows) flowAt.emplace(FlowKey{f.lane, f.tsNs}, f.id);
+    }
     for (int i = 0; i < n; ++i) {
       corr[i] = spans[i].correlation;
-      if (!flowAt.empty()) {
+      if (corr[i] < 0 && !flowAt.empty()) {
         auto it = flowAt.find(FlowKey{spans[i].lane, spans[i].tsNs});
         if (it != flowAt.end()) {
           ++m.flowsUsed;
-          if (corr[i] < 0) corr[i] = it->second;
+          corr[i] = it->second;
         }
       }
     }

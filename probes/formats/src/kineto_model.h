@@ -31,7 +31,7 @@ struct RankModel {
   std::vector<tracedb::CounterRow> counters;        // tsNs absolute
   std::vector<tracedb::GroupInfo> groups;
   int64_t minNs = 0, maxNs = 0;  // absolute, over everything above
-  int64_t flowsUsed = 0;
+  int64_t flowsUsed = 0;  // ac2g flow events that gave a span its missing correlation id
   std::map<std::string, int64_t> skipped;
 };
 

@@ -91,7 +91,7 @@ class FileParser {
 
   Status parse() {
     const std::string& path = file_.path.string();
-    padded_string_view text(file_.buffer.bytes.data(), file_.buffer.size, file_.buffer.bytes.size());
+    padded_string_view text(file_.buffer.text(), file_.buffer.size, file_.buffer.capacity);
     ondemand::document doc;
     if (auto error = parser_.iterate(text).get(doc)) return notJson(error);
     ondemand::json_type type;
@@ -140,7 +140,7 @@ class FileParser {
       // the scalar document is cheap).
       dom::parser validator;
       dom::element element;
-      if (auto error = validator.parse(file_.buffer.bytes.data(), file_.buffer.size, false).get(element))
+      if (auto error = validator.parse(file_.buffer.text(), file_.buffer.size, false).get(element))
         return notJson(error);
       return Status::error(path + ": not a Kineto trace (the JSON is neither an object with \"traceEvents\" nor "
                                   "an array of events)");
@@ -544,6 +544,7 @@ Result<KinetoFile> parseKinetoFile(const std::filesystem::path& path) {
   // Unescaped strings live in the parser's buffer: the parser stays alive as long as the file's views.
   auto jsonParser = std::make_shared<ondemand::parser>();
   file.stringStorage = jsonParser;
+  file.spans.reserve(file.buffer.size / 320);  // Kineto's complete events are ~250-400 bytes of JSON each
   FileParser parser(file, *jsonParser);
   if (Status s = parser.parse(); !s) return s;
   return file;

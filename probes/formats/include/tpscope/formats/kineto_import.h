@@ -43,9 +43,12 @@ struct KinetoImportStats {
   int64_t collectives = 0;     // collective rows written
   int64_t counters = 0;        // counter rows written
   int64_t threads = 0;         // thread lanes written (CPU threads and GPU streams)
-  int64_t flows = 0;           // flow events used for correlation
+  int64_t flows = 0;           // ac2g flow events that supplied a missing correlation id
   std::map<std::string, int64_t> skipped;  // reason -> count: unknown phases, malformed events (not fatal)
-  double seconds = 0;          // wall time of the import
+  double seconds = 0;          // wall time of the import, of which:
+  double parseSeconds = 0;     //   reading, inflating and parsing the JSON
+  double modelSeconds = 0;     //   interpreting events (lanes, nesting, collectives, correlation)
+  double writeSeconds = 0;     //   writing rows, building indexes, closing the file
 
   // One or two lines for the CLI, e.g. "imported 2 ranks from 2 files (12.3 MB): 5123 spans, 96 collectives, ...".
   std::string summary() const;
