@@ -231,6 +231,74 @@ TEST(KinetoImport, SeveralRanksAreAlignedAndJoinedBySequence) {
   EXPECT_EQ((*ranks)[1].startNs, 250000);
 }
 
+TEST(KinetoImport, KernelNamesAloneNeverMakeACollective) {
+  // Hand-made: an NCCL kernel with collective metadata and no host side (one all-gather, renamed kernel and all),
+  // an NCCL kernel without metadata or a launching collective op (a span, not a collective), and two host ops that
+  // claim the same Seq (numbered by order instead, and counted).
+  ScratchDir dir;
+  writeFile(dir / "trace_rank2.json", R"json([
+    {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+     "pid": 0, "tid": 7, "ts": 100.5, "dur": 20.25,
+     "args": {"device": 0, "stream": 7, "correlation": 9, "Collective name": "_allgather_base", "dtype": "BFloat16",
+              "In msg nelems": 1024, "Out msg nelems": 4096, "Group size": 4, "Process Group Name": "tp",
+              "Process Group Ranks": "[0, 1, 2, 3]"}},
+    {"ph": "X", "cat": "kernel", "name": "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)",
+     "pid": 0, "tid": 7, "ts": 200, "dur": 10, "args": {"device": 0, "stream": 7, "correlation": 10}},
+    {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 5, "tid": 5, "ts": 300, "dur": 5,
+     "args": {"Collective name": "allreduce", "dtype": "Float", "In msg nelems": 8, "Out msg nelems": 8,
+              "Process Group Name": "dp", "Seq": 3}},
+    {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 5, "tid": 5, "ts": 310, "dur": 5,
+     "args": {"Collective name": "allreduce", "dtype": "Float", "In msg nelems": 8, "Out msg nelems": 8,
+              "Process Group Name": "dp", "Seq": 3}},
+    {"ph": "C", "name": "loss", "pid": 5, "tid": 5, "ts": 320, "args": {"loss": 2.75}}
+  ])json");
+  auto stats = import({dir / "trace_rank2.json"}, dir / "run.db");
+  ASSERT_TRUE(stats) << stats.error();
+  EXPECT_EQ(stats->skipped["collective Seq missing or repeated in its group (numbered by order instead)"], 2);
+  auto run = openRun(dir / "run.db");
+  auto cols = run->collectives();
+  ASSERT_TRUE(cols);
+  ASSERT_EQ(cols->size(), 3u);
+  const auto& dp0 = (*cols)[0];
+  const auto& dp1 = (*cols)[1];
+  const auto& ag = (*cols)[2];
+  EXPECT_EQ(dp0.group, "dp");
+  EXPECT_EQ(dp0.seq, 0);
+  EXPECT_EQ(dp1.seq, 1);
+  EXPECT_EQ(ag.rank, 2);
+  EXPECT_EQ(ag.group, "tp");
+  EXPECT_EQ(ag.op, "all_gather");
+  EXPECT_EQ(ag.dtype, "bfloat16");
+  EXPECT_EQ(ag.numel, 4096);
+  EXPECT_EQ(ag.bytes, 8192);
+  EXPECT_EQ(ag.enqueueNs, 0);  // the earliest event is time 0
+  EXPECT_EQ(*ag.endNs - *ag.startNs, 20250);
+  auto groups = run->groups();
+  ASSERT_TRUE(groups);
+  std::map<std::string, std::vector<int>> ranksOf;
+  for (const auto& g : *groups) ranksOf[g.name] = g.ranks;
+  EXPECT_EQ(ranksOf["tp"], (std::vector<int>{0, 1, 2, 3}));
+  auto spans = run->spans();
+  ASSERT_TRUE(spans);
+  int nccl = 0;
+  for (const auto& s : *spans) nccl += s.kind == tracedb::SpanKind::NcclKernel;
+  EXPECT_EQ(nccl, 2);  // both kernels are NCCL kernels as spans; only the one with metadata is a collective
+  auto counters = run->counters();
+  ASSERT_TRUE(counters);
+  ASSERT_EQ(counters->size(), 1u);
+  EXPECT_EQ((*counters)[0].name, "loss");
+  EXPECT_EQ((*counters)[0].tsNs, 219500);
+}
+
+TEST(KinetoImport, RefusesToOverwriteAnInput) {
+  ScratchDir dir;
+  fs::copy_file(fixture("gloo_array_rank3.json"), dir / "gloo_array_rank3.json");
+  auto stats = import({dir / "gloo_array_rank3.json"}, dir / "gloo_array_rank3.json");
+  ASSERT_FALSE(stats);
+  EXPECT_NE(stats.error().find("is also an input"), std::string::npos) << stats.error();
+  EXPECT_EQ(readFile(dir / "gloo_array_rank3.json"), readFile(fixture("gloo_array_rank3.json")));
+}
+
 void expectRefused(const std::vector<fs::path>& inputs, const std::string& fragment, const std::string& names) {
   ScratchDir dir;
   writeFile(dir / "run.db", "previous content");  // an existing output survives a failed import untouched

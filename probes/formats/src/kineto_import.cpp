@@ -98,6 +98,9 @@ Result<KinetoImportStats> importKineto(std::span<const fs::path> inputs, const f
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return Status::error(output.string() + ": folder " + dir.string() + " does not exist");
 
+  for (const fs::path& input : inputs)
+    if (fs::exists(output, ec) && fs::equivalent(input, output, ec))
+      return Status::error(output.string() + ": the output file is also an input; choose another output");
   TempFileGuard temp{dir / ("." + output.filename().string() + ".tmp-" + std::to_string(::getpid()))};
   removeWithSidecars(temp.path);
   tracedb::CreateOptions options;
@@ -110,7 +113,7 @@ Result<KinetoImportStats> importKineto(std::span<const fs::path> inputs, const f
   // Bulk load into a temporary file that is renamed only when complete: no journal and no syncs are needed while
   // writing (a crash leaves a temporary file, never a damaged run). WAL mode, as in every trace file, is restored
   // before closing.
-  if (sqlite3_exec(writer->handle(), "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA cache_size = -131072",
+  if (sqlite3_exec(writer->handle(), "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA cache_size = -32768",
                    nullptr, nullptr, nullptr) != SQLITE_OK)
     return Status::error(temp.path.string() + ": cannot configure the output for a bulk load: " +
                          sqlite3_errmsg(writer->handle()));
