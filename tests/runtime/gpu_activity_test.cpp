@@ -282,7 +282,10 @@ TEST(GpuActivityRecorder, FakeRecordsLandCorrelatedOnStreamLanes) {
   EXPECT_TRUE(gpuRec.active());
 
   uint32_t corr = 0;
+  // Launches sit 300 µs inside their spans (and spans 300 µs apart): far beyond the tick calibration's error.
+  auto pause = [] { std::this_thread::sleep_for(std::chrono::microseconds(300)); };
   auto launchHere = [&](const std::string& kernel, uint32_t stream, tp::GpuActivityKind kind) {
+    pause();
     const int64_t t = tp::monotonicNs();
     tp::GpuActivity l;
     l.kind = tp::GpuActivityKind::Launch;
@@ -299,6 +302,7 @@ TEST(GpuActivityRecorder, FakeRecordsLandCorrelatedOnStreamLanes) {
     k.endNs = t + 50'000'000;
     k.name = kernel;
     src->emit(k);
+    pause();
   };
   tp::setStep(12);
   {

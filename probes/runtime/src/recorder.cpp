@@ -285,7 +285,6 @@ tracedb::Status Recorder::start(const RuntimeOptions& options) {
     clockEnd_.reset();
     clockCounters_.clear();
     clockStore_ = options_.clockStore;
-    clockCancel_ = false;
   }
   {
     std::lock_guard lock(recordsMutex_);
@@ -321,7 +320,10 @@ tracedb::Status Recorder::start(const RuntimeOptions& options) {
   wakeFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   signalState().finalRequested.store(false);
   signalState().done.store(signalState().requested.load());
-  flusher_ = std::thread([this] { flusherMain(); });
+  {
+    DumpSignalsBlocked blocked;  // inherited by the flusher from its first instruction
+    flusher_ = std::thread([this] { flusherMain(); });
+  }
   signalState().wakeFd.store(wakeFd_);
   if (options_.installSignalHandlers) installSignalHandlers();
   if (options_.flushAtExit) {
@@ -334,6 +336,7 @@ tracedb::Status Recorder::start(const RuntimeOptions& options) {
   detail::g_recording.store(true, std::memory_order_release);
 
   if (clockStore_ && rank.worldSize > 1) {
+    DumpSignalsBlocked blocked;
     clockThread_ = std::thread([this, tag = options_.runId + "/start", t = options_.clock.timeout] {
       runClockAlignment(tag, t, true);
     });
@@ -441,7 +444,7 @@ void Recorder::setClockStore(std::shared_ptr<KvStore> store) {
   }
   if (!started() || !clockStore_ || options_.rank.worldSize <= 1) return;
   joinClockThread();
-  clockCancel_ = false;
+  DumpSignalsBlocked blocked;
   clockThread_ = std::thread([this, tag = options_.runId + "/start", t = options_.clock.timeout] {
     runClockAlignment(tag, t, true);
   });
@@ -449,7 +452,6 @@ void Recorder::setClockStore(std::shared_ptr<KvStore> store) {
 
 void Recorder::joinClockThread() {
   if (clockThread_.joinable()) {
-    clockCancel_ = true;
     clockThread_.join();
   }
 }
@@ -544,7 +546,6 @@ bool Recorder::anyBufferHalfFull() {
 }
 
 void Recorder::flusherMain() {
-  blockDumpSignals();
   pthread_setname_np(pthread_self(), "tpscope-flush");
   SignalState& sig = signalState();
   const int64_t interval = std::chrono::duration_cast<std::chrono::nanoseconds>(options_.flushInterval).count();

@@ -153,7 +153,6 @@ class Recorder final : public Sink {
   std::vector<RawCounter> clockCounters_;
   std::shared_ptr<KvStore> clockStore_;
   std::thread clockThread_;
-  std::atomic<bool> clockCancel_{false};
 
   std::mutex recordsMutex_;
   PendingRecords records_;

@@ -76,12 +76,14 @@ void installSignalHandlers() {
   });
 }
 
-void blockDumpSignals() {
+DumpSignalsBlocked::DumpSignalsBlocked() {
   sigset_t set;
   sigemptyset(&set);
   for (int sig : kSignals) sigaddset(&set, sig);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  pthread_sigmask(SIG_BLOCK, &set, &old_);
 }
+
+DumpSignalsBlocked::~DumpSignalsBlocked() { pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
 
 const char* signalName(int sig) {
   switch (sig) {

@@ -5,6 +5,8 @@
 // signal never lands on the thread that has to answer it.
 #pragma once
 
+#include <signal.h>
+
 #include <atomic>
 #include <cstdint>
 
@@ -21,8 +23,18 @@ SignalState& signalState();
 
 // Installs the handlers once per process (later calls do nothing).
 void installSignalHandlers();
-// Blocks SIGTERM, SIGINT, SIGUSR1 in the calling thread (the flusher).
-void blockDumpSignals();
+// Blocks SIGTERM, SIGINT, SIGUSR1 in the calling thread while it lives: a thread created meanwhile inherits the
+// mask, so the flusher never runs a handler, not even before its first instruction.
+class DumpSignalsBlocked {
+ public:
+  DumpSignalsBlocked();
+  ~DumpSignalsBlocked();
+  DumpSignalsBlocked(const DumpSignalsBlocked&) = delete;
+  DumpSignalsBlocked& operator=(const DumpSignalsBlocked&) = delete;
+
+ private:
+  sigset_t old_;
+};
 const char* signalName(int sig);
 
 }  // namespace tpscope::probes::runtime_detail

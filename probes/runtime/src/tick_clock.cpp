@@ -19,7 +19,8 @@ int64_t readClock(clockid_t id) noexcept {
   return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
 
-constexpr int64_t kMinAnchorGapNs = 50'000'000;
+constexpr int64_t kMinAnchorGapNs = 1'000'000;  // an anchor per flush, up to one per ms
+constexpr size_t kMaxPoints = 1 << 16;        // then the older half is thinned (ticks that old are rarely converted)
 
 int64_t slopeQ32(uint64_t t0, int64_t m0, uint64_t t1, int64_t m1) {
   if (t1 <= t0 || m1 <= m0) return 0;
@@ -126,6 +127,19 @@ void TickClock::addPoint(uint64_t tick, int64_t mono) {
   const Point& last = fixed_.back();
   if (tick <= last.tick || mono < last.mono) return;
   fixed_.push_back(Point{tick, mono, slopeQ32(last.tick, last.mono, tick, mono)});
+  if (fixed_.size() > kMaxPoints) {
+    // Drop every other point of the older half; segment slopes are recomputed across the gaps.
+    std::vector<Point> thinned;
+    thinned.reserve(kMaxPoints);
+    const size_t half = fixed_.size() / 2;
+    for (size_t i = 0; i < fixed_.size(); ++i) {
+      if (i > 0 && i < half && (i & 1)) continue;
+      Point p = fixed_[i];
+      if (!thinned.empty()) p.slopeQ32 = slopeQ32(thinned.back().tick, thinned.back().mono, p.tick, p.mono);
+      thinned.push_back(p);
+    }
+    fixed_.swap(thinned);
+  }
 }
 
 void TickClock::recalibrate() {

@@ -1,12 +1,13 @@
 // Raw ticks → ns. The hot path stores rawTicks() (the TSC on x86-64, else steady-clock ns); the flusher converts.
 //
-// Calibration. Anchors (tick, CLOCK_MONOTONIC ns) are measured at start and at each flush (at most every 50 ms),
+// Calibration. Anchors (tick, CLOCK_MONOTONIC ns) are measured at start and at each flush (at most one per ms),
 // each from the tightest of a few bracketing monotonic reads. The mapping is piecewise linear through a list of
 // FIXED points, and extrapolates past the last one with the long-baseline slope (first anchor → latest anchor, whose
 // error shrinks as 1/run length). Before a new anchor is added, the largest tick converted so far is fixed at the value
 // it was given, so a tick converts to the same ns in every flush, and the mapping never goes backwards: spans of one
 // thread keep their order and nesting across flushes. Error against the monotonic clock: about one anchor's sampling
-// error (tens of ns). Monotonic ns map to unix ns with the CLOCK_REALTIME − CLOCK_MONOTONIC difference measured once
+// error (tens of ns) for ticks before the flush's anchor, which are nearly all of them. 64 Ki points at most (the
+// older half is thinned beyond that). Monotonic ns map to unix ns with the CLOCK_REALTIME − CLOCK_MONOTONIC difference measured once
 // at start (a realtime step during the run does not tear the trace), and to file ns by subtracting the epoch.
 //
 // Threading: convert*() and recalibrate() need the caller to hold lock() (the flusher holds it for a whole batch).
