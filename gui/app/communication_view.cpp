@@ -43,7 +43,10 @@ CommunicationView::CommunicationView(QWidget* parent) : QWidget(parent) {
   });
 }
 
-void CommunicationView::setRun(RunPtr run) { collectives_.setRun(std::move(run)); }
+void CommunicationView::setRun(RunPtr run) {
+  collectives_.setRun(std::move(run));
+  table_->resizeColumnsToContents();
+}
 
 void CommunicationView::setAnalysis(AnalysisPtr analysis) {
   analysis_ = std::move(analysis);

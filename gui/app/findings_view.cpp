@@ -27,7 +27,7 @@ FindingsView::FindingsView(QWidget* parent) : QWidget(parent) {
   split->addWidget(table_);
   split->addWidget(details_);
   split->setStretchFactor(0, 3);
-  split->setStretchFactor(1, 2);
+  split->setStretchFactor(1, 1);
   layout->addWidget(split);
   connect(table_->selectionModel(), &QItemSelectionModel::currentRowChanged, this,
           [this](const QModelIndex& current) {
@@ -39,8 +39,9 @@ FindingsView::FindingsView(QWidget* parent) : QWidget(parent) {
 
 void FindingsView::setRun(RunPtr run, AnalysisPtr analysis) {
   model_.setRun(std::move(run), std::move(analysis));
-  table_->resizeColumnsToContents();
+  for (int c = 0; c < FindingsModel::kMessage; ++c) table_->resizeColumnToContents(c);
   details_->clear();
+  if (proxy_.rowCount() > 0) table_->setCurrentIndex(proxy_.index(0, 0));  // the most severe, with its evidence
 }
 
 void FindingsView::activate(int row) {

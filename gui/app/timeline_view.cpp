@@ -224,8 +224,11 @@ void TimelinePainter::paintCollectives(QPainter& p, const QSize& size) const {
         const int h = layout->laneHeight[l] - TimelineLayout::kLaneGap;
         p.setPen(QPen(palette::kStuck, 2, Qt::DashLine));
         p.drawLine(QPointF(x, y0), QPointF(x, y0 + h));
-        p.setPen(palette::kStuck.lighter(140));
-        p.drawText(QPointF(x + 4, y0 + h - 3), m.label);
+        const QRectF box(x + 4, y0 + h - TimelineLayout::kRowHeight, p.fontMetrics().horizontalAdvance(m.label) + 8,
+                         TimelineLayout::kRowHeight - 1);
+        p.fillRect(box, QColor(20, 20, 24, 230));
+        p.setPen(palette::kStuck.lighter(150));
+        p.drawText(box, Qt::AlignCenter, m.label);
         break;  // the rank's first lane
       }
     }

@@ -107,7 +107,7 @@ QVariant FindingsModel::data(const QModelIndex& index, int role) const {
 
 QVariant FindingsModel::headerData(int section, Qt::Orientation orientation, int role) const {
   if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
-  static const char* kNames[] = {"Severity", "Kind", "Rank", "Step", "Layer", "Collective", "Message", "Source"};
+  static const char* kNames[] = {"Severity", "Kind", "Rank", "Step", "Layer", "Collective", "Source", "Message"};
   return section >= 0 && section < kColumnCount ? QString(kNames[section]) : QVariant();
 }
 

@@ -28,7 +28,7 @@ struct EvidenceTarget {
 class FindingsModel : public QAbstractTableModel {
   Q_OBJECT
  public:
-  enum Column { kSeverity, kKind, kRank, kStep, kLayer, kCollective, kMessage, kSource, kColumnCount };
+  enum Column { kSeverity, kKind, kRank, kStep, kLayer, kCollective, kSource, kMessage, kColumnCount };
   enum Role { SeverityRole = Qt::UserRole + 1, SortRole };
 
   explicit FindingsModel(QObject* parent = nullptr);

@@ -1,0 +1,253 @@
+// Timeline benchmark: generates a run of N spans (default 10 M: 8 ranks × main thread + CUDA stream, nested
+// step/layer/op spans, kernels, TP all-reduces), then measures
+//   open:   loadRun (read + sort + LOD summaries) and the first frame's query — "open to first frame ready";
+//   frames: a zoom-in / pan / zoom-out sequence at 1600×900, each frame = the LOD query the widget makes (3 widths,
+//           see TimelineView::requestFrame) + painting into a QImage offscreen (TimelinePainter).
+// Targets (issue 6): open ≤ 2 s, every frame ≤ 16 ms. Prints figures; exits 0 (a benchmark, not a test).
+//
+// Usage: tpscope_gui_bench [--spans N] [--file PATH] [--regenerate] [--workers K]
+#include <QGuiApplication>
+#include <QImage>
+#include <QPainter>
+#include <QThread>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+
+#include "timeline_view.h"
+#include "tpscope/gui/frame_scheduler.h"
+#include "tpscope/gui/palette.h"
+#include "tpscope/gui/run_data.h"
+#include "tpscope/tracedb/writer.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace tpscope;
+using Clock = std::chrono::steady_clock;
+
+double msSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+std::string generate(const fs::path& path, int64_t target) {
+  tracedb::CreateOptions options;
+  options.overwrite = true;
+  options.runId = "bench";
+  options.source = "merge";
+  auto created = tracedb::Writer::create(path, options);
+  if (!created) return created.error();
+  tracedb::Writer& w = **created;
+  constexpr int kRanks = 8, kLayers = 24, kOpsPerLayer = 20;
+  (void)w.setMeta(tracedb::meta_keys::kClockAligned, "1");
+  for (int r = 0; r < kRanks; ++r) {
+    tracedb::RankInfo info;
+    info.rank = r;
+    info.worldSize = kRanks;
+    info.tpRank = r;
+    info.tpSize = kRanks;
+    (void)w.putRank(info);
+    (void)w.putThread({r, 0, "cpu", "main"});
+    (void)w.putThread({r, 7, "cuda-stream", "stream 7"});
+  }
+  (void)w.putGroup({"tp-0", {0, 1, 2, 3, 4, 5, 6, 7}, "nccl"});
+  std::vector<uint32_t> ops, kernels, layerNames;
+  for (const char* n : {"aten::mm", "aten::add", "aten::gelu", "aten::softmax", "aten::layer_norm", "aten::copy_"})
+    ops.push_back(*w.intern(n));
+  for (const char* n : {"sm90_xmma_gemm", "elementwise_kernel", "vectorized_layer_norm", "softmax_warp_forward"})
+    kernels.push_back(*w.intern(n));
+  for (int l = 0; l < kLayers; ++l) layerNames.push_back(*w.intern("layers." + std::to_string(l)));
+  const uint32_t stepName = *w.intern("train_step"), arName = *w.intern("all_reduce"),
+                 ncclName = *w.intern("ncclDevKernel_AllReduce_Sum_f32_RING_LL");
+  std::mt19937 rng(42);
+  int64_t written = 0, seq = 0;
+  std::vector<tracedb::SpanRow> batch;
+  for (int step = 0; written < target; ++step) {
+    (void)w.begin();
+    for (int r = 0; r < kRanks && written < target; ++r) {
+      int64_t t = step * 120'000'000LL + r * 3'000;
+      const int64_t stepBegin = t;
+      batch.clear();
+      for (int pass = 0; pass < 2; ++pass)
+        for (int l = 0; l < kLayers; ++l) {
+          const int layer = pass == 0 ? l : kLayers - 1 - l;
+          const auto phase = pass == 0 ? tracedb::Phase::Forward : tracedb::Phase::Backward;
+          const int64_t layerBegin = t;
+          int64_t k = t + 2'000;
+          for (int o = 0; o < kOpsPerLayer; ++o) {
+            const int64_t dur = 20'000 + rng() % 60'000;
+            batch.push_back({r, 0, tracedb::SpanKind::Compute, ops[rng() % ops.size()], t + 1'000, dur, step, layer,
+                             phase, {}});
+            // 2–4 kernels per op on the stream.
+            const int nk = 2 + rng() % 3;
+            for (int j = 0; j < nk; ++j) {
+              const int64_t kd = 3'000 + rng() % 15'000;
+              batch.push_back({r, 7, tracedb::SpanKind::Kernel, kernels[rng() % kernels.size()], k, kd, step, layer,
+                               phase, {}});
+              k += kd + 500;
+            }
+            t += dur + 2'000;
+          }
+          batch.push_back({r, 0, tracedb::SpanKind::Compute, layerNames[layer], layerBegin, t - layerBegin + 1'000,
+                           step, layer, phase, {}});
+          const int64_t arDur = 150'000 + rng() % 100'000;
+          batch.push_back({r, 0, tracedb::SpanKind::Comm, arName, t + 2'000, arDur, step, layer, phase, {}});
+          batch.push_back({r, 7, tracedb::SpanKind::NcclKernel, ncclName, std::max(k, t + 20'000), arDur - 20'000,
+                           step, layer, phase, {}});
+          tracedb::CollectiveRow c;
+          c.rank = r;
+          c.group = "tp-0";
+          c.seq = seq + pass * kLayers + l;
+          c.op = "all_reduce";
+          c.dtype = "bfloat16";
+          c.bytes = 16 << 20;
+          c.step = step;
+          c.layer = layer;
+          c.phase = phase;
+          c.enqueueNs = t + 2'000;
+          c.startNs = t + 20'000;
+          c.endNs = t + 2'000 + arDur;
+          c.state = tracedb::CollectiveState::Completed;
+          (void)w.upsertCollective(c);
+          t += arDur + 10'000;
+        }
+      batch.push_back({r, 0, tracedb::SpanKind::Step, stepName, stepBegin, t - stepBegin, step, -1,
+                       tracedb::Phase::None, {}});
+      if (auto s = w.addSpans(batch); !s) return s.message();
+      written += static_cast<int64_t>(batch.size());
+    }
+    seq += 2 * kLayers;
+    if (auto s = w.commit(); !s) return s.message();
+  }
+  if (auto s = w.close(); !s) return s.message();
+  return {};
+}
+
+struct Stats {
+  double median = 0, p95 = 0, max = 0;
+};
+Stats stats(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  if (v.empty()) return {};
+  return {v[v.size() / 2], v[std::min(v.size() - 1, v.size() * 95 / 100)], v.back()};
+}
+
+long rssMiB() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6) / 1024;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  setenv("QT_QPA_PLATFORM", "offscreen", 0);
+  QGuiApplication app(argc, argv);
+  int64_t spans = 10'000'000;
+  fs::path file = fs::temp_directory_path() / "tpscope-gui-bench.db";
+  bool regenerate = false;
+  int workers = std::max(1, QThread::idealThreadCount());
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--spans") && i + 1 < argc) spans = std::atoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "--file") && i + 1 < argc) file = argv[++i];
+    else if (!std::strcmp(argv[i], "--regenerate")) regenerate = true;
+    else if (!std::strcmp(argv[i], "--workers") && i + 1 < argc) workers = std::atoi(argv[++i]);
+  }
+  if (regenerate || !fs::exists(file)) {
+    const auto t0 = Clock::now();
+    if (std::string err = generate(file, spans); !err.empty()) {
+      std::fprintf(stderr, "generate: %s\n", err.c_str());
+      return 1;
+    }
+    std::printf("generated %s: %lld spans target, %.1f s, %.0f MiB\n", file.c_str(), static_cast<long long>(spans),
+                msSince(t0) / 1000, fs::file_size(file) / 1048576.0);
+  }
+
+  constexpr int kWidth = 1600, kHeight = 900;
+  const int plotWidth = kWidth - gui::TimelineLayout::kLabelWidth;
+  const auto t0 = Clock::now();
+  gui::LoadOptions options;
+  options.workers = workers;
+  auto run = gui::loadRun(file, options);
+  if (!run) {
+    std::fprintf(stderr, "open: %s\n", run.error().c_str());
+    return 1;
+  }
+  const double loadMs = msSince(t0);
+  const gui::RunData& r = **run;
+  gui::Viewport all;
+  all.widthPx = plotWidth;
+  all.nsPerPx = static_cast<double>(r.endNs - r.beginNs) * 1.02 / plotWidth;
+  all.startNs = r.beginNs;
+  const auto tf = Clock::now();
+  gui::Frame first = gui::computeFrame(*r.timeline, all);
+  const double firstMs = msSince(tf);
+  std::printf("open: %zu spans in %zu lanes, %zu collective records; load %.0f ms + first frame %.1f ms = %.0f ms "
+              "(workers %d, RSS %ld MiB)\n",
+              r.timeline->spanCount(), r.timeline->lanes().size(), r.collectives.size(), loadMs, firstMs,
+              loadMs + firstMs, workers, rssMiB());
+
+  gui::TimelineLayout layout;
+  layout.build(*r.timeline);
+  std::vector<QColor> nameColours;
+  for (const auto& s : r.timeline->strings()) nameColours.push_back(gui::palette::collectiveOp(QString::fromStdString(s)));
+  QImage image(kWidth, kHeight, QImage::Format_ARGB32_Premultiplied);
+
+  // The sequence: zoom in 40 × 0.8 around the middle, pan 40 × 15 %, zoom out 40 × 1.25.
+  std::vector<gui::Viewport> sequence;
+  gui::Viewport vp = all;
+  const int64_t middle = r.beginNs + (r.endNs - r.beginNs) / 2;
+  for (int i = 0; i < 40; ++i) {
+    vp.nsPerPx *= 0.8;
+    vp.startNs = middle - static_cast<int64_t>(vp.nsPerPx * plotWidth / 2);
+    sequence.push_back(vp);
+  }
+  for (int i = 0; i < 40; ++i) {
+    vp.startNs += static_cast<int64_t>(vp.nsPerPx * plotWidth * 0.15);
+    sequence.push_back(vp);
+  }
+  for (int i = 0; i < 40; ++i) {
+    vp.nsPerPx *= 1.25;
+    sequence.push_back(vp);
+  }
+  std::vector<double> queryMs, paintMs, totalMs;
+  size_t maxItems = 0;
+  for (const gui::Viewport& v : sequence) {
+    gui::Viewport wide = v;
+    wide.startNs -= static_cast<int64_t>(v.widthPx * v.nsPerPx);
+    wide.widthPx = v.widthPx * 3;
+    const auto q0 = Clock::now();
+    const gui::Frame frame = gui::computeFrame(*r.timeline, wide);
+    const double q = msSince(q0);
+    maxItems = std::max(maxItems, frame.itemCount());
+    const auto p0 = Clock::now();
+    {
+      QPainter p(&image);
+      gui::TimelinePainter painter;
+      painter.run = &r;
+      painter.layout = &layout;
+      painter.viewport = v;
+      painter.nameColours = &nameColours;
+      painter.paint(p, image.size(), &frame);
+    }
+    const double pm = msSince(p0);
+    queryMs.push_back(q);
+    paintMs.push_back(pm);
+    totalMs.push_back(q + pm);
+  }
+  image.save(QString::fromStdString((file.parent_path() / "tpscope-gui-bench-last-frame.png").string()));
+  const Stats qs = stats(queryMs), ps = stats(paintMs), ts = stats(totalMs);
+  std::printf("frames: %zu (zoom in ×40, pan ×40, zoom out ×40) at %dx%d, up to %zu draw items per frame\n",
+              sequence.size(), kWidth, kHeight, maxItems);
+  std::printf("  LOD query (worker thread)  median %6.2f ms  p95 %6.2f ms  max %6.2f ms\n", qs.median, qs.p95, qs.max);
+  std::printf("  paint (UI thread)          median %6.2f ms  p95 %6.2f ms  max %6.2f ms\n", ps.median, ps.p95, ps.max);
+  std::printf("  query + paint              median %6.2f ms  p95 %6.2f ms  max %6.2f ms\n", ts.median, ts.p95, ts.max);
+  std::printf("targets: open <= 2000 ms: %s (%.0f ms); every frame <= 16 ms: %s (max %.2f ms)\n",
+              loadMs + firstMs <= 2000 ? "met" : "MISSED", loadMs + firstMs, ts.max <= 16 ? "met" : "MISSED", ts.max);
+  return 0;
+}

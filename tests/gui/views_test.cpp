@@ -1,0 +1,263 @@
+// Every view rendered offscreen over the fixture run (NaN at rank 2 / layer 1, tp-0 stuck at seq 8 with rank 1
+// missing), checked for structure — lanes present, the NaN cell marked, the stuck collective highlighted — by
+// querying the widgets and sampling pixels at known places. The PNGs are kept in the build tree (screenshots/).
+#include <gtest/gtest.h>
+
+#include <QApplication>
+#include <QHeaderView>
+#include <QMessageBox>
+#include <QMimeData>
+#include <QSignalSpy>
+#include <QTest>
+#include <QUrl>
+#include <fstream>
+
+#include "fixture_run.h"
+#include "main_window.h"
+#include "tpscope/gui/palette.h"
+
+namespace tpscope::gui {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace tpscope::gui::testing;
+
+// True if some pixel of `area` (clipped to the image) is within `tolerance` (per channel) of `colour`.
+bool hasColour(const QImage& image, QRect area, const QColor& colour, int tolerance = 40) {
+  area = area.intersected(image.rect());
+  for (int y = area.top(); y <= area.bottom(); ++y)
+    for (int x = area.left(); x <= area.right(); ++x) {
+      const QColor c = image.pixelColor(x, y);
+      if (std::abs(c.red() - colour.red()) <= tolerance && std::abs(c.green() - colour.green()) <= tolerance &&
+          std::abs(c.blue() - colour.blue()) <= tolerance)
+        return true;
+    }
+  return false;
+}
+
+QImage save(QWidget* w, const std::string& name) {
+  const QImage image = w->grab().toImage();
+  const fs::path dir = fs::path(TPSCOPE_GUI_TEST_ARTEFACTS);
+  fs::create_directories(dir);
+  EXPECT_TRUE(image.save(QString::fromStdString((dir / (name + ".png")).string())));
+  return image;
+}
+
+class ViewsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = scratchDir("views");
+    ASSERT_EQ(writeFixtureRun(dir_ / "run.db"), "");
+    window_ = std::make_unique<MainWindow>(QString::fromStdString((dir_ / "settings.ini").string()));
+    window_->resize(1400, 850);
+    window_->show();
+    QSignalSpy analysed(window_->loader(), &RunLoader::analysisLoaded);
+    window_->openPath(QString::fromStdString((dir_ / "run.db").string()));
+    ASSERT_TRUE(analysed.wait(30000));
+    QCoreApplication::processEvents();
+    ASSERT_TRUE(window_->run());
+    ASSERT_TRUE(window_->analysis());
+  }
+  fs::path dir_;
+  std::unique_ptr<MainWindow> window_;
+};
+
+TEST_F(ViewsTest, TimelineShowsLanesAndTheStuckCollective) {
+  window_->tabs()->setCurrentIndex(MainWindow::kTimelineTab);
+  TimelineView* t = window_->timeline();
+  t->zoomAll();
+  t->waitForFrame();
+  const QImage image = save(t, "timeline");
+  ASSERT_EQ(t->layout().laneTop.size(), 8u);
+  const int plotLeft = TimelineLayout::kLabelWidth + 2;
+  for (int lane = 0; lane < 8; ++lane) {
+    const QRect r = t->laneRect(lane);
+    ASSERT_TRUE(image.rect().contains(r.center())) << "lane " << lane << " on screen";
+    // Spans are drawn: the main lanes show compute (blue), the stream lanes kernels (cyan).
+    const QRect plot(plotLeft, r.top(), image.width() - plotLeft - 20, r.height() - TimelineLayout::kLaneGap);
+    EXPECT_TRUE(hasColour(image, plot, lane % 2 == 0 ? palette::kind(0) : palette::kind(6), 10)) << "lane " << lane;
+  }
+  // The stuck collective: a red-outlined band from each waiting rank's arrival on its main lane; the missing rank
+  // carries a dashed red line.
+  TimelinePainter p;
+  p.viewport = t->viewport();
+  for (const auto& c : window_->run()->collectives) {
+    if (c.seq != kStuckSeq) continue;
+    const int lane = window_->run()->timeline->laneOf(c.rank, 0);
+    const QRect r = t->laneRect(lane);
+    const int x = static_cast<int>(std::lround(p.xOf(c.enqueueNs)));
+    EXPECT_TRUE(hasColour(image, QRect(x - 2, r.top() + 2, 5, r.height() - 10), palette::kStuck, 25))
+        << "stuck band on rank " << c.rank;
+  }
+  const QRect missing = t->laneRect(window_->run()->timeline->laneOf(kMissingRank, 0));
+  EXPECT_TRUE(hasColour(image, QRect(plotLeft, missing.top(), image.width() - plotLeft - 20, missing.height()),
+                        palette::kStuck, 25))
+      << "the missing rank is marked";
+}
+
+TEST_F(ViewsTest, SelectingACollectiveHighlightsItOnEveryRank) {
+  TimelineView* t = window_->timeline();
+  const auto& cs = window_->run()->collectives;
+  auto first = std::find_if(cs.begin(), cs.end(), [](const auto& c) { return c.seq == 2; });
+  ASSERT_NE(first, cs.end());
+  // Click the all-reduce span of rank 0 for seq 2 and expect the collective selected everywhere.
+  t->showRange(first->enqueueNs - 1'000'000, first->endNs.value() + 1'000'000, 0);
+  t->waitForFrame();
+  const int lane = window_->run()->timeline->laneOf(0, 0);
+  TimelinePainter p;
+  p.viewport = t->viewport();
+  const int64_t mid = (first->enqueueNs + *first->endNs) / 2;
+  // The comm span sits in row 1 of the main lane (inside the step span).
+  const QPoint click(static_cast<int>(p.xOf(mid)), t->laneRect(lane).top() + TimelineLayout::kRowHeight * 3 / 2);
+  QSignalSpy selected(t, &TimelineView::collectiveSelected);
+  QTest::mouseClick(t, Qt::LeftButton, {}, click);
+  ASSERT_EQ(selected.count(), 1);
+  EXPECT_EQ(t->selectedCollective().group, "tp-0");
+  EXPECT_EQ(t->selectedCollective().seq, 2);
+  EXPECT_TRUE(window_->details()->toPlainText().contains("tp-0 #2"));
+  t->waitForFrame();
+  const QImage image = save(t, "timeline-collective");
+  for (int rank = 0; rank < kFixtureRanks; ++rank) {
+    const QRect r = t->laneRect(window_->run()->timeline->laneOf(rank, 0));
+    EXPECT_TRUE(hasColour(image, QRect(TimelineLayout::kLabelWidth, r.top(), image.width() - 200, r.height()),
+                          palette::kHighlight, 20))
+        << "rank " << rank;
+  }
+  // Keyboard: W zooms in, A pans, Esc clears.
+  const double before = t->viewport().nsPerPx;
+  QTest::keyClick(t, Qt::Key_W);
+  EXPECT_LT(t->viewport().nsPerPx, before);
+  const int64_t start = t->viewport().startNs;
+  QTest::keyClick(t, Qt::Key_A);
+  EXPECT_LT(t->viewport().startNs, start);
+  QTest::keyClick(t, Qt::Key_Escape);
+  EXPECT_FALSE(t->selectedCollective().valid());
+  // Shift+drag measures.
+  QSignalSpy measured(t, &TimelineView::rangeMeasured);
+  QTest::mousePress(t, Qt::LeftButton, Qt::ShiftModifier, QPoint(400, 100));
+  QMouseEvent move(QEvent::MouseMove, QPointF(600, 100), t->mapToGlobal(QPointF(600, 100)), Qt::NoButton,
+                   Qt::LeftButton, Qt::ShiftModifier);
+  QApplication::sendEvent(t, &move);
+  QTest::mouseRelease(t, Qt::LeftButton, Qt::ShiftModifier, QPoint(600, 100));
+  ASSERT_EQ(measured.count(), 1);
+  EXPECT_NEAR(static_cast<double>(t->range()->second - t->range()->first), 200 * t->viewport().nsPerPx,
+              2 * t->viewport().nsPerPx);
+}
+
+TEST_F(ViewsTest, GradientHeatmapMarksTheNanCellAndJumps) {
+  window_->tabs()->setCurrentIndex(MainWindow::kGradTab);
+  GradHealthView* g = window_->gradHealth();
+  QCoreApplication::processEvents();
+  const QImage image = save(g, "grad-health");
+  QTableView* table = g->table();
+  const QModelIndex nan = g->model()->index(kNanRank, kNanLayer);
+  const QRect cell = table->visualRect(nan).translated(table->viewport()->mapTo(g, QPoint(0, 0)));
+  EXPECT_TRUE(hasColour(image, cell.adjusted(2, 2, -cell.width() / 2, -cell.height() / 2), palette::kNonFinite, 20));
+  const QModelIndex fine = g->model()->index(0, kNanLayer);
+  const QRect fineCell = table->visualRect(fine).translated(table->viewport()->mapTo(g, QPoint(0, 0)));
+  EXPECT_FALSE(hasColour(image, fineCell.adjusted(2, 2, -2, -2), palette::kNonFinite, 20));
+  // A click lands on the timeline at that rank and step.
+  QTest::mouseClick(table->viewport(), Qt::LeftButton, {}, table->visualRect(nan).center());
+  EXPECT_EQ(window_->tabs()->currentIndex(), MainWindow::kTimelineTab);
+  const Viewport vp = window_->timeline()->viewport();
+  EXPECT_LE(vp.startNs, kNanStep * kStepNs);
+  EXPECT_GE(vp.endNs(), (kNanStep + 1) * kStepNs - 400'000);
+  EXPECT_LT(vp.endNs() - vp.startNs, 2 * kStepNs);
+}
+
+TEST_F(ViewsTest, CommunicationShowsBarsOverheadAndTheCollectiveTable) {
+  window_->tabs()->setCurrentIndex(MainWindow::kCommTab);
+  CommunicationView* c = window_->communication();
+  QCoreApplication::processEvents();
+  save(c, "communication");
+  EXPECT_TRUE(c->overhead()->text().contains("Communication overhead"));
+  ASSERT_EQ(c->chartView()->chart()->series().size(), 1);
+  EXPECT_EQ(c->table()->model()->rowCount(), static_cast<int>(kStuckSeq + 1));
+  // Sorting by the State column puts the stuck collective first (descending: "stuck" > "completed").
+  c->table()->sortByColumn(CollectiveModel::kState, Qt::DescendingOrder);
+  EXPECT_EQ(c->table()->model()->index(0, CollectiveModel::kSeq).data().toLongLong(), kStuckSeq);
+  EXPECT_TRUE(c->table()->model()->index(0, 0).data(CollectiveModel::StuckRole).toBool());
+}
+
+TEST_F(ViewsTest, DesyncShowsTheMissingRank) {
+  window_->tabs()->setCurrentIndex(MainWindow::kDesyncTab);
+  DesyncView* d = window_->desync();
+  QCoreApplication::processEvents();
+  const QImage image = save(d, "desync");
+  QTableView* table = d->table();
+  int missingRow = -1;
+  for (int r = 0; r < d->model()->rowCount(); ++r)
+    if (d->model()->index(r, 0).data(DesyncModel::RankRole).toInt() == kMissingRank) missingRow = r;
+  ASSERT_GE(missingRow, 0);
+  const QRect cell =
+      table->visualRect(d->model()->index(missingRow, 0)).translated(table->viewport()->mapTo(d, QPoint(0, 0)));
+  EXPECT_TRUE(hasColour(image, cell.adjusted(1, 1, -1, -1), palette::kStuck, 20));
+  EXPECT_FALSE(d->explanation()->text().isEmpty());
+}
+
+TEST_F(ViewsTest, FindingsJumpToEvidence) {
+  window_->tabs()->setCurrentIndex(MainWindow::kFindingsTab);
+  FindingsView* f = window_->findings();
+  QCoreApplication::processEvents();
+  save(f, "findings");
+  int hang = -1;
+  for (int r = 0; r < f->model()->rowCount(); ++r)
+    if (f->model()->index(r, FindingsModel::kKind).data().toString() == "hang") hang = r;
+  ASSERT_GE(hang, 0);
+  f->activate(hang);
+  EXPECT_EQ(window_->tabs()->currentIndex(), MainWindow::kTimelineTab);
+  EXPECT_EQ(window_->timeline()->selectedCollective().seq, kStuckSeq);
+  window_->timeline()->waitForFrame();
+  save(window_->timeline(), "timeline-stuck");
+}
+
+TEST_F(ViewsTest, BadFileShowsAnErrorDialogAndKeepsTheRun) {
+  std::ofstream(dir_ / "garbage.db") << "not a database";
+  QSignalSpy failed(window_->loader(), &RunLoader::failed);
+  window_->openPath(QString::fromStdString((dir_ / "garbage.db").string()));
+  ASSERT_TRUE(failed.wait(10000));
+  EXPECT_TRUE(window_->lastError().contains("garbage.db"));
+  auto* box = window_->findChild<QMessageBox*>("errorDialog");
+  ASSERT_NE(box, nullptr);
+  EXPECT_TRUE(box->isVisible());
+  EXPECT_TRUE(box->text().contains("garbage.db"));
+  save(box, "error-dialog");
+  EXPECT_TRUE(window_->run()) << "the previous run stays open";
+  box->close();
+}
+
+TEST_F(ViewsTest, DesktopHabits) {
+  // Recent files, search, shortcuts, drag and drop, window state.
+  ASSERT_FALSE(window_->recentFiles().isEmpty());
+  EXPECT_TRUE(window_->recentFiles().front().endsWith("run.db"));
+  window_->search("layers.1.bwd");
+  const SpanRef hit = window_->timeline()->selectedSpan();
+  ASSERT_TRUE(hit.valid());
+  EXPECT_EQ(window_->run()->timeline->string(window_->run()->timeline->row(hit).name[hit.index]), "layers.1.bwd");
+  window_->search("layers.1.bwd");
+  EXPECT_NE(window_->timeline()->selectedSpan(), hit) << "Enter again goes to the next match";
+  EXPECT_TRUE(window_->shortcutsText().contains("W / S"));
+
+  ASSERT_EQ(writeFixtureRun(dir_ / "dropped.db"), "");
+  QMimeData mime;
+  mime.setUrls({QUrl::fromLocalFile(QString::fromStdString((dir_ / "dropped.db").string()))});
+  QDragEnterEvent enter(QPoint(100, 100), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+  QApplication::sendEvent(window_.get(), &enter);
+  EXPECT_TRUE(enter.isAccepted());
+  QDropEvent drop(QPointF(100, 100), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+  QSignalSpy loaded(window_->loader(), &RunLoader::runLoaded);
+  QApplication::sendEvent(window_.get(), &drop);
+  ASSERT_TRUE(loaded.wait(20000));
+  EXPECT_TRUE(window_->windowTitle().contains("dropped.db"));
+
+  window_->tabs()->setCurrentIndex(MainWindow::kDesyncTab);
+  window_->resize(1111, 777);
+  window_->close();
+  MainWindow again(QString::fromStdString((dir_ / "settings.ini").string()));
+  EXPECT_EQ(again.tabs()->currentIndex(), MainWindow::kDesyncTab);
+  EXPECT_EQ(again.size(), QSize(1111, 777));
+  EXPECT_TRUE(again.recentFiles().front().endsWith("dropped.db"));
+}
+
+}  // namespace
+}  // namespace tpscope::gui
