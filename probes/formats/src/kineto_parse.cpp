@@ -55,6 +55,19 @@ Cat categoryOf(std::string_view cat) {
 
 namespace {
 
+// A field's key as written, without copying it into the parser's string buffer (Kineto's keys hold no escapes);
+// unescaped only when it contains a backslash.
+error_code keyOf(ondemand::field& field, std::string_view& out) {
+  const char* begin = field.key().raw();
+  const char* end = begin;
+  while (*end != '"' && *end != '\\') ++end;  // stage 1 has checked that the string is terminated
+  if (*end == '"') {
+    out = std::string_view(begin, static_cast<size_t>(end - begin));
+    return SUCCESS;
+  }
+  return field.unescaped_key().get(out);
+}
+
 // Everything one event can carry that the importer uses. Reused across events (no allocation per event).
 struct EventFields {
   char ph = 0;
@@ -235,17 +248,14 @@ class FileParser {
 
   void parseArgs(ondemand::object& args, EventFields& f) {
     const bool wantNumbers = f.ph == 'C' || f.ph == 0;
-    for (auto field : args) {
+    for (auto result : args) {
+      ondemand::field field;
       std::string_view key;
-      if (field.unescaped_key().get(key)) {
+      if (std::move(result).get(field) || keyOf(field, key)) {
         f.malformed = "malformed args";
         return;
       }
-      ondemand::value v;
-      if (field.value().get(v)) {
-        f.malformed = "malformed args";
-        return;
-      }
+      ondemand::value& v = field.value();
       bool known = true;
       switch (key.empty() ? '\0' : key[0]) {
         case 'E':
@@ -352,11 +362,12 @@ class FileParser {
       if (error) return notJson(error);
       ++file_.events;
       f.reset();
-      for (auto field : obj) {
+      for (auto result : obj) {
+        ondemand::field field;
         std::string_view key;
-        if (auto e = field.unescaped_key().get(key)) return notJson(e);
-        ondemand::value v;
-        if (auto e = field.value().get(v)) return notJson(e);
+        if (auto e = std::move(result).get(field)) return notJson(e);
+        if (auto e = keyOf(field, key)) return notJson(e);
+        ondemand::value& v = field.value();
         if (key.size() == 2) {
           if (key == "ph") {
             std::string_view ph;
