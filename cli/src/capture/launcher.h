@@ -1,0 +1,68 @@
+// `tpscope capture`: launches N ranks of a training program with torchrun's environment, watches them, and turns
+// whatever happens — success, a hang, a crash, a stop on non-finite values, Ctrl-C — into one merged, diagnosed
+// run file and an exit status that says which. docs/capture.md is the user's page.
+//
+// Lifecycle (runCapture):
+//  1. Validates everything it can before starting anything (sizes, config, --inject, --health, program).
+//  2. Prepares DIR: removes the previous capture's rank-*.db, run.db and logs (nothing else), runs a TcpKvServer on
+//     loopback (clock alignment, TPSCOPE_CLOCK_STORE) and picks a free MASTER_PORT.
+//  3. Spawns the ranks (posix_spawn, each in its own process group, output to DIR/logs/rank-K.log) with
+//     MASTER_ADDR=127.0.0.1 MASTER_PORT RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE TPSCOPE_OUT TPSCOPE_RUN_ID
+//     TPSCOPE_EPOCH_NS TPSCOPE_CLOCK_STORE [TPSCOPE_INJECT TPSCOPE_HEALTH], OMP_NUM_THREADS=1 unless set.
+//  4. Polls the rank files read-only every `pollMs` (progress, live alerts) and reaps the ranks.
+//     Watchdog: no new span, collective or step on any rank for `hangTimeoutS` → stop (hang). A rank that fails
+//     (non-zero exit or signal) → stop the others. SIGINT/SIGTERM to the launcher → stop (interrupted); a second one
+//     kills at once. Stop = SIGUSR1 (dump, the recorder flushes and continues), `dumpWaitS` later SIGTERM (dump and
+//     exit), `termGraceS` later SIGKILL.
+//  5. Writes the launcher's view of each rank's end into the rank file (ranks.exit_reason, only where the launcher
+//     knows more than the rank: it crashed, was stopped, or never said) — so a later `tpscope merge` keeps it —
+//     merges DIR/rank-*.db into DIR/run.db, adds meta capture_* keys, runs the diagnosis and prints it.
+//
+// Threading: runCapture runs on the calling thread and installs SIGINT/SIGTERM handlers for its duration.
+#pragma once
+
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tpscope::cli::capture {
+
+// Exit statuses of `tpscope capture` (documented in --help and docs/capture.md).
+inline constexpr int kExitSuccess = 0;       // every rank finished
+inline constexpr int kExitFailure = 1;       // capture itself failed (e.g. no rank wrote a trace, merge failed)
+inline constexpr int kExitBadArgs = 2;       // bad arguments, config or --inject spec (also a rank refusing its config)
+inline constexpr int kExitHang = 3;          // watchdog: no progress; or a rank's collective timed out / failed
+inline constexpr int kExitCrash = 4;         // a rank crashed (signal, abort, runtime error)
+inline constexpr int kExitNonFinite = 5;     // the ranks stopped on non-finite values (--on-nonfinite stop, ...)
+inline constexpr int kExitInterrupted = 130; // Ctrl-C / SIGTERM to capture
+
+struct CaptureOptions {
+  int nproc = 0;
+  int tp = 0, dp = 0;                 // 0: derived (tp = nproc / dp, dp = 1)
+  std::filesystem::path config;       // the default program needs it
+  std::optional<int> steps;
+  std::filesystem::path out;
+  std::vector<std::string> inject;    // fault specs (fault_spec.h)
+  double hangTimeoutS = 300;
+  std::string onNonfinite;            // "", warn, skip-step, stop
+  std::string health;                 // health-rule options (health_rules.h)
+  std::vector<std::string> program;   // after `--`; empty: tpscope-train
+  std::filesystem::path self;         // this executable (to find tpscope-train beside it)
+  double dumpWaitS = 2.0;             // SIGUSR1 → SIGTERM
+  double termGraceS = 5.0;            // SIGTERM → SIGKILL
+  int pollMs = 250;
+  int maxFindings = 12;               // printed; `tpscope diagnose` shows all
+};
+
+// Runs a capture; returns the exit status above. Messages go to `out` (progress, alerts, diagnosis) and `err`
+// (errors); `tty` selects the redrawn progress bar.
+int runCapture(const CaptureOptions& options, std::FILE* out, std::FILE* err, bool tty);
+
+// Where the default program is: beside `self`, in ../core/ (the build tree), then on PATH. Empty if not found.
+std::filesystem::path findTrainProgram(const std::filesystem::path& self);
+// `name` as is when it contains '/', else the first executable match on PATH. Empty if not found.
+std::filesystem::path resolveProgram(const std::string& name);
+
+}  // namespace tpscope::cli::capture

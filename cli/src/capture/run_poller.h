@@ -1,0 +1,67 @@
+// Live view of a capture in progress: polls the ranks' files (DIR/rank-K.db) read-only, a few times a second, for
+// progress (new spans, collectives, steps) and new alerts. The recorder writes them in WAL mode, so a reader sees
+// every committed flush without blocking the writer. A file that does not exist yet (the rank is still starting)
+// or cannot be read at the moment is simply retried at the next poll.
+//
+// Threading: the launcher's thread only.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tpscope::tracedb {
+class Reader;
+}
+
+namespace tpscope::cli::capture {
+
+struct RankProgress {
+  bool seen = false;           // the file has been opened at least once
+  std::string host;
+  int64_t maxSpanId = 0;       // progress signature: grows with every flushed span ...
+  int64_t maxCollectiveId = 0; // ... collective ...
+  int lastStep = 0;            // ... and step (step_stats)
+  double lastLoss = 0;
+  int64_t tokens = 0;          // tokens of the rank's last step
+  int64_t lastStepEndNs = 0;   // file ns
+  double meanStepNs = 0;       // over the last (up to 8) steps
+  int64_t lastAlertId = 0;
+};
+
+struct LiveAlert {
+  int rank = 0;
+  std::string host;
+  int step = -1;
+  int layer = -1;
+  std::string severity, kind, param, message, evidence;
+};
+
+class RunPoller {
+ public:
+  RunPoller(std::filesystem::path dir, int ranks);
+  ~RunPoller();
+
+  // Reads every rank file once. Returns true when some rank recorded a new span, collective or step since the
+  // previous poll. New alerts are appended to `alerts` in the order each rank wrote them.
+  bool poll(std::vector<LiveAlert>* alerts);
+  // Closes the files (before the merge, so nothing holds them open).
+  void close();
+
+  const RankProgress& rank(int r) const { return progress_[static_cast<size_t>(r)]; }
+  int ranks() const { return static_cast<int>(progress_.size()); }
+  // The step every rank has finished (min over ranks of their last step; 0 before any).
+  int completedStep() const;
+
+ private:
+  bool pollRank(int r, std::vector<LiveAlert>* alerts);
+
+  std::filesystem::path dir_;
+  std::vector<RankProgress> progress_;
+  std::vector<std::unique_ptr<tracedb::Reader>> readers_;
+};
+
+}  // namespace tpscope::cli::capture
