@@ -3,11 +3,15 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <map>
 #include <memory>
 #include <system_error>
+#include <thread>
+#include <unordered_map>
 
 #include "json_text.h"
 #include "kineto_model.h"
@@ -63,6 +67,67 @@ std::string runIdFor(std::span<const fs::path> inputs) {
 }
 
 
+// Files parsed at once (each holds about 3x its JSON in memory while it is parsed).
+constexpr size_t kMaxLoadThreads = 8;
+
+// One input, parsed and interpreted; span names are ids into `names` until the write phase interns them.
+struct LoadedFile {
+  Status status;
+  kineto::RankModel model;
+  std::vector<std::string> names;
+  std::string rankSource;
+  std::string deviceProperties;
+  int64_t events = 0, jsonBytes = 0;
+  bool compressed = false;
+  double parseSeconds = 0, modelSeconds = 0;
+};
+
+LoadedFile loadFile(const fs::path& path, size_t index) {
+  using Clock = std::chrono::steady_clock;
+  LoadedFile out;
+  const auto parseStart = Clock::now();
+  auto parsed = kineto::parseKinetoFile(path);
+  out.parseSeconds = std::chrono::duration<double>(Clock::now() - parseStart).count();
+  if (!parsed) {
+    out.status = parsed.status();
+    return out;
+  }
+  const kineto::KinetoFile& file = *parsed;
+  std::optional<int> rank = file.rank;
+  out.rankSource = "distributedInfo.rank";
+  if (!rank) {
+    rank = kineto::rankFromFileName(path.filename().string());
+    out.rankSource = "file name";
+  }
+  if (!rank) {
+    rank = static_cast<int>(index);
+    out.rankSource = "input order";
+  }
+  if (*rank < 0) {
+    out.status = Status::error(path.string() + ": negative rank " + std::to_string(*rank));
+    return out;
+  }
+  std::unordered_map<std::string_view, uint32_t> ids;  // views into `file`, alive until the model is built
+  kineto::InternFn intern = [&](std::string_view name) -> Result<uint32_t> {
+    auto [it, inserted] = ids.emplace(name, static_cast<uint32_t>(out.names.size()));
+    if (inserted) out.names.emplace_back(name);
+    return it->second;
+  };
+  const auto modelStart = Clock::now();
+  auto model = kineto::buildRankModel(file, *rank, intern);
+  out.modelSeconds = std::chrono::duration<double>(Clock::now() - modelStart).count();
+  if (!model) {
+    out.status = model.status();
+    return out;
+  }
+  out.model = std::move(*model);
+  out.deviceProperties = file.deviceProperties;
+  out.events = file.events;
+  out.jsonBytes = static_cast<int64_t>(file.buffer.size);
+  out.compressed = file.buffer.compressed;
+  return out;
+}
+
 }  // namespace
 
 std::string KinetoImportStats::summary() const {
@@ -101,6 +166,53 @@ Result<KinetoImportStats> importKineto(std::span<const fs::path> inputs, const f
   for (const fs::path& input : inputs)
     if (fs::exists(output, ec) && fs::equivalent(input, output, ec))
       return Status::error(output.string() + ": the output file is also an input; choose another output");
+
+  // Load: read, parse and interpret the files in parallel (one file per worker; files are independent).
+  using Clock = std::chrono::steady_clock;
+  auto seconds = [](Clock::time_point from) { return std::chrono::duration<double>(Clock::now() - from).count(); };
+  std::vector<LoadedFile> loaded(inputs.size());
+  {
+    std::atomic<size_t> next{0};
+    auto work = [&] {
+      for (size_t i = next++; i < inputs.size(); i = next++) loaded[i] = loadFile(inputs[i], i);
+    };
+    const size_t workers = std::min<size_t>({inputs.size(), std::max(1u, std::thread::hardware_concurrency()),
+                                             kMaxLoadThreads});
+    std::vector<std::thread> threads;
+    for (size_t t = 1; t < workers; ++t) threads.emplace_back(work);
+    work();
+    for (auto& t : threads) t.join();
+  }
+  KinetoImportStats stats;
+  std::map<int, fs::path> rankOwner;
+  std::string inputsJson = "[", devicesJson = "{";
+  for (size_t i = 0; i < inputs.size(); ++i) {  // errors in input order, whichever worker met them first
+    LoadedFile& f = loaded[i];
+    if (!f.status) return f.status;
+    auto [owner, inserted] = rankOwner.emplace(f.model.rank, inputs[i]);
+    if (!inserted)
+      return Status::error(inputs[i].string() + ": holds rank " + std::to_string(f.model.rank) + " (from its " +
+                           f.rankSource + "), which " + owner->second.string() +
+                           " holds too; give each rank's trace once");
+    stats.parseSeconds += f.parseSeconds;
+    stats.modelSeconds += f.modelSeconds;
+    stats.events += f.events;
+    stats.inputBytes += f.jsonBytes;
+    if (i) inputsJson += ",";
+    inputsJson += "{\"file\":";
+    appendJsonString(inputsJson, inputs[i].filename().string());
+    inputsJson += ",\"rank\":" + std::to_string(f.model.rank) + ",\"rank_from\":";
+    appendJsonString(inputsJson, f.rankSource);
+    inputsJson += ",\"bytes\":" + std::to_string(f.jsonBytes) + ",\"gzip\":" + (f.compressed ? "true" : "false") + "}";
+    if (!f.deviceProperties.empty()) {
+      if (devicesJson.size() > 1) devicesJson += ",";
+      devicesJson += "\"" + std::to_string(f.model.rank) + "\":" + f.deviceProperties;
+    }
+  }
+  inputsJson += "]";
+  devicesJson += "}";
+
+  // Write: one transaction into a temporary file, renamed onto the output when complete.
   TempFileGuard temp{dir / ("." + output.filename().string() + ".tmp-" + std::to_string(::getpid()))};
   removeWithSidecars(temp.path);
   tracedb::CreateOptions options;
@@ -118,65 +230,26 @@ Result<KinetoImportStats> importKineto(std::span<const fs::path> inputs, const f
     return Status::error(temp.path.string() + ": cannot configure the output for a bulk load: " +
                          sqlite3_errmsg(writer->handle()));
   if (Status s = writer->begin(); !s) return s;
-
-  kineto::InternFn intern = [&](std::string_view name) { return writer->intern(name); };
-  KinetoImportStats stats;
-  std::vector<kineto::RankModel> models;
-  std::map<int, fs::path> rankOwner;
-  std::string inputsJson = "[", devicesJson = "{";
-  using Clock = std::chrono::steady_clock;
-  auto seconds = [](Clock::time_point from) { return std::chrono::duration<double>(Clock::now() - from).count(); };
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const auto parseStart = Clock::now();
-    auto parsed = kineto::parseKinetoFile(inputs[i]);
-    stats.parseSeconds += seconds(parseStart);
-    if (!parsed) return parsed.status();
-    kineto::KinetoFile file = std::move(*parsed);
-    std::string rankSource = "distributedInfo.rank";
-    std::optional<int> rank = file.rank;
-    if (!rank) {
-      rank = kineto::rankFromFileName(inputs[i].filename().string());
-      rankSource = "file name";
-    }
-    if (!rank) {
-      rank = static_cast<int>(i);
-      rankSource = "input order";
-    }
-    if (*rank < 0) return Status::error(inputs[i].string() + ": negative rank " + std::to_string(*rank));
-    auto [owner, inserted] = rankOwner.emplace(*rank, inputs[i]);
-    if (!inserted)
-      return Status::error(inputs[i].string() + ": holds rank " + std::to_string(*rank) + " (from its " + rankSource +
-                           "), which " + owner->second.string() + " holds too; give each rank's trace once");
-    const auto modelStart = Clock::now();
-    auto model = kineto::buildRankModel(file, *rank, intern);
-    if (!model) return model.status();
-    stats.modelSeconds += seconds(modelStart);
-    stats.events += file.events;
-    stats.inputBytes += static_cast<int64_t>(file.buffer.size);
-    if (i) inputsJson += ",";
-    inputsJson += "{\"file\":";
-    appendJsonString(inputsJson, inputs[i].filename().string());
-    inputsJson += ",\"rank\":" + std::to_string(*rank) + ",\"rank_from\":";
-    appendJsonString(inputsJson, rankSource);
-    inputsJson += ",\"bytes\":" + std::to_string(file.buffer.size) +
-                  ",\"gzip\":" + (file.buffer.compressed ? "true" : "false") + "}";
-    if (!file.deviceProperties.empty()) {
-      if (devicesJson.size() > 1) devicesJson += ",";
-      devicesJson += "\"" + std::to_string(*rank) + "\":" + file.deviceProperties;
-    }
-    models.push_back(std::move(*model));
-  }
-  inputsJson += "]";
-  devicesJson += "}";
+  std::vector<kineto::RankModel*> models;
+  for (LoadedFile& f : loaded) models.push_back(&f.model);
 
   const auto writeStart = Clock::now();
-  int64_t epoch = models.front().minNs;
-  for (const auto& m : models) epoch = std::min(epoch, m.minNs);
+  int64_t epoch = models.front()->minNs;
+  for (const auto* m : models) epoch = std::min(epoch, m->minNs);
 
   std::map<std::string, tracedb::GroupInfo> groups;
   std::vector<tracedb::SpanRow> chunk;
   chunk.reserve(kSpanChunk);
-  for (kineto::RankModel& m : models) {
+  for (size_t i = 0; i < models.size(); ++i) {
+    kineto::RankModel& m = *models[i];
+    // Span names were interned per file while loading; map them to the output's string ids once per name.
+    std::vector<uint32_t> nameIds;
+    nameIds.reserve(loaded[i].names.size());
+    for (const std::string& name : loaded[i].names) {
+      auto id = writer->intern(name);
+      if (!id) return id.status();
+      nameIds.push_back(*id);
+    }
     tracedb::RankInfo info = m.info;
     if (info.startNs) *info.startNs -= epoch;
     if (info.endNs) *info.endNs -= epoch;
@@ -192,6 +265,7 @@ Result<KinetoImportStats> importKineto(std::span<const fs::path> inputs, const f
       for (size_t j = k; j < std::min(m.spans.size(), k + kSpanChunk); ++j) {
         chunk.push_back(m.spans[j]);
         chunk.back().beginNs -= epoch;
+        chunk.back().name = nameIds[chunk.back().name];
       }
       if (Status s = writer->addSpans(chunk); !s) return s;
     }

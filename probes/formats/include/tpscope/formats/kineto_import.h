@@ -21,7 +21,10 @@
 // naming the file, and no output file is left behind. Unknown or malformed single events are not fatal: they are
 // counted per kind in KinetoImportStats and stored in meta 'kineto_import_skipped' (JSON object kind -> count).
 // Output: written through tracedb::Writer to a temporary file beside `output`, indexed, then renamed onto it; an
-// existing `output` is replaced only on success.
+// existing `output` is replaced only on success, and an output that is one of the inputs is refused.
+// Threading: the inputs are read and interpreted in parallel, up to 8 files at once (each needs about 3x its JSON
+// in memory while it is parsed); the output is written by the calling thread. Concurrent calls with different
+// outputs are safe.
 #pragma once
 
 #include <cstdint>
@@ -45,10 +48,10 @@ struct KinetoImportStats {
   int64_t threads = 0;         // thread lanes written (CPU threads and GPU streams)
   int64_t flows = 0;           // ac2g flow events that supplied a missing correlation id
   std::map<std::string, int64_t> skipped;  // reason -> count: unknown phases, malformed events (not fatal)
-  double seconds = 0;          // wall time of the import, of which:
-  double parseSeconds = 0;     //   reading, inflating and parsing the JSON
-  double modelSeconds = 0;     //   interpreting events (lanes, nesting, collectives, correlation)
-  double writeSeconds = 0;     //   writing rows, building indexes, closing the file
+  double seconds = 0;          // wall time of the import
+  double parseSeconds = 0;     // reading, inflating and parsing the JSON (summed over files, which may overlap)
+  double modelSeconds = 0;     // interpreting events: lanes, nesting, collectives, correlation (summed likewise)
+  double writeSeconds = 0;     // writing rows, building indexes, closing the file
 
   // One or two lines for the CLI, e.g. "imported 2 ranks from 2 files (12.3 MB): 5123 spans, 96 collectives, ...".
   std::string summary() const;
