@@ -40,33 +40,18 @@ void shiftId(json& args, const char* key, int64_t offset) {
   if (args.contains(key) && args[key].is_number_integer()) args[key] = args[key].get<int64_t>() + offset;
 }
 
-LargeTrace build(int64_t minBytes) {
-  fs::path source = sharedTrace("nccl_parser_config_nccl_data.json.gz");
-  if (source.empty()) source = fs::path(TPSCOPE_FORMATS_FIXTURES) / "nccl_meta_rank-0.json";
-  json doc = json::parse(readAll(source));
-  json events = doc["traceEvents"];
-  double lo = 1e300, hi = -1e300;
-  for (const auto& e : events)
-    if (e.is_object() && e.contains("ts") && e["ts"].is_number()) {
-      lo = std::min(lo, e["ts"].get<double>());
-      hi = std::max(hi, e["ts"].get<double>() + e.value("dur", 0.0));
-    }
-  const double period = hi - lo + 1000.0;  // µs between copies
-
-  LargeTrace t;
-  const fs::path dir = fs::temp_directory_path() / ("tpscope-formats-bench-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  t.json = dir / "large_rank-0.json";
-  t.gzip = dir / "large_rank-0.json.gz";
-  t.run = dir / "large.db";
-  std::ofstream out(t.json, std::ios::binary);
+// Writes `events` repeated (shifted by `period` µs, ids offset) until at least minBytes; returns the event count.
+int64_t writeTrace(const fs::path& path, const json& doc, const json& events, double period, int64_t minBytes,
+                   int rank) {
+  std::ofstream out(path, std::ios::binary);
   json head = doc;
   head.erase("traceEvents");
+  if (head.contains("distributedInfo")) head["distributedInfo"]["rank"] = rank;
   std::string text = head.dump();
   text.pop_back();  // '}'
   text += ", \"traceEvents\": [\n";
   out << text;
-  int64_t written = static_cast<int64_t>(text.size());
+  int64_t written = static_cast<int64_t>(text.size()), count = 0;
   bool first = true;
   for (int copy = 0; written < minBytes; ++copy) {
     const int64_t idOffset = static_cast<int64_t>(copy) * 100'000'000;
@@ -83,14 +68,40 @@ LargeTrace build(int64_t minBytes) {
       chunk += first ? "" : ",\n";
       first = false;
       chunk += e.dump();
-      ++t.events;
+      ++count;
     }
     out << chunk;
     written += static_cast<int64_t>(chunk.size());
   }
   out << "\n]}\n";
-  out.close();
+  return count;
+}
+
+LargeTrace build(int64_t minBytes) {
+  fs::path source = sharedTrace("nccl_parser_config_nccl_data.json.gz");
+  if (source.empty()) source = fs::path(TPSCOPE_FORMATS_FIXTURES) / "nccl_meta_rank-0.json";
+  json doc = json::parse(readAll(source));
+  const json events = doc["traceEvents"];
+  double lo = 1e300, hi = -1e300;
+  for (const auto& e : events)
+    if (e.is_object() && e.contains("ts") && e["ts"].is_number()) {
+      lo = std::min(lo, e["ts"].get<double>());
+      hi = std::max(hi, e["ts"].get<double>() + e.value("dur", 0.0));
+    }
+  const double period = hi - lo + 1000.0;  // µs between copies
+
+  LargeTrace t;
+  const fs::path dir = fs::temp_directory_path() / ("tpscope-formats-bench-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  t.json = dir / "large_rank-0.json";
+  t.gzip = dir / "large_rank-0.json.gz";
+  t.run = dir / "large.db";
+  t.events = writeTrace(t.json, doc, events, period, minBytes, 0);
   t.jsonBytes = static_cast<int64_t>(fs::file_size(t.json));
+  for (int r = 0; r < 4; ++r) {
+    t.ranks.push_back(dir / ("quarter_rank-" + std::to_string(r) + ".json"));
+    writeTrace(t.ranks.back(), doc, events, period, minBytes / 4, r);
+  }
 
   const std::string plain = readAll(t.json);
   gzFile gz = gzopen(t.gzip.c_str(), "wb1");

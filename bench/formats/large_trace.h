@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <vector>
 
 namespace tpscope::formats::bench {
 
@@ -11,6 +12,7 @@ struct LargeTrace {
   std::filesystem::path json;     // plain JSON, object form
   std::filesystem::path gzip;     // the same, gzip level 1
   std::filesystem::path run;      // json imported (for the export benchmark)
+  std::vector<std::filesystem::path> ranks;  // 4 ranks' traces, a quarter of the size each (parallel import)
   int64_t jsonBytes = 0;
   int64_t events = 0;
 };

@@ -1,5 +1,9 @@
 #include "gzip_file.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -14,10 +18,6 @@ namespace {
 
 using tracedb::Result;
 using tracedb::Status;
-
-struct FileCloser {
-  void operator()(std::FILE* f) const { std::fclose(f); }
-};
 
 Status inflateInto(const std::filesystem::path& path, const JsonBuffer& in, JsonBuffer& out) {
   // ISIZE (the last 4 bytes: uncompressed size mod 2^32) is a good first guess for the output size.
@@ -91,21 +91,42 @@ void JsonBuffer::pad() { std::memset(data.get() + size, 0, kPadding); }
 Result<JsonBuffer> readJsonFile(const std::filesystem::path& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) return Status::error(path.string() + ": is a directory");
-  std::unique_ptr<std::FILE, FileCloser> f(std::fopen(path.c_str(), "rb"));
-  if (!f) return Status::error(path.string() + ": cannot open: " + std::strerror(errno));
-  std::fseek(f.get(), 0, SEEK_END);
-  const long len = std::ftell(f.get());
-  std::fseek(f.get(), 0, SEEK_SET);
-  if (len < 0) return Status::error(path.string() + ": cannot determine the file size");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::error(path.string() + ": cannot open: " + std::strerror(errno));
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || st.st_size < 0) return Status::error(path.string() + ": cannot determine the file size");
+  const size_t len = static_cast<size_t>(st.st_size);
   if (len == 0) return Status::error(path.string() + ": empty file");
 
   JsonBuffer raw;
-  raw.fileBytes = static_cast<size_t>(len);
-  raw.reserve(static_cast<size_t>(len));
-  if (std::fread(raw.data.get(), 1, static_cast<size_t>(len), f.get()) != static_cast<size_t>(len))
-    return Status::error(path.string() + ": read error: " + std::strerror(errno));
-  raw.size = static_cast<size_t>(len);
-  raw.pad();
+  raw.fileBytes = len;
+  raw.size = len;
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t mappedBytes = (len + page - 1) / page * page;
+  if (S_ISREG(st.st_mode) && mappedBytes - len >= JsonBuffer::kPadding) {
+    void* m = ::mmap(nullptr, mappedBytes, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    if (m != MAP_FAILED) {
+      ::madvise(m, mappedBytes, MADV_SEQUENTIAL);
+      raw.mapped = std::shared_ptr<const char>(static_cast<const char*>(m),
+                                               [mappedBytes](const char* p) { ::munmap(const_cast<char*>(p), mappedBytes); });
+      raw.capacity = mappedBytes;
+    }
+  }
+  if (!raw.mapped) {
+    raw.reserve(len);
+    size_t got = 0;
+    while (got < len) {
+      const ssize_t n = ::read(fd, raw.data.get() + got, len - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return Status::error(path.string() + ": read error: " + (n < 0 ? std::strerror(errno) : "file shrank"));
+      got += static_cast<size_t>(n);
+    }
+    raw.pad();
+  }
   if (len >= 2 && static_cast<unsigned char>(raw.text()[0]) == 0x1f && static_cast<unsigned char>(raw.text()[1]) == 0x8b) {
     JsonBuffer text;
     text.fileBytes = raw.fileBytes;
