@@ -248,6 +248,24 @@ TEST(ChromeExport, ImportedKinetoRunLinksTheRanks) {
   EXPECT_EQ(streams, (std::set<std::string>{"stream 7", "stream 40"}));
 }
 
+TEST(ChromeExport, EmptyRunIsAValidEmptyTrace) {
+  ScratchDir dir;
+  {
+    tracedb::CreateOptions options;
+    options.runId = "empty";
+    auto created = tracedb::Writer::create(dir / "run.db", options);
+    ASSERT_TRUE(created) << created.error();
+    ASSERT_TRUE((*created)->close());
+  }
+  ChromeExportStats stats;
+  const json doc = exportAndParse(dir / "run.db", dir / "trace.json", &stats);
+  ASSERT_TRUE(doc.is_object());
+  EXPECT_TRUE(doc["traceEvents"].is_array());
+  EXPECT_TRUE(doc["traceEvents"].empty());
+  EXPECT_EQ(stats.ranks, 0);
+  EXPECT_EQ(doc["otherData"]["run_id"], "empty");
+}
+
 TEST(ChromeExport, BadRunOrOutputIsAnErrorWithoutOutput) {
   ScratchDir dir;
   writeFile(dir / "garbage.db", "not a database at all");
