@@ -1,0 +1,47 @@
+// tpscope merge DIR|FILES... -o RUN: per-rank files → one run file (tracedb::merge).
+#include <iostream>
+
+#include "command.h"
+#include "tpscope/tracedb/merge.h"
+
+namespace tpscope::cli {
+namespace {
+
+struct MergeArgs {
+  std::vector<std::filesystem::path> inputs;
+  std::filesystem::path output;
+};
+
+void addMerge(CLI::App& app, Context& ctx) {
+  auto args = std::make_shared<MergeArgs>();
+  auto* cmd = app.add_subcommand("merge", "Merge per-rank trace files (a capture folder or files) into one run file");
+  cmd->add_option("inputs", args->inputs, "A capture folder (its rank-*.db files) or rank files")->required();
+  cmd->add_option("-o,--output", args->output, "The run file to write (replaced only on success)")->required();
+  cmd->callback([args, &ctx]() {
+    std::vector<std::filesystem::path> files;
+    std::error_code ec;
+    if (args->inputs.size() == 1 && std::filesystem::is_directory(args->inputs[0], ec)) {
+      files = tracedb::rankFiles(args->inputs[0]);
+      if (files.empty()) {
+        printError("merge", args->inputs[0].string() + ": no rank-*.db files in this folder");
+        ctx.exitCode = kExitBadInput;
+        return;
+      }
+    } else {
+      files = args->inputs;
+    }
+    auto stats = tracedb::merge(files, args->output);
+    if (!stats) {
+      printError("merge", stats.error());
+      ctx.exitCode = kExitBadInput;
+      return;
+    }
+    std::cout << "merged " << stats->ranks << " rank" << (stats->ranks == 1 ? "" : "s") << " (" << stats->spans
+              << " spans, " << stats->collectives << " collective records) into " << args->output.string() << "\n";
+  });
+}
+
+TPS_REGISTER_COMMAND(10, addMerge);
+
+}  // namespace
+}  // namespace tpscope::cli

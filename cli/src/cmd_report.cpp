@@ -1,0 +1,130 @@
+// tpscope report RUN [--json] [--steps]: time breakdown per rank (and step), collective table, TP model check,
+// stragglers.
+#include <iostream>
+
+#include "command.h"
+#include "text.h"
+#include "tpscope/analysis/json_output.h"
+#include "tpscope/analysis/report.h"
+
+namespace tpscope::cli {
+namespace {
+
+using analysis::TimeShares;
+
+std::vector<std::string> sharesRow(std::string first, int steps, const TimeShares& t) {
+  const double perStep = steps > 0 ? static_cast<double>(t.stepNs) / steps : 0.0;
+  return {std::move(first),      std::to_string(steps), ms(perStep),           pct(t.pct(t.computeNs)),
+          pct(t.pct(t.commNs)),  pct(t.pct(t.exposedCommNs)), pct(t.pct(t.otherNs)), pct(t.pct(t.idleNs))};
+}
+
+void printText(const analysis::Report& r, const std::string& file, bool steps, std::ostream& out) {
+  const auto& b = r.breakdown;
+  int maxSteps = 0;
+  for (const auto& rb : b.ranks) maxSteps = std::max(maxSteps, rb.steps);
+  out << file << ": " << b.ranks.size() << " rank" << (b.ranks.size() == 1 ? "" : "s") << ", " << maxSteps
+      << " step" << (maxSteps == 1 ? "" : "s") << " (step windows from " << analysis::stepSourceName(b.source)
+      << ")\n\n";
+  if (b.ranks.empty()) {
+    out << "no spans or collectives recorded\n";
+    return;
+  }
+  Table t({"rank", "steps", "step ms", "compute", "comm", "exposed comm", "other", "idle"});
+  for (const auto& rb : b.ranks) t.add(sharesRow(std::to_string(rb.rank), rb.steps, rb.time));
+  t.add(sharesRow("all", static_cast<int>(b.steps.size()), b.run));
+  t.print(out);
+  out << "comm overhead (exposed communication / step time): run " << pct(b.run.commOverheadPct()) << "\n";
+  if (steps) {
+    out << "\n";
+    Table s({"rank", "step", "step ms", "compute", "comm", "exposed comm", "other", "idle"});
+    for (const auto& sb : b.steps) {
+      auto row = sharesRow(std::to_string(sb.rank), 1, sb.time);
+      row[1] = std::to_string(sb.step);
+      s.add(row);
+    }
+    s.print(out);
+  }
+
+  const auto& ca = r.collectives;
+  if (!ca.stats.empty()) {
+    out << "\n";
+    Table c({"group", "op", "n", "count", "size each", "total ms", "latency ms", "algbw GB/s", "busbw GB/s",
+             "skew mean ms", "skew max ms"},
+            "ll");
+    for (const auto& s : ca.stats) {
+      c.add({s.group, s.op, std::to_string(s.groupSize), std::to_string(s.count) +
+                                                           (s.incomplete ? " (+" + std::to_string(s.incomplete) +
+                                                                               " incomplete)"
+                                                                         : ""),
+             bytes(s.count ? static_cast<double>(s.bytes) / s.count : 0), ms(s.totalNs), ms(s.latencyNs),
+             gbps(s.algbwGbps), gbps(s.busbwGbps), ms(s.meanSkewNs), ms(s.maxSkewNs)});
+    }
+    c.print(out);
+    out << "(GB/s = 1e9 bytes/s; busbw = algbw × nccl-tests factor: all-reduce 2(n−1)/n, all-gather and "
+           "reduce-scatter (n−1)/n)\n";
+  }
+
+  const auto& tp = ca.tp;
+  if (tp.measuredPerStep > 0 || tp.haveModel) {
+    out << "\nTP all-reduce (group tp-*): " << fixed(tp.measuredPerStep, 1) << "/step, " << bytes(tp.measuredBytesEach)
+        << " each, busbw " << gbps(tp.busbwGbps) << " GB/s";
+    if (tp.haveModel) {
+      out << " — the model expects " << tp.expectedPerStep << " per step (4 per layer × " << tp.model.layers
+          << " layers";
+      if (tp.model.gradAccumSteps > 1) out << " × " << tp.model.gradAccumSteps << " micro-batches";
+      out << ", " << tp.expectedElements << " elements each), ";
+      if (tp.model.sequenceParallel) out << "not comparable (sequence parallelism is on)";
+      else if (tp.matches) out << "matches";
+      else out << "measured " << fixed(tp.measuredModelSizedPerStep, 1) << " of that size: does not match";
+    } else {
+      out << " (no model dimensions in meta 'config' to compare with)";
+    }
+    out << "\n";
+  }
+  const auto& st = ca.stragglers;
+  if (!st.ranks.empty() && st.ranks.front().causedWaitNs > 0) {
+    const auto& top = st.ranks.front();
+    out << "straggler: rank " << top.rank << " arrives last at " << pct(top.lastPct()) << " of its collectives ("
+        << top.lastCount << " of " << top.collectives << "); the others wait " << ms(top.causedWaitNs) << " ms";
+    if (st.steps > 0) out << " in total, " << ms(static_cast<double>(top.causedWaitNs) / st.steps) << " ms per step";
+    out << " on it\n";
+  }
+  if (st.undecided > 0)
+    out << st.undecided << " collective" << (st.undecided == 1 ? "" : "s")
+        << " with arrival skew within the clock uncertainty (order undecided)\n";
+}
+
+struct ReportArgs {
+  std::filesystem::path run;
+  bool json = false;
+  bool steps = false;
+};
+
+void addReport(CLI::App& app, Context& ctx) {
+  auto args = std::make_shared<ReportArgs>();
+  auto* cmd = app.add_subcommand("report", "Time breakdown per rank and step, collective bandwidth, TP model check, "
+                                           "stragglers");
+  cmd->add_option("run", args->run, "Run file")->required();
+  cmd->add_flag("--json", args->json, "Print JSON (fields in docs/diagnosis.md)");
+  cmd->add_flag("--steps", args->steps, "Also print the breakdown of every step of every rank");
+  cmd->callback([args, &ctx]() {
+    auto reader = openRun(args->run);
+    if (!reader) {
+      ctx.exitCode = kExitBadInput;
+      return;
+    }
+    auto report = analysis::buildReport(*reader);
+    if (!report) {
+      printError("report", report.error());
+      ctx.exitCode = kExitBadInput;
+      return;
+    }
+    if (args->json) std::cout << analysis::reportToJson(*report, args->run.string());
+    else printText(*report, args->run.string(), args->steps, std::cout);
+  });
+}
+
+TPS_REGISTER_COMMAND(30, addReport);
+
+}  // namespace
+}  // namespace tpscope::cli
