@@ -246,6 +246,69 @@ class FileParser {
     return {};
   }
 
+  // The args the importer reads. Collective metadata keys mark the event as carrying metadata.
+  struct IntArg {
+    std::string_view key;
+    int64_t EventFields::*field;
+  };
+  struct MetaIntArg {
+    std::string_view key;
+    int64_t CollectiveMeta::*field;
+  };
+  struct MetaStringArg {
+    std::string_view key;
+    std::string_view CollectiveMeta::*field;
+    bool marksMeta;
+  };
+  static constexpr IntArg kIntArgs[] = {{"External id", &EventFields::externalId},
+                                        {"correlation", &EventFields::correlation},
+                                        {"device", &EventFields::device},
+                                        {"stream", &EventFields::stream}};
+  static constexpr MetaIntArg kMetaIntArgs[] = {{"In msg nelems", &CollectiveMeta::inNelems},
+                                                {"Out msg nelems", &CollectiveMeta::outNelems},
+                                                {"Group size", &CollectiveMeta::groupSize},
+                                                {"Seq", &CollectiveMeta::seq},
+                                                {"seq", &CollectiveMeta::seq}};
+  static constexpr MetaStringArg kMetaStringArgs[] = {{"Collective name", &CollectiveMeta::name, true},
+                                                      {"dtype", &CollectiveMeta::dtype, true},
+                                                      {"Process Group Name", &CollectiveMeta::pgName, true},
+                                                      {"Process Group Ranks", &CollectiveMeta::pgRanks, true},
+                                                      {"Process Group Description", &CollectiveMeta::pgDesc, false}};
+
+  // Reads `key` into `f` if it is an arg the importer uses; false for any other arg.
+  bool parseKnownArg(std::string_view key, ondemand::value& v, EventFields& f) {
+    for (const IntArg& a : kIntArgs)
+      if (key == a.key) {
+        intValue(v, f.*a.field);
+        return true;
+      }
+    for (const MetaIntArg& a : kMetaIntArgs)
+      if (key == a.key) {
+        f.hasMeta = true;
+        intValue(v, f.meta.*a.field);
+        return true;
+      }
+    for (const MetaStringArg& a : kMetaStringArgs)
+      if (key == a.key) {
+        f.hasMeta = f.hasMeta || a.marksMeta;
+        f.meta.*a.field = stringOrRaw(v);
+        return true;
+      }
+    std::string_view* raw = key == "Input Dims" ? &f.inputDims : key == "Input type" ? &f.inputTypes : nullptr;
+    if (raw) {
+      ondemand::array a;
+      if (!v.get_array().get(a) && a.raw_json().get(*raw)) *raw = {};
+      return true;
+    }
+    std::string_view* text = key == "name" ? &f.argName : key == "labels" ? &f.argLabels : nullptr;
+    if (text) {
+      if (v.get_string().get(*text)) *text = {};
+      return true;
+    }
+    return false;
+  }
+
+  // The known args, and for counter events (or while the phase is not known yet) every numeric arg.
   void parseArgs(ondemand::object& args, EventFields& f) {
     const bool wantNumbers = f.ph == 'C' || f.ph == 0;
     for (auto result : args) {
@@ -256,93 +319,7 @@ class FileParser {
         return;
       }
       ondemand::value& v = field.value();
-      bool known = true;
-      switch (key.empty() ? '\0' : key[0]) {
-        case 'E':
-          if (key == "External id") intValue(v, f.externalId);
-          else known = false;
-          break;
-        case 'c':
-          if (key == "correlation") intValue(v, f.correlation);
-          else known = false;
-          break;
-        case 'd':
-          if (key == "device") intValue(v, f.device);
-          else if (key == "dtype") {
-            f.hasMeta = true;
-            f.meta.dtype = stringOrRaw(v);
-          } else known = false;
-          break;
-        case 's':
-          if (key == "stream") intValue(v, f.stream);
-          else if (key == "seq") {
-            f.hasMeta = true;
-            intValue(v, f.meta.seq);
-          } else known = false;
-          break;
-        case 'S':
-          if (key == "Seq") {
-            f.hasMeta = true;
-            intValue(v, f.meta.seq);
-          } else known = false;
-          break;
-        case 'C':
-          if (key == "Collective name") {
-            f.hasMeta = true;
-            f.meta.name = stringOrRaw(v);
-          } else known = false;
-          break;
-        case 'I':
-          if (key == "In msg nelems") {
-            f.hasMeta = true;
-            intValue(v, f.meta.inNelems);
-          } else if (key == "Input Dims") {
-            ondemand::array a;
-            if (!v.get_array().get(a) && a.raw_json().get(f.inputDims)) f.inputDims = {};
-          } else if (key == "Input type") {
-            ondemand::array a;
-            if (!v.get_array().get(a) && a.raw_json().get(f.inputTypes)) f.inputTypes = {};
-          } else known = false;
-          break;
-        case 'O':
-          if (key == "Out msg nelems") {
-            f.hasMeta = true;
-            intValue(v, f.meta.outNelems);
-          } else known = false;
-          break;
-        case 'G':
-          if (key == "Group size") {
-            f.hasMeta = true;
-            intValue(v, f.meta.groupSize);
-          } else known = false;
-          break;
-        case 'P':
-          if (key == "Process Group Name") {
-            f.hasMeta = true;
-            f.meta.pgName = stringOrRaw(v);
-          } else if (key == "Process Group Description") {
-            f.meta.pgDesc = stringOrRaw(v);
-          } else if (key == "Process Group Ranks") {
-            f.hasMeta = true;
-            f.meta.pgRanks = stringOrRaw(v);
-          } else known = false;
-          break;
-        case 'n':
-          if (key == "name") {
-            if (v.get_string().get(f.argName)) f.argName = {};
-          }
-          else known = false;
-          break;
-        case 'l':
-          if (key == "labels") {
-            if (v.get_string().get(f.argLabels)) f.argLabels = {};
-          }
-          else known = false;
-          break;
-        default:
-          known = false;
-      }
-      if (!known && wantNumbers) {
+      if (!parseKnownArg(key, v, f) && wantNumbers) {
         double d = 0;
         if (!v.get_double().get(d)) f.numbers.emplace_back(key, d);
       }
