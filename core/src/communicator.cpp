@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include "backend.h"
+#include "tpscope/core/faults.h"
 
 namespace tpscope::core {
 
@@ -104,6 +105,7 @@ Communicator::Issue Communicator::begin(const char* op, const at::Tensor* t, con
                                       name_, op, seq_ + 1),
                           false);
   }
+  if (FaultInjector* f = activeFaults()) f->beforeCollective(*this, op, phase);  // capture: --inject delay/hang
   Issue is;
   is.seq = ++seq_;
   is.op = op;
@@ -166,6 +168,7 @@ void Communicator::fail(const Issue& is, const std::exception& e) {
 void Communicator::allReduce(at::Tensor& t, ReduceOp op, const Callsite& site, probes::Phase phase) {
   if (size() == 1) return;
   TORCH_CHECK(t.is_contiguous(), "allReduce on ", name_, " needs a contiguous tensor");
+  if (FaultInjector* f = activeFaults()) f->mismatchAllReduce(t);  // capture: --inject mismatch
   Issue is = begin("all_reduce", &t, site, phase);
   TPS_COMM_RUN(is, {
     at::Tensor wire = needsFp32(t, backend_->gloo) ? t.to(at::kFloat) : t;

@@ -192,7 +192,8 @@ bool StepHooks::wantsHealth() const {
   return gradRules && (recordingRequested_ || o.needsAgreement());
 }
 
-bool StepHooks::beforeUpdate(int64_t step64, const at::Tensor& health, double localLoss, double gradNorm) {
+bool StepHooks::beforeUpdate(int64_t step64, const at::Tensor& health, const at::Tensor& lossSum, int64_t microBatches,
+                             double gradNorm) {
   const int step = static_cast<int>(step64);
   const HealthOptions& o = rules_.options();
   // Nothing to tell anyone and nothing to act on. Decided from the environment (identical on every rank), never from
@@ -216,7 +217,9 @@ bool StepHooks::beforeUpdate(int64_t step64, const at::Tensor& health, double lo
     }
     action = std::max(action, rules_.checkGradients(step, stats));
   }
-  action = std::max(action, rules_.checkLoss(step, localLoss));
+  const double localLoss = lossSum.defined() ? lossSum.detach().sum().item<double>() / std::max<int64_t>(1, microBatches)
+                                             : std::numeric_limits<double>::quiet_NaN();
+  if (lossSum.defined()) action = std::max(action, rules_.checkLoss(step, localLoss));
   if (rules_.replicaCheckDue(step, mesh_.dp())) {
     // Reduced gradients are identical on every DP replica by construction: compare their global norms.
     at::Tensor mm = torch::tensor({gradNorm, -gradNorm}, torch::kDouble);

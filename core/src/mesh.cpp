@@ -33,6 +33,8 @@ int envInt(const char* name, int fallback, bool required) {
 
 Mesh::~Mesh() = default;
 
+c10d::Store* Mesh::store() const noexcept { return store_ ? store_->store.get() : nullptr; }
+
 std::unique_ptr<Mesh> Mesh::single() {
   std::unique_ptr<Mesh> m(new Mesh());
   m->tpComm_ = Communicator::solo("tp-0", 0);

@@ -29,11 +29,6 @@ at::Tensor splitLast(const at::Tensor& x, Communicator& c) {
               c.size());
   return x.chunk(c.size(), last)[c.rank()].contiguous();
 }
-at::Tensor splitSeq(const at::Tensor& x, Communicator& c) {
-  TORCH_CHECK(x.size(kSeqDim) % c.size() == 0, "split along the sequence: ", x.size(kSeqDim),
-              " not divisible by TP ", c.size());
-  return x.chunk(c.size(), kSeqDim)[c.rank()].contiguous();
-}
 
 struct CopyToTpFn : torch::autograd::Function<CopyToTpFn> {
   static Variable forward(AutogradContext* ctx, Variable x, int64_t comm, int64_t site) {

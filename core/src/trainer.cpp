@@ -15,6 +15,7 @@
 #include "tpscope/core/gpt.h"
 #include "tpscope/core/grad_health.h"
 #include "tpscope/core/grad_reducer.h"
+#include "tpscope/core/faults.h"
 
 namespace tpscope::core {
 
@@ -41,6 +42,7 @@ struct Trainer::Impl {
   std::vector<int> owner;  // ZeRO-1: DP rank that updates each parameter (unused without ZeRO)
   std::unique_ptr<torch::optim::AdamW> optimizer;
   std::unique_ptr<GradReducer> reducer;
+  std::unique_ptr<StepHooks> hooks;  // capture: fault injection + live health rules (faults.h)
   std::vector<size_t> spReplicated;  // sequence parallel: replicated params whose grads are summed over TP
   bool sp = false;
 
@@ -180,6 +182,8 @@ Trainer::Trainer(const TrainConfig& config, Mesh& mesh) : impl_(std::make_unique
     }
   }
   m.buildOptimizer();
+  // capture: before the reducer, so injected gradient faults reach its hooks.
+  m.hooks = std::make_unique<StepHooks>(mesh, m.names, m.layers, m.numels, ps, static_cast<int>(config.layers));
   m.reducer = std::make_unique<GradReducer>(ps, late, mesh.dpGroup(), config.bucket_mb * 1024 * 1024,
                                             config.overlap_grad_reduce);
 }
@@ -199,8 +203,10 @@ StepMetrics Trainer::trainStep(int64_t step) {
   probes::Sink* sink = probes::sink();
   StepMetrics out;
   out.step = step;
+  bool skipUpdate = false;  // capture: the health policy dropped this update
   {
     TPS_SPAN("train step", Step, None);
+    m.hooks->stepBegin(step);  // capture: --inject slow/crash
     for (auto& p : m.params) p.param.mutable_grad() = at::Tensor();
     const int64_t n = c.micro_batch_size * c.seq_len;
     double lossSum = 0;
@@ -224,7 +230,7 @@ StepMetrics Trainer::trainStep(int64_t step) {
       } else {
         loss = m.model->forward(ids, targets);
       }
-      if (last) m.reducer->beginLastMicrobatch(sink != nullptr);
+      if (last) m.reducer->beginLastMicrobatch(sink != nullptr || m.hooks->wantsHealth());
       (loss / static_cast<double>(c.grad_accum)).backward();
       lossAcc += loss.detach().to(at::kFloat);
       (void)n;
@@ -239,12 +245,13 @@ StepMetrics Trainer::trainStep(int64_t step) {
     }
     m.reduceSequenceParallel();
     out.gradNorm = m.clipGradients();
+    skipUpdate = m.hooks->beforeUpdate(step, health, lossAcc, c.grad_accum, out.gradNorm);  // capture: health rules
     out.lr = learningRate(c, step);
     {
       TPS_SPAN("optimizer step", Optimizer, Optimizer);
       for (auto& g : m.optimizer->param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(out.lr);
-      m.optimizer->step();
-      m.zeroBroadcast();
+      if (!skipUpdate) m.optimizer->step();
+      if (!skipUpdate) m.zeroBroadcast();
     }
     // Loss: mean over micro-batches, then over DP replicas (identical across TP).
     lossAcc.div_(static_cast<double>(c.grad_accum));
@@ -264,6 +271,7 @@ StepMetrics Trainer::trainStep(int64_t step) {
     st.tokens = c.micro_batch_size * c.seq_len * c.grad_accum;
     st.t0 = t0;
     st.t1 = probes::rawTicks();
+    st.skipped = skipUpdate;
     sink->stepStat(st);
   }
   return out;

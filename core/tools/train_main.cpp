@@ -1,6 +1,7 @@
 // tpscope-train: runs ONE rank of a tensor-parallel GPT training job (launch WORLD_SIZE of them, torchrun-style).
 // Exit codes: 0 done; 1 runtime error; 2 bad usage or config (including a missing corpus); 3 collective timeout
-// or failure (the group is unusable, the rank stops).
+// or failure (the group is unusable, the rank stops); 5 every rank agreed to stop on non-finite values (health policy,
+// --on-nonfinite stop; docs/capture.md).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -11,10 +12,13 @@
 
 #include "tpscope/core/checkpoint.h"
 #include "tpscope/core/config.h"
+#include "tpscope/core/faults.h"
 #include "tpscope/core/mesh.h"
 #include "tpscope/core/trainer.h"
 
 #if TPSCOPE_TRAIN_WITH_RUNTIME
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
 #include "tpscope/probes/runtime.h"
 #endif
 
@@ -22,7 +26,63 @@ namespace core = tpscope::core;
 
 namespace {
 
-constexpr int kExitOk = 0, kExitRuntime = 1, kExitConfig = 2, kExitCollective = 3;
+constexpr int kExitOk = 0, kExitRuntime = 1, kExitConfig = 2, kExitCollective = 3, kExitNonFinite = 5;
+
+#if TPSCOPE_TRAIN_WITH_RUNTIME
+// The recorder's clock alignment over c10d's rendezvous store. Never throws (KvStore contract).
+class C10dKvStore final : public tpscope::probes::KvStore {
+ public:
+  explicit C10dKvStore(c10d::Store* store) : store_(store) {}
+  bool set(std::string_view key, std::string_view value) noexcept override {
+    try {
+      store_->set(std::string(key), std::vector<uint8_t>(value.begin(), value.end()));
+      return true;
+    } catch (...) {
+      return false;
+    }
+  }
+  std::optional<std::string> get(std::string_view key, std::chrono::milliseconds timeout) noexcept override {
+    try {
+      store_->wait({std::string(key)}, timeout);
+      auto v = store_->get(std::string(key));
+      return std::string(v.begin(), v.end());
+    } catch (...) {
+      return std::nullopt;
+    }
+  }
+
+ private:
+  c10d::Store* store_;  // owned by the Mesh, which outlives the recorder session (stopped before main returns)
+};
+
+// Records this rank's coordinates, groups and config once the mesh exists (TPSCOPE_OUT set by tpscope capture).
+void describeRankToRecorder(core::Mesh& mesh, const core::TrainConfig& cfg) {
+  namespace probes = tpscope::probes;
+  if (!probes::started()) return;
+  tpscope::tracedb::RankInfo info;
+  info.rank = mesh.rank();
+  info.worldSize = mesh.worldSize();
+  info.localRank = mesh.localRank();
+  info.tpRank = mesh.tpRank();
+  info.tpSize = mesh.tp();
+  info.dpRank = mesh.dpRank();
+  info.dpSize = mesh.dp();
+  info.device = "cpu";
+  probes::setRankInfo(info);
+  for (core::Communicator* c : {&mesh.world(), &mesh.tpGroup(), &mesh.dpGroup()})
+    probes::putGroup({c->name(), c->globalRanks(), c->size() > 1 ? "gloo" : ""});
+  probes::setMeta("config", cfg.toJson());
+  if (c10d::Store* s = mesh.store()) probes::setClockStore(std::make_shared<C10dKvStore>(s));
+}
+#endif
+
+void stopRecording(const char* reason) {
+#if TPSCOPE_TRAIN_WITH_RUNTIME
+  tpscope::probes::stop(reason);
+#else
+  (void)reason;
+#endif
+}
 
 int run(int argc, char** argv) {
   CLI::App app{"tpscope-train: one rank of a tensor-parallel GPT training run (see docs/config.md)"};
@@ -38,6 +98,12 @@ int run(int argc, char** argv) {
   app.add_option("--metrics-jsonl", metricsPath, "write one JSON object per step (rank 0)");
   app.add_option("--resume", resume, "checkpoint root (uses 'latest') or step folder to resume from");
   app.add_option("--set", sets, "override any config key: --set key=value (value is JSON)");
+  // capture: fault injection and health policy (docs/capture.md); passed on as TPSCOPE_INJECT / TPSCOPE_HEALTH.
+  std::vector<std::string> injects;
+  std::string onNonfinite, health;
+  app.add_option("--inject", injects, "inject a fault (repeatable), e.g. nan:rank=1,step=3")->allow_extra_args(false);
+  app.add_option("--on-nonfinite", onNonfinite, "policy on NaN/Inf: warn, skip-step, stop");
+  app.add_option("--health", health, "health-rule options, e.g. grad_spike=stop");
   // Shorthands for the common keys: --<key with dashes> VALUE.
   for (const char* key : {"lr", "seed", "micro_batch_size", "grad_accum", "warmup", "clip", "dropout",
                           "label_smoothing", "threads", "timeout_s", "corpus", "checkpoint_dir", "save_every",
@@ -72,7 +138,20 @@ int run(int argc, char** argv) {
   }
   if (steps) cfg.set("steps", std::to_string(*steps));
   cfg.validate(tp, dp);
+  if (!injects.empty()) {
+    std::string all = std::getenv("TPSCOPE_INJECT") != nullptr ? std::getenv("TPSCOPE_INJECT") : "";
+    for (const auto& i : injects) all += (all.empty() ? "" : ";") + i;
+    setenv("TPSCOPE_INJECT", all.c_str(), 1);
+  }
+  if (!onNonfinite.empty() || !health.empty()) {
+    std::string h = onNonfinite.empty() ? health : "nonfinite=" + onNonfinite + (health.empty() ? "" : "," + health);
+    setenv("TPSCOPE_HEALTH", h.c_str(), 1);
+  }
 
+#if TPSCOPE_TRAIN_WITH_RUNTIME
+  if (auto st = tpscope::probes::startFromEnvironment(); !st)
+    std::fprintf(stderr, "tpscope-train: recorder not started: %s\n", st.message().c_str());
+#endif
   at::set_num_threads(static_cast<int>(cfg.threads));
   at::set_num_interop_threads(1);
 
@@ -87,7 +166,7 @@ int run(int argc, char** argv) {
     throw core::ConfigError(e.what());
   }
 #if TPSCOPE_TRAIN_WITH_RUNTIME
-  tpscope::probes::startFromEnvironment(mesh->rank(), mesh->worldSize(), mesh->tpRank(), mesh->dpRank());
+  describeRankToRecorder(*mesh, cfg);
 #endif
   const bool lead = mesh->rank() == 0;
   core::Trainer trainer(cfg, *mesh);
@@ -109,7 +188,7 @@ int run(int argc, char** argv) {
   for (int64_t step = first; step <= cfg.steps; ++step) {
     core::StepMetrics s = trainer.trainStep(step);
     if (lead) {
-      if (cfg.log_every > 0 && (step % cfg.log_every == 0 || step == cfg.steps))
+      if ((cfg.log_every > 0 && step % cfg.log_every == 0) || step == cfg.steps)
         fmt::print("step {}/{} loss {:.6f} lr {:.3e} grad_norm {:.4f} tokens/s {:.0f} step_time {:.4f}s\n", step,
                    cfg.steps, s.loss, s.lr, s.gradNorm, s.tokensPerS, s.stepTimeS);
       if (metrics.is_open()) {
@@ -123,6 +202,7 @@ int run(int argc, char** argv) {
     const bool periodic = cfg.save_every > 0 && step % cfg.save_every == 0;
     if (!cfg.checkpoint_dir.empty() && (periodic || step == cfg.steps)) trainer.saveCheckpoint(step);
   }
+  stopRecording("ok");
   return kExitOk;
 }
 
@@ -133,15 +213,27 @@ int main(int argc, char** argv) {
     return run(argc, argv);
   } catch (const core::ConfigError& e) {
     std::fprintf(stderr, "tpscope-train: error: %s\n", e.what());
+    stopRecording("config error");
     return kExitConfig;
+  } catch (const core::NonFiniteStop& e) {
+    std::fprintf(stderr, "tpscope-train: stopped: %s\n", e.what());
+    stopRecording("stopped on non-finite values (health policy)");
+    return kExitNonFinite;
   } catch (const core::CollectiveError& e) {
     std::fprintf(stderr, "tpscope-train: collective error: %s\n", e.what());
-    return kExitCollective;
+    stopRecording(e.timedOut() ? "timeout" : "collective failed");
+    // The group is unusable and peers may be stuck inside Gloo: leave without running destructors that would
+    // wait on them. The recorder has flushed in stop().
+    std::fflush(stderr);
+    std::fflush(stdout);
+    std::_Exit(kExitCollective);
   } catch (const c10::Error& e) {
     std::fprintf(stderr, "tpscope-train: error: %s\n", e.what_without_backtrace());
+    stopRecording("error");
     return kExitRuntime;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tpscope-train: error: %s\n", e.what());
+    stopRecording("error");
     return kExitRuntime;
   }
 }

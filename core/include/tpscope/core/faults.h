@@ -88,10 +88,12 @@ class StepHooks {
   // True when the trainer must compute this rank's pre-reduction gradient health (the rules need it).
   bool wantsHealth() const;
   // Before the optimizer update. Runs the rules on this rank's pre-reduction gradient stats `health` ([P, 4] as from
-  // grad_health.h; skipped when undefined), its own loss and the reduced global gradient norm; alerts go to the
-  // sink. When a policy can act, every rank agrees through one all-reduce (MAX) on the world group.
-  // Returns true when the update must be skipped (all ranks return the same); throws NonFiniteStop to stop.
-  bool beforeUpdate(int64_t step, const at::Tensor& health, double localLoss, double gradNorm);
+  // grad_health.h; skipped when undefined), its own loss (`lossSum` / `microBatches`, read only when the rules run)
+  // and the reduced global gradient norm; alerts go to the sink. When a policy can act, every rank agrees through
+  // one all-reduce (MAX) on the world group. Returns true when the update must be skipped (all ranks return the
+  // same); throws NonFiniteStop to stop. Must be called by every rank at every step (it may issue collectives).
+  bool beforeUpdate(int64_t step, const at::Tensor& health, const at::Tensor& lossSum, int64_t microBatches,
+                    double gradNorm);
 
   const HealthRules& rules() const { return rules_; }
 

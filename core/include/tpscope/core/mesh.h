@@ -13,6 +13,10 @@
 
 #include "tpscope/core/communicator.h"
 
+namespace c10d {
+class Store;
+}
+
 namespace tpscope::core {
 
 struct MeshOptions {
@@ -41,6 +45,9 @@ class Mesh {
   Communicator& tpGroup() noexcept { return *tpComm_; }
   Communicator& dpGroup() noexcept { return *dpComm_; }
   Communicator& world() noexcept { return *worldComm_; }
+  // The rendezvous store (rank 0 hosts it); null for a mesh without rendezvous. Lives as long as the mesh.
+  // c10d's TCPStore client is safe to share between threads (it serialises its operations).
+  c10d::Store* store() const noexcept;
 
  private:
   Mesh() = default;
