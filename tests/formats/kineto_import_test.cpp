@@ -344,6 +344,62 @@ TEST(KinetoImport, RefusesBadFiles) {
                 "truncated.json.gz");
 }
 
+TEST(KinetoImport, EveryTruncationIsRefusedWithoutACrash) {
+  ScratchDir dir;
+  const std::string text = readFile(fixture("nccl_meta_rank-0.json"));
+  for (size_t cut = 1; cut + 2 < text.size(); cut += 61) {
+    writeFile(dir / "cut.json", text.substr(0, cut));
+    auto stats = import({dir / "cut.json"}, dir / "run.db");
+    ASSERT_FALSE(stats) << "a " << cut << "-byte prefix was imported";
+    EXPECT_NE(stats.error().find("cut.json"), std::string::npos) << stats.error();
+    ASSERT_FALSE(fs::exists(dir / "run.db"));
+  }
+}
+
+TEST(KinetoImport, FilesEndingNearAPageBoundary) {
+  // Plain files are memory-mapped when their last page has room for the parser's padding, else read: both paths,
+  // at and around 4 KiB pages.
+  ScratchDir dir;
+  const std::string text = readFile(fixture("gloo_array_rank3.json"));
+  for (size_t size : {4096 - 65, 4096 - 64, 4096 - 63, 4096 - 1, 4096, 4097, 8192}) {
+    ASSERT_LT(text.size(), size);
+    writeFile(dir / "padded_rank3.json", text + std::string(size - text.size(), ' '));
+    auto stats = import({dir / "padded_rank3.json"}, dir / "run.db");
+    ASSERT_TRUE(stats) << size << ": " << stats.error();
+    EXPECT_EQ(stats->collectives, 3) << size;
+    EXPECT_EQ(stats->inputBytes, static_cast<int64_t>(size));
+  }
+}
+
+TEST(KinetoImport, CorruptedBytesNeverCrash) {
+  // Flipped bytes anywhere in the file: the import either succeeds (the damage hit a value it does not read, or made
+  // one event malformed) or fails with a message naming the file — it never crashes or leaves a partial output.
+  ScratchDir dir;
+  const std::string text = readFile(fixture("nccl_meta_rank-0.json"));
+  uint64_t seed = 12345;
+  auto next = [&seed] {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<size_t>(seed >> 33);
+  };
+  int ok = 0, refused = 0;
+  for (int round = 0; round < 60; ++round) {
+    std::string damaged = text;
+    for (int k = 0; k < 3; ++k) damaged[next() % damaged.size()] = static_cast<char>(next() % 256);
+    writeFile(dir / "damaged.json", damaged);
+    fs::remove(dir / "run.db");
+    auto stats = import({dir / "damaged.json"}, dir / "run.db");
+    if (stats) {
+      ++ok;
+      EXPECT_TRUE(fs::exists(dir / "run.db"));
+    } else {
+      ++refused;
+      EXPECT_NE(stats.error().find("damaged.json"), std::string::npos) << stats.error();
+      EXPECT_FALSE(fs::exists(dir / "run.db"));
+    }
+  }
+  EXPECT_EQ(ok + refused, 60);
+}
+
 TEST(KinetoImport, RefusesMissingOutputFolder) {
   ScratchDir dir;
   auto stats = import({fixture("nccl_meta_rank-0.json")}, dir / "no" / "such" / "run.db");

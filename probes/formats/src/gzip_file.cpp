@@ -104,7 +104,6 @@ Result<JsonBuffer> readJsonFile(const std::filesystem::path& path) {
 
   JsonBuffer raw;
   raw.fileBytes = len;
-  raw.size = len;
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   const size_t mappedBytes = (len + page - 1) / page * page;
   if (S_ISREG(st.st_mode) && mappedBytes - len >= JsonBuffer::kPadding) {
@@ -114,6 +113,7 @@ Result<JsonBuffer> readJsonFile(const std::filesystem::path& path) {
       raw.mapped = std::shared_ptr<const char>(static_cast<const char*>(m),
                                                [mappedBytes](const char* p) { ::munmap(const_cast<char*>(p), mappedBytes); });
       raw.capacity = mappedBytes;
+      raw.size = len;
     }
   }
   if (!raw.mapped) {
@@ -125,6 +125,7 @@ Result<JsonBuffer> readJsonFile(const std::filesystem::path& path) {
       if (n <= 0) return Status::error(path.string() + ": read error: " + (n < 0 ? std::strerror(errno) : "file shrank"));
       got += static_cast<size_t>(n);
     }
+    raw.size = len;
     raw.pad();
   }
   if (len >= 2 && static_cast<unsigned char>(raw.text()[0]) == 0x1f && static_cast<unsigned char>(raw.text()[1]) == 0x8b) {
