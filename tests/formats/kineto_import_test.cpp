@@ -354,6 +354,14 @@ TEST(KinetoImport, EveryTruncationIsRefusedWithoutACrash) {
     EXPECT_NE(stats.error().find("cut.json"), std::string::npos) << stats.error();
     ASSERT_FALSE(fs::exists(dir / "run.db"));
   }
+  const std::string gz = readFile(fixture("nccl_meta_rank-0.json.gz"));
+  for (size_t cut = 1; cut < gz.size(); cut += 37) {
+    writeFile(dir / "cut.json.gz", gz.substr(0, cut));
+    auto stats = import({dir / "cut.json.gz"}, dir / "run.db");
+    ASSERT_FALSE(stats) << "a " << cut << "-byte prefix of the gzip file was imported";
+    EXPECT_NE(stats.error().find("cut.json.gz"), std::string::npos) << stats.error();
+    ASSERT_FALSE(fs::exists(dir / "run.db"));
+  }
 }
 
 TEST(KinetoImport, FilesEndingNearAPageBoundary) {
