@@ -210,7 +210,9 @@ StepAction HealthRules::checkGradients(int step, std::span<const probes::GradSta
   const double norm = std::sqrt(sumSq);
   if (first != nullptr) {
     pendingUnhealthy_ = true;
-    if (options_.nonfinite != HealthPolicy::Off) {
+    const bool repeat = lastNonfiniteGradStep_ == step - 1;  // once per streak: the first step is what matters
+    lastNonfiniteGradStep_ = step;
+    if (options_.nonfinite != HealthPolicy::Off && !repeat) {
       nlohmann::json ev{{"param", first->param},         {"layer", first->layer},
                         {"nan_count", first->nanCount}, {"inf_count", first->infCount},
                         {"numel", first->numel},        {"params_affected", affected},
@@ -221,8 +223,8 @@ StepAction HealthRules::checkGradients(int step, std::span<const probes::GradSta
                         first->nanCount, first->infCount, first->numel,
                         affected > 1 ? fmt::format("; {} parameters affected", affected) : std::string()),
             ev.dump());
-      action = std::max(action, actionOf(options_.nonfinite));
     }
+    if (options_.nonfinite != HealthPolicy::Off) action = std::max(action, actionOf(options_.nonfinite));
     return action;
   }
   double median = 0, mad = 0;
@@ -252,7 +254,10 @@ StepAction HealthRules::checkLoss(int step, double localLoss) {
   pendingLoss_.reset();
   if (!std::isfinite(localLoss)) {
     pendingUnhealthy_ = true;
+    const bool repeat = lastNonfiniteLossStep_ == step - 1;
+    lastNonfiniteLossStep_ = step;
     if (options_.nonfinite == HealthPolicy::Off) return StepAction::Continue;
+    if (repeat) return actionOf(options_.nonfinite);
     nlohmann::json ev{{"loss", std::isnan(localLoss) ? "nan" : (localLoss > 0 ? "inf" : "-inf")},
                       {"policy", healthPolicyName(options_.nonfinite)}};
     raise(probes::Severity::Critical, "nonfinite_activation", step, -1, "loss",

@@ -3,7 +3,9 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <limits>
 #include <system_error>
+#include <tuple>
 
 #include "tpscope/tracedb/reader.h"
 
@@ -53,7 +55,12 @@ int RunPoller::completedStep() const {
 
 bool RunPoller::poll(std::vector<LiveAlert>* alerts) {
   bool progressed = false;
+  const size_t before = alerts != nullptr ? alerts->size() : 0;
   for (int r = 0; r < ranks(); ++r) progressed |= pollRank(r, alerts);
+  // One poll can bring several ranks' alerts: print them in step order (then rank), as they happened.
+  if (alerts != nullptr)
+    std::stable_sort(alerts->begin() + static_cast<std::ptrdiff_t>(before), alerts->end(),
+                     [](const LiveAlert& a, const LiveAlert& b) { return std::tie(a.step, a.rank) < std::tie(b.step, b.rank); });
   return progressed;
 }
 
@@ -95,7 +102,8 @@ bool RunPoller::pollRank(int r, std::vector<LiveAlert>* alerts) {
       if (n == 0) {
         progressed |= step > p.lastStep;
         p.lastStep = std::max(p.lastStep, step);
-        p.lastLoss = q.isNull(1) ? p.lastLoss : q.real(1);
+        // SQLite stores a NaN as NULL: a step with stats but no loss had a non-finite one.
+        p.lastLoss = q.isNull(1) ? std::numeric_limits<double>::quiet_NaN() : q.real(1);
         p.tokens = q.isNull(2) ? 0 : q.i64(2);
         newestEnd = q.i64(4);
         newestStep = step;

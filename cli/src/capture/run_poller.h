@@ -46,7 +46,7 @@ class RunPoller {
   ~RunPoller();
 
   // Reads every rank file once. Returns true when some rank recorded a new span, collective or step since the
-  // previous poll. New alerts are appended to `alerts` in the order each rank wrote them.
+  // previous poll. New alerts are appended to `alerts`, ordered by step, then rank.
   bool poll(std::vector<LiveAlert>* alerts);
   // Closes the files (before the merge, so nothing holds them open).
   void close();

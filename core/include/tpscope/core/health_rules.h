@@ -13,7 +13,8 @@
 // Policies: off (not checked), warn (alert only), skip-step (every rank agrees to drop the update: the trainer
 // all-reduces the MAX of the ranks' actions, see agree()), stop (every rank stops; tpscope-train exits 5).
 // More than `skip_max` skipped steps within `skip_window` steps escalate to stop ("don't wake me for ONE bad batch").
-// Steps that are skipped or spiking do not enter the baselines.
+// Steps that are skipped or spiking do not enter the baselines. A non-finite alert is raised on the first step of a
+// run of consecutive bad steps (the policy still acts on every one of them).
 //
 // Options text (TPSCOPE_HEALTH, `tpscope capture --health`): comma-separated KEY=VALUE, e.g.
 //   "nonfinite=skip-step,grad_spike=stop,grad_spike.factor=8,loss_spike=off,replica.every=5,skip_window=20"
@@ -114,6 +115,7 @@ class HealthRules {
   std::optional<double> pendingGradNorm_, pendingLoss_;  // this step's values, added by agree() if healthy
   bool pendingUnhealthy_ = false;
   std::deque<int> skipped_;  // steps skipped within the window
+  int lastNonfiniteGradStep_ = -2, lastNonfiniteLossStep_ = -2;  // non-finite alerts: once per run of bad steps
   int alerts_ = 0;
 };
 

@@ -1,0 +1,236 @@
+// End-to-end: `tpscope capture` launches real tpscope-train ranks over loopback Gloo (tiny config, one thread per rank)
+// with an injected fault, and run.db must hold the facts needed to find it; capture's exit status must say what
+// happened. Each test is its own ctest entry with a TIMEOUT (tests/capture/CMakeLists.txt).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include "capture_test_util.h"
+
+namespace tpscope::capture_test {
+namespace {
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+TEST(Capture, SuccessMergesEveryRankAndExitsZero) {
+  const auto dir = testDir("success");
+  const RunResult r = capture(dir, 2, 2, 1, 4, {"--hang-timeout", "60"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "exit status 0 (success)")) << r.output;
+  Db db(dir / "run.db");
+  EXPECT_EQ(db.integer("SELECT count(*) FROM ranks"), 2);
+  EXPECT_EQ(db.integer("SELECT count(*) FROM ranks WHERE exit_reason = 'ok'"), 2);
+  EXPECT_EQ(db.integer("SELECT count(*) FROM step_stats"), 8);  // 4 steps x 2 ranks
+  EXPECT_EQ(db.integer("SELECT max(step) FROM step_stats WHERE rank = 1"), 4);
+  EXPECT_GT(db.integer("SELECT count(*) FROM collectives WHERE state = 'completed'"), 0);
+  EXPECT_EQ(db.value("SELECT value FROM meta WHERE key = 'capture_outcome'"), "success");
+  EXPECT_TRUE(std::filesystem::exists(dir / "logs" / "rank-1.log"));
+}
+
+TEST(Capture, BadArgumentsExitTwoBeforeStartingAnything) {
+  const auto dir = testDir("badargs");
+  RunResult r = capture(dir, 2, 2, 1, 2, {"--inject", "nan:rank=1"});
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "missing step=S")) << r.output;
+  r = capture(dir, 2, 2, 1, 2, {"--inject", "nan:rank=5,step=1"});
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "rank 5 does not exist in a job of 2 ranks")) << r.output;
+  r = capture(dir, 4, 3, 1, 2, {});
+  EXPECT_EQ(r.status, 2) << r.output;
+  r = capture(dir, 2, 2, 1, 2, {"--health", "grad_spike=sometimes"});
+  EXPECT_EQ(r.status, 2) << r.output;
+  r = run({TPSCOPE_BIN, "capture", "--nproc", "2", "--out", dir.string(), "--config", "/nonexistent.json"},
+          dir / "missing-config.log");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "no such file")) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "rank-0.db"));  // nothing was started
+}
+
+TEST(Capture, NanOnOneRankIsRecordedAtItsOrigin) {
+  const auto dir = testDir("nan");
+  const RunResult r = capture(dir, 4, 2, 2, 4, {"--inject", "nan:rank=3,step=2,layer=1", "--hang-timeout", "60"});
+  ASSERT_EQ(r.status, 0) << r.output;  // warn policy: training goes on
+  EXPECT_TRUE(contains(r.output, "ALERT CRITICAL nonfinite_grad  rank 3")) << r.output;
+  Db db(dir / "run.db");
+  // The first non-finite gradient record: rank 3, step 2, a layer-1 parameter — and no other rank before or then.
+  const auto first = db.rows(
+      "SELECT rank, step, layer, param FROM grad_view WHERE nan_count > 0 ORDER BY step, rank LIMIT 1");
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0][0], "3");
+  EXPECT_EQ(first[0][1], "2");
+  EXPECT_EQ(first[0][2], "1");
+  EXPECT_TRUE(contains(first[0][3], "layers.1.")) << first[0][3];
+  EXPECT_EQ(db.integer("SELECT count(DISTINCT rank) FROM grad_view WHERE nan_count > 0 AND step <= 2"), 1);
+  EXPECT_EQ(db.integer("SELECT count(*) FROM alerts WHERE kind = 'nonfinite_grad' AND rank = 3 AND step = 2"), 1);
+  // The analysis names the origin.
+  const RunResult d = run({TPSCOPE_BIN, "diagnose", "--json", (dir / "run.db").string()}, dir / "diagnose.json");
+  EXPECT_TRUE(contains(d.output, "\"nan_origin\"")) << d.output;
+}
+
+TEST(Capture, SkipStepKeepsTrainingFiniteAfterANan) {
+  const auto dir = testDir("skip");
+  const RunResult r = capture(dir, 2, 1, 2, 5,
+                              {"--inject", "nan:rank=1,step=3", "--on-nonfinite", "skip-step", "--hang-timeout", "60"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  Db db(dir / "run.db");
+  // Every rank skipped step 3 and only step 3.
+  EXPECT_EQ(db.integer("SELECT count(*) FROM step_stats WHERE skipped = 1"), 2);
+  EXPECT_EQ(db.integer("SELECT count(*) FROM step_stats WHERE skipped = 1 AND step = 3"), 2);
+  // The model stayed finite: no NaN in any gradient after step 3, every loss finite, the norm too.
+  EXPECT_EQ(db.integer("SELECT count(*) FROM grad_view WHERE step > 3 AND (nan_count > 0 OR inf_count > 0)"), 0);
+  EXPECT_EQ(db.integer("SELECT count(*) FROM step_stats WHERE step > 3"), 4);
+  for (const auto& row : db.rows("SELECT loss FROM step_stats WHERE step > 3")) {
+    ASSERT_NE(row[0], "NULL");
+    EXPECT_TRUE(std::isfinite(std::stod(row[0]))) << row[0];
+  }
+}
+
+TEST(Capture, StopPolicyEndsWithTheNonFiniteStatus) {
+  const auto dir = testDir("stop");
+  const RunResult r = capture(dir, 2, 2, 1, 5,
+                              {"--inject", "inf:rank=0,step=2", "--on-nonfinite", "stop", "--hang-timeout", "60"});
+  ASSERT_EQ(r.status, 5) << r.output;
+  Db db(dir / "run.db");
+  EXPECT_EQ(db.integer("SELECT count(*) FROM grad_view WHERE rank = 0 AND step = 2 AND inf_count > 0"), 1);
+  EXPECT_EQ(db.integer("SELECT max(step) FROM step_stats"), 1);  // step 2 never completed
+  EXPECT_EQ(db.integer("SELECT count(*) FROM ranks WHERE exit_reason LIKE 'stopped on non-finite%'"), 2);
+  EXPECT_EQ(db.value("SELECT value FROM meta WHERE key = 'capture_outcome'"), "stopped on non-finite values");
+}
+
+TEST(Capture, HangIsCaughtByTheWatchdogAndTheMissingSeqIsRecorded) {
+  const auto dir = testDir("hang");
+  const RunResult r = capture(dir, 2, 2, 1, 4, {"--inject", "hang:rank=1,step=2,phase=fwd", "--hang-timeout", "4",
+                                                "--grace", "3"});
+  ASSERT_EQ(r.status, 3) << r.output;
+  EXPECT_TRUE(contains(r.output, "no progress for 4 s")) << r.output;
+  Db db(dir / "run.db");
+  const int64_t seq0 = db.integer("SELECT max(seq) FROM collectives WHERE rank = 0 AND group_name = 'tp-0'");
+  const int64_t seq1 = db.integer("SELECT max(seq) FROM collectives WHERE rank = 1 AND group_name = 'tp-0'");
+  EXPECT_EQ(seq1 + 1, seq0) << "rank 1 never entered seq " << seq0;
+  EXPECT_EQ(db.value("SELECT state FROM collectives WHERE rank = 0 AND group_name = 'tp-0' AND seq = " +
+                     std::to_string(seq0)),
+            "started");
+  EXPECT_EQ(db.integer("SELECT step FROM collectives WHERE rank = 0 AND group_name = 'tp-0' AND seq = " +
+                       std::to_string(seq0)),
+            2);
+  EXPECT_EQ(db.integer("SELECT count(*) FROM ranks WHERE exit_reason LIKE 'stopped by capture (hang watchdog%'"), 2);
+  const RunResult d = run({TPSCOPE_BIN, "diagnose", "--json", (dir / "run.db").string()}, dir / "diagnose.json");
+  EXPECT_TRUE(contains(d.output, "\"hang\"")) << d.output;
+}
+
+TEST(Capture, CrashStopsTheOthersAndKeepsTheRecords) {
+  const auto dir = testDir("crash");
+  const RunResult r = capture(dir, 2, 2, 1, 5, {"--inject", "crash:rank=1,step=3", "--hang-timeout", "60"});
+  ASSERT_EQ(r.status, 4) << r.output;
+  Db db(dir / "run.db");
+  EXPECT_EQ(db.value("SELECT exit_reason FROM ranks WHERE rank = 1"), "crash: killed by signal SIGABRT");
+  EXPECT_EQ(db.integer("SELECT count(*) FROM ranks WHERE rank = 0 AND exit_reason NOT LIKE '%crash%'"), 1);
+  EXPECT_GE(db.integer("SELECT max(step) FROM step_stats WHERE rank = 1"), 1);
+  const RunResult d = run({TPSCOPE_BIN, "diagnose", "--json", (dir / "run.db").string()}, dir / "diagnose.json");
+  EXPECT_TRUE(contains(d.output, "\"crash\"")) << d.output;
+}
+
+TEST(Capture, SigkilledRankKeepsItsFlushedRecords) {
+  const auto dir = testDir("sigkill");
+  const pid_t capturePid =
+      startProcess({TPSCOPE_BIN, "capture", "--nproc", "2", "--tp", "2", "--config", TPSCOPE_TINY_CONFIG, "--steps",
+                    "400", "--out", dir.string(), "--hang-timeout", "60"},
+                   dir.parent_path() / "sigkill.capture.log");
+  // Wait until rank 1 has flushed at least 3 steps, then kill it without warning.
+  int64_t pid = -1, steps = 0;
+  for (int i = 0; i < 600 && steps < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (!std::filesystem::exists(dir / "rank-1.db")) continue;
+    Db live(dir / "rank-1.db");
+    pid = live.integer("SELECT pid FROM ranks");
+    steps = live.integer("SELECT count(*) FROM step_stats");
+  }
+  ASSERT_GE(steps, 3);
+  ASSERT_GT(pid, 0);
+  ::kill(static_cast<pid_t>(pid), SIGKILL);
+  const int status = waitStatus(capturePid);
+  const std::string out = readFile(dir.parent_path() / "sigkill.capture.log");
+  ASSERT_EQ(status, 4) << out;
+  Db db(dir / "run.db");
+  EXPECT_GE(db.integer("SELECT count(*) FROM step_stats WHERE rank = 1"), steps);
+  EXPECT_EQ(db.value("SELECT exit_reason FROM ranks WHERE rank = 1"), "crash: killed by signal SIGKILL");
+  EXPECT_TRUE(contains(out, "rank 1")) << out;
+}
+
+TEST(Capture, SlowRankShowsLongerCompute) {
+  const auto dir = testDir("slow");
+  const RunResult r = capture(dir, 2, 2, 1, 4, {"--inject", "slow:rank=1,ms=150", "--hang-timeout", "60"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  Db db(dir / "run.db");
+  // Rank 1's compute per step is longer by about the injected 150 ms; rank 0 has no such span.
+  EXPECT_EQ(db.integer("SELECT count(*) FROM span_view WHERE name = 'injected slow compute' AND rank = 0"), 0);
+  EXPECT_EQ(db.integer("SELECT count(*) FROM span_view WHERE name = 'injected slow compute' AND rank = 1"), 4);
+  EXPECT_GE(db.integer("SELECT min(dur_ns) FROM span_view WHERE name = 'injected slow compute'"), 150'000'000);
+  const int64_t c0 = db.integer("SELECT sum(dur_ns) FROM span_view WHERE rank = 0 AND kind = 'compute' AND step > 0");
+  const int64_t c1 = db.integer("SELECT sum(dur_ns) FROM span_view WHERE rank = 1 AND kind = 'compute' AND step > 0");
+  EXPECT_GT(c1 - c0, 4 * 100'000'000) << "compute ns rank0 " << c0 << " rank1 " << c1;
+}
+
+TEST(Capture, DelayedRankArrivesLastAtCollectives) {
+  const auto dir = testDir("delay");
+  const RunResult r = capture(dir, 2, 2, 1, 3, {"--inject", "delay:rank=0,ms=30", "--hang-timeout", "60"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  Db db(dir / "run.db");
+  // At (nearly) every TP collective rank 0 enqueues after rank 1.
+  const int64_t total = db.integer("SELECT count(*) FROM collectives WHERE rank = 0 AND group_name = 'tp-0'");
+  const int64_t late = db.integer(
+      "SELECT count(*) FROM collectives a JOIN collectives b ON a.group_name = b.group_name AND a.seq = b.seq "
+      "WHERE a.rank = 0 AND b.rank = 1 AND a.group_name = 'tp-0' AND a.enqueue_ns > b.enqueue_ns + 20000000");
+  ASSERT_GT(total, 0);
+  EXPECT_GE(late * 10, total * 9) << late << " of " << total;
+}
+
+TEST(Capture, MismatchedShapeIsRecorded) {
+  const auto dir = testDir("mismatch");
+  const RunResult r = capture(dir, 2, 2, 1, 3, {"--inject", "mismatch:rank=1,step=2", "--hang-timeout", "8",
+                                                "--grace", "3"});
+  // Gloo either fails the collective (a rank exits 3) or blocks in it (the watchdog): both are status 3.
+  ASSERT_EQ(r.status, 3) << r.output;
+  Db db(dir / "run.db");
+  const auto rows = db.rows(
+      "SELECT a.seq, a.numel, b.numel FROM collectives a JOIN collectives b ON a.group_name = b.group_name AND "
+      "a.seq = b.seq WHERE a.rank = 0 AND b.rank = 1 AND a.numel != b.numel");
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(std::stoll(rows[0][2]), std::stoll(rows[0][1]) + 1);
+}
+
+TEST(Capture, GradientSpikeRaisesAnAlert) {
+  const auto dir = testDir("spike");
+  const RunResult r = capture(dir, 2, 1, 2, 9,
+                              {"--inject", "spike:rank=1,step=8,factor=1000", "--health", "grad_spike.warmup=3",
+                               "--hang-timeout", "60"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  Db db(dir / "run.db");
+  EXPECT_EQ(db.integer("SELECT count(*) FROM alerts WHERE kind = 'grad_spike' AND rank = 1 AND step = 8"), 1);
+  EXPECT_EQ(db.integer("SELECT count(*) FROM alerts WHERE kind = 'grad_spike' AND rank = 0"), 0);
+  EXPECT_TRUE(contains(r.output, "grad_spike")) << r.output;
+}
+
+#ifdef TPSCOPE_MINIMAL_TRAINER
+TEST(Capture, AnyProgramLinkingTheProbesIsCapturedAfterDashDash) {
+  const auto dir = testDir("minimal");
+  const RunResult r = run({TPSCOPE_BIN, "capture", "--nproc", "2", "--out", dir.string(), "--hang-timeout", "60",
+                           "--", TPSCOPE_MINIMAL_TRAINER, "--steps", "6"},
+                          dir.parent_path() / "minimal.capture.log");
+  ASSERT_EQ(r.status, 0) << r.output;
+  Db db(dir / "run.db");
+  EXPECT_EQ(db.integer("SELECT count(*) FROM ranks"), 2);
+  EXPECT_EQ(db.integer("SELECT count(*) FROM step_stats"), 12);
+  EXPECT_EQ(db.integer("SELECT count(*) FROM grad_view WHERE step = 6"), 8);  // 4 parameters x 2 ranks
+  // Each all-reduce is recorded by both ranks under the same (group, seq), completed.
+  EXPECT_EQ(db.integer("SELECT count(*) FROM (SELECT seq FROM collectives WHERE group_name = 'world' AND "
+                       "state = 'completed' GROUP BY seq HAVING count(DISTINCT rank) = 2)"),
+            24);
+  EXPECT_EQ(db.integer("SELECT count(*) FROM span_view WHERE name = 'forward' AND rank = 1"), 6);
+}
+#endif
+
+}  // namespace
+}  // namespace tpscope::capture_test
