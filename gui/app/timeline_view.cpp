@@ -94,6 +94,21 @@ void TimelinePainter::paint(QPainter& p, const QSize& size, const Frame* frame) 
 
   p.save();
   p.setClipRect(QRect(TimelineLayout::kLabelWidth, top, width - TimelineLayout::kLabelWidth, size.height() - top));
+  // Spans are batched by colour and drawn with one drawRects() per colour (the raster engine's fast path); labels
+  // follow on top.
+  std::vector<std::pair<QRgb, std::vector<QRect>>> batches;
+  auto batchFor = [&](QRgb rgb) -> std::vector<QRect>& {
+    for (auto& b : batches)
+      if (b.first == rgb) return b.second;
+    batches.emplace_back(rgb, std::vector<QRect>{});
+    return batches.back().second;
+  };
+  struct Label {
+    QRect rect;
+    uint32_t name;
+    bool dark;
+  };
+  std::vector<Label> labels;
   for (size_t l = 0; l < t.lanes().size(); ++l) {
     const int y0 = laneY(static_cast<int>(l));
     const int h = layout->laneHeight[l];
@@ -105,31 +120,47 @@ void TimelinePainter::paint(QPainter& p, const QSize& size, const Frame* frame) 
       const LaneRow& r = lane.rows[d];
       const int ry = y0 + static_cast<int>(d) * TimelineLayout::kRowHeight + 1;
       const int rh = TimelineLayout::kRowHeight - 2;
+      QRgb lastRgb = 0;
+      std::vector<QRect>* batch = nullptr;
       for (const DrawItem& it : frame->items[l][d]) {
-        const double x0 = std::max(xOf(it.beginNs), TimelineLayout::kLabelWidth - 2.0);
-        const double x1 = std::min(xOf(it.endNs), width + 2.0);
-        if (x1 < TimelineLayout::kLabelWidth || x0 > width) continue;
-        const double w = std::max(1.0, x1 - x0);
+        const double fx0 = xOf(it.beginNs), fx1 = xOf(it.endNs);
+        if (fx1 < TimelineLayout::kLabelWidth || fx0 > width) continue;
+        const int x0 = static_cast<int>(std::max(fx0, TimelineLayout::kLabelWidth - 2.0));
+        const int x1 = static_cast<int>(std::min(fx1, width + 2.0));
+        const int w = std::max(1, x1 - x0);
         QColor c;
         if (it.merged) {
           c = palette::kind(it.kind);
-          c.setAlpha(it.count > 1 ? 200 : 255);
+          if (it.count > 1) c = c.darker(125);
         } else {
           const uint32_t name = r.name[it.first];
           c = nameColours && name < nameColours->size() && (*nameColours)[name].isValid() ? (*nameColours)[name]
                                                                                            : palette::kind(it.kind);
         }
-        const QRectF rect(x0, ry, w, rh);
-        p.fillRect(rect, c);
-        if (!it.merged && w > 36) {
-          p.setPen(c.lightness() > 150 ? Qt::black : Qt::white);
-          const QString text = fm.elidedText(QString::fromStdString(t.string(r.name[it.first])), Qt::ElideRight,
-                                             static_cast<int>(w) - 6);
-          p.drawText(rect.adjusted(3, 0, -3, 0), Qt::AlignVCenter | Qt::AlignLeft, text);
+        const QRgb rgb = c.rgb();
+        if (!batch || rgb != lastRgb) {
+          batch = &batchFor(rgb);
+          lastRgb = rgb;
         }
+        batch->emplace_back(x0, ry, w, rh);
+        if (!it.merged && w > 36) labels.push_back({QRect(x0, ry, w, rh), r.name[it.first], c.lightness() > 150});
       }
     }
   }
+  p.setPen(Qt::NoPen);
+  for (const auto& [rgb, rects] : batches) {
+    p.setBrush(QColor::fromRgb(rgb));
+    p.drawRects(rects.data(), static_cast<int>(rects.size()));
+  }
+  for (const Label& label : labels) {
+    const QString text = nameTexts && label.name < nameTexts->size() ? (*nameTexts)[label.name]
+                                                                      : QString::fromStdString(t.string(label.name));
+    p.setPen(label.dark ? Qt::black : Qt::white);
+    const int room = label.rect.width() - 6;
+    p.drawText(label.rect.adjusted(3, 0, -3, 0), Qt::AlignVCenter | Qt::AlignLeft,
+               fm.horizontalAdvance(text) <= room ? text : fm.elidedText(text, Qt::ElideRight, room));
+  }
+  p.setBrush(Qt::NoBrush);
   // The selected span.
   if (selectedSpan.valid() && selectedSpan.lane < static_cast<int>(t.lanes().size())) {
     const LaneRow& r = t.row(selectedSpan);
@@ -285,6 +316,7 @@ qint64 TimelineView::timeAt(double x) const {
 void TimelineView::setRun(RunPtr run, bool keepViewport) {
   run_ = std::move(run);
   nameColours_.clear();
+  nameTexts_.clear();
   collectivesByRank_.clear();
   stuck_.clear();
   selected_.clear();
@@ -299,7 +331,11 @@ void TimelineView::setRun(RunPtr run, bool keepViewport) {
   if (run_ && run_->timeline) {
     const auto& strings = run_->timeline->strings();
     nameColours_.resize(strings.size());
-    for (size_t i = 0; i < strings.size(); ++i) nameColours_[i] = palette::collectiveOp(QString::fromStdString(strings[i]));
+    nameTexts_.resize(strings.size());
+    for (size_t i = 0; i < strings.size(); ++i) {
+      nameTexts_[i] = QString::fromStdString(strings[i]);
+      nameColours_[i] = palette::collectiveOp(nameTexts_[i]);
+    }
     for (const auto& c : run_->collectives) {
       collectivesByRank_[c.rank].push_back(&c);
       if (!c.endNs) stuck_.push_back(&c);
@@ -394,10 +430,10 @@ void TimelineView::requestFrame() {
   viewport_.widthPx = plotWidth();
   clampViewport();
   if (run_) {
-    // One viewport of margin either side, so a pan shows spans at the edges before the next frame arrives.
+    // Half a viewport of margin either side, so a pan shows spans at the edges before the next frame arrives.
     Viewport wide = viewport_;
-    wide.startNs -= static_cast<qint64>(viewport_.widthPx * viewport_.nsPerPx);
-    wide.widthPx = viewport_.widthPx * 3;
+    wide.startNs -= static_cast<qint64>(viewport_.widthPx / 2 * viewport_.nsPerPx);
+    wide.widthPx = viewport_.widthPx * 2;
     scheduler_.request(wide);
   }
   emit viewportChanged();
@@ -432,6 +468,7 @@ TimelinePainter TimelineView::painter() const {
   p.selectedCollective = selectedCollective_;
   p.range = range_;
   p.nameColours = &nameColours_;
+  p.nameTexts = &nameTexts_;
   p.stuck = &stuck_;
   p.selected = &selected_;
   p.missing = &missing_;

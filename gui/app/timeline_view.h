@@ -50,6 +50,7 @@ struct TimelinePainter {
   CollectiveKey selectedCollective;
   std::optional<std::pair<qint64, qint64>> range;  // measured range, ns
   const std::vector<QColor>* nameColours = nullptr;  // by string id; invalid: use the kind's colour
+  const std::vector<QString>* nameTexts = nullptr;   // by string id (labels without per-frame conversion)
   const std::vector<const tracedb::CollectiveRow*>* stuck = nullptr;     // records never completed
   const std::vector<const tracedb::CollectiveRow*>* selected = nullptr;  // records of the selected collective
   struct MissingMark {
@@ -135,6 +136,7 @@ class TimelineView : public QWidget {
   std::optional<std::pair<qint64, qint64>> range_;
   // Precomputed per run: colours of communication span names, records per rank by arrival, stuck records.
   std::vector<QColor> nameColours_;
+  std::vector<QString> nameTexts_;
   std::map<int, std::vector<const tracedb::CollectiveRow*>> collectivesByRank_;
   std::vector<const tracedb::CollectiveRow*> stuck_, selected_;
   std::vector<TimelinePainter::MissingMark> missing_;

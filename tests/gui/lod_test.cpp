@@ -177,7 +177,7 @@ TEST(Lod, AccountsForEverySpanOnce) {
 }
 
 TEST(Lod, EmptyAndOutOfRange) {
-  auto empty = TimelineData::build({}, {}, {}, 2);
+  auto empty = TimelineData::build(std::vector<InputSpan>{}, {}, {}, 2);
   EXPECT_EQ(empty.lanes().size(), 0u);
   EXPECT_TRUE(empty.queryRow(0, 0, {}).empty());
   EXPECT_FALSE(empty.spanAt(0, 5).valid());

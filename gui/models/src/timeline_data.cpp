@@ -82,28 +82,45 @@ void buildLane(std::vector<InputSpan>& spans, Lane& lane) {
 
 TimelineData TimelineData::build(std::vector<InputSpan> spans, std::vector<std::string> strings,
                                  const std::vector<tracedb::ThreadInfo>& threads, int workers) {
+  std::vector<std::vector<InputSpan>> chunks;
+  chunks.push_back(std::move(spans));
+  return build(std::move(chunks), std::move(strings), threads, workers);
+}
+
+TimelineData TimelineData::build(std::vector<std::vector<InputSpan>> chunks, std::vector<std::string> strings,
+                                 const std::vector<tracedb::ThreadInfo>& threads, int workers) {
   TimelineData data;
   data.strings_ = std::move(strings);
-  data.spanCount_ = spans.size();
 
   // Lane keys in (rank, thread) order, and a count per lane so each lane's vector is allocated once.
   std::map<std::pair<int, int>, size_t> keys;
-  for (const InputSpan& s : spans) ++keys[{s.rank, s.thread}];
+  for (const auto& chunk : chunks)
+    for (const InputSpan& s : chunk) ++keys[{s.rank, s.thread}];
   std::vector<std::vector<InputSpan>> perLane(keys.size());
   {
     size_t i = 0;
     for (auto& [key, count] : keys) {
       perLane[i].reserve(count);
+      data.spanCount_ += count;
       count = i++;
     }
   }
   int64_t lo = INT64_MAX, hi = INT64_MIN;
-  for (const InputSpan& s : spans) {
-    perLane[keys[{s.rank, s.thread}]].push_back(s);
-    lo = std::min(lo, s.beginNs);
-    hi = std::max(hi, s.endNs);
+  for (auto& chunk : chunks) {
+    // Consecutive spans usually share a lane: look the key up only when it changes.
+    std::pair<int, int> last{INT32_MIN, INT32_MIN};
+    std::vector<InputSpan>* target = nullptr;
+    for (const InputSpan& s : chunk) {
+      if (s.rank != last.first || s.thread != last.second) {
+        last = {s.rank, s.thread};
+        target = &perLane[keys[last]];
+      }
+      target->push_back(s);
+      lo = std::min(lo, s.beginNs);
+      hi = std::max(hi, s.endNs);
+    }
+    std::vector<InputSpan>().swap(chunk);
   }
-  std::vector<InputSpan>().swap(spans);
   data.beginNs_ = keys.empty() ? 0 : lo;
   data.endNs_ = keys.empty() ? 0 : hi;
 

@@ -42,8 +42,16 @@ struct RunData {
   bool stepWindow(int rank, int step, int64_t& beginNs, int64_t& endNs) const;
 };
 
+// Where the time of a load went (ms), for the benchmark.
+struct LoadTimings {
+  double tablesMs = 0;  // ranks, collectives, grad/step stats, alerts, strings
+  double spansMs = 0;   // reading the spans table
+  double buildMs = 0;   // lanes: sort, depth rows, summaries
+};
+
 struct LoadOptions {
-  int workers = 2;  // threads for reading and sorting spans
+  int workers = 2;                 // threads for reading and sorting spans
+  LoadTimings* timings = nullptr;  // filled when set
 };
 
 // What loadRun would read for `path`: the run file, or the rank files of a folder. Empty if nothing readable is there.

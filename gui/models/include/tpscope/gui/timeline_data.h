@@ -28,7 +28,7 @@ inline constexpr int kKindCount = tracedb::kSpanKindCount;
 inline constexpr double kMinVisiblePx = 2.0;  // spans narrower than this are merged
 inline constexpr double kMergeGapPx = 2.0;    // tiny spans closer than this join one block
 inline constexpr double kMaxMergePx = 6.0;    // a merged block stops growing once this wide (keeps local colour)
-inline constexpr uint32_t kKindBlock = 64;    // spans per kind-count summary entry
+inline constexpr uint32_t kKindBlock = 16;    // spans per kind-count summary entry
 
 // The spans at one nesting depth of one lane, structure of arrays, sorted by begin; ends sorted too.
 struct LaneRow {
@@ -110,6 +110,9 @@ class TimelineData {
   // Builds lanes from spans in any order. Lanes are ordered by (rank, thread); `threadLabel(rank, thread)` names them.
   // Consumes `spans`. Sorting runs on up to `threads` threads (the calling one included). O(n log n).
   static TimelineData build(std::vector<InputSpan> spans, std::vector<std::string> strings,
+                            const std::vector<tracedb::ThreadInfo>& threads = {}, int workers = 1);
+  // The same from spans in several chunks (e.g. read by parallel readers); consumes the chunks.
+  static TimelineData build(std::vector<std::vector<InputSpan>> chunks, std::vector<std::string> strings,
                             const std::vector<tracedb::ThreadInfo>& threads = {}, int workers = 1);
 
   const std::vector<Lane>& lanes() const { return lanes_; }
