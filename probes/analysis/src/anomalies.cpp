@@ -54,8 +54,7 @@ tracedb::Result<AnomalyReport> analyzeAnomalies(tracedb::Reader& reader, const R
   std::map<int, std::map<int, std::vector<double>>> layerNorms;
   {
     Query q(reader,
-            "SELECT rank, param, step, l2_norm, layer FROM grad_stats WHERE nan_count = 0 AND inf_count = 0"
-            " ORDER BY rank, param, step",
+            "SELECT rank, param, step, l2_norm, layer FROM grad_stats WHERE nan_count = 0 AND inf_count = 0",
             "table 'grad_stats'");
     auto s = q.each([&](Query& r) {
       const int rank = r.i32(0);
@@ -70,6 +69,9 @@ tracedb::Result<AnomalyReport> analyzeAnomalies(tracedb::Reader& reader, const R
     if (!s) return s;
   }
   for (auto& [id, p] : params) p.first = reader.string(static_cast<uint32_t>(id));
+  // Rows come in file order (usually step by step); each series must be in step order.
+  for (auto& [key, s] : series)
+    if (!std::is_sorted(s.begin(), s.end())) std::sort(s.begin(), s.end());
   for (const auto& [key, s] : series) {
     const auto& [name, layer] = params[key.second];
     findSpikes(s, options, [&](int step, double x, double m, double mad, double z) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <map>
+#include <atomic>
+#include <thread>
 
 #include "intervals.h"
 #include "sql_query.h"
@@ -59,53 +61,175 @@ struct RankData {
   int64_t first = INT64_MAX, last = INT64_MIN;
 };
 
+
+using RankMap = std::map<int, RankData>;
+
+// Scans spans with id in [fromId, toId] into per-rank data.
+tracedb::Status scanSpans(tracedb::Reader& reader, int64_t fromId, int64_t toId, RankMap& data) {
+  Query q(reader, "SELECT rank, kind, begin_ns, dur_ns, step FROM spans WHERE id BETWEEN ? AND ?", "table 'spans'");
+  q.bind(1, fromId).bind(2, toId);
+  int lastRank = INT32_MIN;
+  RankData* rd = nullptr;
+  int lastStep = INT32_MIN;
+  Interval* extent = nullptr;
+  return q.each([&](Query& row) {
+    const int rank = row.i32(0);
+    if (rank != lastRank || rd == nullptr) {
+      rd = &data[rank];
+      lastRank = rank;
+      lastStep = INT32_MIN;
+      extent = nullptr;
+    }
+    const int64_t b = row.i64(2);
+    const int64_t e = b + std::max<int64_t>(0, row.i64(3));
+    const int step = row.i32(4);
+    rd->first = std::min(rd->first, b);
+    rd->last = std::max(rd->last, e);
+    switch (categoryOf(row.i32(1))) {
+      case Category::Compute: rd->compute.emplace_back(b, e); break;
+      case Category::Comm: rd->comm.emplace_back(b, e); break;
+      case Category::Other: rd->other.emplace_back(b, e); break;
+      case Category::Step:
+        if (step >= 0) {
+          auto [it, fresh] = rd->stepSpans.try_emplace(step, b, e);
+          if (!fresh) extend(it->second, b, e);
+        } else {
+          rd->unlabelledStepSpans.emplace_back(b, e);
+        }
+        return;
+    }
+    if (step >= 0) {
+      if (step != lastStep || extent == nullptr) {
+        auto [it, fresh] = rd->spanSteps.try_emplace(step, b, e);
+        extent = &it->second;
+        lastStep = step;
+        if (fresh) return;
+      }
+      extend(*extent, b, e);
+    }
+  });
+}
+
+void mergeInto(RankMap& into, RankMap&& from) {
+  for (auto& [rank, src] : from) {
+    RankData& dst = into[rank];
+    auto append = [](std::vector<Interval>& a, std::vector<Interval>& b) {
+      if (a.empty()) a = std::move(b);
+      else a.insert(a.end(), b.begin(), b.end());
+    };
+    append(dst.compute, src.compute);
+    append(dst.comm, src.comm);
+    append(dst.other, src.other);
+    append(dst.unlabelledStepSpans, src.unlabelledStepSpans);
+    for (auto& [step, iv] : src.stepSpans) {
+      auto [it, fresh] = dst.stepSpans.try_emplace(step, iv);
+      if (!fresh) extend(it->second, iv.first, iv.second);
+    }
+    for (auto& [step, iv] : src.spanSteps) {
+      auto [it, fresh] = dst.spanSteps.try_emplace(step, iv);
+      if (!fresh) extend(it->second, iv.first, iv.second);
+    }
+    dst.first = std::min(dst.first, src.first);
+    dst.last = std::max(dst.last, src.last);
+  }
+}
+
+// The windows of one rank and its shares in each (see breakdown.h). Consumes the rank's intervals.
+auto breakdownOfRank(int rank, RankData& rd) {
+  struct Result {
+    StepSource source = StepSource::WholeRun;
+    RankBreakdown rank;
+    std::vector<StepBreakdown> steps;
+  } out;
+  std::vector<std::pair<int, Interval>> windows;
+  if (!rd.stepSpans.empty() || !rd.unlabelledStepSpans.empty()) {
+    out.source = StepSource::StepSpans;
+    windows.assign(rd.stepSpans.begin(), rd.stepSpans.end());
+    std::sort(rd.unlabelledStepSpans.begin(), rd.unlabelledStepSpans.end());
+    for (const Interval& iv : rd.unlabelledStepSpans) windows.emplace_back(-1, iv);
+  } else if (!rd.stepStats.empty()) {
+    out.source = StepSource::StepStats;
+    windows.assign(rd.stepStats.begin(), rd.stepStats.end());
+  } else if (!rd.spanSteps.empty()) {
+    out.source = StepSource::SpanSteps;
+    windows.assign(rd.spanSteps.begin(), rd.spanSteps.end());
+  } else if (rd.first < rd.last) {
+    windows.emplace_back(-1, Interval(rd.first, rd.last));
+  }
+  const IntervalSet compute(std::move(rd.compute));
+  const IntervalSet comm(std::move(rd.comm));
+  const IntervalSet other(std::move(rd.other));
+  const IntervalSet both = compute.intersect(comm);
+  const IntervalSet busy = compute.unite(comm).unite(other);
+  out.rank.rank = rank;
+  for (const auto& [step, w] : windows) {
+    StepBreakdown sb;
+    sb.rank = rank;
+    sb.step = step;
+    sb.beginNs = w.first;
+    sb.endNs = w.second;
+    TimeShares& t = sb.time;
+    t.stepNs = w.second - w.first;
+    t.computeNs = compute.measure(w.first, w.second);
+    t.commNs = comm.measure(w.first, w.second);
+    const int64_t overlap = both.measure(w.first, w.second);
+    const int64_t busyNs = busy.measure(w.first, w.second);
+    t.exposedCommNs = t.commNs - overlap;
+    t.otherNs = busyNs - t.computeNs - t.exposedCommNs;
+    t.idleNs = t.stepNs - busyNs;
+    out.rank.time += t;
+    ++out.rank.steps;
+    out.steps.push_back(sb);
+  }
+  return out;
+}
+
+// Worker threads for large files: each scans a rowid range of spans on its own read-only connection.
+unsigned workerCount(int64_t spans) {
+  if (spans < 500'000) return 1;
+  return std::clamp(std::thread::hardware_concurrency(), 1u, 4u);
+}
+
 }  // namespace
 
 tracedb::Result<Breakdown> computeBreakdown(tracedb::Reader& reader) {
-  std::map<int, RankData> data;
+  RankMap data;
   {
-    Query q(reader, "SELECT rank, kind, begin_ns, dur_ns, step FROM spans", "table 'spans'");
-    int lastRank = INT32_MIN;
-    RankData* rd = nullptr;
-    int lastStep = INT32_MIN;
-    Interval* extent = nullptr;
-    auto s = q.each([&](Query& row) {
-      const int rank = row.i32(0);
-      if (rank != lastRank || rd == nullptr) {
-        rd = &data[rank];
-        lastRank = rank;
-        lastStep = INT32_MIN;
-        extent = nullptr;
-      }
-      const int64_t b = row.i64(2);
-      const int64_t e = b + std::max<int64_t>(0, row.i64(3));
-      const int step = row.i32(4);
-      rd->first = std::min(rd->first, b);
-      rd->last = std::max(rd->last, e);
-      switch (categoryOf(row.i32(1))) {
-        case Category::Compute: rd->compute.emplace_back(b, e); break;
-        case Category::Comm: rd->comm.emplace_back(b, e); break;
-        case Category::Other: rd->other.emplace_back(b, e); break;
-        case Category::Step:
-          if (step >= 0) {
-            auto [it, fresh] = rd->stepSpans.try_emplace(step, b, e);
-            if (!fresh) extend(it->second, b, e);
-          } else {
-            rd->unlabelledStepSpans.emplace_back(b, e);
+    int64_t minId = 0, maxId = -1;
+    Query ids(reader, "SELECT min(id), max(id) FROM spans", "table 'spans'");
+    if (auto s = ids.each([&](Query& row) {
+          if (!row.isNull(0)) {
+            minId = row.i64(0);
+            maxId = row.i64(1);
           }
-          return;
+        });
+        !s)
+      return s;
+    const unsigned workers = workerCount(maxId - minId + 1);
+    if (workers <= 1) {
+      if (auto s = scanSpans(reader, minId, maxId, data); !s) return s;
+    } else {
+      const int64_t chunk = (maxId - minId + workers) / workers;
+      std::vector<RankMap> parts(workers);
+      std::vector<tracedb::Status> status(workers);
+      std::vector<std::thread> threads;
+      for (unsigned w = 1; w < workers; ++w) {
+        threads.emplace_back([&, w]() {
+          auto own = tracedb::Reader::open(reader.path());
+          if (!own) {
+            status[w] = own.status();
+            return;
+          }
+          status[w] = scanSpans(**own, minId + w * chunk, std::min(maxId, minId + (w + 1) * chunk - 1), parts[w]);
+        });
       }
-      if (step >= 0) {
-        if (step != lastStep || extent == nullptr) {
-          auto [it, fresh] = rd->spanSteps.try_emplace(step, b, e);
-          extent = &it->second;
-          lastStep = step;
-          if (fresh) return;
-        }
-        extend(*extent, b, e);
+      status[0] = scanSpans(reader, minId, minId + chunk - 1, parts[0]);
+      for (auto& t : threads) t.join();
+      for (unsigned w = 0; w < workers; ++w) {
+        if (!status[w]) return status[w];
+        mergeInto(data, std::move(parts[w]));
       }
-    });
-    if (!s) return s;
+    }
   }
   {
     Query q(reader,
@@ -129,62 +253,31 @@ tracedb::Result<Breakdown> computeBreakdown(tracedb::Reader& reader) {
     if (!s) return s;
   }
 
-  Breakdown out;
-  bool firstRank = true;
+  // Per rank (independent: in parallel for large runs).
+  using RankResult = decltype(breakdownOfRank(0, std::declval<RankData&>()));
+  std::vector<std::pair<int, RankData*>> ranks;
+  size_t spans = 0;
   for (auto& [rank, rd] : data) {
-    // The windows.
-    std::vector<std::pair<int, Interval>> windows;
-    StepSource source;
-    if (!rd.stepSpans.empty() || !rd.unlabelledStepSpans.empty()) {
-      source = StepSource::StepSpans;
-      windows.assign(rd.stepSpans.begin(), rd.stepSpans.end());
-      std::sort(rd.unlabelledStepSpans.begin(), rd.unlabelledStepSpans.end());
-      for (size_t i = 0; i < rd.unlabelledStepSpans.size(); ++i)
-        windows.emplace_back(-1, rd.unlabelledStepSpans[i]);
-    } else if (!rd.stepStats.empty()) {
-      source = StepSource::StepStats;
-      windows.assign(rd.stepStats.begin(), rd.stepStats.end());
-    } else if (!rd.spanSteps.empty()) {
-      source = StepSource::SpanSteps;
-      windows.assign(rd.spanSteps.begin(), rd.spanSteps.end());
-    } else {
-      source = StepSource::WholeRun;
-      if (rd.first < rd.last) windows.emplace_back(-1, Interval(rd.first, rd.last));
-    }
-    if (firstRank) {
-      out.source = source;
-      firstRank = false;
-    }
+    ranks.emplace_back(rank, &rd);
+    spans += rd.compute.size() + rd.comm.size() + rd.other.size();
+  }
+  std::vector<RankResult> results(ranks.size());
+  std::atomic<size_t> next{0};
+  auto work = [&]() {
+    for (size_t i; (i = next.fetch_add(1)) < ranks.size();) results[i] = breakdownOfRank(ranks[i].first, *ranks[i].second);
+  };
+  const unsigned workers = std::min<size_t>(workerCount(static_cast<int64_t>(spans)), ranks.size());
+  std::vector<std::thread> threads;
+  for (unsigned w = 1; w < workers; ++w) threads.emplace_back(work);
+  work();
+  for (auto& t : threads) t.join();
 
-    const IntervalSet compute(std::move(rd.compute));
-    const IntervalSet comm(std::move(rd.comm));
-    const IntervalSet other(std::move(rd.other));
-    const IntervalSet both = compute.intersect(comm);
-    const IntervalSet busy = compute.unite(comm).unite(other);
-
-    RankBreakdown rb;
-    rb.rank = rank;
-    for (const auto& [step, w] : windows) {
-      StepBreakdown sb;
-      sb.rank = rank;
-      sb.step = step;
-      sb.beginNs = w.first;
-      sb.endNs = w.second;
-      TimeShares& t = sb.time;
-      t.stepNs = w.second - w.first;
-      t.computeNs = compute.measure(w.first, w.second);
-      t.commNs = comm.measure(w.first, w.second);
-      const int64_t overlap = both.measure(w.first, w.second);
-      const int64_t busyNs = busy.measure(w.first, w.second);
-      t.exposedCommNs = t.commNs - overlap;
-      t.otherNs = busyNs - t.computeNs - t.exposedCommNs;
-      t.idleNs = t.stepNs - busyNs;
-      rb.time += t;
-      ++rb.steps;
-      out.steps.push_back(sb);
-    }
-    out.run += rb.time;
-    out.ranks.push_back(rb);
+  Breakdown out;
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (i == 0) out.source = results[i].source;
+    out.run += results[i].rank.time;
+    out.ranks.push_back(results[i].rank);
+    out.steps.insert(out.steps.end(), results[i].steps.begin(), results[i].steps.end());
   }
   return out;
 }

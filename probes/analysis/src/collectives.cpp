@@ -6,11 +6,10 @@
 #include <set>
 #include <unordered_map>
 
-#include "sql_query.h"
+#include "analysis_internal.h"
 
 namespace tpscope::analysis {
 
-using detail::Query;
 
 double busBandwidthFactor(const std::string& op, int n) {
   if (n < 1) return 0;
@@ -53,7 +52,7 @@ struct GroupOpAccum {
 
 }  // namespace
 
-tracedb::Result<CollectiveAnalysis> analyzeCollectives(tracedb::Reader& reader, const RunInfo& info) {
+CollectiveAnalysis detail::analyzeCollectives(const detail::CollectiveTable& table, const RunInfo& info) {
   CollectiveAnalysis out;
   std::map<std::pair<std::string, std::string>, GroupOpAccum> accums;
   std::unordered_map<int, RankStraggling> straggling;
@@ -158,24 +157,20 @@ tracedb::Result<CollectiveAnalysis> analyzeCollectives(tracedb::Reader& reader, 
     recs.clear();
   };
 
-  Query q(reader,
-          "SELECT group_name, seq, op, rank, bytes, numel, enqueue_ns, start_ns, end_ns, step, dtype FROM collectives"
-          " ORDER BY group_name, seq, rank",
-          "table 'collectives'");
-  auto s = q.each([&](Query& row) {
-    const std::string_view g = row.view(0);
-    const int64_t sq = row.i64(1);
-    if (sq != seq || g != group) {
-      flush();
-      group.assign(g);
-      seq = sq;
-      op = row.text(2);
-      dtype = row.text(10);
+  table.forEachCollective([&](size_t b, size_t e) {
+    const detail::CollectiveRecord& first = table.rows[b];
+    group = table.str(first.group);
+    seq = first.seq;
+    op = table.str(first.op);
+    dtype = table.str(first.dtype);
+    for (size_t i = b; i < e; ++i) {
+      const detail::CollectiveRecord& c = table.rows[i];
+      recs.push_back(Record{c.rank, c.bytes, c.numel, c.enqueueNs,
+                            c.hasStart() ? std::optional<int64_t>(c.startNs) : std::nullopt,
+                            c.hasEnd() ? std::optional<int64_t>(c.endNs) : std::nullopt, c.step});
     }
-    recs.push_back(Record{row.i32(3), row.i64(4), row.i64(5), row.i64(6), row.optI64(7), row.optI64(8), row.i32(9)});
+    flush();
   });
-  if (!s) return s;
-  flush();
 
   for (auto& [key, acc] : accums) {
     CollectiveStats& st = acc.stats;
@@ -243,6 +238,16 @@ tracedb::Result<CollectiveAnalysis> analyzeCollectives(tracedb::Reader& reader, 
                  std::llround(tp.measuredModelSizedPerStep) == tp.expectedPerStep;
   }
   return out;
+}
+
+}  // namespace tpscope::analysis
+
+namespace tpscope::analysis {
+
+tracedb::Result<CollectiveAnalysis> analyzeCollectives(tracedb::Reader& reader, const RunInfo& info) {
+  auto table = detail::loadCollectives(reader);
+  if (!table) return table.status();
+  return detail::analyzeCollectives(*table, info);
 }
 
 }  // namespace tpscope::analysis

@@ -57,14 +57,11 @@ tracedb::Result<std::vector<RankEnd>> analyzeRankEnds(tracedb::Reader& reader, c
     if (auto s = q.each([&](Query& r) { take(r.i32(0), r.i64(1), r.i32(2)); }); !s) return s;
   }
   {
+    // Plain scans aggregated here: a GROUP BY would sort the table first.
     Query q(reader,
-            "SELECT rank, max(coalesce(end_ns, start_ns, enqueue_ns)), max(step) FROM collectives GROUP BY rank",
-            "table 'collectives'");
-    if (auto s = q.each([&](Query& r) { take(r.i32(0), r.i64(1), r.i32(2)); }); !s) return s;
-  }
-  {
-    Query q(reader, "SELECT rank, max(coalesce(end_ns, begin_ns, 0)), max(step) FROM step_stats GROUP BY rank",
-            "table 'step_stats'");
+            "SELECT rank, coalesce(end_ns, start_ns, enqueue_ns), step FROM collectives UNION ALL"
+            " SELECT rank, coalesce(end_ns, begin_ns, 0), step FROM step_stats",
+            "tables 'collectives' and 'step_stats'");
     if (auto s = q.each([&](Query& r) { take(r.i32(0), r.i64(1), r.i32(2)); }); !s) return s;
   }
   int64_t runLast = INT64_MIN, runFirst = info.beginNs;

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "evidence_util.h"
+#include "analysis_internal.h"
 #include "sql_query.h"
 
 namespace tpscope::analysis {
@@ -24,10 +25,6 @@ const char* matchStateName(MatchState state) {
 }
 
 namespace {
-
-constexpr const char* kCompletedSql =
-    "(state = 'completed' OR (end_ns IS NOT NULL AND state NOT IN ('timed_out', 'failed')))";
-constexpr const char* kStartedSql = "(start_ns IS NOT NULL OR state IN ('started', 'completed'))";
 
 bool completed(const MemberRecord& r) {
   return r.state == "completed" || (r.endNs && r.state != "timed_out" && r.state != "failed");
@@ -69,77 +66,70 @@ std::vector<int64_t> parseShape(std::string_view s) {
   return out;
 }
 
-constexpr const char* kRecordColumns =
-    "rank, op, dtype, shape, numel, bytes, callsite, step, layer, enqueue_ns, start_ns, end_ns, state";
-
-MemberRecord readRecord(Query& row) {
+MemberRecord toMember(const detail::CollectiveTable& t, const detail::CollectiveRecord& c) {
   MemberRecord r;
-  r.rank = row.i32(0);
-  r.op = row.text(1);
-  r.dtype = row.text(2);
-  r.shape = parseShape(row.view(3));
-  r.numel = row.i64(4);
-  r.bytes = row.i64(5);
-  r.callsite = row.text(6);
-  r.step = row.i32(7);
-  r.layer = row.i32(8);
-  r.enqueueNs = row.i64(9);
-  r.startNs = row.optI64(10);
-  r.endNs = row.optI64(11);
-  r.state = row.text(12);
+  r.rank = c.rank;
+  r.op = t.str(c.op);
+  r.dtype = t.str(c.dtype);
+  r.shape = parseShape(t.str(c.shape));
+  r.numel = c.numel;
+  r.bytes = c.bytes;
+  r.callsite = t.str(c.callsite);
+  r.step = c.step;
+  r.layer = c.layer;
+  r.enqueueNs = c.enqueueNs;
+  if (c.hasStart()) r.startNs = c.startNs;
+  if (c.hasEnd()) r.endNs = c.endNs;
+  r.state = t.str(c.state);
   return r;
-}
-
-tracedb::Result<std::vector<MemberRecord>> recordsOf(tracedb::Reader& reader, const std::string& group, int64_t seq,
-                                                     std::optional<int> rank = std::nullopt) {
-  std::string sql = std::string("SELECT ") + kRecordColumns + " FROM collectives WHERE group_name = ? AND seq = ?";
-  if (rank) sql += " AND rank = ?";
-  sql += " ORDER BY rank";
-  Query q(reader, sql, "table 'collectives'");
-  q.bind(1, group).bind(2, seq);
-  if (rank) q.bind(3, int64_t{*rank});
-  std::vector<MemberRecord> out;
-  if (auto s = q.each([&](Query& row) { out.push_back(readRecord(row)); }); !s) return s;
-  return out;
 }
 
 }  // namespace
 
-tracedb::Result<DesyncReport> analyzeDesync(tracedb::Reader& reader, const RunInfo& info) {
+tracedb::Result<DesyncReport> detail::analyzeDesync(tracedb::Reader& reader, const RunInfo& info,
+                                                    const detail::CollectiveTable& table) {
   DesyncReport out;
   struct Progress {
     int64_t lastEnqueued = 0, lastStarted = 0, lastCompleted = 0;
-    std::optional<int64_t> firstIncomplete;
+    int64_t firstIncomplete = INT64_MAX;
+    size_t lastRow = 0;  // row of lastEnqueued
   };
-  std::map<std::string, std::map<int, Progress>> progress;
-  {
-    Query q(reader,
-            std::string("SELECT group_name, rank, max(seq), max(CASE WHEN ") + kStartedSql +
-                " THEN seq END), max(CASE WHEN " + kCompletedSql + " THEN seq END), min(CASE WHEN NOT " +
-                kCompletedSql + " THEN seq END) FROM collectives GROUP BY group_name, rank",
-            "table 'collectives'");
-    auto s = q.each([&](Query& row) {
-      Progress& p = progress[row.text(0)][row.i32(1)];
-      p.lastEnqueued = row.i64(2);
-      p.lastStarted = row.optI64(3).value_or(0);
-      p.lastCompleted = row.optI64(4).value_or(0);
-      p.firstIncomplete = row.optI64(5);
-    });
-    if (!s) return s;
-  }
-  // Every (group, seq) whose members disagree on op, size or dtype.
-  std::map<std::string, std::vector<int64_t>> mismatchedSeqs;
-  {
-    Query q(reader,
-            "SELECT group_name, seq FROM collectives GROUP BY group_name, seq HAVING count(DISTINCT op) > 1 OR"
-            " count(DISTINCT numel) > 1 OR count(DISTINCT shape) > 1 OR count(DISTINCT dtype) > 1"
-            " ORDER BY group_name, seq",
-            "table 'collectives'");
-    auto s = q.each([&](Query& row) { mismatchedSeqs[row.text(0)].push_back(row.i64(1)); });
-    if (!s) return s;
-  }
+  struct GroupScan {
+    std::map<int, Progress> byRank;
+    std::vector<int64_t> mismatched;            // seqs whose members disagree on op/size/dtype
+    std::map<int64_t, std::pair<size_t, size_t>> rowsOf;  // seq → row range, for the seqs we need again
+  };
+  std::map<std::string, GroupScan> scans;
+  table.forEachCollective([&](size_t b, size_t e) {
+    const detail::CollectiveRecord& first = table.rows[b];
+    GroupScan& g = scans[table.str(first.group)];
+    bool mismatch = false;
+    for (size_t i = b; i < e; ++i) {
+      const detail::CollectiveRecord& c = table.rows[i];
+      mismatch = mismatch || c.op != first.op || c.numel != first.numel || c.shape != first.shape ||
+                 c.dtype != first.dtype;
+      Progress& p = g.byRank[c.rank];
+      if (c.seq >= p.lastEnqueued) {
+        p.lastEnqueued = c.seq;
+        p.lastRow = i;
+      }
+      if (table.started(c)) p.lastStarted = std::max(p.lastStarted, c.seq);
+      if (table.completed(c)) p.lastCompleted = std::max(p.lastCompleted, c.seq);
+      else p.firstIncomplete = std::min(p.firstIncomplete, c.seq);
+    }
+    if (mismatch) g.mismatched.push_back(first.seq);
+    g.rowsOf[first.seq] = {b, e};
+  });
+  auto recordsOf = [&](const GroupScan& g, int64_t seq) {
+    std::vector<MemberRecord> recs;
+    auto it = g.rowsOf.find(seq);
+    if (it != g.rowsOf.end())
+      for (size_t i = it->second.first; i < it->second.second; ++i) recs.push_back(toMember(table, table.rows[i]));
+    return recs;
+  };
 
-  for (auto& [name, byRank] : progress) {
+  for (auto& [name, scan] : scans) {
+    auto& byRank = scan.byRank;
     GroupDesync gd;
     gd.group = name;
     if (const auto* g = info.group(name)) gd.members = g->ranks;
@@ -159,20 +149,19 @@ tracedb::Result<DesyncReport> analyzeDesync(tracedb::Reader& reader, const RunIn
         mp.lastEnqueued = it->second.lastEnqueued;
         mp.lastStarted = it->second.lastStarted;
         mp.lastCompleted = it->second.lastCompleted;
-        stuck = std::min(stuck, it->second.firstIncomplete.value_or(it->second.lastEnqueued + 1));
+        mp.lastRecord = toMember(table, table.rows[it->second.lastRow]);
+        stuck = std::min(stuck, std::min(it->second.firstIncomplete, it->second.lastEnqueued + 1));
       } else {
         stuck = std::min<int64_t>(stuck, 1);
       }
       maxEnqueued = std::max(maxEnqueued, mp.lastEnqueued);
       gd.progress.push_back(mp);
     }
-    // The first seq is the smallest recorded one (sequence numbers may not start at 1 in an imported file).
     if (stuck != INT64_MAX && stuck <= maxEnqueued) {
-      auto recs = recordsOf(reader, name, stuck);
-      if (!recs) return recs.status();
-      if (!recs->empty()) {
+      auto recs = recordsOf(scan, stuck);
+      if (!recs.empty()) {
         gd.stuckSeq = stuck;
-        gd.stuckRecords = std::move(*recs);
+        gd.stuckRecords = std::move(recs);
         gd.stuckState = classify(gd.stuckRecords);
         for (int m : gd.members) {
           auto r = std::find_if(gd.stuckRecords.begin(), gd.stuckRecords.end(),
@@ -184,39 +173,36 @@ tracedb::Result<DesyncReport> analyzeDesync(tracedb::Reader& reader, const RunIn
       }
     }
     for (MemberProgress& mp : gd.progress) {
-      if (mp.lastEnqueued > 0) {
-        auto recs = recordsOf(reader, name, mp.lastEnqueued, mp.rank);
-        if (!recs) return recs.status();
-        if (!recs->empty()) mp.lastRecord = recs->front();
-      }
       const bool missing = std::find(gd.missingRanks.begin(), gd.missingRanks.end(), mp.rank) != gd.missingRanks.end();
-      if (missing) {
-        Query q(reader,
-                "SELECT n.value, k.name, p.name, s.step, s.layer, s.begin_ns, s.begin_ns + s.dur_ns FROM spans s"
-                " LEFT JOIN strings n ON n.id = s.name LEFT JOIN span_kinds k ON k.id = s.kind"
-                " LEFT JOIN phases p ON p.id = s.phase WHERE s.rank = ? ORDER BY s.begin_ns DESC LIMIT 1",
-                "table 'spans'");
-        q.bind(1, int64_t{mp.rank});
-        auto s = q.each([&](Query& row) {
-          mp.lastSpan = LastSpan{row.text(0), row.text(1), row.text(2), row.i32(3), row.i32(4), row.i64(5), row.i64(6)};
-        });
-        if (!s) return s;
-      }
+      if (!missing) continue;
+      Query q(reader,
+              "SELECT n.value, k.name, p.name, s.step, s.layer, s.begin_ns, s.begin_ns + s.dur_ns FROM spans s"
+              " LEFT JOIN strings n ON n.id = s.name LEFT JOIN span_kinds k ON k.id = s.kind"
+              " LEFT JOIN phases p ON p.id = s.phase WHERE s.rank = ? ORDER BY s.begin_ns DESC LIMIT 1",
+              "table 'spans'");
+      q.bind(1, int64_t{mp.rank});
+      auto s = q.each([&](Query& row) {
+        mp.lastSpan = LastSpan{row.text(0), row.text(1), row.text(2), row.i32(3), row.i32(4), row.i64(5), row.i64(6)};
+      });
+      if (!s) return s;
     }
-    const auto& seqs = mismatchedSeqs[name];
-    gd.mismatchCount = static_cast<int64_t>(seqs.size());
-    for (size_t i = 0; i < seqs.size() && i < 100; ++i) {
-      auto recs = recordsOf(reader, name, seqs[i]);
-      if (!recs) return recs.status();
+    gd.mismatchCount = static_cast<int64_t>(scan.mismatched.size());
+    for (size_t i = 0; i < scan.mismatched.size() && i < 100; ++i) {
       SeqMismatch sm;
-      sm.seq = seqs[i];
-      sm.state = classify(*recs);
-      sm.records = std::move(*recs);
+      sm.seq = scan.mismatched[i];
+      sm.records = recordsOf(scan, sm.seq);
+      sm.state = classify(sm.records);
       gd.mismatches.push_back(std::move(sm));
     }
     out.groups.push_back(std::move(gd));
   }
   return out;
+}
+
+tracedb::Result<DesyncReport> analyzeDesync(tracedb::Reader& reader, const RunInfo& info) {
+  auto table = detail::loadCollectives(reader);
+  if (!table) return table.status();
+  return detail::analyzeDesync(reader, info, *table);
 }
 
 namespace {

@@ -9,6 +9,7 @@
 #include "tpscope/analysis/desync.h"
 #include "tpscope/analysis/nonfinite.h"
 #include "tpscope/analysis/run_info.h"
+#include "analysis_internal.h"
 #include "evidence_util.h"
 
 namespace tpscope::analysis {
@@ -116,8 +117,11 @@ DiagnoseResult diagnose(tracedb::Reader& reader, const DiagnoseOptions& options)
     if (!ends) return ends.status();
     return crashFindings(reader, *ends, *info);
   });
+  auto table = detail::loadCollectives(reader);
+  if (!table) result.errors.push_back("collectives: " + table.error());
   take("desync", [&]() -> Findings {
-    auto r = analyzeDesync(reader, *info);
+    if (!table) return std::vector<Finding>{};
+    auto r = detail::analyzeDesync(reader, *info, *table);
     if (!r) return r.status();
     return desyncFindings(*r, *info);
   });
@@ -132,9 +136,8 @@ DiagnoseResult diagnose(tracedb::Reader& reader, const DiagnoseOptions& options)
     return anomalyFindings(*r, *info);
   });
   take("stragglers", [&]() -> Findings {
-    auto r = analyzeCollectives(reader, *info);
-    if (!r) return r.status();
-    return stragglerFindings(*r, options);
+    if (!table) return std::vector<Finding>{};
+    return stragglerFindings(detail::analyzeCollectives(*table, *info), options);
   });
   take("breakdown", [&]() -> Findings {
     auto r = computeBreakdown(reader);

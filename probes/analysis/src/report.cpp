@@ -108,21 +108,24 @@ RunDiff diffProfiles(const PhaseProfile& a, const PhaseProfile& b) {
   for (const auto& t : a.phases) pm[t.kind + "/" + t.phase].first = t.nsPerRankStep;
   for (const auto& t : b.phases) pm[t.kind + "/" + t.phase].second = t.nsPerRankStep;
   for (const auto& [k, v] : pm) phases.push_back(DiffEntry{"phase " + k + " per rank-step", v.first, v.second, "ns"});
-  std::map<std::string, std::array<double, 6>> cm;
+  std::map<std::string, std::array<double, 8>> cm;
   for (const auto& c : a.collectives) {
     auto& v = cm[c.groupClass + " " + c.op];
     v[0] = c.meanLatencyNs;
     v[2] = c.countPerStep;
     v[4] = c.busbwGbps;
+    v[6] = c.meanTimeNs;
   }
   for (const auto& c : b.collectives) {
     auto& v = cm[c.groupClass + " " + c.op];
     v[1] = c.meanLatencyNs;
     v[3] = c.countPerStep;
     v[5] = c.busbwGbps;
+    v[7] = c.meanTimeNs;
   }
   for (const auto& [k, v] : cm) {
     colls.push_back(DiffEntry{"collective " + k + " latency", v[0], v[1], "ns"});
+    colls.push_back(DiffEntry{"collective " + k + " mean time", v[6], v[7], "ns"});
     colls.push_back(DiffEntry{"collective " + k + " per group-step", v[2], v[3], "count"});
     colls.push_back(DiffEntry{"collective " + k + " busbw", v[4], v[5], "GB/s"});
   }

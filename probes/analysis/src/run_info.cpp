@@ -83,8 +83,32 @@ tracedb::Result<RunInfo> loadRunInfo(tracedb::Reader& reader) {
       info.ranks.push_back(ri);
     }
   };
+  // Groups and ranks seen in the collectives, by a plain scan (DISTINCT would sort).
+  std::map<std::string, std::set<int>> seen;
   {
-    Query q(reader, "SELECT DISTINCT rank FROM step_stats UNION SELECT DISTINCT rank FROM collectives", "ranks");
+    Query q(reader, "SELECT group_name, rank FROM collectives", "table 'collectives'");
+    std::string lastGroup;
+    int lastRank = INT32_MIN;
+    std::set<int>* members = nullptr;
+    auto s = q.each([&](Query& row) {
+      const std::string_view g = row.view(0);
+      const int r = row.i32(1);
+      if (members == nullptr || g != lastGroup) {
+        lastGroup.assign(g);
+        members = &seen[lastGroup];
+        lastRank = INT32_MIN;
+      }
+      if (r != lastRank) {
+        members->insert(r);
+        lastRank = r;
+      }
+    });
+    if (!s) return s;
+    for (const auto& [g, m] : seen)
+      for (int r : m) addRank(r);
+  }
+  {
+    Query q(reader, "SELECT DISTINCT rank FROM step_stats", "table 'step_stats'");
     if (auto s = q.each([&](Query& row) { addRank(row.i32(0)); }); !s) return s;
   }
   info.indexed = detail::hasIndex(reader, "spans_rank_begin");
@@ -107,9 +131,6 @@ tracedb::Result<RunInfo> loadRunInfo(tracedb::Reader& reader) {
   std::sort(info.ranks.begin(), info.ranks.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
 
   {
-    std::map<std::string, std::set<int>> seen;
-    Query q(reader, "SELECT DISTINCT group_name, rank FROM collectives", "table 'collectives'");
-    if (auto s = q.each([&](Query& row) { seen[row.text(0)].insert(row.i32(1)); }); !s) return s;
     for (auto& [name, members] : seen) {
       auto it = std::find_if(info.groups.begin(), info.groups.end(), [&](const auto& g) { return g.name == name; });
       if (it == info.groups.end()) {
@@ -121,10 +142,48 @@ tracedb::Result<RunInfo> loadRunInfo(tracedb::Reader& reader) {
     std::sort(info.groups.begin(), info.groups.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   }
 
-  auto range = reader.timeRange();
-  if (!range) return range.status();
-  info.beginNs = range->beginNs;
-  info.endNs = range->endNs;
+  // Time extent. With the (rank, begin_ns) index: per rank its first span and the latest end among its last-begun
+  // spans (a span that begins earlier and ends later than all of those is longer than 256 of them: an outer span
+  // such as a Step, which the collectives or step_stats bound as well); without it, one scan.
+  bool any = false;
+  auto take = [&](int64_t b, int64_t e) {
+    info.beginNs = any ? std::min(info.beginNs, b) : b;
+    info.endNs = any ? std::max(info.endNs, e) : e;
+    any = true;
+  };
+  if (info.indexed) {
+    for (const auto& r : info.ranks) {
+      Query first(reader, "SELECT min(begin_ns) FROM spans WHERE rank = ?", "table 'spans'");
+      first.bind(1, int64_t{r.rank});
+      if (auto s = first.each([&](Query& row) {
+            if (!row.isNull(0)) take(row.i64(0), row.i64(0));
+          });
+          !s)
+        return s;
+      Query last(reader, "SELECT begin_ns + dur_ns FROM spans WHERE rank = ? ORDER BY begin_ns DESC LIMIT 256",
+                 "table 'spans'");
+      last.bind(1, int64_t{r.rank});
+      if (auto s = last.each([&](Query& row) { take(row.i64(0), row.i64(0)); }); !s) return s;
+    }
+  } else {
+    Query q(reader, "SELECT min(begin_ns), max(begin_ns + dur_ns) FROM spans", "table 'spans'");
+    if (auto s = q.each([&](Query& row) {
+          if (!row.isNull(0)) take(row.i64(0), row.i64(1));
+        });
+        !s)
+      return s;
+  }
+  {
+    Query q(reader,
+            "SELECT min(enqueue_ns), max(coalesce(end_ns, start_ns, enqueue_ns)) FROM collectives UNION ALL"
+            " SELECT min(begin_ns), max(end_ns) FROM step_stats",
+            "tables 'collectives' and 'step_stats'");
+    if (auto s = q.each([&](Query& row) {
+          if (!row.isNull(0)) take(row.i64(0), row.i64(1));
+        });
+        !s)
+      return s;
+  }
   if (auto config = reader.metaValue(tracedb::meta_keys::kConfig)) info.model = parseModel(*config);
   return info;
 }
