@@ -1,16 +1,21 @@
 // Export of a tpscope run file as Chrome Trace Event JSON (opens in Perfetto UI and chrome://tracing).
 //
 // Layout: {"displayTimeUnit": "ns", "otherData": {...}, "traceEvents": [...]}.
-//   - one process per rank (pid = rank + 1; "process_name" "rank N", "process_sort_index" N metadata);
-//   - one thread per thread lane (tid = thread id; "thread_name"; CUDA streams named "stream N"), plus a
-//     "collectives" thread per rank (tid kCollectivesTid) and an "alerts" thread;
+//   - one process per rank (pid = rank + 1; "process_name" "rank N (host) tp a/b dp c/d", "process_sort_index" N);
+//   - one thread per thread lane (tid = thread id; "thread_name" from the threads table, else "thread N"/"stream N");
 //   - spans as "X" events: ts/dur in µs (fractional, ns precision), cat = span kind, args {step, layer, phase};
-//   - collectives as "X" events on the collectives thread: args {group, seq, op, dtype, bytes, shape, state};
-//     the ranks of one (group, seq) are linked with flow events "s" (first rank by start time) → "t" ... → "f"
-//     (bp "e"), one flow id per (group, seq), unique in the file;
-//   - counters as "C" events: "loss" and "grad_norm" (and lr, loss_scale) from step_stats, every counters row;
-//   - alerts as instant events ("i", scope "p") with args {severity, kind, step, layer, param, message}.
-// Written streaming (no in-memory DOM) to a temporary file beside `output`, then renamed: complete or absent.
+//   - collectives as "X" events named by op on the rank's "collectives" lane (tid kCollectivesTid; where a rank's
+//     collectives overlap in time, the overlapping ones go to further lanes kCollectivesTid + 2, + 4, ... since
+//     slices on one lane must nest), args {group, seq, op, dtype, bytes, shape, state, enqueue_ns, step, layer,
+//     phase, callsite}; an unfinished collective (no end) lasts to the end of the run;
+//   - the ranks of one (group, seq) linked by one flow: "s" on the first rank to start, "t" on the next ones, "f"
+//     (bp "e") on the last; one flow id per (group, seq), numbered from 1 in (group, seq) order;
+//   - counters as "C" events, args {value}: "loss", "grad_norm", "lr", "loss_scale" from step_stats at the step's
+//     end (else its begin, else the end of its last span), and every counters row under its own name;
+//   - alerts as instant events ("i", thread scope) on the rank's "alerts" lane (tid kAlertsTid), args {severity,
+//     kind, step, layer, param, message, evidence}.
+// Written streaming (no DOM; spans are streamed from the database, the other tables read as rows) to a temporary
+// file beside `output`, then renamed: complete or absent.
 // Output is deterministic for a given run file (no timestamps of the export itself, rows in a stable order).
 #pragma once
 
@@ -22,7 +27,7 @@
 
 namespace tpscope::formats {
 
-inline constexpr int kCollectivesTid = 1000000;  // tid of the per-rank "collectives" lane
+inline constexpr int kCollectivesTid = 1000000;  // tid of the per-rank "collectives" lane (+2k for overlaps)
 inline constexpr int kAlertsTid = 1000001;       // tid of the per-rank "alerts" lane
 
 struct ChromeExportStats {

@@ -13,10 +13,15 @@
 //   "Group size", "dtype", "Process Group Name", "Process Group Ranks", "Seq") or by the profiler's collective op
 //   names (record_param_comms, c10d::allreduce_, nccl:all_reduce, gloo:all_reduce, ...) — never only by kernel
 //   name prefixes. A collective is recorded once per rank: the host-side op carries the metadata; a GPU kernel with
-//   the same metadata is a NcclKernel span, not a second collective.
+//   the same metadata is a NcclKernel span, not a second collective. Per collective: enqueue_ns = the outermost
+//   host op's begin; start/end = the GPU kernels launched by the innermost collective op (c10d::allreduce_ >
+//   record_param_comms > nccl:all_reduce), else that op's own span; seq = the metadata's Seq where it is distinct
+//   within the group on that rank, else the order of enqueueing (0, 1, ...); group = "Process Group Name", else
+//   "default_pg".
 //   "C" events -> counters.
-// Times: Kineto's µs (floating point) are converted to ns since the earliest event across all inputs; meta
-// 'epoch_unix_ns' = baseTimeNanoseconds + that earliest time when the trace carries a base, else 0.
+// Times: Kineto's µs (JSON numbers, converted exactly from their text) become ns since the earliest event across
+// all inputs. A file's absolute time is baseTimeNanoseconds + ts when it has a base, else ts (unix µs); meta
+// 'epoch_unix_ns' is the absolute time of time 0, and ranks are aligned by absolute time.
 // Errors: a file that cannot be read, is not JSON, is a truncated gzip stream, or holds no events is an error
 // naming the file, and no output file is left behind. Unknown or malformed single events are not fatal: they are
 // counted per kind in KinetoImportStats and stored in meta 'kineto_import_skipped' (JSON object kind -> count).
