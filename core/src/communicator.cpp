@@ -165,18 +165,24 @@ void Communicator::fail(const Issue& is, const std::exception& e) {
   if ((issue).sink != nullptr)                                                                      \
     (issue).sink->collectiveState((issue).handle, probes::CollectiveState::Completed, probes::rawTicks())
 
-void Communicator::allReduce(at::Tensor& t, ReduceOp op, const Callsite& site, probes::Phase phase) {
-  if (size() == 1) return;
-  TORCH_CHECK(t.is_contiguous(), "allReduce on ", name_, " needs a contiguous tensor");
-  if (FaultInjector* f = activeFaults()) f->mismatchAllReduce(t);  // capture: --inject mismatch
-  Issue is = begin("all_reduce", &t, site, phase);
+void Communicator::inPlace(const char* op, at::Tensor& t, const Callsite& site, probes::Phase phase,
+                           const std::function<void(std::vector<at::Tensor>&)>& issue) {
+  TORCH_CHECK(t.is_contiguous(), op, " on ", name_, " needs a contiguous tensor");
+  Issue is = begin(op, &t, site, phase);
   TPS_COMM_RUN(is, {
     at::Tensor wire = needsFp32(t, backend_->gloo) ? t.to(at::kFloat) : t;
     std::vector<at::Tensor> v{wire};
+    issue(v);
+    if (!wire.is_same(t)) t.copy_(wire);
+  });
+}
+
+void Communicator::allReduce(at::Tensor& t, ReduceOp op, const Callsite& site, probes::Phase phase) {
+  if (size() == 1) return;
+  inPlace("all_reduce", t, site, phase, [&](std::vector<at::Tensor>& v) {
     c10d::AllreduceOptions o;
     o.reduceOp = op == ReduceOp::Sum ? c10d::ReduceOp::SUM : c10d::ReduceOp::MAX;
     backend_->pg->allreduce(v, o)->wait();
-    if (!wire.is_same(t)) t.copy_(wire);
   });
 }
 
@@ -234,15 +240,10 @@ at::Tensor Communicator::reduceScatter(const at::Tensor& t, int64_t dim, const C
 
 void Communicator::broadcast(at::Tensor& t, int root, const Callsite& site, probes::Phase phase) {
   if (size() == 1) return;
-  TORCH_CHECK(t.is_contiguous(), "broadcast on ", name_, " needs a contiguous tensor");
-  Issue is = begin("broadcast", &t, site, phase);
-  TPS_COMM_RUN(is, {
-    at::Tensor wire = needsFp32(t, backend_->gloo) ? t.to(at::kFloat) : t;
-    std::vector<at::Tensor> v{wire};
+  inPlace("broadcast", t, site, phase, [&](std::vector<at::Tensor>& v) {
     c10d::BroadcastOptions o;
     o.rootRank = root;
     backend_->pg->broadcast(v, o)->wait();
-    if (!wire.is_same(t)) t.copy_(wire);
   });
 }
 

@@ -161,8 +161,7 @@ at::Tensor GradReducer::finish() {
   m.armed = false;
   const bool reduce = m.dp->size() > 1;
   if (!reduce && !m.capture) return at::Tensor();
-  {
-    TPS_SPAN("dp gradient reduction", Comm, Backward);
+  auto launchRest = [&] {
     for (size_t bi = 0; bi < m.buckets.size(); ++bi) {
       auto& b = m.buckets[bi];
       if (b.launched) continue;
@@ -170,18 +169,22 @@ at::Tensor GradReducer::finish() {
         if (!m.seen[p]) m.stage(p, nullptr);
       m.launch(bi);
     }
-    if (reduce) {
-      for (size_t bi : m.launchOrder) {
-        auto& b = m.buckets[bi];
-        if (b.pending.valid()) b.pending.wait();
-        b.buffer.div_(static_cast<double>(m.dp->size()));
-        for (size_t p : b.params) {
-          at::Tensor s = m.slot(p);
-          if (m.params[p].grad().defined())
-            m.params[p].mutable_grad().copy_(s);
-          else
-            m.params[p].mutable_grad() = s.clone();
-        }
+  };
+  if (!reduce) {
+    launchRest();  // DP = 1: only stages the gradients for their health stats
+  } else {
+    TPS_SPAN("dp gradient reduction", Comm, Backward);
+    launchRest();
+    for (size_t bi : m.launchOrder) {
+      auto& b = m.buckets[bi];
+      if (b.pending.valid()) b.pending.wait();
+      b.buffer.div_(static_cast<double>(m.dp->size()));
+      for (size_t p : b.params) {
+        at::Tensor s = m.slot(p);
+        if (m.params[p].grad().defined())
+          m.params[p].mutable_grad().copy_(s);
+        else
+          m.params[p].mutable_grad() = s.clone();
       }
     }
   }

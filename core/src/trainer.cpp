@@ -79,7 +79,7 @@ struct Trainer::Impl {
     for (auto& p : params) {
       const at::Tensor& g = p.param.grad();
       if (!g.defined()) continue;
-      if (p.sharded || leadTp) sq.push_back(g.pow(2).sum());  // replicated params counted once (TP rank 0)
+      if (p.sharded || leadTp) sq.push_back(g.norm().square());  // replicated params counted once (TP rank 0)
     }
     at::Tensor total = sq.empty() ? torch::zeros({1}) : torch::stack(sq).sum().reshape({1});
     mesh->tpGroup().allReduce(total, ReduceOp::Sum, clipSite, probes::Phase::Optimizer);

@@ -21,6 +21,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -98,6 +99,10 @@ class Communicator {
   struct Issue;
   Issue begin(const char* op, const at::Tensor* t, const Callsite& site, probes::Phase phase);
   [[noreturn]] void fail(const Issue& issue, const std::exception& e);
+  // Shared body of the in-place collectives: records, sends `t` (as fp32 where the backend needs it) through
+  // `issue`, which must block until done, and copies the result back.
+  void inPlace(const char* op, at::Tensor& t, const Callsite& site, probes::Phase phase,
+               const std::function<void(std::vector<at::Tensor>&)>& issue);
 
   std::string name_;
   std::vector<int> ranks_;
