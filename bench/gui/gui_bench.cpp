@@ -184,6 +184,7 @@ int main(int argc, char** argv) {
   options.workers = workers;
   gui::LoadTimings timings;
   options.timings = &timings;
+  options.useCache = false;  // the first open reads the span table
   auto run = gui::loadRun(file, options);
   if (!run) {
     std::fprintf(stderr, "open: %s\n", run.error().c_str());
@@ -267,6 +268,23 @@ int main(int argc, char** argv) {
     paintMs.push_back(pm);
     totalMs.push_back(q + pm);
   }
+  // Reopen: the viewer writes the timeline cache after the first open; the next open reads it instead of the table.
+  const auto w0 = Clock::now();
+  const bool cached = gui::writeTimelineCache(r);
+  const double writeMs = msSince(w0);
+  const auto o0 = Clock::now();
+  const double ocpu0 = cpuMs(CLOCK_PROCESS_CPUTIME_ID);
+  gui::LoadOptions again = options;
+  again.useCache = true;
+  auto reopened = gui::loadRun(file, again);
+  const double reopenMs = msSince(o0);
+  const double reopenCpuMs = cpuMs(CLOCK_PROCESS_CPUTIME_ID) - ocpu0;
+  const auto rf = Clock::now();
+  if (reopened) (void)gui::computeFrame(*(*reopened)->timeline, all);
+  const double reopenFrameMs = msSince(rf);
+  std::printf("reopen: cache %s in %.0f ms; open from cache %s: %.0f ms + first frame %.1f ms (CPU %.0f ms)\n",
+              cached ? "written" : "NOT written", writeMs,
+              reopened && (*reopened)->timelineFromCache ? "used" : "NOT used", reopenMs, reopenFrameMs, reopenCpuMs);
   image.save(QString::fromStdString((file.parent_path() / "tpscope-gui-bench-last-frame.png").string()));
   const Stats qs = stats(queryMs), ps = stats(paintMs), ts = stats(totalMs);
   std::printf("frames: %zu (zoom in ×40, pan ×40, zoom out ×40) at %dx%d, up to %zu draw items per frame\n",
@@ -277,7 +295,10 @@ int main(int argc, char** argv) {
   const Stats qc = stats(queryCpu), pc = stats(paintCpu), tc = stats(totalCpu);
   std::printf("  CPU time: query median %.2f / max %.2f ms, paint median %.2f / max %.2f ms, both max %.2f ms\n",
               qc.median, qc.max, pc.median, pc.max, tc.max);
-  std::printf("targets: open <= 2000 ms: %s (%.0f ms); every frame <= 16 ms: %s (max %.2f ms)\n",
-              loadMs + firstMs <= 2000 ? "met" : "MISSED", loadMs + firstMs, ts.max <= 16 ? "met" : "MISSED", ts.max);
+  std::printf("targets (wall time): open <= 2000 ms: first open %s (%.0f ms), reopen %s (%.0f ms); every frame <= 16 ms: "
+              "%s (max %.2f ms)\n",
+              loadMs + firstMs <= 2000 ? "met" : "MISSED", loadMs + firstMs,
+              reopenMs + reopenFrameMs <= 2000 ? "met" : "MISSED", reopenMs + reopenFrameMs,
+              ts.max <= 16 ? "met" : "MISSED", ts.max);
   return 0;
 }

@@ -262,6 +262,54 @@ TEST_F(ModelsTest, BreakdownSharesSumToTheStep) {
   }
 }
 
+// The timeline cache: written once, then read instead of the span table; a damaged or stale cache is ignored.
+TEST(TimelineCache, RoundTripAndFallbacks) {
+  const fs::path dir = scratchDir("cache");
+  ASSERT_EQ(writeFixtureRun(dir / "run.db"), "");
+  auto first = loadRun(dir / "run.db");
+  ASSERT_TRUE(first) << first.error();
+  EXPECT_FALSE((*first)->timelineFromCache);
+  ASSERT_TRUE(writeTimelineCache(**first));
+  const fs::path cache = dir / "run.db.tpscope-gui-cache";
+  ASSERT_TRUE(fs::exists(cache));
+  auto second = loadRun(dir / "run.db");
+  ASSERT_TRUE(second) << second.error();
+  EXPECT_TRUE((*second)->timelineFromCache);
+  const TimelineData& a = *(*first)->timeline;
+  const TimelineData& b = *(*second)->timeline;
+  ASSERT_EQ(a.lanes().size(), b.lanes().size());
+  EXPECT_EQ(a.strings(), b.strings());
+  for (size_t l = 0; l < a.lanes().size(); ++l) {
+    EXPECT_EQ(a.lanes()[l].label, b.lanes()[l].label);
+    ASSERT_EQ(a.lanes()[l].rows.size(), b.lanes()[l].rows.size());
+    for (size_t d = 0; d < a.lanes()[l].rows.size(); ++d) {
+      const LaneRow& x = a.lanes()[l].rows[d];
+      const LaneRow& y = b.lanes()[l].rows[d];
+      EXPECT_EQ(x.begin, y.begin);
+      EXPECT_EQ(x.end, y.end);
+      EXPECT_EQ(x.name, y.name);
+      EXPECT_EQ(x.kind, y.kind);
+      EXPECT_EQ(x.kindPrefix, y.kindPrefix);
+    }
+  }
+  EXPECT_EQ((*second)->beginNs, (*first)->beginNs);
+  EXPECT_EQ((*second)->endNs, (*first)->endNs);
+  LoadOptions noCache;
+  noCache.useCache = false;
+  EXPECT_FALSE((*loadRun(dir / "run.db", noCache))->timelineFromCache);
+  // Truncated cache: ignored.
+  fs::resize_file(cache, fs::file_size(cache) / 2);
+  auto third = loadRun(dir / "run.db");
+  ASSERT_TRUE(third) << third.error();
+  EXPECT_FALSE((*third)->timelineFromCache);
+  EXPECT_EQ((*third)->timeline->spanCount(), a.spanCount());
+  // A rewritten run makes the cache stale.
+  ASSERT_TRUE(writeTimelineCache(**third));
+  ASSERT_EQ(writeFixtureRun(dir / "run.db"), "");
+  fs::last_write_time(dir / "run.db", fs::last_write_time(dir / "run.db") + std::chrono::seconds(5));
+  EXPECT_FALSE((*loadRun(dir / "run.db"))->timelineFromCache);
+}
+
 // A capture folder of rank files with different epochs and clock offsets loads aligned, and the follower notices
 // a new rank file.
 TEST(LiveFolder, AlignsRankFilesAndNoticesGrowth) {

@@ -60,6 +60,32 @@ std::vector<fs::path> traceFilesOf(const fs::path& path) {
 
 namespace {
 
+// The cache key of a single run file: its size and modification time; "" if it must not be cached.
+std::string cacheKey(const fs::path& file) {
+  std::error_code ec;
+  const auto size = fs::file_size(file, ec);
+  if (ec) return {};
+  const auto mtime = fs::last_write_time(file, ec);
+  if (ec) return {};
+  const fs::path wal = file.string() + "-wal";
+  if (fs::exists(wal, ec) && fs::file_size(wal, ec) > 0) return {};
+  return "v1;size=" + std::to_string(size) +
+         ";mtime=" + std::to_string(mtime.time_since_epoch().count());
+}
+
+std::vector<fs::path> cachePaths(const fs::path& file) {
+  std::vector<fs::path> paths{file.string() + ".tpscope-gui-cache"};
+  fs::path home;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) home = fs::path(xdg) / "tpscope-gui";
+  else if (const char* h = std::getenv("HOME"); h && *h) home = fs::path(h) / ".cache" / "tpscope-gui";
+  if (!home.empty()) {
+    std::error_code ec;
+    const std::string absolute = fs::absolute(file, ec).string();
+    paths.push_back(home / (std::to_string(std::hash<std::string>{}(absolute)) + ".cache"));
+  }
+  return paths;
+}
+
 struct FileShift {
   int64_t epochShift = 0;                  // file epoch - earliest epoch
   bool aligned = false;
@@ -104,6 +130,30 @@ Status readSpanChunk(const fs::path& path, int64_t lo, int64_t hi, const FileShi
   sqlite3_finalize(stmt);
   if (rc != SQLITE_DONE) return (*reader)->error("reading spans");
   return Status::ok();
+}
+
+// Sets the run's extent and sort orders once its timeline is there.
+Result<std::shared_ptr<const RunData>> finish(std::shared_ptr<RunData> run, std::shared_ptr<TimelineData> timeline) {
+  run->beginNs = timeline->beginNs();
+  run->endNs = timeline->endNs();
+  bool any = timeline->spanCount() > 0;
+  for (const auto& c : run->collectives) {
+    const int64_t e = c.endNs.value_or(c.startNs.value_or(c.enqueueNs));
+    run->beginNs = any ? std::min(run->beginNs, c.enqueueNs) : c.enqueueNs;
+    run->endNs = any ? std::max(run->endNs, e) : e;
+    any = true;
+  }
+  run->timeline = std::move(timeline);
+  std::sort(run->collectives.begin(), run->collectives.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.group, a.seq, a.rank) < std::tie(b.group, b.seq, b.rank);
+  });
+  std::stable_sort(run->alerts.begin(), run->alerts.end(), [](const auto& a, const auto& b) { return a.tsNs < b.tsNs; });
+  std::stable_sort(run->stepStats.begin(), run->stepStats.end(),
+                   [](const auto& a, const auto& b) { return std::tie(a.step, a.rank) < std::tie(b.step, b.rank); });
+  std::stable_sort(run->gradStats.begin(), run->gradStats.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.step, a.rank, a.layer) < std::tie(b.step, b.rank, b.layer);
+  });
+  return std::shared_ptr<const RunData>(std::move(run));
 }
 
 }  // namespace
@@ -218,6 +268,18 @@ Result<std::shared_ptr<const RunData>> loadRun(const fs::path& path, const LoadO
   timings.tablesMs = ms(phase);
   phase = Clock::now();
 
+  if (options.useCache && run->files.size() == 1) {
+    if (const std::string key = cacheKey(run->files[0]); !key.empty())
+      for (const fs::path& cache : cachePaths(run->files[0]))
+        if (auto cached = TimelineData::readCache(cache.string(), key)) {
+          run->timelineFromCache = true;
+          timings.spansMs = ms(phase);
+          auto timeline = std::make_shared<TimelineData>(std::move(*cached));
+          if (options.timings) *options.timings = timings;
+          return finish(std::move(run), std::move(timeline));
+        }
+  }
+
   // Pass 2: spans, each file's id range cut into chunks read in parallel (one connection per chunk).
   struct Chunk {
     size_t file;
@@ -273,26 +335,19 @@ Result<std::shared_ptr<const RunData>> loadRun(const fs::path& path, const LoadO
       TimelineData::build(std::move(spans), std::move(strings), run->threads, options.workers));
   timings.buildMs = ms(phase);
   if (options.timings) *options.timings = timings;
-  run->beginNs = timeline->beginNs();
-  run->endNs = timeline->endNs();
-  bool any = timeline->spanCount() > 0;
-  for (const auto& c : run->collectives) {
-    const int64_t e = c.endNs.value_or(c.startNs.value_or(c.enqueueNs));
-    run->beginNs = any ? std::min(run->beginNs, c.enqueueNs) : c.enqueueNs;
-    run->endNs = any ? std::max(run->endNs, e) : e;
-    any = true;
+  return finish(std::move(run), std::move(timeline));
+}
+
+bool writeTimelineCache(const RunData& run) {
+  if (run.live || run.files.size() != 1 || !run.timeline || run.timelineFromCache) return false;
+  const std::string key = cacheKey(run.files[0]);
+  if (key.empty()) return false;
+  for (const fs::path& cache : cachePaths(run.files[0])) {
+    std::error_code ec;
+    fs::create_directories(cache.parent_path(), ec);
+    if (run.timeline->writeCache(cache.string(), key)) return true;
   }
-  run->timeline = std::move(timeline);
-  std::sort(run->collectives.begin(), run->collectives.end(), [](const auto& a, const auto& b) {
-    return std::tie(a.group, a.seq, a.rank) < std::tie(b.group, b.seq, b.rank);
-  });
-  std::stable_sort(run->alerts.begin(), run->alerts.end(), [](const auto& a, const auto& b) { return a.tsNs < b.tsNs; });
-  std::stable_sort(run->stepStats.begin(), run->stepStats.end(),
-                   [](const auto& a, const auto& b) { return std::tie(a.step, a.rank) < std::tie(b.step, b.rank); });
-  std::stable_sort(run->gradStats.begin(), run->gradStats.end(), [](const auto& a, const auto& b) {
-    return std::tie(a.step, a.rank, a.layer) < std::tie(b.step, b.rank, b.layer);
-  });
-  return std::shared_ptr<const RunData>(std::move(run));
+  return false;
 }
 
 }  // namespace tpscope::gui

@@ -43,6 +43,7 @@ void RunLoader::load(const QString& path, bool withAnalysis) {
         if (generation == generation_) emit analysisLoaded(analysis);
       });
     }
+    writeTimelineCache(*loaded);  // after the run is on screen: the next open of this file skips the span table
     QMetaObject::invokeMethod(this, [this] { --inFlight_; });
   });
 }

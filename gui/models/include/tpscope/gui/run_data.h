@@ -36,6 +36,7 @@ struct RunData {
   int64_t beginNs = 0;  // over spans and collectives
   int64_t endNs = 0;
   bool live = false;    // read from rank files of a capture folder
+  bool timelineFromCache = false;  // the spans came from the timeline cache (see LoadOptions::useCache)
 
   std::vector<int> rankIds() const;  // sorted, from ranks, spans and collectives
   // [begin, end) of (rank, step) from step stats, else from its spans; false if unknown.
@@ -49,10 +50,18 @@ struct LoadTimings {
   double buildMs = 0;   // lanes: sort, depth rows, summaries
 };
 
+// Timeline cache: a single run file's built timeline is kept in "<file>.tpscope-gui-cache" beside it (or, when that
+// folder is not writable, in $XDG_CACHE_HOME/tpscope-gui or ~/.cache/tpscope-gui), keyed by the file's size and
+// modification time. Files with a non-empty -wal (still being written) and capture folders are never cached.
 struct LoadOptions {
   int workers = 2;                 // threads for reading and sorting spans
   LoadTimings* timings = nullptr;  // filled when set
+  bool useCache = true;            // read the timeline cache when it is valid
 };
+
+// Writes the timeline cache of `run` if it is cacheable and has none yet. Returns true if a cache was written.
+// Blocking (hundreds of MB for 10 M spans): call it off the UI thread, after the run is shown.
+bool writeTimelineCache(const RunData& run);
 
 // What loadRun would read for `path`: the run file, or the rank files of a folder. Empty if nothing readable is there.
 std::vector<std::filesystem::path> traceFilesOf(const std::filesystem::path& path);

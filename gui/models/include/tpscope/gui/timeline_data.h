@@ -17,6 +17,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -140,6 +141,13 @@ class TimelineData {
   std::vector<SpanRef> search(const std::string& needle, size_t limit = 1000) const;
 
   const LaneRow& row(const SpanRef& ref) const { return lanes_[ref.lane].rows[ref.row]; }
+
+  // Binary cache of the built timeline (timeline_cache.cpp), so reopening a big run skips reading and sorting its
+  // spans. `key` identifies the source (file size, mtime); readCache returns nothing when the file is missing, of
+  // another format version or key, or damaged. writeCache writes to a temporary file and renames it: a reader sees
+  // a complete cache or none. Any thread; both block on file I/O.
+  bool writeCache(const std::string& path, const std::string& key) const;
+  static std::optional<TimelineData> readCache(const std::string& path, const std::string& key);
 
  private:
   std::vector<Lane> lanes_;
