@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <atomic>
+#include <cstdlib>
 #include <thread>
 
 #include "intervals.h"
@@ -185,7 +186,10 @@ auto breakdownOfRank(int rank, RankData& rd) {
 }
 
 // Worker threads for large files: each scans a rowid range of spans on its own read-only connection.
+// TPSCOPE_ANALYSIS_THREADS overrides the count (1: no worker threads).
 unsigned workerCount(int64_t spans) {
+  if (const char* env = std::getenv("TPSCOPE_ANALYSIS_THREADS"); env && std::atoi(env) > 0)
+    return static_cast<unsigned>(std::min(std::atoi(env), 16));
   if (spans < 500'000) return 1;
   return std::clamp(std::thread::hardware_concurrency(), 1u, 4u);
 }

@@ -35,20 +35,33 @@ tracedb::Result<CollectiveTable> loadCollectives(tracedb::Reader& reader) {
     ids.emplace(owned.emplace_back(v), id);
     return id;
   };
+  // Consecutive rows mostly repeat a column's value (the members of one collective, one op, one state): compare
+  // with the previous row's text before hashing.
+  struct Last {
+    std::string text;
+    uint32_t id = 0;
+  };
+  Last last[6];
+  auto column = [&](int slot, std::string_view v) -> uint32_t {
+    Last& l = last[slot];
+    if (v == l.text) return l.id;
+    l.text.assign(v);
+    return l.id = intern(v);
+  };
   Query q(reader,
           "SELECT group_name, rank, seq, op, dtype, shape, callsite, state, numel, bytes, step, layer, enqueue_ns,"
           " start_ns, end_ns FROM collectives",
           "table 'collectives'");
   auto s = q.each([&](Query& r) {
     CollectiveRecord c;
-    c.group = intern(r.view(0));
+    c.group = column(0, r.view(0));
     c.rank = r.i32(1);
     c.seq = r.i64(2);
-    c.op = intern(r.view(3));
-    c.dtype = intern(r.view(4));
-    c.shape = intern(r.view(5));
-    c.callsite = intern(r.view(6));
-    c.state = intern(r.view(7));
+    c.op = column(1, r.view(3));
+    c.dtype = column(2, r.view(4));
+    c.shape = column(3, r.view(5));
+    c.callsite = column(4, r.view(6));
+    c.state = column(5, r.view(7));
     c.numel = r.i64(8);
     c.bytes = r.i64(9);
     c.step = r.i32(10);
