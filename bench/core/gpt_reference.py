@@ -71,7 +71,18 @@ def make_optimizer(model, cfg):
                              eps=cfg.get("adam_eps", 1e-8))
 
 
-def train_step(model, opt, ids, targets, clip):
+def learning_rate(cfg, step):
+    """Linear warm-up then cosine to min_lr, as core's learningRate (step is 1-based)."""
+    lr, min_lr, warmup, steps = cfg["lr"], cfg.get("min_lr", 0.0), cfg.get("warmup", 0), cfg.get("steps", 20)
+    if warmup > 0 and step <= warmup:
+        return lr * step / warmup
+    progress = min(max((step - warmup) / max(1, steps - warmup), 0.0), 1.0)
+    return min_lr + 0.5 * (lr - min_lr) * (1.0 + math.cos(math.pi * progress))
+
+
+def train_step(model, opt, ids, targets, clip, lr):
+    for g in opt.param_groups:
+        g["lr"] = lr
     opt.zero_grad(set_to_none=True)
     loss = model(ids, targets)
     loss.backward()
