@@ -161,6 +161,8 @@ TEST(Communicator, RecordsEveryCollectiveThroughTheProbes) {
 
 TEST(Communicator, TimeoutNamesGroupSeqAndOp) { expectWorkerPasses("timeout", 2); }
 
+TEST(GradHealth, KnownNormsMaxNanAndInfCounts) { expectWorkerPasses("grad_health", 1); }
+
 TEST(Platform, MatmulRunsOnOpenBlas) { expectWorkerPasses("blas", 1); }
 
 TEST(TrainCli, BadConfigsFailWithClearErrors) {

@@ -5,6 +5,7 @@
 //   recording     collectives, spans, gradient health and step stats through a fake probes Sink (runs 2 steps of
 //                 the GPT trainer; argv[2] = config file)
 //   timeout       rank 0 all-reduces alone; its error must name group, seq and op
+//   grad_health   per-parameter gradient health (L2, max|g|, NaN, Inf) against known answers
 //   blas          a matmul must run on an optimized BLAS (OpenBLAS), checked in /proc/self/maps
 #include <torch/torch.h>
 
@@ -18,6 +19,7 @@
 
 #include "tpscope/core/config.h"
 #include "tpscope/core/gpt.h"
+#include "tpscope/core/grad_health.h"
 #include "tpscope/core/layers.h"
 #include "tpscope/core/mesh.h"
 #include "tpscope/core/trainer.h"
@@ -368,6 +370,26 @@ int scenarioTimeoutChecked() {
   }
 }
 
+int scenarioGradHealth() {
+  // Known answers: [3, 4] -> norm 5, max 4; [-7] -> 7, 7; NaN and Inf counted; an undefined grad is all zeros.
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<at::Tensor> grads{torch::tensor({3.0, 4.0}), torch::tensor({-7.0}), at::Tensor(),
+                                torch::tensor({1.0, std::nan(""), inf, -inf, 2.0})};
+  at::Tensor st = tpscope::core::gradHealth(grads);
+  check(st.sizes() == at::IntArrayRef({4, 4}), "one row of 4 stats per parameter");
+  auto a = st.accessor<float, 2>();
+  check(a[0][core::kL2Norm] == 5.0f && a[0][core::kMaxAbs] == 4.0f, "L2 norm and max|g| of [3, 4]");
+  check(a[1][core::kL2Norm] == 7.0f && a[1][core::kMaxAbs] == 7.0f, "L2 norm and max|g| of [-7]");
+  check(a[2][core::kL2Norm] == 0.0f && a[2][core::kNanCount] == 0.0f, "undefined gradient reads as empty");
+  check(a[3][core::kNanCount] == 1.0f && a[3][core::kInfCount] == 2.0f, "NaN and Inf counts");
+  check(a[0][core::kNanCount] == 0.0f && a[1][core::kInfCount] == 0.0f, "finite gradients count no NaN/Inf");
+  // The flat form over a bf16 buffer agrees with the per-tensor form.
+  at::Tensor flat = torch::cat({torch::tensor({3.0, 4.0}), torch::tensor({-7.0})}).to(at::kBFloat16);
+  at::Tensor st2 = tpscope::core::gradHealthFlat(flat, tpscope::core::gradHealthSegments({2, 1}), 2);
+  checkClose(st2, st.narrow(0, 0, 2), "flat bf16 buffer gives the same stats", 1e-6);
+  return g_failures == 0 ? 0 : 1;
+}
+
 int scenarioBlas() {
   at::Tensor a = torch::randn({256, 256}), b = torch::randn({256, 256});
   at::Tensor c = torch::mm(a, b);
@@ -400,6 +422,7 @@ int main(int argc, char** argv) {
     else if (s == "recording" && argc > 2) rc = scenarioRecording(argv[2]);
     else if (s == "timeout") rc = scenarioTimeoutChecked();
     else if (s == "blas") rc = scenarioBlas();
+    else if (s == "grad_health") rc = scenarioGradHealth();
     else std::fprintf(stderr, "unknown scenario %s\n", s.c_str());
   } catch (const std::exception& e) {
     std::printf("FAIL exception: %s\n", e.what());
