@@ -43,19 +43,7 @@ tracedb::Result<std::vector<RankEnd>> analyzeRankEnds(tracedb::Reader& reader, c
     e.lastRecordNs = std::max(e.lastRecordNs, t);
     e.lastStep = std::max(e.lastStep, step);
   };
-  if (info.indexed) {
-    // Through the (rank, begin_ns) index: the last spans of each rank (the one ending last begins among them).
-    for (auto& [rank, e] : ends) {
-      Query q(reader,
-              "SELECT begin_ns + dur_ns, step FROM spans WHERE rank = ? ORDER BY begin_ns DESC LIMIT 256",
-              "table 'spans'");
-      q.bind(1, int64_t{rank});
-      if (auto s = q.each([&](Query& r) { take(rank, r.i64(0), r.i32(1)); }); !s) return s;
-    }
-  } else {
-    Query q(reader, "SELECT rank, max(begin_ns + dur_ns), max(step) FROM spans GROUP BY rank", "table 'spans'");
-    if (auto s = q.each([&](Query& r) { take(r.i32(0), r.i64(1), r.i32(2)); }); !s) return s;
-  }
+  for (const RankExtent& x : info.spanExtents) take(x.rank, x.lastNs, x.lastStep);
   {
     // Plain scans aggregated here: a GROUP BY would sort the table first.
     Query q(reader,

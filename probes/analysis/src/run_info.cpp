@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "sql_query.h"
@@ -112,22 +113,59 @@ tracedb::Result<RunInfo> loadRunInfo(tracedb::Reader& reader) {
     if (auto s = q.each([&](Query& row) { addRank(row.i32(0)); }); !s) return s;
   }
   info.indexed = detail::hasIndex(reader, "spans_rank_begin");
+  std::map<int, RankExtent> extents;
   if (info.indexed) {
-    // Distinct ranks of spans through the index: one probe per rank (skip-scan by hand).
+    // Distinct ranks of spans through the index: one probe per rank (skip-scan by hand), then its extent.
     int64_t next = INT64_MIN;
     for (;;) {
-      Query q(reader, "SELECT rank FROM spans WHERE rank >= ? ORDER BY rank LIMIT 1", "table 'spans'");
+      Query q(reader, "SELECT rank, begin_ns FROM spans WHERE rank >= ? ORDER BY rank, begin_ns LIMIT 1",
+              "table 'spans'");
       q.bind(1, next);
       std::optional<int> found;
-      if (auto s = q.each([&](Query& row) { found = row.i32(0); }); !s) return s;
+      int64_t first = 0;
+      if (auto s = q.each([&](Query& row) {
+            found = row.i32(0);
+            first = row.i64(1);
+          });
+          !s)
+        return s;
       if (!found) break;
       addRank(*found);
+      RankExtent& e = extents[*found];
+      e.rank = *found;
+      e.firstNs = e.lastNs = first;
+      Query last(reader, "SELECT begin_ns + dur_ns, step FROM spans WHERE rank = ? ORDER BY begin_ns DESC LIMIT 256",
+                 "table 'spans'");
+      last.bind(1, int64_t{*found});
+      if (auto s = last.each([&](Query& row) {
+            e.lastNs = std::max(e.lastNs, row.i64(0));
+            e.lastStep = std::max(e.lastStep, row.i32(1));
+          });
+          !s)
+        return s;
       next = int64_t{*found} + 1;
     }
   } else {
-    Query q(reader, "SELECT DISTINCT rank FROM spans", "table 'spans'");
-    if (auto s = q.each([&](Query& row) { addRank(row.i32(0)); }); !s) return s;
+    // One plain scan (DISTINCT or GROUP BY would sort the whole table).
+    Query q(reader, "SELECT rank, begin_ns, dur_ns, step FROM spans", "table 'spans'");
+    int lastRank = INT32_MIN;
+    RankExtent* e = nullptr;
+    auto s = q.each([&](Query& row) {
+      const int r = row.i32(0);
+      const int64_t b = row.i64(1), end = b + row.i64(2);
+      if (e == nullptr || r != lastRank) {
+        auto [it, fresh] = extents.try_emplace(r, RankExtent{r, b, end, -1});
+        e = &it->second;
+        lastRank = r;
+      }
+      e->firstNs = std::min(e->firstNs, b);
+      e->lastNs = std::max(e->lastNs, end);
+      e->lastStep = std::max(e->lastStep, row.i32(3));
+    });
+    if (!s) return s;
+    for (const auto& [r, ext] : extents) addRank(r);
   }
+  for (const auto& [r, ext] : extents) info.spanExtents.push_back(ext);
   std::sort(info.ranks.begin(), info.ranks.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
 
   {
@@ -142,37 +180,14 @@ tracedb::Result<RunInfo> loadRunInfo(tracedb::Reader& reader) {
     std::sort(info.groups.begin(), info.groups.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   }
 
-  // Time extent. With the (rank, begin_ns) index: per rank its first span and the latest end among its last-begun
-  // spans (a span that begins earlier and ends later than all of those is longer than 256 of them: an outer span
-  // such as a Step, which the collectives or step_stats bound as well); without it, one scan.
+  // Time extent.
   bool any = false;
   auto take = [&](int64_t b, int64_t e) {
     info.beginNs = any ? std::min(info.beginNs, b) : b;
     info.endNs = any ? std::max(info.endNs, e) : e;
     any = true;
   };
-  if (info.indexed) {
-    for (const auto& r : info.ranks) {
-      Query first(reader, "SELECT min(begin_ns) FROM spans WHERE rank = ?", "table 'spans'");
-      first.bind(1, int64_t{r.rank});
-      if (auto s = first.each([&](Query& row) {
-            if (!row.isNull(0)) take(row.i64(0), row.i64(0));
-          });
-          !s)
-        return s;
-      Query last(reader, "SELECT begin_ns + dur_ns FROM spans WHERE rank = ? ORDER BY begin_ns DESC LIMIT 256",
-                 "table 'spans'");
-      last.bind(1, int64_t{r.rank});
-      if (auto s = last.each([&](Query& row) { take(row.i64(0), row.i64(0)); }); !s) return s;
-    }
-  } else {
-    Query q(reader, "SELECT min(begin_ns), max(begin_ns + dur_ns) FROM spans", "table 'spans'");
-    if (auto s = q.each([&](Query& row) {
-          if (!row.isNull(0)) take(row.i64(0), row.i64(1));
-        });
-        !s)
-      return s;
-  }
+  for (const RankExtent& e : info.spanExtents) take(e.firstNs, e.lastNs);
   {
     Query q(reader,
             "SELECT min(enqueue_ns), max(coalesce(end_ns, start_ns, enqueue_ns)) FROM collectives UNION ALL"

@@ -27,12 +27,21 @@ struct ModelConfig {
   bool complete() const { return layers > 0 && hidden > 0 && seqLen > 0 && microBatchSize > 0; }
 };
 
+// The extent of one rank's spans. With the query indexes `lastNs`/`lastStep` come from its 256 last-begun spans
+// (an outer span that begins earlier and ends later is bounded by its step's records anyway); without, exact.
+struct RankExtent {
+  int rank = 0;
+  int64_t firstNs = 0, lastNs = 0;
+  int lastStep = -1;
+};
+
 struct RunInfo {
   std::vector<tracedb::RankInfo> ranks;    // by rank; ranks seen only in records get a default RankInfo
   std::vector<tracedb::GroupInfo> groups;  // process_groups; groups seen only in collectives are added (ranks from
                                            // the collectives' rank column, sorted)
   bool indexed = false;                    // the query indexes of indexes.sql exist (merged or imported files)
-  int64_t beginNs = 0, endNs = 0;          // extent of spans and collectives (0, 0 when empty)
+  int64_t beginNs = 0, endNs = 0;          // extent of spans, collectives and step_stats (0, 0 when empty)
+  std::vector<RankExtent> spanExtents;     // by rank, ranks with spans only
   std::optional<ModelConfig> model;        // when meta 'config' is JSON with at least one of the model keys
 
   const tracedb::RankInfo* rank(int rank) const;
