@@ -208,7 +208,6 @@ StepMetrics Trainer::trainStep(int64_t step) {
     TPS_SPAN("train step", Step, None);
     m.hooks->stepBegin(step);  // capture: --inject slow/crash
     for (auto& p : m.params) p.param.mutable_grad() = at::Tensor();
-    const int64_t n = c.micro_batch_size * c.seq_len;
     double lossSum = 0;
     at::Tensor lossAcc = torch::zeros({1});
     for (int64_t micro = 0; micro < c.grad_accum; ++micro) {
@@ -233,16 +232,11 @@ StepMetrics Trainer::trainStep(int64_t step) {
       if (last) m.reducer->beginLastMicrobatch(sink != nullptr || m.hooks->wantsHealth());
       (loss / static_cast<double>(c.grad_accum)).backward();
       lossAcc += loss.detach().to(at::kFloat);
-      (void)n;
     }
+    // Pre-reduction gradient health (captured per bucket before its DP all-reduce); defined whenever requested.
     at::Tensor health = m.reducer->finish();
     if (health.defined() && sink != nullptr)
       reportGradHealth(*sink, static_cast<int>(step), m.names, m.layers, m.numels, health);
-    else if (sink != nullptr) {
-      std::vector<at::Tensor> gs;
-      for (auto& p : m.params) gs.push_back(p.param.grad());
-      reportGradHealth(*sink, static_cast<int>(step), m.names, m.layers, m.numels, gradHealth(gs));
-    }
     m.reduceSequenceParallel();
     out.gradNorm = m.clipGradients();
     skipUpdate = m.hooks->beforeUpdate(step, health, lossAcc, c.grad_accum, out.gradNorm);  // capture: health rules
