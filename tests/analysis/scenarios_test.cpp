@@ -263,3 +263,47 @@ TEST(Scenario, ReportOfHealthyRun) {
 
 }  // namespace
 }  // namespace tpscope::analysis
+
+namespace tpscope::analysis {
+namespace {
+
+TEST(Scenario, InfOrigin) {
+  RunSpec spec;
+  spec.nanRank = 1;
+  spec.nanStep = 3;
+  spec.nanLayer = 0;
+  spec.nanIsInf = true;
+  const auto d = diagnoseSpec("inf", spec);
+  ASSERT_FALSE(d.result.findings.empty());
+  const Finding& f = d.result.findings.front();
+  EXPECT_EQ(f.kind, FindingKind::InfOrigin);
+  EXPECT_EQ(f.rank, 1);
+  EXPECT_EQ(f.step, 3);
+  EXPECT_EQ(f.layer, 0);
+  EXPECT_TRUE(ofKind(d.result, FindingKind::NanOrigin).empty());
+}
+
+// A NaN activation in rank 3's forward reaches its TP peer through the forward all-reduce, so both ranks' gradients
+// are NaN at every layer: only the alert's time tells the origin.
+TEST(Scenario, ActivationAlertDecidesTheOrigin) {
+  RunSpec spec;
+  spec.activationRank = 3;
+  spec.activationStep = 4;
+  const auto d = diagnoseSpec("activation", spec);
+  ASSERT_FALSE(d.result.findings.empty());
+  const Finding& f = d.result.findings.front();
+  EXPECT_EQ(f.kind, FindingKind::NanOrigin);
+  EXPECT_EQ(f.rank, 3);
+  EXPECT_EQ(f.step, 4);
+  EXPECT_EQ(f.layer, 0);
+  EXPECT_EQ(f.ranks, (std::vector<int>{0, 1, 2}));
+  ASSERT_TRUE(f.collective);
+  EXPECT_EQ(f.collective->group, "tp-1");  // its forward all-reduce of layer 0
+  EXPECT_EQ(f.collective->seq, 4 * 8 + 1);
+  ASSERT_FALSE(f.evidence.rows.empty());
+  EXPECT_EQ(f.evidence.rows[0].table, "alerts");
+  expectGolden("activation.diagnose.json", d.json);
+}
+
+}  // namespace
+}  // namespace tpscope::analysis

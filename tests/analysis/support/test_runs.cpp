@@ -148,6 +148,19 @@ struct Sim {
                      "layer " + std::to_string(layer) + " " + what, step, layer, phase);
       };
       for (int l = 0; l < spec.layers; ++l) {
+        if (l == 0 && step == spec.activationStep && !stopped[spec.activationRank] && status) {
+          tracedb::AlertRow a;
+          a.rank = spec.activationRank;
+          a.step = step;
+          a.tsNs = clock[spec.activationRank] + 100 * kUs;
+          a.severity = "critical";
+          a.kind = "nonfinite_activation";
+          a.layer = 0;
+          a.param = "attention";
+          a.message = "NaN in the attention output of layer 0";
+          a.evidence = R"({"nan_count": 7, "numel": 256, "phase": "fwd"})";
+          status = w.addAlert(a);
+        }
         for (int r = 0; r < world; ++r) compute(r, "attention", 500 * kUs, step, l, Phase::Forward);
         tpAllReduce("attention output RowParallel forward all-reduce", l, Phase::Forward);
         for (int r = 0; r < world; ++r) compute(r, "mlp", 500 * kUs, step, l, Phase::Forward);
@@ -176,7 +189,8 @@ struct Sim {
           tracedb::StepStatRow ss;
           ss.rank = r;
           ss.step = step;
-          const bool nanLoss = spec.nanStep >= 0 && step > spec.nanStep;
+          const bool nanLoss = (spec.nanStep >= 0 && step > spec.nanStep) ||
+                               (spec.activationStep >= 0 && step >= spec.activationStep);
           if (!nanLoss) ss.loss = (step == spec.lossSpikeStep ? 4.0 : 1.0) * (5.0 - 0.05 * step);
           ss.lr = 1e-3;
           if (!nanLoss) ss.gradNorm = (step == spec.divergeStep && r == 1) ? 2.5 : 2.0;
@@ -205,6 +219,11 @@ struct Sim {
         g.maxAbs = g.l2Norm / 10;
         if (r == spec.spikeRank && step == spec.spikeStep && l == spec.layers - 1 && std::string(p) == "mlp.fc1.weight")
           g.l2Norm *= 50;
+        if (spec.activationRank >= 0 && step >= spec.activationStep &&
+            (r / spec.tp == spec.activationRank / spec.tp || step > spec.activationStep)) {
+          g.nanCount = 4096;
+          g.l2Norm = 0;
+        }
         if (spec.nanRank >= 0) {
           const int nanTp = spec.nanRank / spec.tp;  // the origin's TP group index
           const bool sameTp = r / spec.tp == nanTp;
@@ -215,7 +234,7 @@ struct Sim {
             // The NaN starts in the MLP's backward: the layer's attention gradients come later.
           } else if ((r == spec.nanRank && step == spec.nanStep && l <= spec.nanLayer) ||
               (sameTp && r != spec.nanRank && step == spec.nanStep && l < spec.nanLayer) || step > spec.nanStep) {
-            g.nanCount = originLayer ? 3 : 4096;
+            (spec.nanIsInf ? g.infCount : g.nanCount) = originLayer ? 3 : 4096;
             g.l2Norm = 0;  // what the device reduction reports when it skips non-finite values
           }
         }

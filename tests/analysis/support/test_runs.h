@@ -30,6 +30,10 @@ struct RunSpec {
   int stragglerRank = -1;          // this rank's data loading takes `stragglerDelayNs` longer every step
   int64_t stragglerDelayNs = 2'000'000;
   int nanRank = -1, nanStep = -1, nanLayer = -1;  // first NaN in this rank's gradients of `nanLayer` at `nanStep`
+  bool nanIsInf = false;                          // the same, with ±Inf instead of NaN
+  int activationRank = -1, activationStep = -1;   // a non-finite activation in this rank's forward of layer 0
+                                                  // (alert "nonfinite_activation" with its time): the forward
+                                                  // all-reduce spreads it to the TP peers' gradients at every layer
   int spikeRank = -1, spikeStep = -1;             // this rank's layer-`layers-1` MLP grad norm ×50 at that step
   int lossSpikeStep = -1;                         // the loss is 4× at that step
   int divergeStep = -1;                           // rank 1's post-reduction grad_norm differs at that step
