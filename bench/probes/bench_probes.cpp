@@ -1,10 +1,12 @@
 // Probe benchmarks.
 //   BM_Span/recording       one TPS_SPAN while a recorder runs (two rawTicks + a push into the thread's ring)
+//   BM_Span/recording_nvtx  the same with the NVTX mirror installed (no tool attached), when built with CUDA
 //   BM_Span/off             compiled in, not recording (one relaxed load)
 //   BM_Span/compiled_out    TPSCOPE_PROBES_ENABLED=0 (nothing)
 //   BM_Ingest/threads:N     end to end: N threads record spans as fast as the recorder drains them (they wait when
 //                           their ring is 3/4 full, so nothing is dropped), through the flusher into SQLite, until
-//                           stop() has committed and closed the file. Reports spans/s and bytes on disk per span.
+//                           stop() has committed and closed the file. Reports spans/s, bytes on disk per span, and
+//                           the flusher thread's CPU ns per span (its capacity on one free core).
 // Each span function is noinline so the three variants pay the same call.
 // The compiled-in variants measure the macros through the probe macros whatever TPSCOPE_PROBES says for the build (the
 // compiled-out case has its own TU), so the macros are on in this file.
@@ -19,6 +21,9 @@
 
 #include "tpscope/probes/probes.h"
 #include "tpscope/probes/runtime.h"
+#ifdef TPSCOPE_HAVE_NVTX
+#include "tpscope/probes/nvtx.h"
+#endif
 
 namespace tp = tpscope::probes;
 
@@ -54,6 +59,10 @@ void waitForDrain() {
 }
 
 void BM_SpanRecording(benchmark::State& state) {
+  const bool nvtx = state.range(0) != 0;
+#ifdef TPSCOPE_HAVE_NVTX
+  if (nvtx) tp::installNvtxMirror();
+#endif
   const auto dir = benchDir();
   if (auto s = tp::start(benchOptions(dir)); !s) {
     state.SkipWithError(s.message().c_str());
@@ -71,12 +80,19 @@ void BM_SpanRecording(benchmark::State& state) {
   }
   benchmark::DoNotOptimize(work);
   tp::stop();
+#ifdef TPSCOPE_HAVE_NVTX
+  if (nvtx) tp::uninstallNvtxMirror();
+#endif
   const tp::RecorderStats s = tp::recorderStats();
   state.counters["dropped"] = static_cast<double>(s.spansDropped);
   state.counters["calibrated_cost_ns"] = static_cast<double>(s.perSpanCostPs) / 1000.0;
   std::filesystem::remove_all(dir);
 }
-BENCHMARK(BM_SpanRecording)->Name("BM_Span/recording");
+BENCHMARK(BM_SpanRecording)->Arg(0)->Name("BM_Span/recording");
+#ifdef TPSCOPE_HAVE_NVTX
+// The same with every span mirrored as an NVTX range (no NVTX tool attached: NVTX's no-op stubs).
+BENCHMARK(BM_SpanRecording)->Arg(1)->Name("BM_Span/recording_nvtx");
+#endif
 
 void BM_SpanOff(benchmark::State& state) {
   int work = 0;
@@ -104,7 +120,7 @@ void BM_Ingest(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
   constexpr int64_t kSpansPerThread = 2'000'000;
   const auto dir = benchDir();
-  double bytesPerSpan = 0, seconds = 0;
+  double bytesPerSpan = 0, seconds = 0, flusherCpuNsPerSpan = 0;
   int64_t written = 0, dropped = 0;
   for (auto _ : state) {
     if (auto s = tp::start(benchOptions(dir)); !s) {
@@ -132,6 +148,7 @@ void BM_Ingest(benchmark::State& state) {
     const tp::RecorderStats s = tp::recorderStats();
     written = s.spansWritten;
     dropped = s.spansDropped;
+    flusherCpuNsPerSpan = static_cast<double>(s.flushCpuNsTotal) / static_cast<double>(written);
     bytesPerSpan = static_cast<double>(std::filesystem::file_size(tp::outputPath())) / static_cast<double>(written);
     state.SetIterationTime(seconds);
   }
@@ -139,6 +156,10 @@ void BM_Ingest(benchmark::State& state) {
   state.counters["spans_per_s"] = static_cast<double>(written) / seconds;
   state.counters["bytes_per_span"] = bytesPerSpan;
   state.counters["dropped"] = static_cast<double>(dropped);
+  // The flusher's own CPU per span, and the rate one core running only the flusher sustains: the figure that does
+  // not depend on what else the machine is doing.
+  state.counters["flusher_cpu_ns_per_span"] = flusherCpuNsPerSpan;
+  state.counters["flusher_capacity_per_s"] = flusherCpuNsPerSpan > 0 ? 1e9 / flusherCpuNsPerSpan : 0;
   std::filesystem::remove_all(dir);
 }
 BENCHMARK(BM_Ingest)->Arg(1)->Arg(4)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(2)->Name("BM_Ingest/threads");

@@ -119,11 +119,11 @@ TEST(ClockAlign, AMissingRankZeroFailsWithinTheTimeout) {
   const tp::ClockOffset c = tp::alignClock(store, 1, 2, "nobody", o);
   EXPECT_FALSE(c.ok());
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
-  // Rank 0 skips a rank that never shows up.
+  // Rank 0 skips ranks that never show up, within one budget for all of them (not one timeout each).
   const auto t1 = std::chrono::steady_clock::now();
-  const tp::ClockOffset z = tp::alignClock(store, 0, 3, "nobody", o);
+  const tp::ClockOffset z = tp::alignClock(store, 0, 16, "nobody", o);
   EXPECT_EQ(z.offsetNs, 0);
-  EXPECT_LT(std::chrono::steady_clock::now() - t1, std::chrono::seconds(2));
+  EXPECT_LT(std::chrono::steady_clock::now() - t1, std::chrono::milliseconds(1500));  // 2 × 100 ms + 15 × 50 ms
 }
 
 TEST(ClockAlign, ThreeRanksOverTheTcpStore) {

@@ -4,7 +4,8 @@
 // decimal unix ns, written as soon as rank 0 sees the ping), reads t2. T0 was read somewhere in [t1, t2] of true time,
 // so offset = T0 − (t1 + t2)/2 is off by at most (t2 − t1)/2; the round with the smallest RTT wins.
 // Rank 0 answers the ranks in order; a rank whose first ping does not come within the timeout is skipped, later
-// rounds wait at most 1 s each. Any failure leaves the best result so far (rounds counts the completed ones).
+// rounds wait at most 1 s each, and the whole service has one budget (2 × timeout + 50 ms per rank), after which
+// rank 0 only answers pings that are already there. Any failure leaves the best result so far (rounds counts the completed ones).
 #include <algorithm>
 #include <charconv>
 #include <climits>
@@ -45,9 +46,14 @@ ClockOffset alignClock(KvStore& store, int rank, int worldSize, std::string_view
   ClockOffset best;
   if (rank == 0) {
     best.rounds = rounds;  // rank 0 is its own reference
+    // One budget for the whole service: dead ranks cost one timeout between them, not one each.
+    const auto deadline = std::chrono::steady_clock::now() + 2 * options.timeout +
+                          std::chrono::milliseconds(50) * std::max(0, worldSize - 1);
     for (int r = 1; r < worldSize; ++r) {
       for (int i = 0; i < rounds; ++i) {
-        const auto timeout = i == 0 ? options.timeout : std::min(options.timeout, kLaterRoundTimeout);
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        auto timeout = i == 0 ? options.timeout : std::min(options.timeout, kLaterRoundTimeout);
+        timeout = std::max(std::chrono::milliseconds(1), std::min(timeout, left));
         if (!store.get(key(options, tag, r, i, "ping"), timeout)) break;
         const int64_t t0 = nowNs();
         if (!store.set(key(options, tag, r, i, "pong"), std::to_string(t0))) break;

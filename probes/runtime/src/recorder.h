@@ -119,6 +119,7 @@ class Recorder final : public Sink {
   bool anyBufferHalfFull();
   void runClockAlignment(const std::string& tag, std::chrono::milliseconds timeout, bool atStart);
   void joinClockThread();
+  void startClockThread();
   static int64_t perSpanCostPs();
 
   // Process-wide.

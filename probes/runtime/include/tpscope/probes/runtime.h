@@ -62,7 +62,7 @@ struct ClockAlignOptions {
 // "<run_id>/start"). Rank 0 answers the others' pings in rank order with its clock; rank r sends k pings and keeps
 // the round trip with the smallest RTT: offset = T0 - (t1 + t2) / 2, uncertainty = (t2 - t1) / 2.
 // `nowNs` is the local clock in unix ns (default: the recorder's clock, else CLOCK_REALTIME).
-// Bounded: returns after at most about rounds × timeout for a client, (worldSize - 1) × timeout for rank 0.
+// Bounded: a client returns after about timeout + rounds × 1 s at worst; rank 0 after 2 × timeout + 50 ms per rank.
 ClockOffset alignClock(KvStore& store, int rank, int worldSize, std::string_view tag,
                        const ClockAlignOptions& options = {}, int64_t (*nowNs)() = nullptr);
 
@@ -119,6 +119,7 @@ struct RecorderStats {
   int64_t spansWritten = 0, spansDropped = 0;
   int64_t recordsWritten = 0, recordsDropped = 0;
   int64_t flushes = 0, flushNsMax = 0, flushNsTotal = 0;
+  int64_t flushCpuNsTotal = 0;  // CPU time of the flusher thread inside flushes (load-independent cost)
   int64_t perSpanCostPs = 0;  // measured hot-path cost of one span, picoseconds
   std::optional<ClockOffset> clockStart, clockEnd;
 };
