@@ -272,7 +272,8 @@ void TimelinePainter::paintCollectives(QPainter& p, const QSize& size) const {
       const QRectF r = band(*c, c->endNs.value_or(run->endNs));
       if (r.isEmpty()) continue;
       p.fillRect(r, fill);
-      p.setPen(QPen(palette::kHighlight, 2));
+      // A record that never completed keeps its red outline while selected.
+      p.setPen(QPen(c->endNs ? palette::kHighlight : palette::kStuck, 2));
       p.setBrush(Qt::NoBrush);
       p.drawRect(r);
       ends.push_back({QPointF(r.left(), r.center().y()), QPointF(r.right(), r.center().y())});

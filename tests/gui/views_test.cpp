@@ -208,7 +208,17 @@ TEST_F(ViewsTest, FindingsJumpToEvidence) {
   EXPECT_EQ(window_->tabs()->currentIndex(), MainWindow::kTimelineTab);
   EXPECT_EQ(window_->timeline()->selectedCollective().seq, kStuckSeq);
   window_->timeline()->waitForFrame();
-  save(window_->timeline(), "timeline-stuck");
+  const QImage image = save(window_->timeline(), "timeline-stuck");
+  // Selected and stuck: highlighted, and still outlined red on every rank that entered it.
+  TimelinePainter p;
+  p.viewport = window_->timeline()->viewport();
+  for (const auto& c : window_->run()->collectives) {
+    if (c.seq != kStuckSeq) continue;
+    const QRect r = window_->timeline()->laneRect(window_->run()->timeline->laneOf(c.rank, 0));
+    const int x = static_cast<int>(std::lround(p.xOf(c.enqueueNs)));
+    EXPECT_TRUE(hasColour(image, QRect(x - 2, r.top() + 2, 5, r.height() - 10), palette::kStuck, 25)) << c.rank;
+    EXPECT_TRUE(hasColour(image, QRect(x, r.top(), 300, r.height()), palette::kHighlight, 60)) << c.rank;
+  }
 }
 
 TEST_F(ViewsTest, BadFileShowsAnErrorDialogAndKeepsTheRun) {

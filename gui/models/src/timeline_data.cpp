@@ -55,10 +55,11 @@ namespace {
 
 // Sorts one lane's spans and distributes them into rows by nesting depth.
 void buildLane(std::vector<InputSpan>& spans, Lane& lane) {
-  std::sort(spans.begin(), spans.end(), [](const InputSpan& a, const InputSpan& b) {
+  auto before = [](const InputSpan& a, const InputSpan& b) {
     if (a.beginNs != b.beginNs) return a.beginNs < b.beginNs;
     return a.endNs > b.endNs;  // the enclosing span first
-  });
+  };
+  if (!std::is_sorted(spans.begin(), spans.end(), before)) std::sort(spans.begin(), spans.end(), before);
   std::vector<int64_t> openEnds;  // stack of ends of open spans
   for (const InputSpan& s : spans) {
     while (!openEnds.empty() && openEnds.back() <= s.beginNs) openEnds.pop_back();
