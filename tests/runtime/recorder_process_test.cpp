@@ -154,6 +154,21 @@ TEST(RecorderProcess, StartsFromTheEnvironment) {
   EXPECT_EQ(ranks->front().localRank, 1);
 }
 
+TEST(RecorderProcess, AutostartRecordsAProgramThatOnlyUsesTheProbes) {
+  TempDir dir;
+  Child child(TPSCOPE_AUTOSTART_CHILD, {"1500"}, {{"TPSCOPE_OUT", dir.path().string()}, {"RANK", "1"}});
+  auto status = child.wait();
+  ASSERT_TRUE(status);
+  ASSERT_TRUE(WIFEXITED(*status));
+  EXPECT_EQ(WEXITSTATUS(*status), 0);
+  auto reader = db::Reader::open(dir.path() / "rank-1.db");
+  ASSERT_TRUE(reader.isOk()) << reader.error();
+  EXPECT_EQ(*(*reader)->spanCount(), 1500);
+  auto ranks = (*reader)->ranks();
+  ASSERT_TRUE(ranks.isOk());
+  EXPECT_EQ(ranks->front().exitReason, "ok");  // stopped at exit
+}
+
 TEST(RecorderProcess, WithoutTpscopeOutNothingIsRecorded) {
   TempDir dir;
   Child child(kChild, {"env", "10"}, {{"TPSCOPE_OUT", ""}});
