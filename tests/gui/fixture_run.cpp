@@ -21,6 +21,27 @@ fs::path scratchDir(const std::string& name) {
   return dir;
 }
 
+std::string writeRankFile(const fs::path& path, int rank, int64_t epochUnixNs, int64_t clockOffsetNs,
+                          const std::string& name) {
+  CreateOptions o;
+  o.runId = "live";
+  o.epochUnixNs = epochUnixNs;
+  o.overwrite = true;
+  auto w = Writer::create(path, o);
+  if (!w) return w.error();
+  RankInfo info;
+  info.rank = rank;
+  info.worldSize = 2;
+  info.clockOffsetNs = clockOffsetNs;
+  if (auto s = (*w)->putRank(info); !s) return s.message();
+  auto id = (*w)->intern(name);
+  if (!id) return id.error();
+  if (auto s = (*w)->addSpan({rank, 0, SpanKind::Compute, *id, 1000, 500, 0, 0, Phase::Forward, {}}); !s)
+    return s.message();
+  if (auto s = (*w)->close(); !s) return s.message();
+  return {};
+}
+
 std::string writeFixtureRun(const fs::path& path) {
   CreateOptions options;
   options.overwrite = true;

@@ -28,6 +28,10 @@ extern const int64_t kStuckSeq;
 // Writes the fixture run file to `path` (overwrites). Returns "" or an error message.
 std::string writeFixtureRun(const std::filesystem::path& path);
 
+// One rank's file of a capture in progress: rank `rank`, one compute span [1000, 1500) named `name`.
+std::string writeRankFile(const std::filesystem::path& path, int rank, int64_t epochUnixNs, int64_t clockOffsetNs,
+                          const std::string& name);
+
 // A scratch folder under the build tree, emptied at creation.
 std::filesystem::path scratchDir(const std::string& name);
 

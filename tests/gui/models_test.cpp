@@ -315,20 +315,9 @@ TEST(TimelineCache, RoundTripAndFallbacks) {
 TEST(LiveFolder, AlignsRankFilesAndNoticesGrowth) {
   const fs::path dir = scratchDir("live");
   auto writeRank = [&](int rank, int64_t epoch, int64_t offset) {
-    tracedb::CreateOptions o;
-    o.runId = "live";
-    o.epochUnixNs = epoch;
-    auto w = tracedb::Writer::create(dir / ("rank-" + std::to_string(rank) + ".db"), o);
-    ASSERT_TRUE(w) << w.error();
-    tracedb::RankInfo info;
-    info.rank = rank;
-    info.worldSize = 2;
-    info.clockOffsetNs = offset;
-    ASSERT_TRUE((*w)->putRank(info).isOk());
-    const uint32_t name = *(*w)->intern(rank == 0 ? "forward" : "backward");
-    ASSERT_TRUE((*w)->addSpan({rank, 0, tracedb::SpanKind::Compute, name, 1000, 500, 0, 0, tracedb::Phase::Forward, {}})
-                    .isOk());
-    ASSERT_TRUE((*w)->close().isOk());
+    ASSERT_EQ(writeRankFile(dir / ("rank-" + std::to_string(rank) + ".db"), rank, epoch, offset,
+                            rank == 0 ? "forward" : "backward"),
+              "");
   };
   writeRank(0, 1'000'000, 0);
   LiveFollower follower;

@@ -269,5 +269,21 @@ TEST_F(ViewsTest, DesktopHabits) {
   EXPECT_TRUE(again.recentFiles().front().endsWith("dropped.db"));
 }
 
+// Live: a capture folder is followed; a rank file that appears is shown without the user doing anything.
+TEST(LiveWindow, FollowsACaptureFolderAsItGrows) {
+  const fs::path dir = scratchDir("live-window");
+  ASSERT_EQ(writeRankFile(dir / "rank-0.db", 0, 1'000'000, 0, "forward"), "");
+  MainWindow window(QString::fromStdString((dir / "settings.ini").string()));
+  QSignalSpy loaded(window.loader(), &RunLoader::runLoaded);
+  window.openPath(QString::fromStdString(dir.string()));
+  ASSERT_TRUE(loaded.wait(20000));
+  ASSERT_TRUE(window.run()->live);
+  EXPECT_EQ(window.run()->timeline->lanes().size(), 1u);
+  ASSERT_EQ(writeRankFile(dir / "rank-1.db", 1, 1'000'000, 0, "backward"), "");
+  ASSERT_TRUE(loaded.wait(15000)) << "the follower reloads within its poll interval";
+  EXPECT_EQ(window.run()->timeline->lanes().size(), 2u);
+  EXPECT_TRUE(window.windowTitle().contains("capture folder"));
+}
+
 }  // namespace
 }  // namespace tpscope::gui
