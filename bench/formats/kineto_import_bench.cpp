@@ -7,6 +7,10 @@
 #include <ctime>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <string>
 #include <vector>
 
 #include "kineto_parse.h"
@@ -70,6 +74,21 @@ void BM_KinetoParseLarge(benchmark::State& state) {
   state.SetBytesProcessed(bytes);
 }
 BENCHMARK(BM_KinetoParseLarge)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
+
+// For comparison: the same file through nlohmann::json's DOM parser (what a straightforward importer would use).
+void BM_NlohmannParseLarge(benchmark::State& state) {
+  const fs::path input = largeTrace().json;
+  std::ifstream in(input, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  int64_t bytes = 0;
+  for (auto _ : state) {
+    nlohmann::json doc = nlohmann::json::parse(text);
+    benchmark::DoNotOptimize(doc["traceEvents"].size());
+    bytes += static_cast<int64_t>(text.size());
+  }
+  state.SetBytesProcessed(bytes);
+}
+BENCHMARK(BM_NlohmannParseLarge)->Unit(benchmark::kMillisecond)->Iterations(1)->UseRealTime();
 
 void BM_KinetoImportShared(benchmark::State& state, const char* name) { runImport(state, {sharedTrace(name)}); }
 BENCHMARK_CAPTURE(BM_KinetoImportShared, nccl_parser_config, "nccl_parser_config_nccl_data.json.gz")
