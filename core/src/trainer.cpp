@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <ctime>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +22,14 @@ namespace tpscope::core {
 
 namespace fs = std::filesystem;
 namespace probes = ::tpscope::probes;
+
+namespace {
+double processCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+}  // namespace
 
 double learningRate(const TrainConfig& c, int64_t step) {
   if (c.warmup > 0 && step <= c.warmup) return c.lr * static_cast<double>(step) / static_cast<double>(c.warmup);
@@ -200,6 +209,7 @@ StepMetrics Trainer::trainStep(int64_t step) {
   TPS_STEP(static_cast<int>(step));
   const uint64_t t0 = probes::rawTicks();
   const auto wall0 = std::chrono::steady_clock::now();
+  const double cpu0 = processCpuSeconds();
   probes::Sink* sink = probes::sink();
   StepMetrics out;
   out.step = step;
@@ -254,6 +264,7 @@ StepMetrics Trainer::trainStep(int64_t step) {
     out.loss = lossSum;
   }
   out.stepTimeS = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  out.stepCpuS = processCpuSeconds() - cpu0;
   out.tokens = c.micro_batch_size * c.seq_len * c.grad_accum * m.mesh->dp();
   out.tokensPerS = static_cast<double>(out.tokens) / std::max(out.stepTimeS, 1e-9);
   if (sink != nullptr) {

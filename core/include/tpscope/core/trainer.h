@@ -23,6 +23,7 @@ struct StepMetrics {
   double lr = 0;
   double gradNorm = 0;   // global norm before clipping
   double stepTimeS = 0;
+  double stepCpuS = 0;   // CPU time of the whole process (all threads, incl. Gloo's) during the step
   double tokensPerS = 0; // global tokens (all DP replicas) per second
   int64_t tokens = 0;    // global tokens of the step
 };
