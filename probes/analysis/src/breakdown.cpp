@@ -67,6 +67,7 @@ using RankMap = std::map<int, RankData>;
 
 // Scans spans with id in [fromId, toId] into per-rank data.
 tracedb::Status scanSpans(tracedb::Reader& reader, int64_t fromId, int64_t toId, RankMap& data) {
+  detail::preferMemoryMap(reader);
   Query q(reader, "SELECT rank, kind, begin_ns, dur_ns, step FROM spans WHERE id BETWEEN ? AND ?", "table 'spans'");
   q.bind(1, fromId).bind(2, toId);
   int lastRank = INT32_MIN;

@@ -48,6 +48,7 @@ tracedb::Result<CollectiveTable> loadCollectives(tracedb::Reader& reader) {
     l.text.assign(v);
     return l.id = intern(v);
   };
+  preferMemoryMap(reader);
   Query q(reader,
           "SELECT group_name, rank, seq, op, dtype, shape, callsite, state, numel, bytes, step, layer, enqueue_ns,"
           " start_ns, end_ns FROM collectives",

@@ -33,6 +33,10 @@ std::string_view Query::view(int c) const {
 
 tracedb::Status Query::error() const { return reader_.error("cannot read " + what_); }
 
+void preferMemoryMap(tracedb::Reader& reader) {
+  sqlite3_exec(reader.handle(), "PRAGMA mmap_size = 68719476736", nullptr, nullptr, nullptr);
+}
+
 bool hasIndex(tracedb::Reader& reader, std::string_view index) {
   Query q(reader, "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = ?", "the schema");
   q.bind(1, index);
