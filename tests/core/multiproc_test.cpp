@@ -161,6 +161,20 @@ TEST(Communicator, RecordsEveryCollectiveThroughTheProbes) {
 
 TEST(Communicator, TimeoutNamesGroupSeqAndOp) { expectWorkerPasses("timeout", 2); }
 
+// End to end through tpscope-train: rank 1 stalls before a collective of step 2 (capture's hang injection); rank 0's
+// collective times out, it exits 3 with group, seq and op in the message; rank 1 gives up later, also with 3.
+TEST(TrainCli, CollectiveTimeoutExitsWith3AndNamesTheCollective) {
+  const fs::path dir = scratchDir("train-timeout");
+  auto rs = runRanks(kTrain, {"--config", kTiny, "--tp", "2", "--steps", "3", "--timeout-s", "3", "--inject",
+                              "hang:rank=1,step=2"},
+                     2, dir, kDeadline);
+  EXPECT_EQ(rs[0].exitCode, 3) << describe(rs);
+  EXPECT_EQ(rs[1].exitCode, 3) << describe(rs);
+  EXPECT_NE(rs[0].output.find("on group tp-0"), std::string::npos) << describe(rs);
+  EXPECT_NE(rs[0].output.find("timed out"), std::string::npos) << describe(rs);
+  EXPECT_NE(rs[0].output.find(" seq "), std::string::npos) << describe(rs);
+}
+
 TEST(GradHealth, KnownNormsMaxNanAndInfCounts) { expectWorkerPasses("grad_health", 1); }
 
 TEST(Platform, MatmulRunsOnOpenBlas) { expectWorkerPasses("blas", 1); }
