@@ -30,11 +30,23 @@ bool completed(const MemberRecord& r) {
   return r.state == "completed" || (r.endNs && r.state != "timed_out" && r.state != "failed");
 }
 
+// all-to-all exchanges uneven splits and is often byte-packed: its members' sizes and dtypes legitimately differ
+// (PyTorch's flight-recorder analyzer does not compare them either).
+bool sizesMayDiffer(std::string_view op) {
+  return op == "all_to_all" || op == "alltoall" || op == "all_to_all_single" || op == "alltoall_base";
+}
+
 MatchState classify(const std::vector<MemberRecord>& recs) {
   if (recs.size() < 2) return MatchState::Undecided;
   const MemberRecord& a = recs.front();
   for (const auto& r : recs)
     if (r.op != a.op) return MatchState::CollectiveTypeMismatch;
+  if (sizesMayDiffer(a.op)) {
+    const bool first = completed(a);
+    for (const auto& r : recs)
+      if (completed(r) != first || r.state == "timed_out" || r.state == "failed") return MatchState::StateMismatch;
+    return MatchState::FullyMatched;
+  }
   for (const auto& r : recs)
     if (r.numel != a.numel || (!r.shape.empty() && !a.shape.empty() && r.shape != a.shape))
       return MatchState::SizeMismatch;
@@ -106,8 +118,9 @@ tracedb::Result<DesyncReport> detail::analyzeDesync(tracedb::Reader& reader, con
     bool mismatch = false;
     for (size_t i = b; i < e; ++i) {
       const detail::CollectiveRecord& c = table.rows[i];
-      mismatch = mismatch || c.op != first.op || c.numel != first.numel || c.shape != first.shape ||
-                 c.dtype != first.dtype;
+      mismatch = mismatch || c.op != first.op ||
+                 (!sizesMayDiffer(table.str(first.op)) &&
+                  (c.numel != first.numel || c.shape != first.shape || c.dtype != first.dtype));
       Progress& p = g.byRank[c.rank];
       if (c.seq >= p.lastEnqueued) {
         p.lastEnqueued = c.seq;

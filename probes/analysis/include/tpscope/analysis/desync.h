@@ -11,7 +11,8 @@
 //   waiting ranks     = members with a record of the stuck seq that is not completed
 // Match state of one (group, seq), comparing the members' records in this order:
 //   collective_type_mismatch  ops differ
-//   size_mismatch             input numel (or shape) differ (all_gather/reduce_scatter: input numel must agree too)
+//   size_mismatch             input numel (or shape) differ (all_gather/reduce_scatter: input numel must agree too;
+//                             all_to_all is exempt from size and dtype checks: uneven splits are legitimate)
 //   dtype_mismatch            dtypes differ
 //   state_mismatch            some members completed it and others did not (or timed out / failed)
 //   undecided                 fewer than two members recorded it, so nothing can be compared
