@@ -200,16 +200,13 @@ unsigned workerCount(int64_t spans) {
 tracedb::Result<Breakdown> computeBreakdown(tracedb::Reader& reader) {
   RankMap data;
   {
+    // Two queries: SQLite answers min(id) and max(id) from the rowid b-tree only when each stands alone (together
+    // they scan a whole index).
     int64_t minId = 0, maxId = -1;
-    Query ids(reader, "SELECT min(id), max(id) FROM spans", "table 'spans'");
-    if (auto s = ids.each([&](Query& row) {
-          if (!row.isNull(0)) {
-            minId = row.i64(0);
-            maxId = row.i64(1);
-          }
-        });
-        !s)
-      return s;
+    Query lo(reader, "SELECT min(id) FROM spans", "table 'spans'");
+    if (auto s = lo.each([&](Query& row) { minId = row.isNull(0) ? 0 : row.i64(0); }); !s) return s;
+    Query hi(reader, "SELECT max(id) FROM spans", "table 'spans'");
+    if (auto s = hi.each([&](Query& row) { maxId = row.isNull(0) ? -1 : row.i64(0); }); !s) return s;
     const unsigned workers = workerCount(maxId - minId + 1);
     if (workers <= 1) {
       if (auto s = scanSpans(reader, minId, maxId, data); !s) return s;

@@ -86,8 +86,10 @@ tracedb::Result<RunInfo> loadRunInfo(tracedb::Reader& reader) {
   };
   // Groups and ranks seen in the collectives, by a plain scan (DISTINCT would sort).
   std::map<std::string, std::set<int>> seen;
+  int64_t collFirst = INT64_MAX, collLast = INT64_MIN;
   {
-    Query q(reader, "SELECT group_name, rank FROM collectives", "table 'collectives'");
+    Query q(reader, "SELECT group_name, rank, enqueue_ns, coalesce(end_ns, start_ns, enqueue_ns) FROM collectives",
+            "table 'collectives'");
     std::string lastGroup;
     int lastRank = INT32_MIN;
     std::set<int>* members = nullptr;
@@ -103,6 +105,8 @@ tracedb::Result<RunInfo> loadRunInfo(tracedb::Reader& reader) {
         members->insert(r);
         lastRank = r;
       }
+      collFirst = std::min(collFirst, row.i64(2));
+      collLast = std::max(collLast, row.i64(3));
     });
     if (!s) return s;
     for (const auto& [g, m] : seen)
@@ -188,11 +192,10 @@ tracedb::Result<RunInfo> loadRunInfo(tracedb::Reader& reader) {
     any = true;
   };
   for (const RankExtent& e : info.spanExtents) take(e.firstNs, e.lastNs);
+  if (collFirst <= collLast) take(collFirst, collLast);
   {
     Query q(reader,
-            "SELECT min(enqueue_ns), max(coalesce(end_ns, start_ns, enqueue_ns)) FROM collectives UNION ALL"
-            " SELECT min(begin_ns), max(end_ns) FROM step_stats",
-            "tables 'collectives' and 'step_stats'");
+            "SELECT min(begin_ns), max(end_ns) FROM step_stats", "table 'step_stats'");
     if (auto s = q.each([&](Query& row) {
           if (!row.isNull(0)) take(row.i64(0), row.i64(1));
         });
