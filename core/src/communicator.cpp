@@ -179,6 +179,7 @@ void Communicator::inPlace(const char* op, at::Tensor& t, const Callsite& site, 
 
 void Communicator::allReduce(at::Tensor& t, ReduceOp op, const Callsite& site, probes::Phase phase) {
   if (size() == 1) return;
+  if (FaultInjector* f = activeFaults()) f->mismatchAllReduce(*this, t, site, phase);  // capture: --inject mismatch
   inPlace("all_reduce", t, site, phase, [&](std::vector<at::Tensor>& v) {
     c10d::AllreduceOptions o;
     o.reduceOp = op == ReduceOp::Sum ? c10d::ReduceOp::SUM : c10d::ReduceOp::MAX;

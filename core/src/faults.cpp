@@ -139,7 +139,8 @@ void FaultInjector::beforeCollective(const Communicator& comm, const char* op, p
   }
 }
 
-bool FaultInjector::mismatchAllReduce(at::Tensor& t) {
+bool FaultInjector::mismatchAllReduce(const Communicator& comm, at::Tensor& t, const Callsite& site,
+                                      probes::Phase phase) {
   for (size_t i = 0; i < specs_.size(); ++i) {
     const FaultSpec& s = specs_[i];
     if (s.kind != FaultKind::Mismatch || s.step != step_ || fired_[i]) continue;
@@ -147,6 +148,29 @@ bool FaultInjector::mismatchAllReduce(at::Tensor& t) {
     announce(fmt::format("rank {} step {}: all-reduce of {} elements sent as {} ({})", rank_, step_, t.numel(),
                          t.numel() + 1, formatFaultSpec(s)));
     t = at::zeros({t.numel() + 1}, t.options());
+    if (probes::Sink* sink = probes::sink()) {
+      // The communicator records the same (group, seq) right after this (an upsert of the same row).
+      const std::vector<int64_t> shape{t.numel()};
+      const std::string where = describeCallsite(site, phase, "all-reduce");
+      probes::CollectiveDesc d;
+      d.group = comm.name();
+      d.groupRanks = comm.globalRanks();
+      d.seq = comm.seq() + 1;
+      d.op = "all_reduce";
+      d.dtype = t.scalar_type() == at::kDouble ? "float64"
+                : t.scalar_type() == at::kBFloat16 ? "bfloat16"
+                : t.scalar_type() == at::kHalf    ? "float16"
+                                                  : "float32";
+      d.shape = shape;
+      d.numel = t.numel();
+      d.bytes = t.numel() * static_cast<int64_t>(t.element_size());
+      d.callsite = where;
+      d.layer = site.layer;
+      d.phase = phase;
+      const uint64_t h = sink->collectiveEnqueued(d, probes::rawTicks());
+      sink->collectiveState(h, probes::CollectiveState::Started, probes::rawTicks());
+      sink->flush();
+    }
     return true;
   }
   return false;

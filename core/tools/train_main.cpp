@@ -223,8 +223,11 @@ int main(int argc, char** argv) {
     return kExitConfig;
   } catch (const core::NonFiniteStop& e) {
     std::fprintf(stderr, "tpscope-train: stopped: %s\n", e.what());
-    stopRecording("stopped on non-finite values (health policy)");
-    return kExitNonFinite;
+    // The hooks flushed the recorder before throwing. No stopRecording() here: the Mesh (whose store the recorder's
+    // end-of-run clock alignment uses) is gone; capture records the exit reason. Leave without destructors.
+    std::fflush(stderr);
+    std::fflush(stdout);
+    std::_Exit(kExitNonFinite);
   } catch (const core::CollectiveError& e) {
     std::fprintf(stderr, "tpscope-train: collective error: %s\n", e.what());
     stopRecording(e.timedOut() ? "timeout" : "collective failed");

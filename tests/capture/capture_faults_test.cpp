@@ -54,19 +54,51 @@ TEST(Capture, NanOnOneRankIsRecordedAtItsOrigin) {
   ASSERT_EQ(r.status, 0) << r.output;  // warn policy: training goes on
   EXPECT_TRUE(contains(r.output, "ALERT CRITICAL nonfinite_grad  rank 3")) << r.output;
   Db db(dir / "run.db");
-  // The first non-finite gradient record: rank 3, step 2, a layer-1 parameter — and no other rank before or then.
-  const auto first = db.rows(
-      "SELECT rank, step, layer, param FROM grad_view WHERE nan_count > 0 ORDER BY step, rank LIMIT 1");
-  ASSERT_EQ(first.size(), 1u);
-  EXPECT_EQ(first[0][0], "3");
-  EXPECT_EQ(first[0][1], "2");
-  EXPECT_EQ(first[0][2], "1");
-  EXPECT_TRUE(contains(first[0][3], "layers.1.")) << first[0][3];
-  EXPECT_EQ(db.integer("SELECT count(DISTINCT rank) FROM grad_view WHERE nan_count > 0 AND step <= 2"), 1);
-  EXPECT_EQ(db.integer("SELECT count(*) FROM alerts WHERE kind = 'nonfinite_grad' AND rank = 3 AND step = 2"), 1);
+  // The alert is the rank's own first-hand record: rank 3, step 2, the injected layer-1 parameter.
+  const auto alert = db.rows("SELECT rank, step, layer, param FROM alerts WHERE kind = 'nonfinite_grad' ORDER BY step, "
+                             "rank LIMIT 1");
+  ASSERT_EQ(alert.size(), 1u);
+  EXPECT_EQ(alert[0][0], "3");
+  EXPECT_EQ(alert[0][1], "2");
+  EXPECT_EQ(alert[0][2], "1");
+  EXPECT_EQ(alert[0][3], "layers.1.ln1.weight");
   // The analysis names the origin.
   const RunResult d = run({TPSCOPE_BIN, "diagnose", "--json", (dir / "run.db").string()}, dir / "diagnose.json");
   EXPECT_TRUE(contains(d.output, "\"nan_origin\"")) << d.output;
+}
+
+// The gradient-health row of the bad parameter itself. Needs the trace writer to store a NaN norm: SQLite turns a
+// NaN into NULL and grad_stats.l2_norm is NOT NULL, so today that row is rejected (reported to the tracedb owner).
+TEST(Capture, NanGradientRowIsStoredAtItsOrigin) {
+  const auto dir = testDir("nan_row");
+  const RunResult r = capture(dir, 2, 1, 2, 3, {"--inject", "nan:rank=1,step=2,layer=1", "--hang-timeout", "60"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  Db db(dir / "run.db");
+  // The first non-finite gradient record: rank 1, step 2, a layer-1 parameter — and no other rank before or then.
+  const auto first = db.rows(
+      "SELECT rank, step, layer, param FROM grad_view WHERE nan_count > 0 ORDER BY step, rank LIMIT 1");
+  ASSERT_EQ(first.size(), 1u) << "no grad_stats row with nan_count > 0 (NaN norms rejected by the writer?)";
+  EXPECT_EQ(first[0][0], "1");
+  EXPECT_EQ(first[0][1], "2");
+  EXPECT_EQ(first[0][2], "1");
+  EXPECT_EQ(first[0][3], "layers.1.ln1.weight");
+  EXPECT_EQ(db.integer("SELECT count(DISTINCT rank) FROM grad_view WHERE nan_count > 0 AND step <= 2"), 1);
+}
+
+TEST(Capture, InfGradientRowIsRecordedAtItsOrigin) {
+  const auto dir = testDir("inf");
+  const RunResult r = capture(dir, 2, 1, 2, 3, {"--inject", "inf:rank=1,step=2,layer=0", "--hang-timeout", "60"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  Db db(dir / "run.db");
+  const auto first = db.rows(
+      "SELECT rank, step, layer, param, inf_count FROM grad_view WHERE inf_count > 0 ORDER BY step, rank LIMIT 1");
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0][0], "1");
+  EXPECT_EQ(first[0][1], "2");
+  EXPECT_EQ(first[0][2], "0");
+  EXPECT_EQ(first[0][3], "layers.0.ln1.weight");
+  EXPECT_EQ(first[0][4], "1");
+  EXPECT_EQ(db.integer("SELECT count(DISTINCT rank) FROM grad_view WHERE inf_count > 0 AND step <= 2"), 1);
 }
 
 TEST(Capture, SkipStepKeepsTrainingFiniteAfterANan) {
@@ -80,6 +112,10 @@ TEST(Capture, SkipStepKeepsTrainingFiniteAfterANan) {
   EXPECT_EQ(db.integer("SELECT count(*) FROM step_stats WHERE skipped = 1 AND step = 3"), 2);
   // The model stayed finite: no NaN in any gradient after step 3, every loss finite, the norm too.
   EXPECT_EQ(db.integer("SELECT count(*) FROM grad_view WHERE step > 3 AND (nan_count > 0 OR inf_count > 0)"), 0);
+  // ... and every parameter's row is there (a NaN norm would not be stored at all).
+  EXPECT_EQ(db.integer("SELECT count(*) FROM grad_stats WHERE step = 5"),
+            db.integer("SELECT count(*) FROM grad_stats WHERE step = 1"));
+  EXPECT_GT(db.integer("SELECT count(*) FROM grad_stats WHERE step = 1"), 0);
   EXPECT_EQ(db.integer("SELECT count(*) FROM step_stats WHERE step > 3"), 4);
   for (const auto& row : db.rows("SELECT loss FROM step_stats WHERE step > 3")) {
     ASSERT_NE(row[0], "NULL");
@@ -122,12 +158,16 @@ TEST(Capture, HangIsCaughtByTheWatchdogAndTheMissingSeqIsRecorded) {
 
 TEST(Capture, CrashStopsTheOthersAndKeepsTheRecords) {
   const auto dir = testDir("crash");
-  const RunResult r = capture(dir, 2, 2, 1, 5, {"--inject", "crash:rank=1,step=3", "--hang-timeout", "60"});
+  // Late enough that rank 1's recorder has flushed (every 250 ms) before it dies: an abort loses only the rest.
+  const RunResult r = capture(dir, 2, 2, 1, 40, {"--inject", "crash:rank=1,step=36", "--hang-timeout", "60"});
   ASSERT_EQ(r.status, 4) << r.output;
   Db db(dir / "run.db");
   EXPECT_EQ(db.value("SELECT exit_reason FROM ranks WHERE rank = 1"), "crash: killed by signal SIGABRT");
   EXPECT_EQ(db.integer("SELECT count(*) FROM ranks WHERE rank = 0 AND exit_reason NOT LIKE '%crash%'"), 1);
-  EXPECT_GE(db.integer("SELECT max(step) FROM step_stats WHERE rank = 1"), 1);
+  const int64_t last = db.integer("SELECT max(step) FROM step_stats WHERE rank = 1");
+  EXPECT_GE(last, 1);
+  EXPECT_LT(last, 36);
+  EXPECT_LT(db.integer("SELECT max(step) FROM step_stats WHERE rank = 0"), 37);
   const RunResult d = run({TPSCOPE_BIN, "diagnose", "--json", (dir / "run.db").string()}, dir / "diagnose.json");
   EXPECT_TRUE(contains(d.output, "\"crash\"")) << d.output;
 }
@@ -168,9 +208,10 @@ TEST(Capture, SlowRankShowsLongerCompute) {
   EXPECT_EQ(db.integer("SELECT count(*) FROM span_view WHERE name = 'injected slow compute' AND rank = 0"), 0);
   EXPECT_EQ(db.integer("SELECT count(*) FROM span_view WHERE name = 'injected slow compute' AND rank = 1"), 4);
   EXPECT_GE(db.integer("SELECT min(dur_ns) FROM span_view WHERE name = 'injected slow compute'"), 150'000'000);
-  const int64_t c0 = db.integer("SELECT sum(dur_ns) FROM span_view WHERE rank = 0 AND kind = 'compute' AND step > 0");
-  const int64_t c1 = db.integer("SELECT sum(dur_ns) FROM span_view WHERE rank = 1 AND kind = 'compute' AND step > 0");
-  EXPECT_GT(c1 - c0, 4 * 100'000'000) << "compute ns rank0 " << c0 << " rank1 " << c1;
+  // Its TP peer pays for it: rank 0 waits inside the collectives about 150 ms per step longer than rank 1.
+  const int64_t w0 = db.integer("SELECT sum(end_ns - enqueue_ns) FROM collectives WHERE rank = 0 AND step > 0");
+  const int64_t w1 = db.integer("SELECT sum(end_ns - enqueue_ns) FROM collectives WHERE rank = 1 AND step > 0");
+  EXPECT_GT(w0 - w1, 4 * 100'000'000) << "collective ns rank0 " << w0 << " rank1 " << w1;
 }
 
 TEST(Capture, DelayedRankArrivesLastAtCollectives) {
@@ -191,14 +232,21 @@ TEST(Capture, MismatchedShapeIsRecorded) {
   const auto dir = testDir("mismatch");
   const RunResult r = capture(dir, 2, 2, 1, 3, {"--inject", "mismatch:rank=1,step=2", "--hang-timeout", "8",
                                                 "--grace", "3"});
-  // Gloo either fails the collective (a rank exits 3) or blocks in it (the watchdog): both are status 3.
-  ASSERT_EQ(r.status, 3) << r.output;
+  // What Gloo does with it varies: fail the collective (a rank exits 3), block (the watchdog: 3), or — Debian's
+  // Gloo — abort the ranks (4). The record is what shows it.
+  ASSERT_TRUE(r.status == 3 || r.status == 4) << r.output;
   Db db(dir / "run.db");
-  const auto rows = db.rows(
-      "SELECT a.seq, a.numel, b.numel FROM collectives a JOIN collectives b ON a.group_name = b.group_name AND "
-      "a.seq = b.seq WHERE a.rank = 0 AND b.rank = 1 AND a.numel != b.numel");
-  ASSERT_EQ(rows.size(), 1u);
-  EXPECT_EQ(std::stoll(rows[0][2]), std::stoll(rows[0][1]) + 1);
+  // Rank 1's first collective of step 2 carries one element more than the same call site did a step before.
+  const auto bad = db.rows(
+      "SELECT a.seq, a.numel, b.numel FROM collectives a JOIN collectives b ON a.rank = b.rank AND "
+      "a.group_name = b.group_name AND a.callsite = b.callsite AND b.step = 1 WHERE a.rank = 1 AND a.step = 2 "
+      "AND a.group_name = 'tp-0' ORDER BY a.seq LIMIT 1");
+  ASSERT_EQ(bad.size(), 1u);
+  EXPECT_EQ(std::stoll(bad[0][1]), std::stoll(bad[0][2]) + 1);
+  // Where the peer's record of the same (group, seq) reached the disk, it has the right size.
+  for (const auto& row : db.rows("SELECT numel FROM collectives WHERE rank = 0 AND group_name = 'tp-0' AND seq = " +
+                                 bad[0][0]))
+    EXPECT_EQ(row[0], bad[0][2]);
 }
 
 TEST(Capture, GradientSpikeRaisesAnAlert) {

@@ -155,8 +155,11 @@ Outcome outcomeOfRankExit(const ExitStatus& s) {
 
 // ranks.exit_reason as the launcher saw it. Words matter: the crash analysis treats "crash", "signal", "abort" and
 // "segfault" as a crash, so a rank the launcher stopped is described without them.
+// A rank capture signalled counts as stopped by capture only if a signal ended it (the recorder re-raises SIGTERM
+// after its dump); one that exited with a status of its own ended on its own terms.
 std::string rankExitReason(const ExitStatus& s, bool stoppedByCapture, const std::string& stopWhy) {
-  if (stoppedByCapture && !s.ok()) return fmt::format("stopped by capture ({})", stopWhy);
+  const bool byOurSignal = stoppedByCapture && (s.signaled || s.code >= 128);
+  if (byOurSignal) return fmt::format("stopped by capture ({})", stopWhy);
   if (s.ok()) return "ok";
   switch (outcomeOfRankExit(s)) {
     case Outcome::BadArgs: return fmt::format("bad config or arguments: {}", s.describe());
@@ -455,10 +458,25 @@ int runCapture(const CaptureOptions& o, std::FILE* out, std::FILE* err, bool tty
   auto secondsSince = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
 
   while (true) {
-    // Reap.
+    // Reap. When several ranks are found ended in one look, the likeliest first cause goes first: a rank killed by
+    // a signal or failing on its own (crash) before one whose collective failed because a peer was gone.
     bool anyRunning = false;
-    for (auto& p : ranks) {
-      if (p.poll()) {
+    std::vector<RankProcess*> ended;
+    for (auto& p : ranks)
+      if (p.poll()) ended.push_back(&p);
+    auto causeRank = [](const RankProcess* p) {
+      switch (outcomeOfRankExit(*p->status())) {
+        case Outcome::Crash: return 0;
+        case Outcome::NonFinite: return 1;
+        case Outcome::BadArgs: return 2;
+        default: return 3;
+      }
+    };
+    std::stable_sort(ended.begin(), ended.end(),
+                     [&](const RankProcess* a, const RankProcess* b) { return causeRank(a) < causeRank(b); });
+    for (RankProcess* endedRank : ended) {
+      RankProcess& p = *endedRank;
+      {
         const ExitStatus& s = *p.status();
         const bool ours = signaled[static_cast<size_t>(p.rank())];
         if (!s.ok() && !ours) {
@@ -486,8 +504,8 @@ int runCapture(const CaptureOptions& o, std::FILE* out, std::FILE* err, bool tty
                     msg);
         }
       }
-      anyRunning |= p.running();
     }
+    for (auto& p : ranks) anyRunning |= p.running();
     if (!anyRunning) break;
 
     // Ctrl-C / SIGTERM to capture.
@@ -521,10 +539,12 @@ int runCapture(const CaptureOptions& o, std::FILE* out, std::FILE* err, bool tty
           if (line.totalSteps > 0) line.etaS = (line.totalSteps - line.step) * r0.meanStepNs * 1e-9;
         }
       }
-      if (r0.lastStep > 0 || poller.completedStep() > 0) display.update(line);
-      if (stop == Stop::None && secondsSince(lastProgress) > o.hangTimeoutS)
-        beginStop(Outcome::Hang, fmt::format("hang watchdog: no progress for {:g} s", o.hangTimeoutS),
-                  fmt::format("no progress for {:g} s — dumping all ranks", o.hangTimeoutS));
+      if (line.step > 0) display.update(line);
+      // Until every rank has finished a step (rendezvous, model build, first step), allow at least the startup time.
+      const double limit = poller.completedStep() >= 1 ? o.hangTimeoutS : std::max(o.hangTimeoutS, o.startupTimeoutS);
+      if (stop == Stop::None && secondsSince(lastProgress) > limit)
+        beginStop(Outcome::Hang, fmt::format("hang watchdog: no progress for {:g} s", limit),
+                  fmt::format("no progress for {:g} s — dumping all ranks", limit));
     }
 
     // The stop sequence.
@@ -568,7 +588,7 @@ int runCapture(const CaptureOptions& o, std::FILE* out, std::FILE* err, bool tty
     const ExitStatus& s = *p.status();
     const bool ours = signaled[static_cast<size_t>(p.rank())];
     meta.emplace_back(fmt::format("capture_rank_exit:{}", p.rank()),
-                      s.describe() + (ours && !s.ok() ? " (stopped by capture)" : ""));
+                      s.describe() + (ours && (s.signaled || s.code >= 128) ? " (stopped by capture)" : ""));
     if (!fs::exists(file, ec)) {
       missing.push_back(p.rank());
       continue;

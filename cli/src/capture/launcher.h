@@ -10,7 +10,8 @@
 //     MASTER_ADDR=127.0.0.1 MASTER_PORT RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE TPSCOPE_OUT TPSCOPE_RUN_ID
 //     TPSCOPE_EPOCH_NS TPSCOPE_CLOCK_STORE [TPSCOPE_INJECT TPSCOPE_HEALTH], OMP_NUM_THREADS=1 unless set.
 //  4. Polls the rank files read-only every `pollMs` (progress, live alerts) and reaps the ranks.
-//     Watchdog: no new span, collective or step on any rank for `hangTimeoutS` → stop (hang). A rank that fails
+//     Watchdog: no new span, collective or step on any rank for `hangTimeoutS` (at least `startupTimeoutS` until
+//     every rank has finished a step) → stop (hang). A rank that fails
 //     (non-zero exit or signal) → stop the others. SIGINT/SIGTERM to the launcher → stop (interrupted); a second one
 //     kills at once. Stop = SIGUSR1 (dump, the recorder flushes and continues), `dumpWaitS` later SIGTERM (dump and
 //     exit), `termGraceS` later SIGKILL.
@@ -46,6 +47,7 @@ struct CaptureOptions {
   std::filesystem::path out;
   std::vector<std::string> inject;    // fault specs (fault_spec.h)
   double hangTimeoutS = 300;
+  double startupTimeoutS = 60;        // the watchdog's limit until every rank has finished a step (if larger)
   std::string onNonfinite;            // "", warn, skip-step, stop
   std::string health;                 // health-rule options (health_rules.h)
   std::vector<std::string> program;   // after `--`; empty: tpscope-train

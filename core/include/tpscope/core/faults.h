@@ -10,7 +10,8 @@
 //   hang      at the first collective of step S (of that phase) the rank does not enter it and stalls there, as a
 //             rank stuck in a data loader or a divergent branch would; its peers block in that collective. The rank
 //             gives up after twice the group's timeout (CollectiveError: exit 3) if nobody stopped it before.
-//   mismatch  the first all-reduce of step S carries one element more than on the other ranks (recorded so).
+//   mismatch  the first all-reduce of step S carries one element more than on the other ranks (recorded so, and
+//             flushed before it is sent: Gloo aborts the ranks on the size mismatch).
 //   slow      every step starts with M ms of extra compute (a busy loop inside a span "injected slow compute").
 //   delay     the rank sleeps M ms before entering every collective.
 //   crash     std::abort() at the start of step S (SIGABRT; records not yet flushed are lost, as in a real crash).
@@ -27,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "tpscope/core/callsite.h"
 #include "tpscope/core/fault_spec.h"
 #include "tpscope/core/health_rules.h"
 #include "tpscope/probes/probes.h"
@@ -60,7 +62,9 @@ class FaultInjector {
   // Communicator, before it numbers and issues a collective of a group with more than one member (delay, hang).
   void beforeCollective(const Communicator& comm, const char* op, probes::Phase phase);
   // Communicator::allReduce, before recording: replaces `t` by a tensor one element longer (mismatch). True if so.
-  bool mismatchAllReduce(at::Tensor& t);
+  // The collective is pre-recorded with that shape and flushed first: Gloo aborts the process on a size mismatch,
+  // possibly before the communicator's own record of it reaches the disk.
+  bool mismatchAllReduce(const Communicator& comm, at::Tensor& t, const Callsite& site, probes::Phase phase);
 
  private:
   std::vector<FaultSpec> specs_;
