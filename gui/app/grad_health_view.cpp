@@ -59,7 +59,8 @@ GradHealthView::GradHealthView(QWidget* parent) : QWidget(parent) {
   });
   connect(table_, &QTableView::clicked, this, [this](const QModelIndex& index) {
     if (!index.data(GradHealthModel::NormRole).isValid()) return;
-    emit jumpTo(index.data(GradHealthModel::RankRole).toInt(), index.data(GradHealthModel::StepRole).toInt());
+    emit jumpTo(index.data(GradHealthModel::RankRole).toInt(), index.data(GradHealthModel::StepRole).toInt(),
+                index.data(GradHealthModel::LayerRole).toInt());
   });
 }
 

@@ -20,7 +20,7 @@ class GradHealthView : public QWidget {
   QTableView* table() { return table_; }
 
  signals:
-  void jumpTo(int rank, int step);
+  void jumpTo(int rank, int step, int layer);  // layer -1: the whole step
 
  private:
   void syncControls();

@@ -231,13 +231,23 @@ void MainWindow::onFailed(const QString& path, const QString& message) {
   box->open();
 }
 
-void MainWindow::jumpToRankStep(int rank, int step) {
+void MainWindow::jumpToRankStep(int rank, int step, int layer) {
   if (!run_) return;
   int64_t b = 0, e = 0;
   if (run_->stepWindow(rank, step, b, e)) {
     tabs_->setCurrentIndex(kTimelineTab);
     timeline_->showRange(b, e, rank);
-    statusBar()->showMessage(QString("Rank %1, step %2").arg(rank).arg(step));
+    if (layer >= 0) {
+      // Land on the layer's backward pass (where its gradients were computed), else on any span of the layer.
+      SpanRef span = run_->timeline->findSpan(rank, b, e, layer, static_cast<int>(tracedb::Phase::Backward));
+      if (!span.valid()) span = run_->timeline->findSpan(rank, b, e, layer);
+      if (span.valid()) {
+        timeline_->selectSpan(span);
+        details_->setPlainText(timeline_->describeSpan(span));
+      }
+    }
+    statusBar()->showMessage(layer >= 0 ? QString("Rank %1, step %2, layer %3").arg(rank).arg(step).arg(layer)
+                                        : QString("Rank %1, step %2").arg(rank).arg(step));
   } else {
     statusBar()->showMessage(QString("No spans for rank %1 at step %2").arg(rank).arg(step));
   }
@@ -267,13 +277,15 @@ void MainWindow::jumpToEvidence(const EvidenceTarget& target) {
     timeline_->selectCollective({target.group, target.seq});
     details_->setPlainText(timeline_->describeCollective({target.group, target.seq}));
   }
-  if (target.timeNs && target.endNs) {
+  if (target.seq < 0 && target.rank >= 0 && target.step >= 0 && target.layer >= 0) {
+    jumpToRankStep(target.rank, target.step, target.layer);  // lands on the layer's span, not only its step
+  } else if (target.timeNs && target.endNs) {
     timeline_->showRange(*target.timeNs, *target.endNs, target.rank);
   } else if (target.timeNs) {
     const qint64 half = std::max<qint64>(1'000'000, (run_->endNs - run_->beginNs) / 200);
     timeline_->showRange(*target.timeNs - half, *target.timeNs + half, target.rank);
   } else if (target.rank >= 0 && target.step >= 0) {
-    jumpToRankStep(target.rank, target.step);
+    jumpToRankStep(target.rank, target.step, target.layer);
   }
 }
 

@@ -61,7 +61,7 @@ class MainWindow : public QMainWindow {
   void onRunLoaded(RunPtr run, qint64 ms);
   void onAnalysisLoaded(AnalysisPtr analysis);
   void onFailed(const QString& path, const QString& message);
-  void jumpToRankStep(int rank, int step);
+  void jumpToRankStep(int rank, int step, int layer = -1);
   void jumpToEvidence(const EvidenceTarget& target);
   void showCollective(const QString& group, qint64 seq);
   void addRecent(const QString& path);

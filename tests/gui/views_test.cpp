@@ -163,6 +163,13 @@ TEST_F(ViewsTest, GradientHeatmapMarksTheNanCellAndJumps) {
   EXPECT_LE(vp.startNs, kNanStep * kStepNs);
   EXPECT_GE(vp.endNs(), (kNanStep + 1) * kStepNs - 400'000);
   EXPECT_LT(vp.endNs() - vp.startNs, 2 * kStepNs);
+  const SpanRef span = window_->timeline()->selectedSpan();
+  ASSERT_TRUE(span.valid()) << "the click lands on the layer's backward pass";
+  const LaneRow& row = window_->run()->timeline->row(span);
+  EXPECT_EQ(window_->run()->timeline->lanes()[span.lane].rank, kNanRank);
+  EXPECT_EQ(row.layer[span.index], kNanLayer);
+  EXPECT_EQ(row.step[span.index], kNanStep);
+  EXPECT_EQ(row.phase[span.index], static_cast<uint8_t>(tracedb::Phase::Backward));
 }
 
 TEST_F(ViewsTest, CommunicationShowsBarsOverheadAndTheCollectiveTable) {
@@ -204,6 +211,16 @@ TEST_F(ViewsTest, FindingsJumpToEvidence) {
   for (int r = 0; r < f->model()->rowCount(); ++r)
     if (f->model()->index(r, FindingsModel::kKind).data().toString() == "hang") hang = r;
   ASSERT_GE(hang, 0);
+  int origin = -1;
+  for (int r = 0; r < f->model()->rowCount(); ++r)
+    if (f->model()->index(r, FindingsModel::kKind).data().toString() == "nan_origin") origin = r;
+  ASSERT_GE(origin, 0);
+  f->activate(origin);
+  EXPECT_EQ(window_->tabs()->currentIndex(), MainWindow::kTimelineTab);
+  const SpanRef span = window_->timeline()->selectedSpan();
+  ASSERT_TRUE(span.valid());
+  EXPECT_EQ(window_->run()->timeline->lanes()[span.lane].rank, kNanRank);
+  EXPECT_EQ(window_->run()->timeline->row(span).layer[span.index], kNanLayer);
   f->activate(hang);
   EXPECT_EQ(window_->tabs()->currentIndex(), MainWindow::kTimelineTab);
   EXPECT_EQ(window_->timeline()->selectedCollective().seq, kStuckSeq);

@@ -48,7 +48,9 @@ void FindingsModel::setRun(RunPtr run, AnalysisPtr analysis) {
       it.rank = f.rank;
       it.step = f.step;
       it.layer = f.layer;
-      if (f.collective) {
+      // An origin finding's place is its rank, step and layer; its collective is only the first hop of the spread.
+      const bool origin = f.kind == analysis::FindingKind::NanOrigin || f.kind == analysis::FindingKind::InfOrigin;
+      if (f.collective && !(origin && f.rank >= 0 && f.step >= 0)) {
         it.group = QString::fromStdString(f.collective->group);
         it.seq = f.collective->seq;
       }

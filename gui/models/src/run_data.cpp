@@ -111,6 +111,8 @@ Status readSpanChunk(const fs::path& path, int64_t lo, int64_t hi, const FileShi
   sqlite3_bind_int64(stmt, 1, lo);
   sqlite3_bind_int64(stmt, 2, hi);
   out.reserve(static_cast<size_t>(hi - lo));
+  int lastRank = INT32_MIN;
+  int64_t sh = 0;
   int rc;
   while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
     InputSpan s;
@@ -119,7 +121,10 @@ Status readSpanChunk(const fs::path& path, int64_t lo, int64_t hi, const FileShi
     s.kind = static_cast<uint8_t>(std::clamp(sqlite3_column_int(stmt, 2), 0, kKindCount - 1));
     const int64_t name = sqlite3_column_int64(stmt, 3);
     s.name = name >= 0 && static_cast<size_t>(name) < nameMap.size() ? nameMap[name] : 0;
-    const int64_t sh = shift.of(s.rank);
+    if (s.rank != lastRank) {  // spans come in runs of one rank: one map lookup per run
+      lastRank = s.rank;
+      sh = shift.of(s.rank);
+    }
     s.beginNs = sqlite3_column_int64(stmt, 4) + sh;
     s.endNs = s.beginNs + std::max<int64_t>(0, sqlite3_column_int64(stmt, 5));
     s.step = sqlite3_column_int(stmt, 6);

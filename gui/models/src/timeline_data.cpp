@@ -95,8 +95,16 @@ TimelineData TimelineData::build(std::vector<std::vector<InputSpan>> chunks, std
 
   // Lane keys in (rank, thread) order, and a count per lane so each lane's vector is allocated once.
   std::map<std::pair<int, int>, size_t> keys;
-  for (const auto& chunk : chunks)
-    for (const InputSpan& s : chunk) ++keys[{s.rank, s.thread}];
+  for (const auto& chunk : chunks) {
+    // Consecutive spans usually share a lane: count runs, look the key up once per run.
+    size_t i = 0;
+    while (i < chunk.size()) {
+      size_t j = i + 1;
+      while (j < chunk.size() && chunk[j].rank == chunk[i].rank && chunk[j].thread == chunk[i].thread) ++j;
+      keys[{chunk[i].rank, chunk[i].thread}] += j - i;
+      i = j;
+    }
+  }
   std::vector<std::vector<InputSpan>> perLane(keys.size());
   {
     size_t i = 0;
@@ -213,6 +221,26 @@ SpanRef TimelineData::spanAt(int laneIndex, int64_t t, int64_t slackNs) const {
     if (i < r.size() && r.begin[i] <= t + slackNs) return {laneIndex, d, static_cast<uint32_t>(i)};
   }
   return {};
+}
+
+SpanRef TimelineData::findSpan(int rank, int64_t fromNs, int64_t toNs, int layer, int phase) const {
+  SpanRef best;
+  int64_t bestDur = -1;
+  for (size_t l = 0; l < lanes_.size(); ++l) {
+    if (lanes_[l].rank != rank) continue;
+    for (size_t d = 0; d < lanes_[l].rows.size(); ++d) {
+      const LaneRow& r = lanes_[l].rows[d];
+      for (size_t i = std::upper_bound(r.end.begin(), r.end.end(), fromNs) - r.end.begin();
+           i < r.size() && r.begin[i] < toNs; ++i) {
+        if (r.layer[i] != layer || (phase >= 0 && r.phase[i] != phase)) continue;
+        if (r.end[i] - r.begin[i] > bestDur) {
+          bestDur = r.end[i] - r.begin[i];
+          best = {static_cast<int>(l), static_cast<int>(d), static_cast<uint32_t>(i)};
+        }
+      }
+    }
+  }
+  return best;
 }
 
 std::vector<SpanRef> TimelineData::search(const std::string& needle, size_t limit) const {

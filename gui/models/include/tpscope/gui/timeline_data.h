@@ -137,6 +137,9 @@ class TimelineData {
 
   // The innermost span under time t in a lane (deepest row first), within `slackNs` either side; invalid if none.
   SpanRef spanAt(int lane, int64_t t, int64_t slackNs = 0) const;
+  // The longest span of `rank` within [fromNs, toNs) with that layer (and phase, unless phase < 0); invalid if none.
+  // Used to land on "the backward pass of layer L on rank R". O(lanes × rows × log n + spans in the window).
+  SpanRef findSpan(int rank, int64_t fromNs, int64_t toNs, int layer, int phase = -1) const;
   // Spans whose name contains `needle` (case-insensitive), in time order across lanes, at most `limit`.
   std::vector<SpanRef> search(const std::string& needle, size_t limit = 1000) const;
 
