@@ -192,7 +192,7 @@ TEST(KinetoImport, ArrayFormTakesTheRankFromTheFileName) {
     const auto& c = (*cols)[i];
     EXPECT_EQ(c.rank, 3);
     EXPECT_EQ(c.group, "default_pg");
-    EXPECT_EQ(c.seq, static_cast<int64_t>(i));
+    EXPECT_EQ(c.seq, static_cast<int64_t>(i) + 1);  // 1-based, like c10d's
     EXPECT_EQ(c.op, "all_reduce");
     EXPECT_EQ(c.dtype, "float32");
     EXPECT_EQ(c.shape, (std::vector<int64_t>{321271}));
@@ -263,14 +263,14 @@ TEST(KinetoImport, KernelNamesAloneNeverMakeACollective) {
   const auto& dp1 = (*cols)[1];
   const auto& ag = (*cols)[2];
   EXPECT_EQ(dp0.group, "dp");
-  EXPECT_EQ(dp0.seq, 0);
-  EXPECT_EQ(dp1.seq, 1);
+  EXPECT_EQ(dp0.seq, 1);
+  EXPECT_EQ(dp1.seq, 2);
   EXPECT_EQ(ag.rank, 2);
   EXPECT_EQ(ag.group, "tp");
   EXPECT_EQ(ag.op, "all_gather");
   EXPECT_EQ(ag.dtype, "bfloat16");
-  EXPECT_EQ(ag.numel, 4096);
-  EXPECT_EQ(ag.bytes, 8192);
+  EXPECT_EQ(ag.numel, 1024);  // the input: one rank's shard ("In msg nelems")
+  EXPECT_EQ(ag.bytes, 2048);
   EXPECT_EQ(ag.enqueueNs, 0);  // the earliest event is time 0
   EXPECT_EQ(*ag.endNs - *ag.startNs, 20250);
   auto groups = run->groups();

@@ -77,7 +77,7 @@ TEST_F(SharedKinetoTraces, CollectivesFromMetadataMatchTheFile) {
     } else {
       expected[op].first++;
       const int64_t size = args["dtype"] == "Float" ? 4 : args["dtype"] == "Long" ? 8 : 0;
-      expectedBytes[op] += std::max(args["In msg nelems"].get<int64_t>(), args["Out msg nelems"].get<int64_t>()) * size;
+      expectedBytes[op] += args["In msg nelems"].get<int64_t>() * size;  // the input's size (schema)
     }
   }
   auto run = importOne({path});
@@ -163,6 +163,15 @@ TEST_F(SharedKinetoTraces, TwoRanksWithoutMetadata) {
     for (const auto& [op, v] : got) gotTotal += v.second;
     EXPECT_EQ(gotTotal, expectedTotal) << "rank " << rank;
   }
+  // Sizes are the input's: nccl:_all_gather_base's one tensor (16 MiB of int8), not c10d's 1 GiB output.
+  auto gathers = run->collectives();
+  ASSERT_TRUE(gathers);
+  for (const auto& c : *gathers)
+    if (c.op == "all_gather") {
+      EXPECT_EQ(c.shape, (std::vector<int64_t>{16777216}));
+      EXPECT_EQ(c.bytes, 16777216);
+      EXPECT_EQ(c.dtype, "int8");
+    }
   auto ranks = run->ranks();
   ASSERT_TRUE(ranks);
   ASSERT_EQ(ranks->size(), 2u);
@@ -170,7 +179,7 @@ TEST_F(SharedKinetoTraces, TwoRanksWithoutMetadata) {
   EXPECT_EQ((*ranks)[1].device, "cuda:1");
   // Without metadata every collective is in "default_pg", numbered by order per rank: each seq exists on both
   // ranks. These two ranks issue the all-to-alls (main thread) and the DDP all-reduces (autograd thread) from two
-  // process groups in different interleavings, which the trace cannot tell apart: seqs 6 and 7 pair an all-to-all
+  // process groups in different interleavings, which the trace cannot tell apart: seqs 7 and 8 pair an all-to-all
   // with an all-reduce (the limit documented in docs/formats.md).
   auto cols = run->collectives();
   ASSERT_TRUE(cols);
@@ -187,7 +196,7 @@ TEST_F(SharedKinetoTraces, TwoRanksWithoutMetadata) {
     EXPECT_EQ(members[key], 2) << key.first << "#" << key.second;
     if (set.size() > 1) mixed.insert(key.second);
   }
-  EXPECT_EQ(mixed, (std::set<int64_t>{6, 7}));
+  EXPECT_EQ(mixed, (std::set<int64_t>{7, 8}));
 }
 
 TEST_F(SharedKinetoTraces, LargeTraceWithManyCollectives) {

@@ -96,9 +96,9 @@ std::vector<int> parseRankList(std::string_view text) {
   return out;
 }
 
-TensorArg largestTensorArg(std::string_view dims, std::string_view types) {
+std::vector<TensorArg> tensorArgs(std::string_view dims, std::string_view types) {
   // dims: [[2048, 384], [], [7]]; types: ["float", "Scalar", "c10::Half"]. Both as raw JSON.
-  TensorArg best;
+  std::vector<TensorArg> out;
   std::vector<std::string> typeList;
   for (size_t i = 0; i < types.size(); ++i) {
     if (types[i] != '"') continue;
@@ -127,7 +127,7 @@ TensorArg largestTensorArg(std::string_view dims, std::string_view types) {
         if (!dtype.empty() && !shape.empty()) {
           int64_t numel = 1;
           for (int64_t d : shape) numel = d > 0 && numel <= std::numeric_limits<int64_t>::max() / d ? numel * d : 0;
-          if (numel > best.numel) best = TensorArg{shape, numel, dtype};
+          out.push_back(TensorArg{shape, numel, dtype});
         }
         ++arg;
         open = false;
@@ -142,6 +142,13 @@ TensorArg largestTensorArg(std::string_view dims, std::string_view types) {
       }
     }
   }
+  return out;
+}
+
+TensorArg largestTensorArg(std::string_view dims, std::string_view types) {
+  TensorArg best;
+  for (TensorArg& t : tensorArgs(dims, types))
+    if (t.numel > best.numel) best = std::move(t);
   return best;
 }
 
@@ -418,8 +425,18 @@ Result<RankModel> buildRankModel(const KinetoFile& file, int rank, const InternF
     }
     if (op.empty()) op = meta && !meta->name.empty() ? std::string(meta->name) : "unknown";
 
+    // The input tensor (the schema's shape, numel and bytes are the input's): the first tensor argument of the
+    // backend's op (nccl:_all_gather_base records only its input), else the largest tensor argument of any op
+    // (c10d::_allgather_base_ records output and input).
     TensorArg tensor;
     for (int i : g.host) {
+      if (tensor.numel >= 0 || spans[i].name.find(':') == std::string_view::npos || startsWith(spans[i].name, "c10d::"))
+        continue;
+      std::vector<TensorArg> args = tensorArgs(spans[i].inputDims, spans[i].inputTypes);
+      if (!args.empty()) tensor = std::move(args.front());
+    }
+    for (int i : g.host) {
+      if (tensor.numel >= 0) break;
       TensorArg t = largestTensorArg(spans[i].inputDims, spans[i].inputTypes);
       if (t.numel > tensor.numel) tensor = std::move(t);
     }
@@ -430,7 +447,7 @@ Result<RankModel> buildRankModel(const KinetoFile& file, int rank, const InternF
     c.dtype = meta && !meta->dtype.empty() ? normalizeDtype(meta->dtype) : tensor.dtype;
     if (c.dtype.empty() && meta && !meta->dtype.empty()) c.dtype = std::string(meta->dtype);
     if (meta && (meta->inNelems >= 0 || meta->outNelems >= 0)) {
-      c.numel = std::max(meta->inNelems, meta->outNelems);
+      c.numel = meta->inNelems >= 0 ? meta->inNelems : meta->outNelems;
       if (tensor.numel == c.numel) c.shape = tensor.shape;
       else if (c.numel > 0) c.shape = {c.numel};
     } else if (tensor.numel >= 0) {
@@ -493,7 +510,7 @@ Result<RankModel> buildRankModel(const KinetoFile& file, int rank, const InternF
     drafts.push_back(std::move(d));
   }
   // Sequence numbers per group: the metadata's when every collective of the group has a distinct one, else the
-  // order of enqueueing on this rank (0, 1, ...).
+  // order of enqueueing on this rank, 1-based like c10d's (1, 2, ...).
   std::stable_sort(drafts.begin(), drafts.end(), [](const Draft& a, const Draft& b) {
     return std::tie(a.row.group, a.row.enqueueNs, *a.row.startNs) < std::tie(b.row.group, b.row.enqueueNs, *b.row.startNs);
   });
@@ -513,7 +530,7 @@ Result<RankModel> buildRankModel(const KinetoFile& file, int rank, const InternF
       m.skipped["collective Seq missing or repeated in its group (numbered by order instead)"] +=
           static_cast<int64_t>(end - begin);
     for (size_t k = begin; k < end; ++k)
-      drafts[k].row.seq = allMeta && distinct ? drafts[k].metaSeq : static_cast<int64_t>(k - begin);
+      drafts[k].row.seq = allMeta && distinct ? drafts[k].metaSeq : static_cast<int64_t>(k - begin) + 1;
     if (!groupInfos.count(drafts[begin].row.group)) {
       tracedb::GroupInfo gi;
       gi.name = drafts[begin].row.group;

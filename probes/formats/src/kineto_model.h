@@ -41,13 +41,15 @@ tracedb::Result<RankModel> buildRankModel(const KinetoFile& file, int rank, cons
 // Parses "[0, 1, 2]" (a Process Group Ranks value); skips anything that is not an integer.
 std::vector<int> parseRankList(std::string_view text);
 
-// The largest tensor argument of an op from its raw "Input Dims" and "Input type" arrays: dims, numel, dtype
-// (normalised). numel = -1 if there is none.
+// The tensor arguments of an op from its raw "Input Dims" and "Input type" arrays (record_shapes), in order:
+// shape, numel and dtype (normalised); arguments that are not tensors (Scalar, "", TensorList) are left out.
 struct TensorArg {
   std::vector<int64_t> shape;
   int64_t numel = -1;
   std::string dtype;
 };
+std::vector<TensorArg> tensorArgs(std::string_view inputDims, std::string_view inputTypes);
+// The largest of them; numel = -1 if there is none.
 TensorArg largestTensorArg(std::string_view inputDims, std::string_view inputTypes);
 
 }  // namespace tpscope::formats::kineto

@@ -16,8 +16,9 @@
 //   the same metadata is a NcclKernel span, not a second collective. Per collective: enqueue_ns = the outermost
 //   host op's begin; start/end = the GPU kernels launched by the innermost collective op (c10d::allreduce_ >
 //   record_param_comms > nccl:all_reduce), else that op's own span; seq = the metadata's Seq where it is distinct
-//   within the group on that rank, else the order of enqueueing (0, 1, ...); group = "Process Group Name", else
-//   "default_pg".
+//   within the group on that rank, else the order of enqueueing, 1-based (1, 2, ...); group = "Process Group Name",
+//   else "default_pg"; shape/numel/bytes describe the input tensor (schema), from "In msg nelems" or the backend
+//   op's first tensor argument.
 //   "C" events -> counters.
 // Times: Kineto's µs (JSON numbers, converted exactly from their text) become ns since the earliest event across
 // all inputs. A file's absolute time is baseTimeNanoseconds + ts when it has a base, else ts (unix µs); meta
