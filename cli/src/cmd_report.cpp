@@ -89,6 +89,17 @@ void printText(const analysis::Report& r, const std::string& file, bool steps, s
     if (st.steps > 0) out << " in total, " << ms(static_cast<double>(top.causedWaitNs) / st.steps) << " ms per step";
     out << " on it\n";
   }
+  if (!st.ranks.empty() && st.ranks.front().causedWaitNs > 0) {
+    out << "\nranks by the waiting they caused (decided collectives):\n";
+    Table w({"rank", "collectives", "last", "last %", "caused wait ms", "per step ms", "own wait ms"});
+    for (size_t i = 0; i < st.ranks.size() && i < 8; ++i) {
+      const auto& r = st.ranks[i];
+      w.add({std::to_string(r.rank), std::to_string(r.collectives), std::to_string(r.lastCount), pct(r.lastPct()),
+             ms(r.causedWaitNs), st.steps > 0 ? ms(static_cast<double>(r.causedWaitNs) / st.steps) : "-",
+             ms(r.waitedNs)});
+    }
+    w.print(out);
+  }
   if (st.undecided > 0)
     out << st.undecided << " collective" << (st.undecided == 1 ? "" : "s")
         << " with arrival skew within the clock uncertainty (order undecided)\n";

@@ -1,8 +1,9 @@
 // NaN/Inf origin: where the first non-finite value appeared, and how it spread.
 //
 // Events (per rank): grad_stats rows with nan_count > 0 or inf_count > 0 (gradients, taken before any reduction),
-// and alerts whose kind starts with "nonfinite" (nonfinite_activation, nonfinite_grad, nonfinite_loss, ...), and
-// step_stats rows with a non-finite loss or grad_norm (weakest evidence; they carry no layer).
+// alerts whose kind starts with "nonfinite", "nan" or "inf" (nonfinite_activation, nonfinite_grad, ...; their
+// evidence JSON may carry nan_count, inf_count, numel, phase), and step_stats rows with an infinite loss or grad_norm
+// (weakest evidence, no layer; SQLite stores NaN as NULL, which cannot be told from "not recorded").
 // The origin is the first event by:
 //   1. step (smallest);
 //   2. time, where events carry one (alerts.ts_ns; grad_stats have none);
