@@ -186,6 +186,8 @@ void MainWindow::onRunLoaded(RunPtr run, qint64 ms) {
   const bool keep = reloading_ && run_ != nullptr;
   run_ = std::move(run);
   path_ = pendingPath_;
+  searchText_.clear();  // matches index the previous timeline
+  matches_.clear();
   timeline_->setRun(run_, keep);
   grad_->setRun(run_);
   comm_->setRun(run_);

@@ -162,7 +162,7 @@ void TimelinePainter::paint(QPainter& p, const QSize& size, const Frame* frame) 
   }
   p.setBrush(Qt::NoBrush);
   // The selected span.
-  if (selectedSpan.valid() && selectedSpan.lane < static_cast<int>(t.lanes().size())) {
+  if (t.contains(selectedSpan)) {
     const LaneRow& r = t.row(selectedSpan);
     const int y = laneY(selectedSpan.lane) + selectedSpan.row * TimelineLayout::kRowHeight;
     const double x0 = xOf(r.begin[selectedSpan.index]);
@@ -406,8 +406,8 @@ void TimelineView::selectCollective(const CollectiveKey& key) {
 }
 
 void TimelineView::selectSpan(const SpanRef& ref) {
-  selectedSpan_ = ref;
-  if (run_ && ref.valid()) {
+  selectedSpan_ = run_ && run_->timeline->contains(ref) ? ref : SpanRef{};
+  if (selectedSpan_.valid()) {
     const LaneRow& r = run_->timeline->row(ref);
     const qint64 b = r.begin[ref.index], e = r.end[ref.index];
     if (b < viewport_.startNs || e > viewport_.endNs() || (e - b) / viewport_.nsPerPx < 4)
@@ -641,7 +641,7 @@ void TimelineView::keyPressEvent(QKeyEvent* e) {
 }
 
 QString TimelineView::describeSpan(const SpanRef& ref) const {
-  if (!run_ || !ref.valid()) return {};
+  if (!run_ || !run_->timeline->contains(ref)) return {};
   const TimelineData& t = *run_->timeline;
   const LaneRow& r = t.row(ref);
   const size_t i = ref.index;

@@ -212,6 +212,11 @@ TEST(Lod, SpanAtFindsInnermostAndSearchMatchesNames) {
   EXPECT_EQ(data.row(found[0]).begin[found[0].index], 200);
   EXPECT_EQ(data.row(found[1]).begin[found[1].index], 300);
   EXPECT_TRUE(data.search("nope").empty());
+  EXPECT_TRUE(data.contains(inner));
+  EXPECT_FALSE(data.contains({0, 7, 0}));
+  EXPECT_FALSE(data.contains({5, 0, 0}));
+  EXPECT_FALSE(data.contains({0, 0, 99}));
+  EXPECT_FALSE(data.contains({}));
 }
 
 }  // namespace

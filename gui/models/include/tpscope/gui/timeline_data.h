@@ -144,6 +144,11 @@ class TimelineData {
   std::vector<SpanRef> search(const std::string& needle, size_t limit = 1000) const;
 
   const LaneRow& row(const SpanRef& ref) const { return lanes_[ref.lane].rows[ref.row]; }
+  // Whether `ref` names a span of this timeline (a ref kept across a reload may not).
+  bool contains(const SpanRef& ref) const {
+    return ref.lane >= 0 && ref.lane < static_cast<int>(lanes_.size()) && ref.row >= 0 &&
+           ref.row < static_cast<int>(lanes_[ref.lane].rows.size()) && ref.index < lanes_[ref.lane].rows[ref.row].size();
+  }
 
   // Binary cache of the built timeline (timeline_cache.cpp), so reopening a big run skips reading and sorting its
   // spans. `key` identifies the source (file size, mtime); readCache returns nothing when the file is missing, of
