@@ -32,6 +32,7 @@ int64_t parseI64(const std::optional<std::string>& s) {
 }
 
 // Every row of every table, with times shifted per rank by temp.shifts and strings remapped by temp.smap.
+// Spans are written in (rank, thread, begin) order: readers that build per-lane timelines then need no sort.
 // The shift of a rank missing from src.ranks is the plain epoch difference (?1).
 constexpr const char* kCopySql = R"SQL(
 CREATE TEMP TABLE shifts(rank INTEGER PRIMARY KEY, shift INTEGER NOT NULL);
@@ -47,7 +48,8 @@ INSERT OR IGNORE INTO main.process_groups SELECT name, ranks, size, backend FROM
 INSERT INTO main.spans(rank, thread, kind, name, begin_ns, dur_ns, step, layer, phase, correlation)
   SELECT s.rank, s.thread, s.kind, m.new, s.begin_ns + coalesce(h.shift, ?1), s.dur_ns, s.step, s.layer, s.phase,
          s.correlation
-  FROM src.spans s JOIN temp.smap m ON m.old = s.name LEFT JOIN temp.shifts h ON h.rank = s.rank;
+  FROM src.spans s JOIN temp.smap m ON m.old = s.name LEFT JOIN temp.shifts h ON h.rank = s.rank
+  ORDER BY s.rank, s.thread, s.begin_ns;
 INSERT OR REPLACE INTO main.collectives(rank, group_name, seq, op, dtype, shape, numel, bytes, callsite, step, layer,
   phase, thread, enqueue_ns, start_ns, end_ns, state)
   SELECT c.rank, group_name, seq, op, dtype, shape, numel, bytes, callsite, step, layer, phase, thread,

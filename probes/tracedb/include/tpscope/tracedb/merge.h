@@ -4,7 +4,7 @@
 // t_out = t_in + (epoch_in - epoch_out) + clock_offset_ns (unless the input is already aligned, meta clock_aligned=1).
 // The output is written to a temporary file beside it and renamed on success: it is either complete or absent.
 // Refuses: inputs of different runs (meta run_id), two inputs holding the same rank, unreadable inputs.
-// Idempotent: merging the same inputs again yields the same content.
+// Spans are stored in (rank, thread, begin_ns) order. Idempotent: merging the same inputs again yields the same content.
 #pragma once
 
 #include <filesystem>
