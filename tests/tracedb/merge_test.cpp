@@ -73,6 +73,8 @@ TEST(Merge, AlignsClocksByEpochAndOffset) {
 
   auto r = Reader::open(dir / "run.db");
   ASSERT_TRUE(r.isOk()) << r.error();
+  (void)(*r)->spanCount();
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "run.db-wal")) << "reading a run file leaves no WAL behind";
   EXPECT_EQ((*r)->metaValue("epoch_unix_ns"), "9999998000");  // the earliest epoch
   EXPECT_EQ((*r)->metaValue("clock_aligned"), "1");
   EXPECT_EQ((*r)->metaValue("run_id"), "r1");

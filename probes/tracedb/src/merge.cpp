@@ -193,6 +193,8 @@ Result<MergeStats> merge(std::span<const std::filesystem::path> inputs, const st
   }
   if (Status s = (*writer)->setMeta(meta_keys::kClockAligned, "1"); !s) return cleanup(s);
   if (Status s = (*writer)->createIndexes(); !s) return cleanup(s);
+  // A run file is written once: a rollback journal lets read-only readers open it without leaving -wal/-shm behind.
+  if (Status s = detail::exec(db, output, "PRAGMA journal_mode = DELETE"); !s) return cleanup(s);
 
   MergeStats stats;
   stats.ranks = static_cast<int>(seenRanks.size());
