@@ -199,6 +199,30 @@ TEST(Capture, SigkilledRankKeepsItsFlushedRecords) {
   EXPECT_TRUE(contains(out, "rank 1")) << out;
 }
 
+TEST(Capture, CtrlCDumpsStopsAndMergesEveryRank) {
+  const auto dir = testDir("interrupt");
+  const pid_t capturePid =
+      startProcess({TPSCOPE_BIN, "capture", "--nproc", "2", "--tp", "2", "--config", TPSCOPE_TINY_CONFIG, "--steps",
+                    "2000", "--out", dir.string(), "--hang-timeout", "60"},
+                   dir.parent_path() / "interrupt.capture.log");
+  int64_t steps = 0;
+  for (int i = 0; i < 600 && steps < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (!std::filesystem::exists(dir / "rank-0.db")) continue;
+    Db live(dir / "rank-0.db");
+    steps = live.integer("SELECT count(*) FROM step_stats");
+  }
+  ASSERT_GE(steps, 2);
+  ::kill(capturePid, SIGINT);  // what a Ctrl-C delivers to capture (the ranks are in their own process groups)
+  const int status = waitStatus(capturePid);
+  const std::string out = readFile(dir.parent_path() / "interrupt.capture.log");
+  ASSERT_EQ(status, 130) << out;
+  EXPECT_TRUE(contains(out, "interrupted")) << out;
+  Db db(dir / "run.db");
+  EXPECT_EQ(db.integer("SELECT count(*) FROM ranks WHERE exit_reason = 'stopped by capture (interrupted)'"), 2);
+  EXPECT_GE(db.integer("SELECT count(*) FROM step_stats WHERE rank = 1"), 2);
+}
+
 TEST(Capture, SlowRankShowsLongerCompute) {
   const auto dir = testDir("slow");
   const RunResult r = capture(dir, 2, 2, 1, 4, {"--inject", "slow:rank=1,ms=150", "--hang-timeout", "60"});
