@@ -2,6 +2,9 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <cmath>
+#include <limits>
+
 #include "test_dir.h"
 #include "tpscope/tracedb/reader.h"
 #include "tpscope/tracedb/writer.h"
@@ -122,6 +125,9 @@ TEST(TraceDb, EveryTableRoundTrips) {
   ASSERT_TRUE(w->upsertCollective(c));
 
   ASSERT_TRUE(w->addGradStat(GradStatRow{3, 2, "layers.0.mlp.fc2.weight", 0, 1.5, 0.25, 3, 1, 4096}));
+  // The parameter that went bad has a NaN norm: its row must be kept, and read back as NaN.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  ASSERT_TRUE(w->addGradStat(GradStatRow{3, 2, "layers.1.mlp.fc2.weight", 1, nan, nan, 7, 0, 4096}));
   StepStatRow st;
   st.rank = 3;
   st.step = 2;
@@ -219,10 +225,14 @@ TEST(TraceDb, EveryTableRoundTrips) {
 
   auto grads = rd.gradStats();
   ASSERT_TRUE(grads.isOk());
-  ASSERT_EQ(grads->size(), 1u);
+  ASSERT_EQ(grads->size(), 2u);
   EXPECT_EQ((*grads)[0].param, "layers.0.mlp.fc2.weight");
   EXPECT_EQ((*grads)[0].nanCount, 3);
   EXPECT_DOUBLE_EQ((*grads)[0].l2Norm, 1.5);
+  EXPECT_EQ((*grads)[1].param, "layers.1.mlp.fc2.weight");
+  EXPECT_TRUE(std::isnan((*grads)[1].l2Norm));
+  EXPECT_TRUE(std::isnan((*grads)[1].maxAbs));
+  EXPECT_EQ((*grads)[1].nanCount, 7);
 
   auto steps = rd.stepStats();
   ASSERT_TRUE(steps.isOk());

@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <limits>
 #include <string>
 #include <variant>
 #include <system_error>
@@ -314,8 +315,10 @@ Result<std::vector<GradStatRow>> Reader::gradStats(const GradQuery& q) {
   std::vector<GradStatRow> out;
   Status s = query(db_, path_, sql, &w,
                    [&](Stmt& st) {
-                     out.push_back(GradStatRow{st.i32(0), st.i32(1), st.text(2), st.i32(3), st.f64(4), st.f64(5),
-                                               st.i64(6), st.i64(7), st.i64(8)});
+                     // SQLite stores NaN as NULL: a NULL norm is the NaN the recorder measured.
+                     constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+                     out.push_back(GradStatRow{st.i32(0), st.i32(1), st.text(2), st.i32(3), st.optF64(4).value_or(kNaN),
+                                               st.optF64(5).value_or(kNaN), st.i64(6), st.i64(7), st.i64(8)});
                      return true;
                    },
                    "table 'grad_stats'");

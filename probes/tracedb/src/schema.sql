@@ -92,8 +92,8 @@ CREATE TABLE grad_stats(
   step      INTEGER NOT NULL,
   param     INTEGER NOT NULL,
   layer     INTEGER NOT NULL DEFAULT -1,
-  l2_norm   REAL NOT NULL,
-  max_abs   REAL NOT NULL,
+  l2_norm   REAL,            -- NULL: NaN (SQLite stores NaN as NULL)
+  max_abs   REAL,            -- NULL: NaN
   nan_count INTEGER NOT NULL DEFAULT 0,
   inf_count INTEGER NOT NULL DEFAULT 0,
   numel     INTEGER NOT NULL DEFAULT 0
