@@ -11,7 +11,8 @@ int main(int argc, char** argv) {
   app.footer(
       "Exit codes: 0 ok; 1 internal error; 2 bad arguments or input (missing, empty, not a tpscope trace, newer\n"
       "format version, damaged; refused SQL); 3 hang, 4 crash, 5 stopped on non-finite values (capture);\n"
-      "6 output not written; 7 diagnose --fail-on: a finding at or above that severity. Details: docs/cli.md");
+      "6 output not written; 7 diagnose --fail-on: a finding at or above that severity; 130 capture interrupted.\n"
+      "Capture's codes in full: tpscope capture --help. Details: docs/cli.md, docs/capture.md");
   app.set_version_flag("--version", "tpscope " TPSCOPE_VERSION);
   Context ctx;
   addRegisteredCommands(app, ctx);
