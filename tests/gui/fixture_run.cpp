@@ -1,5 +1,7 @@
 #include "fixture_run.h"
 
+#include <unistd.h>
+
 #include <limits>
 #include <vector>
 
@@ -13,8 +15,10 @@ using namespace tpscope::tracedb;
 // 2 complete steps × (2 layers fwd + 2 layers bwd) all-reduces, then the stuck one.
 const int64_t kStuckSeq = (kFixtureSteps - 1) * kFixtureLayers * 2;
 
+// One folder per process: ctest runs each test in its own process, several at once (-j), and two test processes
+// rewriting the same fixture would read each other's half-written files.
 fs::path scratchDir(const std::string& name) {
-  fs::path dir = fs::path(TPSCOPE_GUI_TEST_SCRATCH) / name;
+  fs::path dir = fs::path(TPSCOPE_GUI_TEST_SCRATCH) / (name + "-" + std::to_string(::getpid()));
   std::error_code ec;
   fs::remove_all(dir, ec);
   fs::create_directories(dir, ec);
