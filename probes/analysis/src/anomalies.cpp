@@ -72,9 +72,13 @@ tracedb::Result<AnomalyReport> analyzeAnomalies(tracedb::Reader& reader, const R
   // Rows come in file order (usually step by step); each series must be in step order.
   for (auto& [key, s] : series)
     if (!std::is_sorted(s.begin(), s.end())) std::sort(s.begin(), s.end());
+  // One parameter's norm swings several-fold in a healthy run (warm-up, early steps): flag an order of magnitude.
+  AnomalyOptions perParam = options;
+  perParam.minHistory = std::max(options.minHistory, options.paramMinHistory);
+  perParam.ratioThreshold = std::max(options.ratioThreshold, options.paramRatioThreshold);
   for (const auto& [key, s] : series) {
     const auto& [name, layer] = params[key.second];
-    findSpikes(s, options, [&](int step, double x, double m, double mad, double z) {
+    findSpikes(s, perParam, [&](int step, double x, double m, double mad, double z) {
       out.gradSpikes.push_back(Spike{key.first, step, layer, name, x, m, mad, z});
     });
   }

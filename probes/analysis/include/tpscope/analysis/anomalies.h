@@ -5,7 +5,8 @@
 // (at least `minHistory`). The robust z-score is z = (x_t − m) / (1.4826 · d) (1.4826·MAD estimates σ under
 // normality); with d = 0, z is computed with d replaced by 1e-3·|m| (a flat series). A spike is z ≥ zThreshold and
 // x_t ≥ ratioThreshold · m. Non-finite values are left to the NaN analysis (nonfinite.h).
-//   grad_spike (per rank, param): over grad_stats.l2_norm; reported per (rank, step), worst param first
+//   grad_spike (per rank, param): over grad_stats.l2_norm, with the stricter paramMinHistory/paramRatioThreshold;
+//   reported per (rank, step), worst param first
 //   grad_spike (run-wide, rank −1): over step_stats.grad_norm, per step the mean over the ranks
 //   loss_spike: over step_stats.loss, per step the mean over the ranks that recorded it
 // Replica divergence: values that must agree after reduction do not.
@@ -33,6 +34,10 @@ struct AnomalyOptions {
   int minHistory = 5;
   double zThreshold = 6.0;
   double ratioThreshold = 2.0;
+  // Per-parameter norms (grad_stats) swing several-fold in healthy training: there a spike must also be at least
+  // paramRatioThreshold × the median, with at least paramMinHistory previous values.
+  int paramMinHistory = 8;
+  double paramRatioThreshold = 10.0;
   double divergenceTolerance = 1e-3;
 };
 
