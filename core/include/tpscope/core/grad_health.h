@@ -1,5 +1,5 @@
 // Per-parameter gradient health: L2 norm, max |g|, NaN count, Inf count — for all parameters in ONE batched
-// reduction over a flat buffer (a handful of kernels, not 4 per parameter) and ONE host sync per step (in
+// pass over a flat buffer (vectorised reductions over per-parameter views) and ONE host sync per step (in
 // `reportGradHealth`). Computed before any DP/TP gradient reduction, so a NaN is attributed to the rank that made it.
 #pragma once
 
@@ -15,8 +15,8 @@ namespace tpscope::core {
 // Column order of the stats tensors.
 enum GradHealthColumn : int { kL2Norm = 0, kMaxAbs = 1, kNanCount = 2, kInfCount = 3 };
 
-// Segment index for a flat buffer holding tensors of `numels` back to back: int64 [sum(numels)] with the tensor's
-// position. Build once and reuse (it is as long as the buffer).
+// Segment description for a flat buffer holding tensors of `numels` back to back: their lengths, int64 [P] on the
+// host. Build once and reuse.
 at::Tensor gradHealthSegments(const std::vector<int64_t>& numels);
 // Stats [P, 4] fp32 on the buffer's device for the P tensors laid out in `flat` (fp32 or bf16). No host sync.
 at::Tensor gradHealthFlat(const at::Tensor& flat, const at::Tensor& segments, int64_t count);
