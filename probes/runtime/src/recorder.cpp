@@ -16,6 +16,17 @@
 
 namespace tpscope::probes::runtime_detail {
 
+// The probe API (dependency-free) and the trace format number span kinds, phases and collective states the same way;
+// the flusher converts by value, so the two enums must stay in step.
+static_assert(static_cast<int>(SpanKind::Wait) == static_cast<int>(tracedb::SpanKind::Wait) &&
+              static_cast<int>(SpanKind::NcclKernel) == static_cast<int>(tracedb::SpanKind::NcclKernel) &&
+              static_cast<int>(SpanKind::Compute) == static_cast<int>(tracedb::SpanKind::Compute) &&
+              static_cast<int>(SpanKind::Wait) + 1 == tracedb::kSpanKindCount);
+static_assert(static_cast<int>(Phase::Other) == static_cast<int>(tracedb::Phase::Other) &&
+              static_cast<int>(Phase::Backward) == static_cast<int>(tracedb::Phase::Backward));
+static_assert(static_cast<int>(CollectiveState::Failed) == static_cast<int>(tracedb::CollectiveState::Failed) &&
+              static_cast<int>(CollectiveState::TimedOut) == static_cast<int>(tracedb::CollectiveState::TimedOut));
+
 namespace {
 
 constexpr uint32_t kLaneBase = 65536;
