@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "spec_numbers.h"
+
 #include <charconv>
 #include <cmath>
 #include <map>
@@ -45,14 +47,24 @@ bool listHas(std::string_view list, std::string_view key) {
   return false;
 }
 
-std::optional<int64_t> parseInt(std::string_view v) {
+std::string allKinds() {
+  std::string out;
+  for (const auto& k : kKinds) out += fmt::format("{}  {}", out.empty() ? "" : ",", k.usage);
+  return out;
+}
+
+}  // namespace
+
+namespace detail {
+
+std::optional<int64_t> parseSpecInt(std::string_view v) {
   int64_t out = 0;
   auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
   if (ec != std::errc() || p != v.data() + v.size() || v.empty()) return std::nullopt;
   return out;
 }
 
-std::optional<double> parseReal(std::string_view v) {
+std::optional<double> parseSpecReal(std::string_view v) {
   if (v.empty()) return std::nullopt;
   std::string s(v);
   char* end = nullptr;
@@ -61,13 +73,7 @@ std::optional<double> parseReal(std::string_view v) {
   return d;
 }
 
-std::string allKinds() {
-  std::string out;
-  for (const auto& k : kKinds) out += fmt::format("{}  {}", out.empty() ? "" : ",", k.usage);
-  return out;
-}
-
-}  // namespace
+}  // namespace detail
 
 std::string_view faultKindName(FaultKind kind) { return info(kind).name; }
 
@@ -116,7 +122,7 @@ std::optional<FaultSpec> parseFaultSpec(std::string_view text, std::string* erro
   }
   for (const auto& [key, value] : kv) {
     if (key == "rank" || key == "step" || key == "layer" || key == "ms") {
-      const auto n = parseInt(value);
+      const auto n = detail::parseSpecInt(value);
       if (!n) return fail(fmt::format("{}={} is not an integer", key, value));
       if (key == "rank") {
         if (*n < 0 || *n > 1'000'000) return fail(fmt::format("rank={} must be a rank >= 0", value));
@@ -132,7 +138,7 @@ std::optional<FaultSpec> parseFaultSpec(std::string_view text, std::string* erro
         spec.ms = *n;
       }
     } else if (key == "factor") {
-      const auto f = parseReal(value);
+      const auto f = detail::parseSpecReal(value);
       if (!f || *f <= 0) return fail(fmt::format("factor={} must be a finite number > 0", value));
       spec.factor = *f;
     } else if (key == "phase") {

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "spec_numbers.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -14,15 +16,6 @@ namespace tpscope::core {
 namespace {
 
 constexpr double kMadToSigma = 1.4826;
-
-std::optional<double> parseNumber(std::string_view v) {
-  if (v.empty()) return std::nullopt;
-  std::string s(v);
-  char* end = nullptr;
-  const double d = std::strtod(s.c_str(), &end);
-  if (end != s.c_str() + s.size() || !std::isfinite(d)) return std::nullopt;
-  return d;
-}
 
 double medianOf(std::vector<double> v) {
   if (v.empty()) return 0.0;
@@ -92,7 +85,7 @@ std::optional<HealthOptions> parseHealthOptions(std::string_view text, std::stri
       return std::nullopt;
     };
     auto number = [&](double lo, double hi) -> std::optional<double> {
-      auto d = parseNumber(value);
+      auto d = detail::parseSpecReal(value);
       if (!d || *d < lo || *d > hi) return std::nullopt;
       return d;
     };
