@@ -75,7 +75,7 @@ DROP TABLE temp.smap;
 )SQL";
 
 // Runs kCopySql statement by statement, binding the epoch shift and the aligned flag where they appear.
-Status copyAttached(sqlite3* db, const std::filesystem::path& out, const InputInfo& in, int64_t epochShift) {
+Status copyAttached(sqlite3* db, const InputInfo& in, int64_t epochShift) {
   const char* sql = kCopySql;
   while (*sql != '\0') {
     sqlite3_stmt* st = nullptr;
@@ -90,7 +90,6 @@ Status copyAttached(sqlite3* db, const std::filesystem::path& out, const InputIn
     if (rc != SQLITE_DONE && rc != SQLITE_ROW) return detail::sqliteError(db, in.path, "cannot merge");
     sql = tail;
   }
-  (void)out;
   return Status::ok();
 }
 
@@ -185,7 +184,7 @@ Result<MergeStats> merge(std::span<const std::filesystem::path> inputs, const st
     if (attach.step() != SQLITE_DONE) return cleanup(detail::sqliteError(db, in.path, "cannot attach for merge"));
     attach = detail::Stmt();
     Status s = detail::exec(db, in.path, "BEGIN");
-    if (s) s = copyAttached(db, output, in, in.epochNs - epoch);
+    if (s) s = copyAttached(db, in, in.epochNs - epoch);
     if (s) s = detail::exec(db, in.path, "COMMIT");
     else (void)detail::exec(db, in.path, "ROLLBACK");
     (void)detail::exec(db, in.path, "DETACH DATABASE src");

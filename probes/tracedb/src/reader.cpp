@@ -4,8 +4,8 @@
 
 #include <limits>
 #include <string>
-#include <variant>
 #include <system_error>
+#include <variant>
 
 #include "schema.h"
 #include "sqlite_util.h"
@@ -31,8 +31,10 @@ struct Where {
   }
   void bind(Stmt& st) const {
     for (size_t i = 0; i < values.size(); ++i) {
-      if (const auto* n = std::get_if<int64_t>(&values[i])) st.bind(static_cast<int>(i) + 1, *n);
-      else st.bind(static_cast<int>(i) + 1, std::get<std::string>(values[i]));
+      if (const auto* n = std::get_if<int64_t>(&values[i]))
+        st.bind(static_cast<int>(i) + 1, *n);
+      else
+        st.bind(static_cast<int>(i) + 1, std::get<std::string>(values[i]));
     }
   }
 };
@@ -51,18 +53,37 @@ Status query(sqlite3* db, const std::filesystem::path& path, const std::string& 
   if (rc != SQLITE_DONE) return detail::sqliteError(db, path, std::string("cannot read ") + std::string(what));
   return Status::ok();
 }
+
+// query() collecting one T per row; `make` turns the current row into a T.
+template <class T, class MakeFn>
+Result<std::vector<T>> collect(sqlite3* db, const std::filesystem::path& path, const std::string& sql,
+                               const Where* where, MakeFn&& make, std::string_view what) {
+  std::vector<T> out;
+  Status s = query(
+      db, path, sql, where,
+      [&](Stmt& st) {
+        out.push_back(make(st));
+        return true;
+      },
+      what);
+  if (!s) return s;
+  return out;
+}
 }  // namespace
 
 Reader::Reader(std::filesystem::path path, sqlite3* db, int version)
     : path_(std::move(path)), db_(db), version_(version) {}
 
-Reader::~Reader() { sqlite3_close(db_); }
+Reader::~Reader() {
+  sqlite3_close(db_);
+}
 
 Result<std::unique_ptr<Reader>> Reader::open(const std::filesystem::path& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return Status::error(path.string() + ": no such file");
   if (std::filesystem::is_directory(path, ec))
-    return Status::error(path.string() + ": is a folder, not a trace file (merge a capture folder with 'tpscope merge')");
+    return Status::error(path.string() +
+                         ": is a folder, not a trace file (merge a capture folder with 'tpscope merge')");
   const auto size = std::filesystem::file_size(path, ec);
   if (ec) return Status::error(path.string() + ": cannot read: " + ec.message());
   if (size == 0) return Status::error(path.string() + ": the file is empty (not a tpscope trace)");
@@ -88,16 +109,19 @@ Result<std::unique_ptr<Reader>> Reader::open(const std::filesystem::path& path) 
   return std::unique_ptr<Reader>(new Reader(path, db, *version));
 }
 
-Status Reader::error(std::string_view what) const { return detail::sqliteError(db_, path_, what); }
+Status Reader::error(std::string_view what) const {
+  return detail::sqliteError(db_, path_, what);
+}
 
 Result<std::map<std::string, std::string>> Reader::meta() {
   std::map<std::string, std::string> out;
-  Status s = query(db_, path_, "SELECT key, value FROM meta", nullptr,
-                   [&](Stmt& st) {
-                     out.emplace(st.text(0), st.text(1));
-                     return true;
-                   },
-                   "table 'meta'");
+  Status s = query(
+      db_, path_, "SELECT key, value FROM meta", nullptr,
+      [&](Stmt& st) {
+        out.emplace(st.text(0), st.text(1));
+        return true;
+      },
+      "table 'meta'");
   if (!s) return s;
   return out;
 }
@@ -111,72 +135,64 @@ std::optional<std::string> Reader::metaValue(std::string_view key) {
 }
 
 Result<std::vector<RankInfo>> Reader::ranks() {
-  std::vector<RankInfo> out;
-  Status s = query(db_, path_,
-                   "SELECT rank, host, pid, world_size, local_rank, tp_rank, tp_size, dp_rank, dp_size, device,"
-                   " clock_offset_ns, clock_uncertainty_ns, start_ns, end_ns, exit_reason FROM ranks ORDER BY rank",
-                   nullptr,
-                   [&](Stmt& st) {
-                     RankInfo r;
-                     r.rank = st.i32(0);
-                     r.host = st.text(1);
-                     r.pid = st.i64(2);
-                     r.worldSize = st.i32(3);
-                     r.localRank = st.i32(4);
-                     r.tpRank = st.i32(5);
-                     r.tpSize = st.i32(6);
-                     r.dpRank = st.i32(7);
-                     r.dpSize = st.i32(8);
-                     r.device = st.text(9);
-                     r.clockOffsetNs = st.i64(10);
-                     r.clockUncertaintyNs = st.i64(11);
-                     r.startNs = st.optI64(12);
-                     r.endNs = st.optI64(13);
-                     r.exitReason = st.text(14);
-                     out.push_back(std::move(r));
-                     return true;
-                   },
-                   "table 'ranks'");
-  if (!s) return s;
-  return out;
+  return collect<RankInfo>(
+      db_, path_,
+      "SELECT rank, host, pid, world_size, local_rank, tp_rank, tp_size, dp_rank, dp_size, device,"
+      " clock_offset_ns, clock_uncertainty_ns, start_ns, end_ns, exit_reason FROM ranks ORDER BY rank",
+      nullptr,
+      [&](Stmt& st) {
+        RankInfo r;
+        r.rank = st.i32(0);
+        r.host = st.text(1);
+        r.pid = st.i64(2);
+        r.worldSize = st.i32(3);
+        r.localRank = st.i32(4);
+        r.tpRank = st.i32(5);
+        r.tpSize = st.i32(6);
+        r.dpRank = st.i32(7);
+        r.dpSize = st.i32(8);
+        r.device = st.text(9);
+        r.clockOffsetNs = st.i64(10);
+        r.clockUncertaintyNs = st.i64(11);
+        r.startNs = st.optI64(12);
+        r.endNs = st.optI64(13);
+        r.exitReason = st.text(14);
+        return r;
+      },
+      "table 'ranks'");
 }
 
 Result<std::vector<ThreadInfo>> Reader::threads() {
-  std::vector<ThreadInfo> out;
-  Status s = query(db_, path_, "SELECT rank, thread, kind, name FROM threads ORDER BY rank, thread", nullptr,
-                   [&](Stmt& st) {
-                     out.push_back(ThreadInfo{st.i32(0), st.i32(1), st.text(2), st.text(3)});
-                     return true;
-                   },
-                   "table 'threads'");
-  if (!s) return s;
-  return out;
+  return collect<ThreadInfo>(
+      db_, path_, "SELECT rank, thread, kind, name FROM threads ORDER BY rank, thread", nullptr,
+      [&](Stmt& st) {
+        return ThreadInfo{st.i32(0), st.i32(1), st.text(2), st.text(3)};
+      },
+      "table 'threads'");
 }
 
 Result<std::vector<GroupInfo>> Reader::groups() {
-  std::vector<GroupInfo> out;
-  Status s = query(db_, path_, "SELECT name, ranks, backend FROM process_groups ORDER BY name", nullptr,
-                   [&](Stmt& st) {
-                     out.push_back(GroupInfo{st.text(0), detail::splitInts(st.text(1)), st.text(2)});
-                     return true;
-                   },
-                   "table 'process_groups'");
-  if (!s) return s;
-  return out;
+  return collect<GroupInfo>(
+      db_, path_, "SELECT name, ranks, backend FROM process_groups ORDER BY name", nullptr,
+      [&](Stmt& st) {
+        return GroupInfo{st.text(0), detail::splitInts(st.text(1)), st.text(2)};
+      },
+      "table 'process_groups'");
 }
 
 Status Reader::loadStrings() {
   if (stringsLoaded_) return Status::ok();
   strings_.clear();
-  Status s = query(db_, path_, "SELECT id, value FROM strings", nullptr,
-                   [&](Stmt& st) {
-                     const int64_t id = st.i64(0);
-                     if (id < 0 || id > (int64_t{1} << 31)) return true;
-                     if (static_cast<size_t>(id) >= strings_.size()) strings_.resize(static_cast<size_t>(id) + 1);
-                     strings_[static_cast<size_t>(id)] = st.text(1);
-                     return true;
-                   },
-                   "table 'strings'");
+  Status s = query(
+      db_, path_, "SELECT id, value FROM strings", nullptr,
+      [&](Stmt& st) {
+        const int64_t id = st.i64(0);
+        if (id < 0 || id > (int64_t{1} << 31)) return true;
+        if (static_cast<size_t>(id) >= strings_.size()) strings_.resize(static_cast<size_t>(id) + 1);
+        strings_[static_cast<size_t>(id)] = st.text(1);
+        return true;
+      },
+      "table 'strings'");
   stringsLoaded_ = true;
   return s;
 }
@@ -207,21 +223,22 @@ Status Reader::forEachSpan(const SpanQuery& q, const std::function<bool(const Sp
       "SELECT rank, thread, kind, name, begin_ns, dur_ns, step, layer, phase, correlation FROM spans" + w.sql +
       " ORDER BY rank, begin_ns";
   SpanRow r;
-  return query(db_, path_, sql, &w,
-               [&](Stmt& st) {
-                 r.rank = st.i32(0);
-                 r.thread = st.i32(1);
-                 r.kind = static_cast<SpanKind>(st.i32(2));
-                 r.name = static_cast<uint32_t>(st.i64(3));
-                 r.beginNs = st.i64(4);
-                 r.durNs = st.i64(5);
-                 r.step = st.i32(6);
-                 r.layer = st.i32(7);
-                 r.phase = static_cast<Phase>(st.i32(8));
-                 r.correlation = st.optI64(9);
-                 return callback(r);
-               },
-               "table 'spans'");
+  return query(
+      db_, path_, sql, &w,
+      [&](Stmt& st) {
+        r.rank = st.i32(0);
+        r.thread = st.i32(1);
+        r.kind = static_cast<SpanKind>(st.i32(2));
+        r.name = static_cast<uint32_t>(st.i64(3));
+        r.beginNs = st.i64(4);
+        r.durNs = st.i64(5);
+        r.step = st.i32(6);
+        r.layer = st.i32(7);
+        r.phase = static_cast<Phase>(st.i32(8));
+        r.correlation = st.optI64(9);
+        return callback(r);
+      },
+      "table 'spans'");
 }
 
 Result<std::vector<SpanRow>> Reader::spans(const SpanQuery& q) {
@@ -236,12 +253,13 @@ Result<std::vector<SpanRow>> Reader::spans(const SpanQuery& q) {
 
 Result<int64_t> Reader::spanCount() {
   int64_t n = 0;
-  Status s = query(db_, path_, "SELECT count(*) FROM spans", nullptr,
-                   [&](Stmt& st) {
-                     n = st.i64(0);
-                     return false;
-                   },
-                   "table 'spans'");
+  Status s = query(
+      db_, path_, "SELECT count(*) FROM spans", nullptr,
+      [&](Stmt& st) {
+        n = st.i64(0);
+        return false;
+      },
+      "table 'spans'");
   if (!s) return s;
   return n;
 }
@@ -257,12 +275,13 @@ Result<TimeRange> Reader::timeRange() {
     any = true;
     return false;
   };
-  if (Status s = query(db_, path_, "SELECT min(begin_ns), max(begin_ns + dur_ns) FROM spans", nullptr, take,
-                       "table 'spans'");
+  if (Status s =
+          query(db_, path_, "SELECT min(begin_ns), max(begin_ns + dur_ns) FROM spans", nullptr, take, "table 'spans'");
       !s)
     return s;
-  if (Status s = query(db_, path_, "SELECT min(enqueue_ns), max(coalesce(end_ns, start_ns, enqueue_ns)) FROM collectives",
-                       nullptr, take, "table 'collectives'");
+  if (Status s =
+          query(db_, path_, "SELECT min(enqueue_ns), max(coalesce(end_ns, start_ns, enqueue_ns)) FROM collectives",
+                nullptr, take, "table 'collectives'");
       !s)
     return s;
   return r;
@@ -275,34 +294,32 @@ Result<std::vector<CollectiveRow>> Reader::collectives(const CollectiveQuery& q)
   if (q.step) w.add("step = ?", *q.step);
   const std::string sql =
       "SELECT rank, group_name, seq, op, dtype, shape, numel, bytes, callsite, step, layer, phase, thread, enqueue_ns,"
-      " start_ns, end_ns, state FROM collectives" + w.sql + " ORDER BY group_name, seq, rank";
-  std::vector<CollectiveRow> out;
-  Status s = query(db_, path_, sql, &w,
-                   [&](Stmt& st) {
-                     CollectiveRow c;
-                     c.rank = st.i32(0);
-                     c.group = st.text(1);
-                     c.seq = st.i64(2);
-                     c.op = st.text(3);
-                     c.dtype = st.text(4);
-                     c.shape = detail::shapeFromText(st.text(5));
-                     c.numel = st.i64(6);
-                     c.bytes = st.i64(7);
-                     c.callsite = st.text(8);
-                     c.step = st.i32(9);
-                     c.layer = st.i32(10);
-                     c.phase = static_cast<Phase>(st.i32(11));
-                     c.thread = st.i32(12);
-                     c.enqueueNs = st.i64(13);
-                     c.startNs = st.optI64(14);
-                     c.endNs = st.optI64(15);
-                     c.state = parseCollectiveState(st.text(16)).value_or(CollectiveState::Scheduled);
-                     out.push_back(std::move(c));
-                     return true;
-                   },
-                   "table 'collectives'");
-  if (!s) return s;
-  return out;
+      " start_ns, end_ns, state FROM collectives" +
+      w.sql + " ORDER BY group_name, seq, rank";
+  return collect<CollectiveRow>(
+      db_, path_, sql, &w,
+      [&](Stmt& st) {
+        CollectiveRow c;
+        c.rank = st.i32(0);
+        c.group = st.text(1);
+        c.seq = st.i64(2);
+        c.op = st.text(3);
+        c.dtype = st.text(4);
+        c.shape = detail::shapeFromText(st.text(5));
+        c.numel = st.i64(6);
+        c.bytes = st.i64(7);
+        c.callsite = st.text(8);
+        c.step = st.i32(9);
+        c.layer = st.i32(10);
+        c.phase = static_cast<Phase>(st.i32(11));
+        c.thread = st.i32(12);
+        c.enqueueNs = st.i64(13);
+        c.startNs = st.optI64(14);
+        c.endNs = st.optI64(15);
+        c.state = parseCollectiveState(st.text(16)).value_or(CollectiveState::Scheduled);
+        return c;
+      },
+      "table 'collectives'");
 }
 
 Result<std::vector<GradStatRow>> Reader::gradStats(const GradQuery& q) {
@@ -311,102 +328,89 @@ Result<std::vector<GradStatRow>> Reader::gradStats(const GradQuery& q) {
   if (q.step) w.add("g.step = ?", *q.step);
   const std::string sql =
       "SELECT g.rank, g.step, s.value, g.layer, g.l2_norm, g.max_abs, g.nan_count, g.inf_count, g.numel"
-      " FROM grad_stats g LEFT JOIN strings s ON s.id = g.param" + w.sql + " ORDER BY g.step, g.rank, g.layer, s.value";
-  std::vector<GradStatRow> out;
-  Status s = query(db_, path_, sql, &w,
-                   [&](Stmt& st) {
-                     // SQLite stores NaN as NULL: a NULL norm is the NaN the recorder measured.
-                     constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-                     out.push_back(GradStatRow{st.i32(0), st.i32(1), st.text(2), st.i32(3), st.optF64(4).value_or(kNaN),
-                                               st.optF64(5).value_or(kNaN), st.i64(6), st.i64(7), st.i64(8)});
-                     return true;
-                   },
-                   "table 'grad_stats'");
-  if (!s) return s;
-  return out;
+      " FROM grad_stats g LEFT JOIN strings s ON s.id = g.param" +
+      w.sql + " ORDER BY g.step, g.rank, g.layer, s.value";
+  return collect<GradStatRow>(
+      db_, path_, sql, &w,
+      [&](Stmt& st) {
+        // SQLite stores NaN as NULL: a NULL norm is the NaN the recorder measured.
+        constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+        return GradStatRow{
+            st.i32(0), st.i32(1), st.text(2), st.i32(3), st.optF64(4).value_or(kNaN), st.optF64(5).value_or(kNaN),
+            st.i64(6), st.i64(7), st.i64(8)};
+      },
+      "table 'grad_stats'");
 }
 
 Result<std::vector<StepStatRow>> Reader::stepStats() {
-  std::vector<StepStatRow> out;
-  Status s = query(db_, path_,
-                   "SELECT rank, step, loss, lr, grad_norm, loss_scale, tokens, begin_ns, end_ns, skipped"
-                   " FROM step_stats ORDER BY step, rank",
-                   nullptr,
-                   [&](Stmt& st) {
-                     StepStatRow r;
-                     r.rank = st.i32(0);
-                     r.step = st.i32(1);
-                     r.loss = st.optF64(2);
-                     r.lr = st.optF64(3);
-                     r.gradNorm = st.optF64(4);
-                     r.lossScale = st.optF64(5);
-                     r.tokens = st.optI64(6);
-                     r.beginNs = st.optI64(7);
-                     r.endNs = st.optI64(8);
-                     r.skipped = st.i64(9) != 0;
-                     out.push_back(r);
-                     return true;
-                   },
-                   "table 'step_stats'");
-  if (!s) return s;
-  return out;
+  return collect<StepStatRow>(
+      db_, path_,
+      "SELECT rank, step, loss, lr, grad_norm, loss_scale, tokens, begin_ns, end_ns, skipped"
+      " FROM step_stats ORDER BY step, rank",
+      nullptr,
+      [&](Stmt& st) {
+        StepStatRow r;
+        r.rank = st.i32(0);
+        r.step = st.i32(1);
+        r.loss = st.optF64(2);
+        r.lr = st.optF64(3);
+        r.gradNorm = st.optF64(4);
+        r.lossScale = st.optF64(5);
+        r.tokens = st.optI64(6);
+        r.beginNs = st.optI64(7);
+        r.endNs = st.optI64(8);
+        r.skipped = st.i64(9) != 0;
+        return r;
+      },
+      "table 'step_stats'");
 }
 
 Result<std::vector<AlertRow>> Reader::alerts() {
-  std::vector<AlertRow> out;
-  Status s = query(db_, path_,
-                   "SELECT id, rank, step, ts_ns, severity, kind, layer, param, message, evidence FROM alerts"
-                   " ORDER BY ts_ns, id",
-                   nullptr,
-                   [&](Stmt& st) {
-                     AlertRow a;
-                     a.id = st.i64(0);
-                     a.rank = st.i32(1);
-                     a.step = st.i32(2);
-                     a.tsNs = st.i64(3);
-                     a.severity = st.text(4);
-                     a.kind = st.text(5);
-                     a.layer = st.i32(6);
-                     a.param = st.text(7);
-                     a.message = st.text(8);
-                     a.evidence = st.text(9);
-                     out.push_back(std::move(a));
-                     return true;
-                   },
-                   "table 'alerts'");
-  if (!s) return s;
-  return out;
+  return collect<AlertRow>(
+      db_, path_,
+      "SELECT id, rank, step, ts_ns, severity, kind, layer, param, message, evidence FROM alerts"
+      " ORDER BY ts_ns, id",
+      nullptr,
+      [&](Stmt& st) {
+        AlertRow a;
+        a.id = st.i64(0);
+        a.rank = st.i32(1);
+        a.step = st.i32(2);
+        a.tsNs = st.i64(3);
+        a.severity = st.text(4);
+        a.kind = st.text(5);
+        a.layer = st.i32(6);
+        a.param = st.text(7);
+        a.message = st.text(8);
+        a.evidence = st.text(9);
+        return a;
+      },
+      "table 'alerts'");
 }
 
 Result<std::vector<CounterRow>> Reader::counters() {
-  std::vector<CounterRow> out;
-  Status s = query(db_, path_,
-                   "SELECT c.rank, s.value, c.ts_ns, c.value FROM counters c LEFT JOIN strings s ON s.id = c.name"
-                   " ORDER BY s.value, c.rank, c.ts_ns",
-                   nullptr,
-                   [&](Stmt& st) {
-                     out.push_back(CounterRow{st.i32(0), st.text(1), st.i64(2), st.f64(3)});
-                     return true;
-                   },
-                   "table 'counters'");
-  if (!s) return s;
-  return out;
+  return collect<CounterRow>(
+      db_, path_,
+      "SELECT c.rank, s.value, c.ts_ns, c.value FROM counters c LEFT JOIN strings s ON s.id = c.name"
+      " ORDER BY s.value, c.rank, c.ts_ns",
+      nullptr,
+      [&](Stmt& st) {
+        return CounterRow{st.i32(0), st.text(1), st.i64(2), st.f64(3)};
+      },
+      "table 'counters'");
 }
 
 Result<std::vector<RecorderStatsRow>> Reader::recorderStats() {
-  std::vector<RecorderStatsRow> out;
-  Status s = query(db_, path_,
-                   "SELECT rank, ts_ns, spans_written, spans_dropped, records_written, records_dropped, flushes,"
-                   " flush_ns_max, flush_ns_total, probe_overhead_ns FROM recorder_stats ORDER BY rank, ts_ns",
-                   nullptr,
-                   [&](Stmt& st) {
-                     out.push_back(RecorderStatsRow{st.i32(0), st.i64(1), st.i64(2), st.i64(3), st.i64(4), st.i64(5),
-                                                    st.i64(6), st.i64(7), st.i64(8), st.i64(9)});
-                     return true;
-                   },
-                   "table 'recorder_stats'");
-  if (!s) return s;
-  return out;
+  return collect<RecorderStatsRow>(
+      db_, path_,
+      "SELECT rank, ts_ns, spans_written, spans_dropped, records_written, records_dropped, flushes,"
+      " flush_ns_max, flush_ns_total, probe_overhead_ns FROM recorder_stats ORDER BY rank, ts_ns",
+      nullptr,
+      [&](Stmt& st) {
+        return RecorderStatsRow{st.i32(0), st.i64(1), st.i64(2), st.i64(3), st.i64(4),
+                                st.i64(5), st.i64(6), st.i64(7), st.i64(8), st.i64(9)};
+      },
+      "table 'recorder_stats'");
 }
 
 }  // namespace tpscope::tracedb
