@@ -1,6 +1,8 @@
 // The recorder across process deaths: SIGKILL keeps every committed flush, SIGTERM/SIGINT dump then die by the
 // signal, SIGUSR1 dumps and continues, a normal exit dumps, and the environment starts a recorder.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <string.h>
 
 #include <thread>
 
@@ -81,12 +83,15 @@ TEST_P(RecorderSignal, DumpsThenDiesByTheSignal) {
   auto ranks = (*reader)->ranks();
   ASSERT_TRUE(ranks.isOk());
   ASSERT_EQ(ranks->size(), 1u);
-  EXPECT_EQ(ranks->front().exitReason, std::string("signal ") + (sig == SIGTERM ? "SIGTERM" : "SIGINT"));
+  EXPECT_EQ(ranks->front().exitReason, std::string("signal SIG") + sigabbrev_np(sig));
   EXPECT_TRUE(ranks->front().endNs.has_value());
 }
 
-INSTANTIATE_TEST_SUITE_P(TermAndInt, RecorderSignal, ::testing::Values(SIGTERM, SIGINT),
-                         [](const auto& info) { return std::string(info.param == SIGTERM ? "SIGTERM" : "SIGINT"); });
+// SIGTERM/SIGINT (a launcher stops the rank) and the crash signals (std::terminate on an uncaught exception, a
+// segfault): the rank dumps what it recorded since its last periodic flush, then dies by the signal.
+INSTANTIATE_TEST_SUITE_P(TermIntAndCrashes, RecorderSignal,
+                         ::testing::Values(SIGTERM, SIGINT, SIGABRT, SIGSEGV, SIGBUS),
+                         [](const auto& info) { return std::string("SIG") + sigabbrev_np(info.param); });
 
 TEST(RecorderProcess, SigusrOneDumpsAndContinues) {
   TempDir dir;
