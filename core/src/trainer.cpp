@@ -5,18 +5,19 @@
 #include <torch/torch.h>
 
 #include <chrono>
-#include <ctime>
 #include <cmath>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "tpscope/core/activation_health.h"
 #include "tpscope/core/checkpoint.h"
 #include "tpscope/core/data.h"
+#include "tpscope/core/faults.h"
 #include "tpscope/core/gpt.h"
 #include "tpscope/core/grad_health.h"
 #include "tpscope/core/grad_reducer.h"
-#include "tpscope/core/faults.h"
 
 namespace tpscope::core {
 
@@ -52,6 +53,7 @@ struct Trainer::Impl {
   std::unique_ptr<torch::optim::AdamW> optimizer;
   std::unique_ptr<GradReducer> reducer;
   std::unique_ptr<StepHooks> hooks;  // capture: fault injection + live health rules (faults.h)
+  ActivationWatch activations;       // capture: non-finite forward outputs (activation_health.h)
   std::vector<size_t> spReplicated;  // sequence parallel: replicated params whose grads are summed over TP
   bool sp = false;
 
@@ -217,6 +219,9 @@ StepMetrics Trainer::trainStep(int64_t step) {
   {
     TPS_SPAN("train step", Step, None);
     m.hooks->stepBegin(step);  // capture: --inject slow/crash
+    const bool watch = sink != nullptr || m.hooks->wantsHealth();  // capture: gradient and activation health
+    m.activations.beginStep();
+    m.model->watchActivations(watch ? &m.activations : nullptr);
     for (auto& p : m.params) p.param.mutable_grad() = at::Tensor();
     double lossSum = 0;
     at::Tensor lossAcc = torch::zeros({1});
@@ -229,6 +234,7 @@ StepMetrics Trainer::trainStep(int64_t step) {
                         targets.data_ptr<int64_t>());
       }
       const bool last = micro + 1 == c.grad_accum;
+      m.activations.setMicroBatch(static_cast<int>(micro));
       at::Tensor loss;
       if (c.bf16) {
         at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
@@ -239,7 +245,7 @@ StepMetrics Trainer::trainStep(int64_t step) {
       } else {
         loss = m.model->forward(ids, targets);
       }
-      if (last) m.reducer->beginLastMicrobatch(sink != nullptr || m.hooks->wantsHealth());
+      if (last) m.reducer->beginLastMicrobatch(watch);
       (loss / static_cast<double>(c.grad_accum)).backward();
       lossAcc += loss.detach().to(at::kFloat);
     }
@@ -249,7 +255,8 @@ StepMetrics Trainer::trainStep(int64_t step) {
       reportGradHealth(*sink, static_cast<int>(step), m.names, m.layers, m.numels, health);
     m.reduceSequenceParallel();
     out.gradNorm = m.clipGradients();
-    skipUpdate = m.hooks->beforeUpdate(step, health, lossAcc, c.grad_accum, out.gradNorm);  // capture: health rules
+    skipUpdate = m.hooks->beforeUpdate(step, health, watch ? &m.activations : nullptr, lossAcc, c.grad_accum,
+                                       out.gradNorm);  // capture: health rules
     out.lr = learningRate(c, step);
     {
       TPS_SPAN("optimizer step", Optimizer, Optimizer);
