@@ -134,7 +134,8 @@ void TrainConfig::validate(int tp, int dp) const {
     throw ConfigError(fmt::format("config: loss_scale = {} must be 0 (off) or a positive initial scale", loss_scale));
   if (loss_scale_window < 1)
     throw ConfigError(fmt::format("config: loss_scale_window = {} must be >= 1", loss_scale_window));
-  if (!fs::exists(corpusPath()))
+  std::error_code ec;  // a name too long for the file system is "not found", not an exception
+  if (!fs::exists(corpusPath(), ec))
     throw ConfigError(fmt::format("corpus not found: {} (config key \"corpus\" = \"{}\", resolved against {}); "
                                   "the sample corpus lives in samples/corpus",
                                   corpusPath(), corpus, configDir));

@@ -150,3 +150,16 @@ TEST(TrainConfig, BytesThatAreNotUtf8GiveAClearErrorNotACrash) {
   EXPECT_EQ(c.corpus, "/data/\xff\xfe");
   EXPECT_NO_THROW((void)c.toJson());
 }
+
+// Found by fuzz_config: a corpus name longer than the file system allows made validate() throw filesystem_error
+// (exit 1, no key named) instead of the config error.
+TEST(TrainConfig, ACorpusNameTooLongIsNotFoundNotAnException) {
+  auto c = core::TrainConfig::fromFile(kSamples + "/configs/tiny.json");
+  c.set("corpus", "/tmp/" + std::string(300, 'x'));
+  try {
+    c.validate(1, 1);
+    FAIL() << "the corpus does not exist";
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("corpus not found"), std::string::npos) << e.what();
+  }
+}
