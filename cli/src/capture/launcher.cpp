@@ -153,8 +153,8 @@ Outcome outcomeOfRankExit(const ExitStatus& s) {
   }
 }
 
-// ranks.exit_reason as the launcher saw it. Words matter: the crash analysis treats "crash", "signal", "abort" and
-// "segfault" as a crash, so a rank the launcher stopped is described without them.
+// ranks.exit_reason as the launcher saw it. The prefix matters: the crash analysis takes "crash..." as a crash and
+// "stopped by ..." as not one, whatever signal the text names (analysis/crash.h).
 // A rank capture signalled counts as stopped by capture only if a signal ended it (the recorder re-raises SIGTERM
 // after its dump); one that exited with a status of its own ended on its own terms.
 std::string rankExitReason(const ExitStatus& s, bool stoppedByCapture, const std::string& stopWhy) {
