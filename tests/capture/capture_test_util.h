@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -37,8 +38,13 @@ inline fs::path testDir(const std::string& name) {
   return d;
 }
 
+// Runs in the forked child before exec (limits, signal dispositions, mounts): 0 to go on, else the child's exit
+// status.
+using BeforeExec = std::function<int()>;
+
 // Starts `argv` with stdout+stderr into `log`; returns the pid.
-inline pid_t startProcess(const std::vector<std::string>& argv, const fs::path& log) {
+inline pid_t startProcess(const std::vector<std::string>& argv, const fs::path& log,
+                          const BeforeExec& beforeExec = {}) {
   const pid_t pid = ::fork();
   if (pid == 0) {
     std::FILE* f = std::fopen(log.c_str(), "w");
@@ -46,6 +52,8 @@ inline pid_t startProcess(const std::vector<std::string>& argv, const fs::path& 
       ::dup2(::fileno(f), 1);
       ::dup2(::fileno(f), 2);
     }
+    if (beforeExec)
+      if (const int status = beforeExec(); status != 0) std::_Exit(status);
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
@@ -68,9 +76,9 @@ inline std::string readFile(const fs::path& p) {
   return s.str();
 }
 
-inline RunResult run(const std::vector<std::string>& argv, const fs::path& log) {
+inline RunResult run(const std::vector<std::string>& argv, const fs::path& log, const BeforeExec& beforeExec = {}) {
   RunResult r;
-  r.status = waitStatus(startProcess(argv, log));
+  r.status = waitStatus(startProcess(argv, log, beforeExec));
   r.output = readFile(log);
   return r;
 }
@@ -93,14 +101,14 @@ inline fs::path captureLog(const fs::path& dir) {
 
 // `tpscope capture` with the tiny config, run to its end.
 inline RunResult capture(const fs::path& dir, int nproc, int tp, int dp, int steps,
-                         const std::vector<std::string>& extra) {
-  return run(captureArgv(dir, nproc, tp, dp, steps, extra), captureLog(dir));
+                         const std::vector<std::string>& extra, const BeforeExec& beforeExec = {}) {
+  return run(captureArgv(dir, nproc, tp, dp, steps, extra), captureLog(dir), beforeExec);
 }
 
 // The same, started in the background; wait for it with waitStatus() and read captureLog(dir).
 inline pid_t startCapture(const fs::path& dir, int nproc, int tp, int dp, int steps,
-                          const std::vector<std::string>& extra) {
-  return startProcess(captureArgv(dir, nproc, tp, dp, steps, extra), captureLog(dir));
+                          const std::vector<std::string>& extra, const BeforeExec& beforeExec = {}) {
+  return startProcess(captureArgv(dir, nproc, tp, dp, steps, extra), captureLog(dir), beforeExec);
 }
 
 // The pid of the child of `parent` whose environment has RANK=`rank` (a rank capture launched); -1 if none.

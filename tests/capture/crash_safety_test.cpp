@@ -1,15 +1,23 @@
-// Crash safety: real `tpscope capture` runs (tiny config, loopback Gloo) in which one rank, chosen at random, is
-// killed from outside at a random moment — SIGKILL (no chance to dump), SIGTERM (the recorder dumps, then dies),
-// SIGABRT (not handled: what was not yet flushed is lost). Every rank file and run.db must pass
+// Crash safety and the output folder: real `tpscope capture` runs (tiny config, loopback Gloo) in which one rank,
+// chosen at random, is killed from outside at a random moment — SIGKILL (no chance to dump), SIGTERM (the recorder
+// dumps, then dies), SIGABRT (not handled: what was not yet flushed is lost). Every rank file and run.db must pass
 // `PRAGMA integrity_check`, every rank must be merged, whatever the dead rank had committed before the kill must be in
 // run.db, and `tpscope diagnose` must name the dead rank, and only it, as crashed.
 //
 // Each test runs two kills: one after a random delay, one at the moment a flush starts writing the rank's WAL (the
 // file's size or mtime changes; the kill lands while SQLite is still writing the transaction's pages). The seed is
 // printed; TPSCOPE_TEST_SEED=<seed> repeats a run's choices (the kill points depend on timing too).
+//
+// The output folder: a read-only one, a path under a regular file, and a disk that fills up mid-run (simulated with
+// RLIMIT_FSIZE on capture and its ranks, SIGXFSZ ignored so that writes fail with EFBIG) must each end with a clear
+// message and a non-zero exit, and leave no file that fails integrity_check or was written half.
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <random>
@@ -147,6 +155,128 @@ INSTANTIATE_TEST_SUITE_P(
                       KillCase{"sigterm_tp2", SIGTERM, 2, 2, 1}, KillCase{"sigterm_tp2_dp2", SIGTERM, 4, 2, 2},
                       KillCase{"sigabrt_tp2", SIGABRT, 2, 2, 1}, KillCase{"sigabrt_tp2_dp2", SIGABRT, 4, 2, 2}),
     [](const ::testing::TestParamInfo<KillCase>& i) { return std::string(i.param.name); });
+
+// ---- the output folder ------------------------------------------------------------------------------------------
+
+std::vector<std::string> filesIn(const fs::path& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+constexpr int kCannotMount = 77;  // the child's status when it may not make a read-only mount
+
+// Makes `dir` read-only for the capture about to start. Root passes permission bits, so for root the forked child
+// bind-mounts `dir` read-only in a mount namespace of its own (gone with the process tree); others get chmod 0555.
+BeforeExec makeReadOnly(const fs::path& dir) {
+  if (::geteuid() != 0) {
+    fs::permissions(dir, fs::perms::owner_write | fs::perms::group_write | fs::perms::others_write,
+                    fs::perm_options::remove);
+    return {};
+  }
+  return [dir] {
+    if (::unshare(CLONE_NEWNS) != 0) return kCannotMount;
+    if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return kCannotMount;
+    if (::mount(dir.c_str(), dir.c_str(), nullptr, MS_BIND, nullptr) != 0) return kCannotMount;
+    if (::mount(nullptr, dir.c_str(), nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY, nullptr) != 0) return kCannotMount;
+    return 0;
+  };
+}
+
+TEST(OutputFolder, ReadOnlyFolderIsRefusedAndLeftAsItWas) {
+  const auto dir = testDir("readonly");
+  const fs::path out = dir / "out";
+  fs::create_directories(out / "logs");
+  { std::ofstream(out / "run.db") << "a previous capture"; }  // capture would replace it: it must stay
+  const BeforeExec readOnly = makeReadOnly(out);
+  const RunResult r = capture(out, 2, 2, 1, 2, {"--hang-timeout", "30"}, readOnly);
+  fs::permissions(out, fs::perms::owner_write, fs::perm_options::add);
+  if (r.status == kCannotMount) GTEST_SKIP() << "running as root without the right to make a read-only bind mount";
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("tpscope capture: error: --out " + out.string() + ": cannot write in this folder: "),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("capture: 2 ranks"), std::string::npos) << "no rank may start:\n" << r.output;
+  EXPECT_EQ(filesIn(out), (std::vector<std::string>{"logs", "run.db"}));
+  EXPECT_EQ(readFile(out / "run.db"), "a previous capture");
+}
+
+TEST(OutputFolder, PathThroughARegularFileIsRefused) {
+  const auto dir = testDir("notafolder");
+  { std::ofstream(dir / "file") << "x"; }
+  int n = 0;
+  for (const fs::path& out : {dir / "file" / "out", dir / "file"}) {
+    const RunResult r =
+        run(captureArgv(out, 2, 2, 1, 2, {"--hang-timeout", "30"}), dir / ("capture-" + std::to_string(++n) + ".log"));
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find("--out " + out.string() + ": cannot create the folder: Not a directory"), std::string::npos)
+        << r.output;
+  }
+  EXPECT_EQ(filesIn(dir), (std::vector<std::string>{"capture-1.log", "capture-2.log", "file"}));
+  EXPECT_EQ(readFile(dir / "file"), "x");
+}
+
+// The disk fills up while the ranks record: RLIMIT_FSIZE (inherited by the ranks) is hit after the first flushes.
+TEST(OutputFolder, FileSizeLimitMidRunEndsWithAClearErrorAndIntactFiles) {
+  // Sized for the tiny config: the first flushes (meta, model build, the first steps) fit, 200 steps do not.
+  constexpr rlim_t kLimitBytes = 300 * 1024;
+  const auto dir = testDir("fsize");
+  const fs::path out = dir / "out";
+  const pid_t capturePid = startCapture(out, 2, 2, 1, 200, {"--hang-timeout", "30", "--grace", "3"}, [] {
+    ::signal(SIGXFSZ, SIG_IGN);  // stays ignored across exec: a write past the limit fails with EFBIG
+    const rlimit limit{kLimitBytes, kLimitBytes};
+    return ::setrlimit(RLIMIT_FSIZE, &limit) == 0 ? 0 : 1;
+  });
+  // While it runs: the most steps rank 0's file has shown committed. They must all still be there at the end.
+  int64_t committed = 0;
+  int status = -1;
+  for (int i = 0; i < 1200 && status < 0; ++i) {
+    int st = 0;
+    if (::waitpid(capturePid, &st, WNOHANG) == capturePid) {
+      status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      break;
+    }
+    if (fs::exists(out / "rank-0.db")) {
+      Db live(out / "rank-0.db");
+      committed = std::max(committed, live.integer("SELECT count(*) FROM step_stats", /*quiet=*/true));
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+  if (status < 0) {
+    ::kill(capturePid, SIGKILL);
+    waitStatus(capturePid);
+    FAIL() << "capture did not end within 60 s:\n" << readFile(captureLog(out));
+  }
+  const std::string output = readFile(captureLog(out));
+  EXPECT_EQ(status, 1) << output;
+  EXPECT_NE(output.find("trace is incomplete: flush to "), std::string::npos) << output;
+
+  // No half-written file: every trace file there is intact, no merge temporary is left.
+  std::vector<fs::path> rankFiles;
+  for (const std::string& name : filesIn(out)) {
+    EXPECT_EQ(name.find(".tmp-"), std::string::npos) << name;
+    if (name.ends_with(".db")) {
+      EXPECT_EQ(integrityCheck(out / name), "ok") << name;
+    }
+    if (name.starts_with("rank-") && name.ends_with(".db")) rankFiles.push_back(out / name);
+  }
+  ASSERT_EQ(rankFiles.size(), 2u) << "the limit was hit before the ranks could start recording (raise it?)\n" << output;
+  int64_t kept = 0;
+  {
+    Db db(out / "rank-0.db");
+    kept = db.integer("SELECT count(*) FROM step_stats");
+  }
+  EXPECT_GE(kept, committed);
+  EXPECT_GT(kept, 0) << "no step fit under the limit (raise it?)";
+  // What was written stays usable: the rank files merge (without the limit) and diagnose.
+  const fs::path merged = dir / "merged.db";
+  const RunResult m = run({TPSCOPE_BIN, "merge", out.string(), "-o", merged.string()}, dir / "merge.log");
+  ASSERT_EQ(m.status, 0) << m.output;
+  EXPECT_EQ(integrityCheck(merged), "ok");
+  EXPECT_EQ(diagnose(merged).status, 0);
+}
 
 }  // namespace
 }  // namespace tpscope::capture_test
