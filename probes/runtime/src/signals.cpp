@@ -11,10 +11,10 @@ namespace tpscope::probes::runtime_detail {
 
 namespace {
 SignalState g_state;
-struct sigaction g_old[3];
-constexpr int kSignals[3] = {SIGTERM, SIGINT, SIGUSR1};
+struct sigaction g_old[4];
+constexpr int kSignals[4] = {SIGTERM, SIGINT, SIGUSR1, SIGABRT};
 
-int slot(int sig) { return sig == SIGTERM ? 0 : sig == SIGINT ? 1 : 2; }
+int slot(int sig) { return sig == SIGTERM ? 0 : sig == SIGINT ? 1 : sig == SIGUSR1 ? 2 : 3; }
 
 bool isCustom(const struct sigaction& a) {
   if (a.sa_flags & SA_SIGINFO) return a.sa_sigaction != nullptr;
@@ -90,6 +90,7 @@ const char* signalName(int sig) {
     case SIGTERM: return "SIGTERM";
     case SIGINT: return "SIGINT";
     case SIGUSR1: return "SIGUSR1";
+    case SIGABRT: return "SIGABRT";
     default: return "signal";
   }
 }

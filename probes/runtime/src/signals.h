@@ -1,7 +1,9 @@
 // Signal-driven dumps. The handlers are async-signal-safe: they bump an atomic ticket, write to the flusher's eventfd
 // and wait (bounded: 2 s, nanosleep) until the flusher reports the ticket done. SIGUSR1: dump and continue.
-// SIGTERM/SIGINT: dump (final: the file is closed) and then the previous disposition: a previous handler is called,
-// SIG_IGN stays ignored, SIG_DFL is re-raised. The flusher thread blocks these signals, so a process-directed
+// SIGTERM/SIGINT/SIGABRT: dump (final: the file is closed) and then the previous disposition: a previous handler is
+// called, SIG_IGN stays ignored, SIG_DFL is re-raised. SIGABRT is an orderly death (abort(), std::terminate, a
+// failed check in Gloo) with the collectives in flight that explain it: they are worth the 2 s it may wait. Faults
+// that corrupt memory (SIGSEGV, SIGBUS) are left alone. The flusher thread blocks these signals, so a process-directed
 // signal never lands on the thread that has to answer it.
 #pragma once
 
@@ -23,7 +25,7 @@ SignalState& signalState();
 
 // Installs the handlers once per process (later calls do nothing).
 void installSignalHandlers();
-// Blocks SIGTERM, SIGINT, SIGUSR1 in the calling thread while it lives: a thread created meanwhile inherits the
+// Blocks SIGTERM, SIGINT, SIGUSR1, SIGABRT in the calling thread while it lives: a thread created meanwhile inherits the
 // mask, so the flusher never runs a handler, not even before its first instruction.
 class DumpSignalsBlocked {
  public:
