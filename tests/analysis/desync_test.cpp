@@ -83,5 +83,51 @@ TEST(Desync, MatchStates) {
   EXPECT_EQ(desyncs, 2);
 }
 
+// TP 2 × DP 2: rank 3 stalls at step 2 before its first backward TP all-reduce (tp-1), so its TP peer waits there and
+// its DP peer (rank 1) waits for it at the DP all-reduce (dp-1) that ends backward. Rank 1 got there first by the
+// clocks (4 ranks on 2 cores: rank 2 was descheduled), but in rank 3's own program order tp-1 comes first, as its
+// step 1 shows: tp-1 is the cause, dp-1 a consequence.
+TEST(Desync, TheCauseIsTheStuckCollectiveFirstInTheMissingRanksProgramOrder) {
+  const auto path = testing::testDir() / "order.db";
+  {
+    auto w = testing::newWriter(path);
+    for (int r = 0; r < 4; ++r) {
+      tracedb::RankInfo ri;
+      ri.rank = r;
+      ASSERT_TRUE(w->putRank(ri));
+    }
+    ASSERT_TRUE(w->putGroup({"tp-1", {2, 3}, "gloo"}));
+    ASSERT_TRUE(w->putGroup({"dp-1", {1, 3}, "gloo"}));
+    auto at = [](int rank, const char* group, int64_t seq, int step, const char* callsite, int64_t t, bool done) {
+      tracedb::CollectiveRow c = rec(rank, seq, "all_reduce", "float32", 64,
+                                     done ? tracedb::CollectiveState::Completed : tracedb::CollectiveState::Started);
+      c.group = group;
+      c.step = step;
+      c.callsite = callsite;
+      c.enqueueNs = c.startNs.emplace(t);
+      c.endNs.reset();
+      if (done) c.endNs = t + 50;
+      return c;
+    };
+    for (int r : {2, 3}) ASSERT_TRUE(w->upsertCollective(at(r, "tp-1", 1, 1, "fc1 backward", 1'000, true)));
+    for (int r : {1, 3}) ASSERT_TRUE(w->upsertCollective(at(r, "dp-1", 1, 1, "grad reduce", 5'000, true)));
+    ASSERT_TRUE(w->upsertCollective(at(1, "dp-1", 2, 2, "grad reduce", 14'000, false)));
+    ASSERT_TRUE(w->upsertCollective(at(2, "tp-1", 2, 2, "fc1 backward", 15'000, false)));
+    ASSERT_TRUE(w->close());
+  }
+  auto reader = testing::openReader(path);
+  auto info = loadRunInfo(*reader);
+  ASSERT_TRUE(info) << info.error();
+  auto report = analyzeDesync(*reader, *info);
+  ASSERT_TRUE(report) << report.error();
+  std::vector<std::string> causes;
+  for (const auto& f : desyncFindings(*report, *info))
+    if (f.kind == FindingKind::Hang && f.severity == Severity::Critical) {
+      causes.push_back(f.collective->group);
+      EXPECT_EQ(f.ranks, std::vector<int>{3});
+    }
+  EXPECT_EQ(causes, std::vector<std::string>{"tp-1"});
+}
+
 }  // namespace
 }  // namespace tpscope::analysis

@@ -188,6 +188,18 @@ tracedb::Result<DesyncReport> detail::analyzeDesync(tracedb::Reader& reader, con
     for (MemberProgress& mp : gd.progress) {
       const bool missing = std::find(gd.missingRanks.begin(), gd.missingRanks.end(), mp.rank) != gd.missingRanks.end();
       if (!missing) continue;
+      if (const MemberRecord& s = gd.stuckRecords.front(); s.step > 0 && !s.callsite.empty()) {
+        Query q(reader,
+                "SELECT min(enqueue_ns) FROM collectives"
+                " WHERE rank = ? AND group_name = ? AND callsite = ? AND step = ?",
+                "table 'collectives'");
+        q.bind(1, int64_t{mp.rank}).bind(2, std::string_view(gd.group)).bind(3, std::string_view(s.callsite));
+        q.bind(4, int64_t{s.step - 1});
+        auto st = q.each([&](Query& row) {
+          if (!row.isNull(0)) mp.previousStepEnqueueNs = row.i64(0);
+        });
+        if (!st) return st;
+      }
       Query q(reader,
               "SELECT n.value, k.name, p.name, s.step, s.layer, s.begin_ns, s.begin_ns + s.dur_ns FROM spans s"
               " LEFT JOIN strings n ON n.id = s.name LEFT JOIN span_kinds k ON k.id = s.kind"
@@ -245,17 +257,29 @@ std::vector<Finding> desyncFindings(const DesyncReport& report, const RunInfo& i
   std::map<int, const GroupDesync*> waitingIn;
   for (const GroupDesync& g : report.groups)
     for (int r : g.waitingRanks) waitingIn.emplace(r, &g);
-  // ... and the first stuck collective (by the earliest arrival at it) each rank is missing from.
+  // ... and the first stuck collective each rank is missing from: the one it reached first a step earlier (its own
+  // clock: program order), else the one its peers reached first (their clocks, and 2 cores shared by 4 ranks can
+  // reorder two nearly simultaneous arrivals).
   auto firstArrival = [](const GroupDesync& g) {
     int64_t t = INT64_MAX;
     for (const auto& r : g.stuckRecords) t = std::min(t, r.enqueueNs);
     return t;
   };
+  auto previousStep = [](const GroupDesync& g, int rank) -> std::optional<int64_t> {
+    for (const auto& p : g.progress)
+      if (p.rank == rank) return p.previousStepEnqueueNs;
+    return std::nullopt;
+  };
+  auto reachedBefore = [&](const GroupDesync& a, const GroupDesync& b, int rank) {
+    const auto pa = previousStep(a, rank), pb = previousStep(b, rank);
+    if (pa && pb && a.stuckRecords.front().step == b.stuckRecords.front().step) return *pa < *pb;
+    return firstArrival(a) < firstArrival(b);
+  };
   std::map<int, const GroupDesync*> firstMissing;
   for (const GroupDesync& g : report.groups)
     for (int r : g.missingRanks) {
       auto [it, fresh] = firstMissing.emplace(r, &g);
-      if (!fresh && firstArrival(g) < firstArrival(*it->second)) it->second = &g;
+      if (!fresh && reachedBefore(g, *it->second, r)) it->second = &g;
     }
   for (const GroupDesync& g : report.groups) {
     const std::string members = formatRanks(g.members);
