@@ -26,15 +26,21 @@ tracedb::CollectiveRow rec(int rank, int64_t seq, const char* op, const char* dt
   return c;
 }
 
+// A fresh run file with ranks 0 .. n-1.
+std::unique_ptr<tracedb::Writer> writerWithRanks(const std::filesystem::path& path, int n) {
+  auto w = testing::newWriter(path);
+  for (int r = 0; r < n; ++r) {
+    tracedb::RankInfo ri;
+    ri.rank = r;
+    EXPECT_TRUE(w->putRank(ri));
+  }
+  return w;
+}
+
 TEST(Desync, MatchStates) {
   const auto path = testing::testDir() / "m.db";
   {
-    auto w = testing::newWriter(path);
-    for (int r = 0; r < 2; ++r) {
-      tracedb::RankInfo ri;
-      ri.rank = r;
-      ASSERT_TRUE(w->putRank(ri));
-    }
+    auto w = writerWithRanks(path, 2);
     ASSERT_TRUE(w->putGroup({"world", {0, 1}, "nccl"}));
     // seq 1: all-to-all with uneven splits and byte packing: legitimate.
     ASSERT_TRUE(w->upsertCollective(rec(0, 1, "all_to_all", "uint8", 400)));
@@ -90,12 +96,7 @@ TEST(Desync, MatchStates) {
 TEST(Desync, TheCauseIsTheStuckCollectiveFirstInTheMissingRanksProgramOrder) {
   const auto path = testing::testDir() / "order.db";
   {
-    auto w = testing::newWriter(path);
-    for (int r = 0; r < 4; ++r) {
-      tracedb::RankInfo ri;
-      ri.rank = r;
-      ASSERT_TRUE(w->putRank(ri));
-    }
+    auto w = writerWithRanks(path, 4);
     ASSERT_TRUE(w->putGroup({"tp-1", {2, 3}, "gloo"}));
     ASSERT_TRUE(w->putGroup({"dp-1", {1, 3}, "gloo"}));
     auto at = [](int rank, const char* group, int64_t seq, int step, const char* callsite, int64_t t, bool done) {
