@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -215,6 +216,7 @@ struct Finding {
   int64_t seq = -1;
   std::vector<int> ranks;
   std::string message;
+  std::map<std::string, std::string> numbers;  // evidence.numbers, as JSON text ("1", "\"size_mismatch\"")
 };
 
 struct Diagnosis {
@@ -226,6 +228,16 @@ struct Diagnosis {
     for (const auto& f : findings)
       if (f.kind == kind && (severity.empty() || f.severity == severity)) out.push_back(f);
     return out;
+  }
+  // One line per finding, for failure messages.
+  std::string summary() const {
+    std::ostringstream s;
+    for (const auto& f : findings) {
+      s << f.severity << " " << f.kind << " rank " << f.rank << " step " << f.step << " layer " << f.layer;
+      if (!f.group.empty()) s << " " << f.group << " seq " << f.seq;
+      s << ": " << f.message << "\n";
+    }
+    return s.str();
   }
 };
 
@@ -256,6 +268,8 @@ inline Diagnosis diagnose(const fs::path& runFile) {
     if (jf.contains("ranks") && jf["ranks"].is_array())
       for (const auto& r : jf["ranks"]) f.ranks.push_back(r.get<int>());
     f.message = jf.value("message", "");
+    if (jf.contains("evidence") && jf["evidence"].contains("numbers"))
+      for (const auto& [k, v] : jf["evidence"]["numbers"].items()) f.numbers[k] = v.dump();
     d.findings.push_back(std::move(f));
   }
   return d;
