@@ -64,6 +64,21 @@ bool needsFp32(const at::Tensor& t, bool gloo) {
   return gloo && (t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf);
 }
 
+// What goes on the wire for `t`: Gloo gets an fp32 copy of a bf16/fp16 tensor; NCCL gets a copy on the group's GPU
+// of a host tensor (the few scalars the trainer reduces on the host: health flags, the replica check). Else `t`
+// itself. A copy is written back into `t` (or converted back) after the collective.
+at::Tensor wireOf(const at::Tensor& t, const Communicator::Backend& be, bool copyAlways = false) {
+  if (needsFp32(t, be.gloo)) return t.to(at::kFloat);
+  if (!be.gloo && t.device() != be.device) return t.to(be.device);
+  return copyAlways ? t.clone() : t;
+}
+
+// The collective's result in the caller's dtype and device.
+at::Tensor likeInput(const at::Tensor& out, const at::Tensor& in) {
+  if (out.scalar_type() == in.scalar_type() && out.device() == in.device()) return out;
+  return out.to(in.device(), in.scalar_type());
+}
+
 }  // namespace
 
 struct Communicator::Issue {
@@ -170,7 +185,7 @@ void Communicator::inPlace(const char* op, at::Tensor& t, const Callsite& site, 
   TORCH_CHECK(t.is_contiguous(), op, " on ", name_, " needs a contiguous tensor");
   Issue is = begin(op, &t, site, phase);
   TPS_COMM_RUN(is, {
-    at::Tensor wire = needsFp32(t, backend_->gloo) ? t.to(at::kFloat) : t;
+    at::Tensor wire = wireOf(t, *backend_);
     std::vector<at::Tensor> v{wire};
     issue(v);
     if (!wire.is_same(t)) t.copy_(wire);
@@ -195,7 +210,7 @@ PendingCollective Communicator::allReduceAsync(at::Tensor t, const Callsite& sit
   TORCH_CHECK(t.is_contiguous(), "allReduceAsync on ", name_, " needs a contiguous tensor");
   st->issue = begin("all_reduce", &t, site, phase);
   try {
-    st->wire = needsFp32(t, backend_->gloo) ? t.to(at::kFloat) : t;
+    st->wire = wireOf(t, *backend_);
     std::vector<at::Tensor> v{st->wire};
     st->work = backend_->pg->allreduce(v, c10d::AllreduceOptions{});
   } catch (const std::exception& e) {
@@ -210,13 +225,12 @@ at::Tensor Communicator::allGather(const at::Tensor& t, int64_t dim, const Calls
   at::Tensor in = t.contiguous();
   Issue is = begin("all_gather", &in, site, phase);
   TPS_COMM_RUN(is, {
-    at::Tensor wire = needsFp32(in, backend_->gloo) ? in.to(at::kFloat) : in;
+    at::Tensor wire = wireOf(in, *backend_);
     std::vector<std::vector<at::Tensor>> outs(1);
     for (int i = 0; i < size(); ++i) outs[0].push_back(at::empty_like(wire));
     std::vector<at::Tensor> ins{wire};
     backend_->pg->allgather(outs, ins)->wait();
-    out = at::cat(outs[0], dim);
-    if (out.scalar_type() != in.scalar_type()) out = out.to(in.scalar_type());
+    out = likeInput(at::cat(outs[0], dim), in);
   });
   return out;
 }
@@ -230,11 +244,10 @@ at::Tensor Communicator::reduceScatter(const at::Tensor& t, int64_t dim, const C
   Issue is = begin("reduce_scatter", &in, site, phase);
   TPS_COMM_RUN(is, {
     // Emulated: Gloo here has no reduce-scatter. All-reduce a copy (the input stays untouched), keep our chunk.
-    at::Tensor wire = needsFp32(in, backend_->gloo) ? in.to(at::kFloat) : in.clone();
+    at::Tensor wire = wireOf(in, *backend_, /*copyAlways=*/true);
     std::vector<at::Tensor> v{wire};
     backend_->pg->allreduce(v, c10d::AllreduceOptions{})->wait();
-    out = wire.chunk(size(), dim)[rank_].contiguous();
-    if (out.scalar_type() != in.scalar_type()) out = out.to(in.scalar_type());
+    out = likeInput(wire.chunk(size(), dim)[rank_].contiguous(), in);
   });
   return out;
 }

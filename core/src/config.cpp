@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -24,7 +25,9 @@ void forEachKey(TrainConfig& c, F&& f) {
   f("beta1", c.beta1); f("beta2", c.beta2); f("adam_eps", c.adam_eps); f("clip", c.clip); f("seed", c.seed);
   f("sequence_parallel", c.sequence_parallel); f("activation_checkpointing", c.activation_checkpointing);
   f("zero1", c.zero1); f("bf16", c.bf16); f("overlap_grad_reduce", c.overlap_grad_reduce);
-  f("bucket_mb", c.bucket_mb); f("corpus", c.corpus); f("checkpoint_dir", c.checkpoint_dir);
+  f("bucket_mb", c.bucket_mb); f("fp16", c.fp16); f("loss_scale", c.loss_scale);
+  f("loss_scale_window", c.loss_scale_window); f("device", c.device); f("corpus", c.corpus);
+  f("checkpoint_dir", c.checkpoint_dir);
   f("save_every", c.save_every); f("timeout_s", c.timeout_s); f("threads", c.threads); f("log_every", c.log_every);
 }
 
@@ -119,6 +122,15 @@ void TrainConfig::validate(int tp, int dp) const {
     throw ConfigError("config: dropout and attention_dropout must be in [0, 1)");
   if (label_smoothing < 0 || label_smoothing >= 1) throw ConfigError("config: label_smoothing must be in [0, 1)");
   if (warmup < 0 || save_every < 0) throw ConfigError("config: warmup and save_every must be >= 0");
+  if (device != "cpu" && device != "cuda")
+    throw ConfigError(fmt::format("config: device = \"{}\" must be \"cpu\" or \"cuda\"", device));
+  if (fp16 && bf16) throw ConfigError("config: fp16 and bf16 are both true; choose one");
+  if (fp16 && device != "cuda")
+    throw ConfigError("config: fp16 needs device = \"cuda\" (LibTorch's CPU autocast has only bf16: use bf16 = true)");
+  if (!(loss_scale >= 0) || !std::isfinite(loss_scale))
+    throw ConfigError(fmt::format("config: loss_scale = {} must be 0 (off) or a positive initial scale", loss_scale));
+  if (loss_scale_window < 1)
+    throw ConfigError(fmt::format("config: loss_scale_window = {} must be >= 1", loss_scale_window));
   if (!fs::exists(corpusPath()))
     throw ConfigError(fmt::format("corpus not found: {} (config key \"corpus\" = \"{}\", resolved against {}); "
                                   "the sample corpus lives in samples/corpus",

@@ -21,11 +21,11 @@ struct KindInfo {
 };
 
 constexpr KindInfo kKinds[] = {
-    {FaultKind::Nan, "nan", "nan:rank=R,step=S[,layer=L]", "rank,step", "layer"},
-    {FaultKind::Inf, "inf", "inf:rank=R,step=S[,layer=L]", "rank,step", "layer"},
+    {FaultKind::Nan, "nan", "nan:rank=R,step=S[,layer=L][,phase=fwd|bwd]", "rank,step", "layer,phase"},
+    {FaultKind::Inf, "inf", "inf:rank=R,step=S[,layer=L][,phase=fwd|bwd]", "rank,step", "layer,phase"},
     {FaultKind::Spike, "spike", "spike:rank=R,step=S,factor=F", "rank,step,factor", ""},
     {FaultKind::Hang, "hang", "hang:rank=R,step=S[,phase=fwd|bwd]", "rank,step", "phase"},
-    {FaultKind::Mismatch, "mismatch", "mismatch:rank=R,step=S", "rank,step", ""},
+    {FaultKind::Mismatch, "mismatch", "mismatch:rank=R,step=S[,phase=fwd|bwd]", "rank,step", "phase"},
     {FaultKind::Slow, "slow", "slow:rank=R,ms=M", "rank,ms", ""},
     {FaultKind::Delay, "delay", "delay:rank=R,ms=M", "rank,ms", ""},
     {FaultKind::Crash, "crash", "crash:rank=R,step=S", "rank,step", ""},

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include <limits>
 #include <thread>
 
+#include "tpscope/core/activation_health.h"
 #include "tpscope/core/communicator.h"
 #include "tpscope/core/config.h"
 #include "tpscope/core/mesh.h"
@@ -81,7 +83,7 @@ void FaultInjector::attachGradientHooks(const std::vector<std::string>& names, c
                                         std::vector<at::Tensor> params) {
   for (size_t i = 0; i < specs_.size(); ++i) {
     const FaultSpec s = specs_[i];
-    if (s.kind == FaultKind::Nan || s.kind == FaultKind::Inf) {
+    if ((s.kind == FaultKind::Nan || s.kind == FaultKind::Inf) && s.phase != FaultPhase::Forward) {
       // The target: the first parameter of layer L (layer 0 when not given); else the first parameter.
       const int want = s.layer >= 0 ? s.layer : 0;
       size_t target = params.size();
@@ -119,6 +121,24 @@ void FaultInjector::attachGradientHooks(const std::vector<std::string>& names, c
   }
 }
 
+at::Tensor FaultInjector::corruptActivation(int layer, const at::Tensor& output) {
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    const FaultSpec& s = specs_[i];
+    if ((s.kind != FaultKind::Nan && s.kind != FaultKind::Inf) || s.phase != FaultPhase::Forward) continue;
+    if (fired_[i] || s.step != step_ || std::max(s.layer, 0) != layer) continue;
+    fired_[i] = true;
+    const bool nan = s.kind == FaultKind::Nan;
+    announce(fmt::format("rank {} step {}: {} enters the output of layer {} in the forward pass ({})", rank_, step_,
+                         nan ? "NaN" : "+Inf", layer, formatFaultSpec(s)));
+    // Out of place and differentiable (the gradient of an addition passes through): autograd sees a normal graph.
+    at::Tensor bad = torch::zeros(output.sizes(), output.options());
+    bad.view({-1}).narrow(0, 0, 1).fill_(nan ? std::numeric_limits<double>::quiet_NaN()
+                                             : std::numeric_limits<double>::infinity());
+    return output + bad;
+  }
+  return output;
+}
+
 void FaultInjector::beforeCollective(const Communicator& comm, const char* op, probes::Phase phase) {
   for (size_t i = 0; i < specs_.size(); ++i) {
     const FaultSpec& s = specs_[i];
@@ -143,7 +163,7 @@ bool FaultInjector::mismatchAllReduce(const Communicator& comm, at::Tensor& t, c
                                       probes::Phase phase) {
   for (size_t i = 0; i < specs_.size(); ++i) {
     const FaultSpec& s = specs_[i];
-    if (s.kind != FaultKind::Mismatch || s.step != step_ || fired_[i]) continue;
+    if (s.kind != FaultKind::Mismatch || s.step != step_ || fired_[i] || !phaseMatches(s.phase, phase)) continue;
     fired_[i] = true;
     announce(fmt::format("rank {} step {}: all-reduce of {} elements sent as {} ({})", rank_, step_, t.numel(),
                          t.numel() + 1, formatFaultSpec(s)));
@@ -216,8 +236,8 @@ bool StepHooks::wantsHealth() const {
   return gradRules && (recordingRequested_ || o.needsAgreement());
 }
 
-bool StepHooks::beforeUpdate(int64_t step64, const at::Tensor& health, const at::Tensor& lossSum, int64_t microBatches,
-                             double gradNorm) {
+bool StepHooks::beforeUpdate(int64_t step64, const at::Tensor& health, ActivationWatch* activations,
+                             const at::Tensor& lossSum, int64_t microBatches, double gradNorm) {
   const int step = static_cast<int>(step64);
   const HealthOptions& o = rules_.options();
   // Nothing to tell anyone and nothing to act on. Decided from the environment (identical on every rank), never from
@@ -241,6 +261,8 @@ bool StepHooks::beforeUpdate(int64_t step64, const at::Tensor& health, const at:
     }
     action = std::max(action, rules_.checkGradients(step, stats));
   }
+  if (activations != nullptr)
+    if (auto bad = activations->firstNonFinite()) action = std::max(action, rules_.checkActivation(step, *bad));
   const double localLoss = lossSum.defined() ? lossSum.detach().sum().item<double>() / std::max<int64_t>(1, microBatches)
                                              : std::numeric_limits<double>::quiet_NaN();
   if (lossSum.defined()) action = std::max(action, rules_.checkLoss(step, localLoss));

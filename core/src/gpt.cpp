@@ -5,6 +5,10 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <string>
+
+#include "tpscope/core/activation_health.h"
+#include "tpscope/core/faults.h"
 
 namespace tpscope::core {
 
@@ -115,6 +119,9 @@ GptImpl::GptImpl(GptOptions o) : options(std::move(o)) {
     list->push_back(layers.back());
   }
   lnFinal = register_module("ln_final", torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.hidden()})));
+  outputNames_.push_back("embedding output");
+  for (int i = 0; i < options.layers(); ++i) outputNames_.push_back("layers." + std::to_string(i) + " output");
+  outputNames_.push_back("output logits");
 }
 
 at::Tensor GptImpl::forward(const at::Tensor& ids, const at::Tensor& targets) {
@@ -130,16 +137,21 @@ at::Tensor GptImpl::forward(const at::Tensor& ids, const at::Tensor& targets) {
     x = x + pos.unsqueeze(0);
     if (options.dropout() > 0 && is_training()) x = torch::dropout(x, options.dropout(), true);
   }
+  if (watch_ != nullptr) watch_->note(x, -1, &outputNames_.front());
+  FaultInjector* faults = activeFaults();  // capture: --inject nan/inf with phase=fwd
   for (auto& layer : layers) {
     if (options.activation_checkpointing() && is_training() && torch::GradMode::is_enabled())
       x = CheckpointFn::apply(x, static_cast<int64_t>(reinterpret_cast<intptr_t>(layer.get())));
     else
       x = layer(x);
+    if (faults != nullptr) x = faults->corruptActivation(layer->layer(), x);
+    if (watch_ != nullptr) watch_->note(x, layer->layer(), &outputNames_[static_cast<size_t>(layer->layer()) + 1]);
   }
   TPS_SPAN("loss forward", Compute, Forward);
   x = lnFinal(backwardSpanEnd(x, kLossBwd, -1, lossSlot_));
   at::Tensor full = sp_ ? gatherFromSequence(x, tp, headSite_) : copyToTp(x, tp, headSite_);
   at::Tensor logits = torch::matmul(full, embedding->weight.t());  // [b, s, V/tp]
+  if (watch_ != nullptr) watch_->note(logits, -1, &outputNames_.back());
   at::Tensor loss = vocabParallelCrossEntropy(logits, targets, tp, embedding->vocabStart(), options.vocab_size(),
                                               options.label_smoothing(), lossSite_);
   return backwardSpanBegin(loss.mean(), lossSlot_);

@@ -160,21 +160,23 @@ at::Tensor GradReducer::finish() {
   torch::NoGradGuard ng;
   m.armed = false;
   const bool reduce = m.dp->size() > 1;
-  if (!reduce && !m.capture) return at::Tensor();
-  auto launchRest = [&] {
-    for (size_t bi = 0; bi < m.buckets.size(); ++bi) {
+  if (!reduce) {
+    if (!m.capture) return at::Tensor();
+    // DP = 1: nothing to reduce; the health stats are read straight from the gradients (no staging copy).
+    std::vector<at::Tensor> grads;
+    grads.reserve(m.params.size());
+    for (const auto& p : m.params) grads.push_back(p.grad());
+    return gradHealth(grads);
+  }
+  {
+    TPS_SPAN("dp gradient reduction", Comm, Backward);
+    for (size_t bi = 0; bi < m.buckets.size(); ++bi) {  // what the backward hooks did not launch
       auto& b = m.buckets[bi];
       if (b.launched) continue;
       for (size_t p : b.params)
         if (!m.seen[p]) m.stage(p, nullptr);
       m.launch(bi);
     }
-  };
-  if (!reduce) {
-    launchRest();  // DP = 1: only stages the gradients for their health stats
-  } else {
-    TPS_SPAN("dp gradient reduction", Comm, Backward);
-    launchRest();
     for (size_t bi : m.launchOrder) {
       auto& b = m.buckets[bi];
       if (b.pending.valid()) b.pending.wait();
@@ -189,9 +191,11 @@ at::Tensor GradReducer::finish() {
     }
   }
   if (!m.capture) return at::Tensor();
-  at::Tensor out = torch::zeros({static_cast<int64_t>(m.params.size()), 4});
+  // On the gradients' device (an accelerator's stats stay there until the one host sync of the step).
+  at::Tensor out = torch::zeros({static_cast<int64_t>(m.params.size()), 4}, m.buckets.front().health.options());
   for (auto& b : m.buckets) {
-    at::Tensor idx = torch::tensor(std::vector<int64_t>(b.params.begin(), b.params.end()), torch::kLong);
+    at::Tensor idx = torch::tensor(std::vector<int64_t>(b.params.begin(), b.params.end()),
+                                   torch::TensorOptions(torch::kLong).device(out.device()));
     out.index_copy_(0, idx, b.health);
   }
   return out;

@@ -164,7 +164,7 @@ StepAction HealthRules::actionOf(HealthPolicy policy) {
 }
 
 void HealthRules::raise(probes::Severity severity, std::string_view kind, int step, int layer, std::string_view param,
-                        const std::string& message, const std::string& evidence) {
+                        const std::string& message, const std::string& evidence, uint64_t ticks) {
   ++alerts_;
   if (probes::Sink* s = probes::sink()) {
     probes::Alert a;
@@ -175,6 +175,7 @@ void HealthRules::raise(probes::Severity severity, std::string_view kind, int st
     a.param = param;
     a.message = message;
     a.evidence = evidence;
+    a.ticks = ticks;
     s->alert(a);
   } else {
     std::fprintf(stderr, "tpscope health: %.*s step %d: %s %s\n", static_cast<int>(kind.size()), kind.data(), step,
@@ -243,6 +244,31 @@ StepAction HealthRules::checkGradients(int step, std::span<const probes::GradSta
   return action;
 }
 
+namespace {
+std::string nonfiniteName(double v) {
+  return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
+}
+}  // namespace
+
+StepAction HealthRules::checkActivation(int step, const ActivationFault& fault) {
+  pendingUnhealthy_ = true;
+  const bool repeat = lastNonfiniteActStep_ == step - 1;
+  lastNonfiniteActStep_ = step;
+  if (options_.nonfinite == HealthPolicy::Off) return StepAction::Continue;
+  if (repeat) return actionOf(options_.nonfinite);
+  nlohmann::json ev{{"phase", "fwd"},
+                    {"where", fault.where},
+                    {"micro_batch", fault.microBatch},
+                    {"value", nonfiniteName(fault.value)},
+                    {std::isnan(fault.value) ? "nan_count" : "inf_count", 1},
+                    {"policy", healthPolicyName(options_.nonfinite)}};
+  raise(probes::Severity::Critical, "nonfinite_activation", step, fault.layer, fault.where,
+        fmt::format("{} is {} in the forward pass (micro-batch {}): the first non-finite output of this rank's step",
+                    fault.where, nonfiniteName(fault.value), fault.microBatch),
+        ev.dump(), fault.ticks);
+  return actionOf(options_.nonfinite);
+}
+
 StepAction HealthRules::checkLoss(int step, double localLoss) {
   pendingLoss_.reset();
   if (!std::isfinite(localLoss)) {
@@ -250,9 +276,10 @@ StepAction HealthRules::checkLoss(int step, double localLoss) {
     const bool repeat = lastNonfiniteLossStep_ == step - 1;
     lastNonfiniteLossStep_ = step;
     if (options_.nonfinite == HealthPolicy::Off) return StepAction::Continue;
-    if (repeat) return actionOf(options_.nonfinite);
-    nlohmann::json ev{{"loss", std::isnan(localLoss) ? "nan" : (localLoss > 0 ? "inf" : "-inf")},
-                      {"policy", healthPolicyName(options_.nonfinite)}};
+    // Already named by the forward output it came from (checkActivation this step), or a repeat of a bad run.
+    if (repeat || lastNonfiniteActStep_ == step) return actionOf(options_.nonfinite);
+    nlohmann::json ev{
+        {"phase", "fwd"}, {"loss", nonfiniteName(localLoss)}, {"policy", healthPolicyName(options_.nonfinite)}};
     raise(probes::Severity::Critical, "nonfinite_activation", step, -1, "loss",
           fmt::format("this rank's loss is {} before the DP reduction: the forward pass produced a non-finite value",
                       localLoss),

@@ -1,11 +1,15 @@
 #include "tpscope/core/mesh.h"
 
 #include <fmt/format.h>
+#include <torch/cuda.h>
 
 #include <cstdlib>
 #include <stdexcept>
 
 #include "backend.h"
+#if TPSCOPE_HAVE_NCCL  // a CUDA build of LibTorch (Debian's CPU build ships c10/cuda headers that do not compile)
+#include <c10/cuda/CUDAFunctions.h>
+#endif
 
 namespace tpscope::core {
 
@@ -14,6 +18,19 @@ struct Mesh::StoreHolder {
 };
 
 namespace {
+
+// The rank's GPU: LOCAL_RANK modulo the visible devices (one rank per GPU under torchrun), made the current device.
+c10::Device selectGpu(int localRank) {
+  if (!torch::cuda::is_available())
+    throw std::invalid_argument(
+        "device = cuda, but no CUDA device is visible to this rank (a LibTorch built without CUDA, no GPU, or "
+        "CUDA_VISIBLE_DEVICES empty)");
+  const auto index = static_cast<c10::DeviceIndex>(localRank % static_cast<int>(torch::cuda::device_count()));
+#if TPSCOPE_HAVE_NCCL
+  c10::cuda::set_device(index);
+#endif
+  return {c10::kCUDA, index};
+}
 
 int envInt(const char* name, int fallback, bool required) {
   const char* v = std::getenv(name);
@@ -51,7 +68,9 @@ std::unique_ptr<Mesh> Mesh::fromEnvironment(const MeshOptions& opts) {
       throw std::invalid_argument(fmt::format("tp={} x dp={} needs {} ranks, but WORLD_SIZE is not set: launch one "
                                               "process per rank (torchrun or tpscope capture)",
                                               opts.tp, opts.dp, opts.tp * opts.dp));
-    return single();
+    auto m = single();
+    if (opts.cuda) m->device_ = selectGpu(envInt("LOCAL_RANK", 0, false));
+    return m;
   }
   const int world = envInt("WORLD_SIZE", 1, true);
   const int rank = envInt("RANK", 0, true);
@@ -64,6 +83,7 @@ std::unique_ptr<Mesh> Mesh::fromEnvironment(const MeshOptions& opts) {
   m->tp_ = opts.tp;
   m->dp_ = opts.dp;
   m->localRank_ = envInt("LOCAL_RANK", rank, false);
+  if (opts.cuda) m->device_ = selectGpu(m->localRank_);
   if (world == 1) {
     auto s = single();
     m->tpComm_ = std::move(s->tpComm_);
@@ -98,6 +118,7 @@ std::unique_ptr<Mesh> Mesh::fromEnvironment(const MeshOptions& opts) {
     if (opts.cuda) {
       be->pg = compat::makeNccl(prefixed, groupRank, static_cast<int>(members.size()), opts.timeout);
       be->gloo = false;
+      be->device = m->device();
     }
 #else
     if (opts.cuda) throw std::invalid_argument("this build has no NCCL: run on CPU (Gloo)");

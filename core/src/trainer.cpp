@@ -5,18 +5,20 @@
 #include <torch/torch.h>
 
 #include <chrono>
-#include <ctime>
 #include <cmath>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "tpscope/core/activation_health.h"
 #include "tpscope/core/checkpoint.h"
 #include "tpscope/core/data.h"
+#include "tpscope/core/faults.h"
 #include "tpscope/core/gpt.h"
 #include "tpscope/core/grad_health.h"
 #include "tpscope/core/grad_reducer.h"
-#include "tpscope/core/faults.h"
+#include "tpscope/core/loss_scaler.h"
 
 namespace tpscope::core {
 
@@ -52,6 +54,9 @@ struct Trainer::Impl {
   std::unique_ptr<torch::optim::AdamW> optimizer;
   std::unique_ptr<GradReducer> reducer;
   std::unique_ptr<StepHooks> hooks;  // capture: fault injection + live health rules (faults.h)
+  ActivationWatch activations;       // capture: non-finite forward outputs (activation_health.h)
+  c10::Device device{c10::kCPU};     // the mesh's: the CPU or this rank's GPU
+  std::unique_ptr<DynamicLossScaler> scaler;  // fp16 / loss_scale > 0
   std::vector<size_t> spReplicated;  // sequence parallel: replicated params whose grads are summed over TP
   bool sp = false;
 
@@ -84,21 +89,35 @@ struct Trainer::Impl {
     TPS_SPAN("gradient clipping", Optimizer, Optimizer);
     torch::NoGradGuard ng;
     const bool leadTp = mesh->tpRank() == 0;
-    std::vector<at::Tensor> sq;
+    // [0]: squares of what the norm counts — sharded parameters, and replicated ones once (on TP rank 0);
+    // [1]: squares of the replicated copies on the other TP ranks, which must be identical but can go non-finite on
+    //      one rank alone (a fault, an fp16 overflow): counted only for finiteness, so every rank sees it.
+    std::vector<at::Tensor> counted, copies;
     for (auto& p : params) {
       const at::Tensor& g = p.param.grad();
       if (!g.defined()) continue;
-      if (p.sharded || leadTp) sq.push_back(g.norm().square());  // replicated params counted once (TP rank 0)
+      ((p.sharded || leadTp) ? counted : copies).push_back(g.norm().square());
     }
-    at::Tensor total = sq.empty() ? torch::zeros({1}) : torch::stack(sq).sum().reshape({1});
+    auto sum = [&](const std::vector<at::Tensor>& v) {
+      return v.empty() ? torch::zeros({}, device) : torch::stack(v).sum();
+    };
+    at::Tensor total = torch::stack({sum(counted), sum(copies)}).to(at::kDouble);
     mesh->tpGroup().allReduce(total, ReduceOp::Sum, clipSite, probes::Phase::Optimizer);
-    const double norm = std::sqrt(total.item<double>());
+    const at::Tensor host = total.to(at::kCPU);
+    const double* t = host.data_ptr<double>();
+    const double norm = std::isfinite(t[1]) ? std::sqrt(t[0]) : t[1];
     if (cfg.clip > 0 && norm > cfg.clip) {
       const double coef = cfg.clip / (norm + 1e-6);
       for (auto& p : params)
         if (p.param.grad().defined()) p.param.mutable_grad().mul_(coef);
     }
     return norm;
+  }
+
+  void unscaleGradients(double lossScale) {
+    torch::NoGradGuard ng;
+    for (auto& p : params)
+      if (p.param.grad().defined()) p.param.mutable_grad().mul_(1.0 / lossScale);
   }
 
   void reduceSequenceParallel() {
@@ -160,6 +179,12 @@ Trainer::Trainer(const TrainConfig& config, Mesh& mesh) : impl_(std::make_unique
                     .activation_checkpointing(config.activation_checkpointing)
                     .seed(config.seed)
                     .tp(&mesh.tpGroup()));
+  m.device = mesh.device();
+  if (config.device == "cuda" && !m.device.is_cuda())
+    throw ConfigError("config: device = \"cuda\" needs a mesh built for CUDA (MeshOptions::cuda)");
+  if (m.device.is_cuda()) m.model->to(m.device);  // the master initialisation is cut on the host, then moved
+  if (config.initialLossScale() > 0)
+    m.scaler = std::make_unique<DynamicLossScaler>(config.initialLossScale(), config.loss_scale_window);
   m.model->train();
   m.sp = config.sequence_parallel && mesh.tp() > 1;
   m.params = m.model->paramInfo();
@@ -213,13 +238,17 @@ StepMetrics Trainer::trainStep(int64_t step) {
   probes::Sink* sink = probes::sink();
   StepMetrics out;
   out.step = step;
-  bool skipUpdate = false;  // capture: the health policy dropped this update
+  bool skipUpdate = false;  // capture: the health policy (or a loss-scale overflow) dropped this update
+  const double lossScale = m.scaler ? m.scaler->scale() : 1.0;
   {
     TPS_SPAN("train step", Step, None);
     m.hooks->stepBegin(step);  // capture: --inject slow/crash
+    const bool watch = sink != nullptr || m.hooks->wantsHealth();  // capture: gradient and activation health
+    m.activations.beginStep();
+    m.model->watchActivations(watch ? &m.activations : nullptr);
     for (auto& p : m.params) p.param.mutable_grad() = at::Tensor();
     double lossSum = 0;
-    at::Tensor lossAcc = torch::zeros({1});
+    at::Tensor lossAcc = torch::zeros({1}, m.device);
     for (int64_t micro = 0; micro < c.grad_accum; ++micro) {
       at::Tensor ids = torch::empty({c.micro_batch_size, c.seq_len}, torch::kLong);
       at::Tensor targets = torch::empty({c.micro_batch_size, c.seq_len}, torch::kLong);
@@ -229,8 +258,19 @@ StepMetrics Trainer::trainStep(int64_t step) {
                         targets.data_ptr<int64_t>());
       }
       const bool last = micro + 1 == c.grad_accum;
+      m.activations.setMicroBatch(static_cast<int>(micro));
       at::Tensor loss;
-      if (c.bf16) {
+      if (m.device.is_cuda()) {
+        ids = ids.to(m.device, /*non_blocking=*/true);
+        targets = targets.to(m.device, /*non_blocking=*/true);
+      }
+      if ((c.bf16 || c.fp16) && m.device.is_cuda()) {
+        at::autocast::set_autocast_gpu_dtype(c.fp16 ? at::kHalf : at::kBFloat16);
+        at::autocast::set_enabled(true);
+        loss = m.model->forward(ids, targets);
+        at::autocast::set_enabled(false);
+        at::autocast::clear_cache();
+      } else if (c.bf16) {
         at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
         at::autocast::set_cpu_enabled(true);
         loss = m.model->forward(ids, targets);
@@ -239,17 +279,24 @@ StepMetrics Trainer::trainStep(int64_t step) {
       } else {
         loss = m.model->forward(ids, targets);
       }
-      if (last) m.reducer->beginLastMicrobatch(sink != nullptr || m.hooks->wantsHealth());
-      (loss / static_cast<double>(c.grad_accum)).backward();
+      if (last) m.reducer->beginLastMicrobatch(watch);
+      // Dynamic loss scaling: the gradients come out `lossScale` times too large (no fp16 underflow) until unscaled.
+      (loss * (lossScale / static_cast<double>(c.grad_accum))).backward();
       lossAcc += loss.detach().to(at::kFloat);
     }
     // Pre-reduction gradient health (captured per bucket before its DP all-reduce); defined whenever requested.
     at::Tensor health = m.reducer->finish();
+    if (health.defined() && lossScale != 1.0) health.narrow(1, kL2Norm, 2).div_(lossScale);  // norm and max |g|
     if (health.defined() && sink != nullptr)
       reportGradHealth(*sink, static_cast<int>(step), m.names, m.layers, m.numels, health);
     m.reduceSequenceParallel();
+    if (lossScale != 1.0) m.unscaleGradients(lossScale);
     out.gradNorm = m.clipGradients();
-    skipUpdate = m.hooks->beforeUpdate(step, health, lossAcc, c.grad_accum, out.gradNorm);  // capture: health rules
+    // The norm is global (TP all-reduce of DP-reduced gradients): every rank takes the same overflow decision.
+    const bool overflow = m.scaler && m.scaler->update(out.gradNorm);
+    skipUpdate = m.hooks->beforeUpdate(step, health, watch ? &m.activations : nullptr, lossAcc, c.grad_accum,
+                                       out.gradNorm);  // capture: health rules
+    skipUpdate = skipUpdate || overflow;
     out.lr = learningRate(c, step);
     {
       TPS_SPAN("optimizer step", Optimizer, Optimizer);
@@ -267,12 +314,15 @@ StepMetrics Trainer::trainStep(int64_t step) {
   out.stepCpuS = processCpuSeconds() - cpu0;
   out.tokens = c.micro_batch_size * c.seq_len * c.grad_accum * m.mesh->dp();
   out.tokensPerS = static_cast<double>(out.tokens) / std::max(out.stepTimeS, 1e-9);
+  out.lossScale = lossScale;
+  out.skipped = skipUpdate;
   if (sink != nullptr) {
     probes::StepStat st;
     st.step = static_cast<int>(step);
     st.loss = out.loss;
     st.lr = out.lr;
     st.gradNorm = out.gradNorm;
+    st.lossScale = lossScale;
     st.tokens = c.micro_batch_size * c.seq_len * c.grad_accum;
     st.t0 = t0;
     st.t1 = probes::rawTicks();
@@ -296,6 +346,9 @@ void Trainer::saveCheckpoint(int64_t step) {
     m.optimizer->save(opt);
     ar.write("optimizer", opt);
     ar.write("rng", at::detail::getDefaultCPUGenerator().get_state());
+    if (m.scaler)
+      ar.write("loss_scaler",
+               torch::tensor({m.scaler->scale(), static_cast<double>(m.scaler->goodSteps())}, torch::kDouble));
     ar.write("meta", torch::tensor({step, static_cast<int64_t>(m.mesh->tp()), static_cast<int64_t>(m.mesh->dp()),
                                     static_cast<int64_t>(m.mesh->rank())}));
     const std::string file = checkpointRankFile(dir, m.mesh->rank());
@@ -353,6 +406,9 @@ int64_t Trainer::loadCheckpoint(const std::string& where) {
   ar.read("rng", rng);
   at::Generator gen = at::detail::getDefaultCPUGenerator();
   gen.set_state(rng);
+  at::Tensor scaler;
+  if (m.scaler && ar.try_read("loss_scaler", scaler))
+    m.scaler->restore(scaler[0].item<double>(), static_cast<int64_t>(scaler[1].item<double>()));
   return j["step"].get<int64_t>();
 }
 

@@ -106,16 +106,19 @@ int run(int argc, char** argv) {
   app.add_option("--on-nonfinite", onNonfinite, "policy on NaN/Inf: warn, skip-step, stop");
   app.add_option("--health", health, "health-rule options, e.g. grad_spike=stop");
   // Shorthands for the common keys: --<key with dashes> VALUE.
-  for (const char* key : {"lr", "seed", "micro_batch_size", "grad_accum", "warmup", "clip", "dropout",
-                          "label_smoothing", "threads", "timeout_s", "corpus", "checkpoint_dir", "save_every",
-                          "bucket_mb", "log_every", "layers", "hidden", "heads", "ffn_hidden", "seq_len",
-                          "vocab_size"}) {
+  for (const char* key : {"lr",         "seed",      "micro_batch_size", "grad_accum",
+                          "warmup",     "clip",      "dropout",          "label_smoothing",
+                          "threads",    "timeout_s", "corpus",           "checkpoint_dir",
+                          "save_every", "bucket_mb", "log_every",        "layers",
+                          "hidden",     "heads",     "ffn_hidden",       "seq_len",
+                          "vocab_size", "device",    "loss_scale",       "loss_scale_window"}) {
     std::string flag = std::string("--") + key;
     std::replace(flag.begin(), flag.end(), '_', '-');
     app.add_option_function<std::string>(flag, [&shortcuts, key](const std::string& v) { shortcuts[key] = v; },
                                           std::string("config key ") + key);
   }
-  for (const char* key : {"sequence_parallel", "activation_checkpointing", "zero1", "bf16", "overlap_grad_reduce"}) {
+  for (const char* key :
+       {"sequence_parallel", "activation_checkpointing", "zero1", "bf16", "fp16", "overlap_grad_reduce"}) {
     std::string flag = std::string("--") + key;
     std::replace(flag.begin(), flag.end(), '_', '-');
     app.add_option_function<std::string>(flag, [&shortcuts, key](const std::string& v) { shortcuts[key] = v; },
@@ -160,6 +163,7 @@ int run(int argc, char** argv) {
   mo.tp = tp;
   mo.dp = dp;
   mo.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.timeout_s * 1000));
+  mo.cuda = cfg.device == "cuda";
   std::unique_ptr<core::Mesh> mesh;
   try {
     mesh = core::Mesh::fromEnvironment(mo);
@@ -182,20 +186,36 @@ int run(int argc, char** argv) {
     if (!metrics) throw core::ConfigError(fmt::format("cannot write --metrics-jsonl {}", metricsPath));
   }
   if (lead)
-    fmt::print("tpscope-train: tp={} dp={} layers={} hidden={} heads={} seq_len={} micro_batch={} grad_accum={} "
-               "steps={} corpus={}\n",
-               tp, dp, cfg.layers, cfg.hidden, cfg.heads, cfg.seq_len, cfg.micro_batch_size, cfg.grad_accum,
-               cfg.steps, cfg.corpusPath());
+    fmt::print(
+        "tpscope-train: tp={} dp={} layers={} hidden={} heads={} seq_len={} micro_batch={} grad_accum={} "
+        "steps={} device={}{} corpus={}\n",
+        tp, dp, cfg.layers, cfg.hidden, cfg.heads, cfg.seq_len, cfg.micro_batch_size, cfg.grad_accum, cfg.steps,
+        cfg.device,
+        cfg.fp16   ? " fp16"
+        : cfg.bf16 ? " bf16"
+                   : "",
+        cfg.corpusPath());
   for (int64_t step = first; step <= cfg.steps; ++step) {
     core::StepMetrics s = trainer.trainStep(step);
     if (lead) {
       if ((cfg.log_every > 0 && step % cfg.log_every == 0) || step == cfg.steps)
-        fmt::print("step {}/{} loss {:.6f} lr {:.3e} grad_norm {:.4f} tokens/s {:.0f} step_time {:.4f}s\n", step,
-                   cfg.steps, s.loss, s.lr, s.gradNorm, s.tokensPerS, s.stepTimeS);
+        fmt::print("step {}/{} loss {:.6f} lr {:.3e} grad_norm {:.4f} tokens/s {:.0f} step_time {:.4f}s{}{}\n", step,
+                   cfg.steps, s.loss, s.lr, s.gradNorm, s.tokensPerS, s.stepTimeS,
+                   s.lossScale != 1.0 ? fmt::format(" loss_scale {:g}", s.lossScale) : "",
+                   s.skipped ? " (update skipped)" : "");
       if (metrics.is_open()) {
-        nlohmann::json j{{"step", step},          {"loss", s.loss},        {"lr", s.lr},
-                         {"grad_norm", s.gradNorm}, {"tokens_per_s", s.tokensPerS},
-                         {"step_time_s", s.stepTimeS}, {"step_cpu_s", s.stepCpuS}, {"tokens", s.tokens}, {"tp", tp}, {"dp", dp}};
+        nlohmann::json j{{"step", step},
+                         {"loss", s.loss},
+                         {"lr", s.lr},
+                         {"grad_norm", s.gradNorm},
+                         {"tokens_per_s", s.tokensPerS},
+                         {"step_time_s", s.stepTimeS},
+                         {"step_cpu_s", s.stepCpuS},
+                         {"tokens", s.tokens},
+                         {"loss_scale", s.lossScale},
+                         {"skipped", s.skipped},
+                         {"tp", tp},
+                         {"dp", dp}};
         metrics << j.dump() << "\n" << std::flush;
       }
       std::fflush(stdout);

@@ -67,8 +67,29 @@ TEST(Capture, NanOnOneRankIsRecordedAtItsOrigin) {
   EXPECT_TRUE(contains(d.output, "\"nan_origin\"")) << d.output;
 }
 
-// The gradient-health row of the bad parameter itself. Needs the trace writer to store a NaN norm: SQLite turns a
-// NaN into NULL and grad_stats.l2_norm is NOT NULL, so today that row is rejected (reported to the tracedb owner).
+// A NaN in the forward pass: layer 0's output on rank 1 of a TP pair. The next layer's row-parallel all-reduce carries
+// it to rank 0, whose first bad output is therefore later and higher; the origin is rank 1, layer 0, forward.
+TEST(Capture, ForwardNanIsFoundInTheLayerOutputOfTheRankThatMadeIt) {
+  const auto dir = testDir("nan_fwd");
+  const RunResult r =
+      capture(dir, 2, 2, 1, 3, {"--inject", "nan:rank=1,step=2,layer=0,phase=fwd", "--hang-timeout", "60"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  Db db(dir / "run.db");
+  const auto first = db.rows(
+      "SELECT rank, step, layer, param, json_extract(evidence, '$.phase') FROM alerts "
+      "WHERE kind = 'nonfinite_activation' ORDER BY step, ts_ns LIMIT 1");
+  ASSERT_EQ(first.size(), 1u) << r.output;
+  EXPECT_EQ(first[0], (std::vector<std::string>{"1", "2", "0", "layers.0 output", "fwd"}));
+  // Rank 0 saw it only after the all-reduce: a later output (layer 1's, or the logits).
+  EXPECT_EQ(db.value("SELECT param FROM alerts WHERE kind = 'nonfinite_activation' AND rank = 0 AND step = 2"),
+            "layers.1 output");
+  const RunResult d = run({TPSCOPE_BIN, "diagnose", "--json", (dir / "run.db").string()}, dir / "diagnose.json");
+  EXPECT_TRUE(contains(d.output, "\"nan_origin\"")) << d.output;
+  EXPECT_TRUE(contains(d.output, "first NaN: rank 1")) << d.output;
+  EXPECT_TRUE(contains(d.output, "layers.0 output (fwd)")) << d.output;
+}
+
+// The gradient-health row of the bad parameter itself (its NaN norm is stored as NULL: SQLite cannot hold a NaN).
 TEST(Capture, NanGradientRowIsStoredAtItsOrigin) {
   const auto dir = testDir("nan_row");
   const RunResult r = capture(dir, 2, 1, 2, 3, {"--inject", "nan:rank=1,step=2,layer=1", "--hang-timeout", "60"});
@@ -267,10 +288,25 @@ TEST(Capture, MismatchedShapeIsRecorded) {
       "AND a.group_name = 'tp-0' ORDER BY a.seq LIMIT 1");
   ASSERT_EQ(bad.size(), 1u);
   EXPECT_EQ(std::stoll(bad[0][1]), std::stoll(bad[0][2]) + 1);
-  // Where the peer's record of the same (group, seq) reached the disk, it has the right size.
-  for (const auto& row : db.rows("SELECT numel FROM collectives WHERE rank = 0 AND group_name = 'tp-0' AND seq = " +
-                                 bad[0][0]))
-    EXPECT_EQ(row[0], bad[0][2]);
+  // The peer's record of the same (group, seq) has the right size: Gloo aborted it too, and its crash handler dumped
+  // the flight recorder first.
+  EXPECT_EQ(db.value("SELECT numel FROM collectives WHERE rank = 0 AND group_name = 'tp-0' AND seq = " + bad[0][0]),
+            bad[0][2]);
+}
+
+// The same in the backward pass: the first all-reduce of step 2's backward (the output head's copy-to-TP).
+TEST(Capture, MismatchInTheBackwardPassIsRecordedThere) {
+  const auto dir = testDir("mismatch_bwd");
+  const RunResult r =
+      capture(dir, 2, 2, 1, 3, {"--inject", "mismatch:rank=1,step=2,phase=bwd", "--hang-timeout", "8", "--grace", "3"});
+  ASSERT_TRUE(r.status == 3 || r.status == 4) << r.output;
+  Db db(dir / "run.db");
+  const auto bad = db.rows(
+      "SELECT c.seq, c.numel, p.name FROM collectives c JOIN phases p ON p.id = c.phase WHERE c.rank = 1 AND "
+      "c.step = 2 AND c.numel <> (SELECT numel FROM collectives o WHERE o.rank = 0 AND o.group_name = c.group_name "
+      "AND o.seq = c.seq)");
+  ASSERT_EQ(bad.size(), 1u) << r.output;
+  EXPECT_EQ(bad[0][2], "bwd");
 }
 
 TEST(Capture, GradientSpikeRaisesAnAlert) {

@@ -45,6 +45,14 @@ TEST(FaultSpec, ParsesEveryKind) {
 
   s = parseOk("mismatch:rank=1,step=2");
   EXPECT_EQ(s.kind, FaultKind::Mismatch);
+  EXPECT_EQ(parseOk("mismatch:rank=1,step=2,phase=bwd").phase, FaultPhase::Backward);
+
+  s = parseOk("nan:rank=1,step=3,layer=1,phase=fwd");  // into layer 1's output activation
+  EXPECT_EQ(s.phase, FaultPhase::Forward);
+  EXPECT_EQ(s.layer, 1);
+  EXPECT_EQ(parseOk("inf:rank=1,step=3,phase=bwd").phase, FaultPhase::Backward);
+  EXPECT_NE(parseError("nan:rank=1,step=3,phase=up").find("fwd or bwd"), std::string::npos);
+  EXPECT_NE(parseError("spike:rank=1,step=3,factor=2,phase=fwd").find("unknown key 'phase'"), std::string::npos);
 
   s = parseOk("slow:rank=1,ms=40");
   EXPECT_EQ(s.kind, FaultKind::Slow);
@@ -63,6 +71,7 @@ TEST(FaultSpec, ParsesEveryKind) {
 TEST(FaultSpec, RoundTripsThroughItsCanonicalText) {
   for (std::string_view text : {"nan:rank=1,step=3,layer=2", "inf:rank=0,step=4", "spike:rank=2,step=5,factor=250",
                                 "hang:rank=3,step=7,phase=bwd", "mismatch:rank=1,step=2", "slow:rank=1,ms=40",
+                                "nan:rank=2,step=3,layer=0,phase=fwd", "mismatch:rank=0,step=1,phase=fwd",
                                 "delay:rank=0,ms=5", "crash:rank=1,step=9"}) {
     const FaultSpec s = parseOk(text);
     EXPECT_EQ(formatFaultSpec(s), text);
@@ -84,7 +93,8 @@ TEST(FaultSpec, ListsJoinWithSemicolons) {
 
 TEST(FaultSpec, RefusesMalformedSpecsClearly) {
   EXPECT_NE(parseError("boom:rank=1").find("unknown fault 'boom'"), std::string::npos);
-  EXPECT_NE(parseError("nan").find("missing parameters (nan:rank=R,step=S[,layer=L])"), std::string::npos);
+  EXPECT_NE(parseError("nan").find("missing parameters (nan:rank=R,step=S[,layer=L][,phase=fwd|bwd])"),
+            std::string::npos);
   EXPECT_NE(parseError("nan:rank=1").find("missing step=S"), std::string::npos);
   EXPECT_NE(parseError("spike:rank=1,step=2").find("missing factor=F"), std::string::npos);
   EXPECT_NE(parseError("slow:rank=1").find("missing ms=M"), std::string::npos);

@@ -20,6 +20,7 @@ class AlertSink final : public probes::Sink {
     std::string kind, param, message;
     int step, layer;
     nlohmann::json evidence;
+    uint64_t ticks;
   };
   std::vector<Kept> alerts;
 
@@ -30,7 +31,7 @@ class AlertSink final : public probes::Sink {
   void stepStat(const probes::StepStat&) noexcept override {}
   void alert(const probes::Alert& a) noexcept override {
     alerts.push_back({std::string(a.kind), std::string(a.param), std::string(a.message), a.step, a.layer,
-                      nlohmann::json::parse(a.evidence)});
+                      nlohmann::json::parse(a.evidence), a.ticks});
   }
   void counter(std::string_view, double, uint64_t) noexcept override {}
   void flush() noexcept override {}
@@ -131,6 +132,39 @@ TEST_F(HealthRulesTest, LossRules) {
   }
   EXPECT_EQ(rules.checkLoss(6, 40.0), StepAction::SkipStep);
   EXPECT_EQ(sink_.alerts.back().kind, "loss_spike");
+}
+
+TEST_F(HealthRulesTest, NonFiniteActivationNamesTheOutputAndItsTimeAndSilencesTheLossAlert) {
+  HealthOptions o;
+  o.nonfinite = HealthPolicy::SkipStep;
+  o.skipMax = 10;  // no escalation to stop here (tested below)
+  HealthRules rules(o);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const ActivationFault fault{1, "layers.1 output", 2, 123456789, nan};
+  EXPECT_EQ(rules.checkActivation(4, fault), StepAction::SkipStep);
+  EXPECT_EQ(rules.checkLoss(4, nan), StepAction::SkipStep);  // follows from it: acts, no second alert
+  ASSERT_EQ(sink_.alerts.size(), 1u);
+  const auto& a = sink_.alerts[0];
+  EXPECT_EQ(a.kind, "nonfinite_activation");
+  EXPECT_EQ(a.step, 4);
+  EXPECT_EQ(a.layer, 1);
+  EXPECT_EQ(a.param, "layers.1 output");
+  EXPECT_EQ(a.ticks, 123456789u);  // when the output was produced, not when the rule ran
+  EXPECT_EQ(a.evidence["phase"], "fwd");
+  EXPECT_EQ(a.evidence["micro_batch"], 2);
+  EXPECT_EQ(a.evidence["value"], "nan");
+  EXPECT_EQ(a.evidence["nan_count"], 1);
+  rules.agree(4, StepAction::SkipStep);
+  // The next bad step of the same run acts without a new alert; a later, separate one alerts again (+Inf this time).
+  EXPECT_EQ(rules.checkActivation(5, fault), StepAction::SkipStep);
+  EXPECT_EQ(sink_.alerts.size(), 1u);
+  rules.agree(5, StepAction::SkipStep);
+  rules.agree(6, StepAction::Continue);
+  EXPECT_EQ(rules.checkActivation(9, {-1, "output logits", 0, 7, std::numeric_limits<double>::infinity()}),
+            StepAction::SkipStep);
+  ASSERT_EQ(sink_.alerts.size(), 2u);
+  EXPECT_EQ(sink_.alerts[1].evidence["value"], "inf");
+  EXPECT_EQ(sink_.alerts[1].evidence["inf_count"], 1);
 }
 
 TEST_F(HealthRulesTest, ReplicaDivergence) {

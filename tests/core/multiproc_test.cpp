@@ -21,7 +21,8 @@ const std::string kTiny = std::string(TPSCOPE_SAMPLES_DIR) + "/configs/tiny.json
 constexpr auto kDeadline = std::chrono::seconds(90);
 
 struct Metrics {
-  std::vector<double> loss, gradNorm;
+  std::vector<double> loss, gradNorm, lossScale;
+  std::vector<bool> skipped;
 };
 
 Metrics readMetrics(const fs::path& p) {
@@ -30,8 +31,12 @@ Metrics readMetrics(const fs::path& p) {
   std::string line;
   while (std::getline(in, line)) {
     auto j = nlohmann::json::parse(line);
-    m.loss.push_back(j.at("loss").get<double>());
-    m.gradNorm.push_back(j.at("grad_norm").get<double>());
+    // JSON has no NaN/Inf: nlohmann writes them as null.
+    auto number = [](const nlohmann::json& v) { return v.is_number() ? v.get<double>() : std::nan(""); };
+    m.loss.push_back(number(j.at("loss")));
+    m.gradNorm.push_back(number(j.at("grad_norm")));
+    m.lossScale.push_back(j.value("loss_scale", 1.0));
+    m.skipped.push_back(j.value("skipped", false));
   }
   return m;
 }
@@ -110,6 +115,32 @@ TEST(Gpt, Bf16AutocastTrainsAtTp2) {
   const Metrics ref = train("bf16-ref", 1, 1, {"--steps", "10"});
   const Metrics b = train("bf16-tp2", 2, 1, {"--steps", "10", "--bf16"});
   expectSameSeries(b.loss, ref.loss, 2e-2, "bf16 TP=2 loss vs fp32");
+}
+
+// Dynamic loss scaling (what fp16 training needs; here in fp32 on the CPU, where it must change nothing): the loss
+// is scaled by a power of two before backward and the gradients unscaled before clipping, so TP=2 with scaling
+// reproduces TP=1 without it; the scale doubles after every `loss_scale_window` clean steps.
+TEST(Gpt, DynamicLossScalingChangesNothingWhileNoStepOverflows) {
+  const Metrics ref = train("scale-ref", 1, 1, {"--steps", "8"});
+  const Metrics s = train("scale-tp2", 2, 1, {"--steps", "8", "--loss-scale", "1024", "--loss-scale-window", "3"});
+  expectSameSeries(s.loss, ref.loss, 1e-5, "TP=2 loss-scaled loss vs TP=1 unscaled");
+  expectSameSeries(s.gradNorm, ref.gradNorm, 1e-5, "TP=2 loss-scaled clip norm vs TP=1 unscaled");
+  EXPECT_EQ(s.lossScale, (std::vector<double>{1024, 1024, 1024, 2048, 2048, 2048, 4096, 4096}));
+  for (bool k : s.skipped) EXPECT_FALSE(k);
+}
+
+// An overflow on one rank (an Inf in rank 1's gradient at step 3 — what an fp16 overflow looks like): every rank
+// skips that update, the scale halves, and training goes on finite from the same weights.
+TEST(Gpt, LossScaleOverflowSkipsTheStepOnEveryRankAndHalvesTheScale) {
+  const Metrics s = train("scale-ovf", 2, 2, {"--steps", "6", "--loss-scale", "1024", "--inject", "inf:rank=1,step=3"});
+  ASSERT_EQ(s.loss.size(), 6u);
+  EXPECT_EQ(s.skipped, (std::vector<bool>{false, false, true, false, false, false}));
+  EXPECT_EQ(s.lossScale, (std::vector<double>{1024, 1024, 1024, 512, 512, 512}));
+  EXPECT_FALSE(std::isfinite(s.gradNorm[2]));
+  for (int i = 3; i < 6; ++i) EXPECT_TRUE(std::isfinite(s.loss[i]) && std::isfinite(s.gradNorm[i])) << "step " << i + 1;
+  // The skipped step left the weights alone: step 4 sees the weights step 3 saw.
+  const Metrics ref = train("scale-ovf-ref", 2, 2, {"--steps", "6", "--loss-scale", "1024"});
+  EXPECT_NEAR(s.loss[3], ref.loss[2], 0.05 * ref.loss[2]) << "step 4 after the skip vs step 3 of a clean run";
 }
 
 TEST(Gpt, LossFallsOnTheSampleCorpus) {
@@ -193,6 +224,9 @@ TEST(TrainCli, BadConfigsFailWithClearErrors) {
       {{"--config", kTiny, "--set", "layerz=3"}, "unknown key \"layerz\""},
       {{"--config", (dir / "missing.json").string()}, "cannot open config file"},
       {{"--config", kTiny, "--tp", "2"}, "WORLD_SIZE=1 but tp=2 x dp=1 = 2"},
+      {{"--config", kTiny, "--fp16"}, "fp16 needs device = \"cuda\""},
+      {{"--config", kTiny, "--device", "gpu"}, "device = \"gpu\" must be \"cpu\" or \"cuda\""},
+      {{"--config", kTiny, "--loss-scale", "-4"}, "loss_scale = -4 must be 0 (off) or a positive initial scale"},
   };
   for (const auto& c : cases) {
     // Single process without torchrun's environment (runRanks sets it, so spawn directly with world 1 and unset).

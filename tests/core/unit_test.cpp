@@ -6,6 +6,7 @@
 
 #include "tpscope/core/config.h"
 #include "tpscope/core/data.h"
+#include "tpscope/core/loss_scaler.h"
 #include "tpscope/core/trainer.h"
 
 namespace core = tpscope::core;
@@ -96,4 +97,41 @@ TEST(LearningRate, WarmupThenCosine) {
   EXPECT_DOUBLE_EQ(core::learningRate(c, 10), 1.0);
   EXPECT_NEAR(core::learningRate(c, 60), 0.55, 1e-12);
   EXPECT_NEAR(core::learningRate(c, 110), 0.1, 1e-12);
+}
+
+// GradScaler's policy: halve on overflow (never below the floor), double after `window` clean steps in a row.
+TEST(DynamicLossScaler, HalvesOnOverflowAndDoublesAfterACleanWindow) {
+  core::DynamicLossScaler s(1024, 3, /*minScale=*/256);
+  EXPECT_FALSE(s.update(1.5));
+  EXPECT_FALSE(s.update(2.0));
+  EXPECT_EQ(s.scale(), 1024);
+  EXPECT_FALSE(s.update(0.5));  // third clean step: grows
+  EXPECT_EQ(s.scale(), 2048);
+  EXPECT_FALSE(s.update(1.0));
+  EXPECT_TRUE(s.update(INFINITY));  // overflow: skip, halve, and the clean streak starts again
+  EXPECT_EQ(s.scale(), 1024);
+  EXPECT_EQ(s.goodSteps(), 0);
+  EXPECT_TRUE(s.update(NAN));
+  EXPECT_TRUE(s.update(-INFINITY));
+  EXPECT_TRUE(s.update(NAN));
+  EXPECT_EQ(s.scale(), 256);  // the floor
+  EXPECT_EQ(s.overflows(), 4);
+  s.restore(8192, 2);
+  EXPECT_FALSE(s.update(1.0));
+  EXPECT_EQ(s.scale(), 16384);
+}
+
+TEST(TrainConfig, Fp16ImpliesDynamicLossScalingAndNeedsCuda) {
+  auto c = core::TrainConfig::fromFile(kSamples + "/configs/tiny.json");
+  EXPECT_EQ(c.initialLossScale(), 0);  // off by default
+  c.set("loss_scale", "4096");
+  EXPECT_EQ(c.initialLossScale(), 4096);
+  c.set("loss_scale", "0");
+  c.set("fp16", "true");
+  EXPECT_EQ(c.initialLossScale(), 65536);
+  EXPECT_THROW(c.validate(1, 1), core::ConfigError);  // device is cpu
+  c.set("device", "cuda");
+  EXPECT_NO_THROW(c.validate(1, 1));  // the config is fine; the mesh refuses when no GPU is visible
+  c.set("bf16", "true");
+  EXPECT_THROW(c.validate(1, 1), core::ConfigError);
 }

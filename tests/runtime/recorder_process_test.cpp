@@ -1,6 +1,8 @@
-// The recorder across process deaths: SIGKILL keeps every committed flush, SIGTERM/SIGINT/SIGABRT dump then die by
-// the signal, SIGUSR1 dumps and continues, a normal exit dumps, and the environment starts a recorder.
+// The recorder across process deaths: SIGKILL keeps every committed flush, SIGTERM/SIGINT dump then die by the
+// signal, SIGUSR1 dumps and continues, a normal exit dumps, and the environment starts a recorder.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <string.h>
 
 #include <thread>
 
@@ -85,8 +87,10 @@ TEST_P(RecorderSignal, DumpsThenDiesByTheSignal) {
   EXPECT_TRUE(ranks->front().endNs.has_value());
 }
 
-// SIGABRT: abort(), std::terminate, a failed check in Gloo — the collectives in flight are what explains it.
-INSTANTIATE_TEST_SUITE_P(TermIntAbrt, RecorderSignal, ::testing::Values(SIGTERM, SIGINT, SIGABRT),
+// SIGTERM/SIGINT (a launcher stops the rank) and the crash signals (std::terminate on an uncaught exception, a
+// segfault): the rank dumps what it recorded since its last periodic flush, then dies by the signal.
+INSTANTIATE_TEST_SUITE_P(TermIntAndCrashes, RecorderSignal,
+                         ::testing::Values(SIGTERM, SIGINT, SIGABRT, SIGSEGV, SIGBUS),
                          [](const auto& info) { return std::string("SIG") + sigabbrev_np(info.param); });
 
 TEST(RecorderProcess, SigusrOneDumpsAndContinues) {

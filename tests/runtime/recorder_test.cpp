@@ -336,6 +336,11 @@ TEST(Recorder, RecordsMetaRankAndThreadsReachTheFile) {
   a.message = "NaN in layers.1.w";
   a.evidence = R"({"nan":3})";
   sink->alert(a);
+  // An alert about an earlier moment (a forward-pass check read back at the end of the step) keeps that time.
+  tp::Alert early = a;
+  early.kind = "nonfinite_activation";
+  early.ticks = st.t0;
+  sink->alert(early);
   tp::counter("tokens_per_s", 1234.5);
   tp::stop();
 
@@ -373,9 +378,13 @@ TEST(Recorder, RecordsMetaRankAndThreadsReachTheFile) {
   EXPECT_EQ(*steps->front().tokens, 512);
   auto alerts = reader->alerts();
   ASSERT_TRUE(alerts.isOk());
-  ASSERT_EQ(alerts->size(), 1u);
-  EXPECT_EQ(alerts->front().severity, "error");
-  EXPECT_EQ(alerts->front().evidence, R"({"nan":3})");
+  ASSERT_EQ(alerts->size(), 2u);  // in time order: the early one first
+  EXPECT_EQ(alerts->front().kind, "nonfinite_activation");
+  ASSERT_TRUE(steps->front().beginNs.has_value());
+  EXPECT_EQ(alerts->front().tsNs, *steps->front().beginNs);
+  EXPECT_EQ(alerts->back().severity, "error");
+  EXPECT_EQ(alerts->back().evidence, R"({"nan":3})");
+  EXPECT_LE(alerts->front().tsNs, alerts->back().tsNs);
   auto counters = reader->counters();
   ASSERT_TRUE(counters.isOk());
   ASSERT_EQ(counters->size(), 1u);

@@ -170,7 +170,7 @@ void Recorder::stepStat(const StepStat& stat) noexcept {
 
 void Recorder::alert(const Alert& a) noexcept {
   if (!started()) return;
-  const uint64_t ticks = rawTicks();
+  const uint64_t ticks = a.ticks != 0 ? a.ticks : rawTicks();
   try {
     tracedb::AlertRow row;
     row.rank = options_.rank.rank;
@@ -577,6 +577,7 @@ bool Recorder::anyBufferHalfFull() {
 
 void Recorder::flusherMain() {
   pthread_setname_np(pthread_self(), "tpscope-flush");
+  markFlusherThread();
   SignalState& sig = signalState();
   const int64_t interval = std::chrono::duration_cast<std::chrono::nanoseconds>(options_.flushInterval).count();
   int64_t nextFlush = monotonicNow() + interval;

@@ -11,10 +11,19 @@ namespace tpscope::probes::runtime_detail {
 
 namespace {
 SignalState g_state;
-struct sigaction g_old[4];
-constexpr int kSignals[4] = {SIGTERM, SIGINT, SIGUSR1, SIGABRT};
+// The dump signals, then the crash signals. The flusher blocks all of them, so one sent with kill() lands on a
+// thread that can wait for the flusher. A real fault in the flusher still ends the process: Linux delivers a
+// synchronous SIGSEGV/SIGBUS/SIGFPE/SIGILL even when blocked (default action), and abort() unblocks SIGABRT — then
+// the handler runs on the flusher and must not wait for itself (t_isFlusher).
+constexpr int kAllSignals[8] = {SIGTERM, SIGINT, SIGUSR1, SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL};
+struct sigaction g_old[8];
+thread_local bool t_isFlusher = false;  // a crash in the flusher itself must not wait for the flusher
 
-int slot(int sig) { return sig == SIGTERM ? 0 : sig == SIGINT ? 1 : sig == SIGUSR1 ? 2 : 3; }
+int slot(int sig) {
+  for (int i = 0; i < 8; ++i)
+    if (kAllSignals[i] == sig) return i;
+  return 0;
+}
 
 bool isCustom(const struct sigaction& a) {
   if (a.sa_flags & SA_SIGINFO) return a.sa_sigaction != nullptr;
@@ -37,7 +46,7 @@ void onSignal(int sig, siginfo_t* info, void* context) {
   const bool dies = sig != SIGUSR1 && !custom && !ignored;
 
   const int fd = g_state.wakeFd.load();
-  if (fd >= 0) {
+  if (fd >= 0 && !t_isFlusher) {
     g_state.lastSignal.store(sig);
     if (dies) g_state.finalRequested.store(true);
     const uint64_t ticket = g_state.requested.fetch_add(1) + 1;
@@ -63,10 +72,14 @@ void onSignal(int sig, siginfo_t* info, void* context) {
 
 SignalState& signalState() { return g_state; }
 
+void markFlusherThread() {
+  t_isFlusher = true;
+}
+
 void installSignalHandlers() {
   static std::once_flag once;
   std::call_once(once, [] {
-    for (int sig : kSignals) {
+    for (int sig : kAllSignals) {
       struct sigaction sa {};
       sa.sa_sigaction = &onSignal;
       sa.sa_flags = SA_SIGINFO | SA_RESTART;
@@ -79,7 +92,7 @@ void installSignalHandlers() {
 DumpSignalsBlocked::DumpSignalsBlocked() {
   sigset_t set;
   sigemptyset(&set);
-  for (int sig : kSignals) sigaddset(&set, sig);
+  for (int sig : kAllSignals) sigaddset(&set, sig);
   pthread_sigmask(SIG_BLOCK, &set, &old_);
 }
 
@@ -90,7 +103,16 @@ const char* signalName(int sig) {
     case SIGTERM: return "SIGTERM";
     case SIGINT: return "SIGINT";
     case SIGUSR1: return "SIGUSR1";
-    case SIGABRT: return "SIGABRT";
+    case SIGABRT:
+      return "SIGABRT";
+    case SIGSEGV:
+      return "SIGSEGV";
+    case SIGBUS:
+      return "SIGBUS";
+    case SIGFPE:
+      return "SIGFPE";
+    case SIGILL:
+      return "SIGILL";
     default: return "signal";
   }
 }

@@ -27,6 +27,11 @@ struct TrainConfig {
   bool sequence_parallel = false, activation_checkpointing = false, zero1 = false, bf16 = false;
   bool overlap_grad_reduce = true;
   double bucket_mb = 4.0;
+  // precision and device
+  bool fp16 = false;                 // fp16 autocast (CUDA only) with dynamic loss scaling
+  double loss_scale = 0;             // initial dynamic loss scale; 0: off (fp16: 65536). Any precision, any device
+  int64_t loss_scale_window = 2000;  // overflow-free steps before the scale doubles
+  std::string device = "cpu";        // "cpu" (Gloo) or "cuda" (NCCL; the rank's GPU is LOCAL_RANK % device count)
   // runtime
   std::string corpus = "../corpus";  // file or folder of *.txt; relative to the config file's folder
   std::string checkpoint_dir;        // empty: no checkpoints
@@ -45,6 +50,8 @@ struct TrainConfig {
   void validate(int tp, int dp) const;
   // The corpus path resolved against configDir.
   std::string corpusPath() const;
+  // The initial dynamic loss scale in effect (loss_scale, or 65536 for fp16 without one); 0 when scaling is off.
+  double initialLossScale() const { return loss_scale > 0 ? loss_scale : (fp16 ? 65536.0 : 0.0); }
   std::string toJson() const;
 };
 

@@ -2,11 +2,14 @@
 // (target tpscope_fault_spec, linked by the CLI to validate specs before any rank starts, and by core to run them).
 //
 // Grammar: KIND ':' KEY '=' VALUE (',' KEY '=' VALUE)*   — no spaces; keys in any order, each at most once.
-//   nan:rank=R,step=S[,layer=L]       a NaN enters rank R's gradient at step S (layer L's first parameter)
-//   inf:rank=R,step=S[,layer=L]       the same with +Inf
+//   nan:rank=R,step=S[,layer=L][,phase=fwd|bwd]
+//                                     a NaN enters rank R at step S: phase=bwd (the default) in the gradient of layer
+//                                     L's first parameter; phase=fwd in layer L's output activation (forward pass)
+//   inf:rank=R,step=S[,layer=L][,phase=fwd|bwd]   the same with +Inf
 //   spike:rank=R,step=S,factor=F      rank R's gradients are multiplied by F (> 0) at step S
 //   hang:rank=R,step=S[,phase=fwd|bwd] rank R never enters its first collective of step S (of that phase)
-//   mismatch:rank=R,step=S            rank R's first all-reduce of step S carries one element too many
+//   mismatch:rank=R,step=S[,phase=fwd|bwd]
+//                                     rank R's first all-reduce of step S (of that phase) carries one element too many
 //   slow:rank=R,ms=M                  rank R computes M ms longer every step (a straggler)
 //   delay:rank=R,ms=M                 rank R arrives M ms late at every collective
 //   crash:rank=R,step=S               rank R aborts (SIGABRT) at the start of step S
@@ -34,7 +37,7 @@ struct FaultSpec {
   int layer = -1;       // -1: not given
   double factor = 1.0;  // spike
   int64_t ms = 0;       // slow, delay
-  FaultPhase phase = FaultPhase::Any;
+  FaultPhase phase = FaultPhase::Any;  // nan/inf: Any means backward (the gradient)
 };
 
 // Parses one spec. On failure returns nullopt and sets `error` to a message that quotes the spec and says what is

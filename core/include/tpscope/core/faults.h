@@ -3,18 +3,22 @@
 // `tpscope-train --inject`); health options (health_rules.h) from TPSCOPE_HEALTH (`--on-nonfinite`, `--health`).
 //
 // Each fault goes through the real code path it breaks:
-//   nan/inf   a gradient hook on the target parameter (registered BEFORE the DP reducer's hooks, so the reducer, the
-//             gradient-health stats and the DP all-reduce all see the bad value) writes one NaN/+Inf into its
-//             gradient at step S — the first parameter of layer L, or of layer 0 without layer=.
+//   nan/inf   phase=bwd (default): a gradient hook on the target parameter (registered BEFORE the DP reducer's
+//             hooks, so the reducer, the gradient-health stats and the DP all-reduce all see the bad value) writes one
+//             NaN/+Inf into its gradient at step S — the first parameter of layer L, or of layer 0 without layer=.
+//             phase=fwd: the model adds one NaN/+Inf to layer L's output in the forward pass of step S (its first
+//             micro-batch): the next layer's all-reduce carries it to the TP peers, the loss and every gradient.
 //   spike     gradient hooks on every parameter multiply the gradients by F during step S.
 //   hang      at the first collective of step S (of that phase) the rank does not enter it and stalls there, as a
 //             rank stuck in a data loader or a divergent branch would; its peers block in that collective. The rank
 //             gives up after twice the group's timeout (CollectiveError: exit 3) if nobody stopped it before.
-//   mismatch  the first all-reduce of step S carries one element more than on the other ranks (recorded so, and
-//             flushed before it is sent: Gloo aborts the ranks on the size mismatch).
+//   mismatch  the first all-reduce of step S (of that phase) carries one element more than on the other ranks
+//             (recorded so, and flushed before it is sent: Gloo aborts the ranks on the size mismatch; their crash
+//             handlers dump the flight recorder).
 //   slow      every step starts with M ms of extra compute (a busy loop inside a span "injected slow compute").
 //   delay     the rank sleeps M ms before entering every collective.
-//   crash     std::abort() at the start of step S (SIGABRT; records not yet flushed are lost, as in a real crash).
+//   crash     std::abort() at the start of step S (SIGABRT, as a real crash: the recorder's crash handler dumps what
+//             it holds before the process dies).
 // Health policy: see StepHooks::beforeUpdate.
 //
 // Threading: the training thread only. activeFaults() is one relaxed atomic load.
@@ -35,6 +39,7 @@
 
 namespace tpscope::core {
 
+class ActivationWatch;
 class Communicator;
 class Mesh;
 
@@ -59,6 +64,8 @@ class FaultInjector {
   // Trainer, once, before the DP reducer registers its hooks: gradient hooks for nan/inf/spike.
   void attachGradientHooks(const std::vector<std::string>& names, const std::vector<int>& layers,
                            std::vector<at::Tensor> params);
+  // Model, after each transformer layer's forward: `output`, or a copy with one NaN/+Inf (nan/inf, phase=fwd).
+  at::Tensor corruptActivation(int layer, const at::Tensor& output);
   // Communicator, before it numbers and issues a collective of a group with more than one member (delay, hang).
   void beforeCollective(const Communicator& comm, const char* op, probes::Phase phase);
   // Communicator::allReduce, before recording: replaces `t` by a tensor one element longer (mismatch). True if so.
@@ -92,12 +99,13 @@ class StepHooks {
   // True when the trainer must compute this rank's pre-reduction gradient health (the rules need it).
   bool wantsHealth() const;
   // Before the optimizer update. Runs the rules on this rank's pre-reduction gradient stats `health` ([P, 4] as from
-  // grad_health.h; skipped when undefined), its own loss (`lossSum` / `microBatches`, read only when the rules run)
-  // and the reduced global gradient norm; alerts go to the sink. When a policy can act, every rank agrees through
-  // one all-reduce (MAX) on the world group. Returns true when the update must be skipped (all ranks return the
-  // same); throws NonFiniteStop to stop. Must be called by every rank at every step (it may issue collectives).
-  bool beforeUpdate(int64_t step, const at::Tensor& health, const at::Tensor& lossSum, int64_t microBatches,
-                    double gradNorm);
+  // grad_health.h; skipped when undefined), its forward outputs (`activations`, when watched), its own loss (`lossSum`
+  // / `microBatches`, read only when the rules run) and the reduced global gradient norm; alerts go to the sink. When a
+  // policy can act, every rank agrees through one all-reduce (MAX) on the world group. Returns true when the update
+  // must be skipped (all ranks return the same); throws NonFiniteStop to stop. Must be called by every rank at every
+  // step (it may issue collectives).
+  bool beforeUpdate(int64_t step, const at::Tensor& health, ActivationWatch* activations, const at::Tensor& lossSum,
+                    int64_t microBatches, double gradNorm);
 
   const HealthRules& rules() const { return rules_; }
 

@@ -10,16 +10,19 @@
 // "mlp forward" (+ backward spans through the regions' span markers), "loss forward".
 #pragma once
 
+#include <torch/arg.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/normalization.h>
 #include <torch/nn/pimpl.h>
-#include <torch/arg.h>
 
+#include <string>
 #include <vector>
 
 #include "tpscope/core/layers.h"
 
 namespace tpscope::core {
+
+class ActivationWatch;
 
 struct GptOptions {
   TORCH_ARG(int64_t, layers) = 2;
@@ -68,6 +71,9 @@ class GptImpl : public torch::nn::Module {
   std::vector<ParamInfo> paramInfo();
   // Parameters used twice in one forward (the tied embedding): their gradient is complete only after backward.
   std::vector<at::Tensor> sharedParams() { return {embedding->weight}; }
+  // Forward-pass health (capture): note the embedding output, each layer's output and the logits in `watch` (null:
+  // none). Not owned; set per step by the trainer.
+  void watchActivations(ActivationWatch* watch) { watch_ = watch; }
   // Model FLOPs of one forward+backward over `tokens` tokens at TP=1 (matmuls only, 3x forward).
   double flopsPerStep(int64_t batch) const;
 
@@ -79,6 +85,8 @@ class GptImpl : public torch::nn::Module {
 
  private:
   bool sp_ = false;
+  ActivationWatch* watch_ = nullptr;
+  std::vector<std::string> outputNames_;  // "embedding output", "layers.i output"..., "output logits"
   Callsite headSite_{"output head (tied embedding)", -1};
   Callsite lossSite_{"vocab-parallel cross entropy", -1};
   BackwardSpanSlot lossSlot_;

@@ -4,7 +4,11 @@
 // Rules (alert kinds in the alerts table):
 //   nonfinite_grad        a NaN/Inf in this rank's gradients before any reduction; names the first parameter in
 //                         model order (lowest layer) where it shows and how many parameters are affected
-//   nonfinite_activation  this rank's own loss (before the DP reduction) is NaN/Inf: the forward pass produced it
+//   nonfinite_activation  a NaN/Inf in this rank's forward pass: the first output (in forward order: embedding,
+//                         each transformer layer, the output logits) that is not finite, with its layer, micro-batch
+//                         and the time it was produced (the alert carries that time, so the rank that produced a NaN
+//                         first is told from the ranks it spread to through the next all-reduce); or, when no output
+//                         was watched, this rank's own loss (before the DP reduction)
 //   grad_spike            this rank's pre-reduction gradient norm is above BOTH factor × median and
 //                         median + mads × 1.4826 × MAD of the last `window` healthy steps (after `warmup` steps)
 //   loss_spike            the same test on this rank's own loss
@@ -67,6 +71,15 @@ std::optional<HealthOptions> parseHealthOptions(std::string_view text, std::stri
                                                 const HealthOptions& base = {});
 std::string formatHealthOptions(const HealthOptions& options);
 
+// The first non-finite forward output of a step (activation_health.h finds it; host numbers only).
+struct ActivationFault {
+  int layer = -1;     // transformer layer; -1 outside the layers (embedding output, logits)
+  std::string where;  // "embedding output", "layers.3 output", "output logits"
+  int microBatch = 0;
+  uint64_t ticks = 0;  // probes::rawTicks() when that output was produced
+  double value = 0;    // the output's sum: NaN or ±Inf
+};
+
 // Ordered: the agreed action of a step is the maximum over ranks.
 enum class StepAction : int { Continue = 0, SkipStep = 1, Stop = 2 };
 
@@ -92,6 +105,9 @@ class HealthRules {
 
   // Pre-reduction per-parameter stats of this rank (probes::GradStat: param, layer, l2Norm, maxAbs, NaN/Inf counts).
   StepAction checkGradients(int step, std::span<const probes::GradStat> stats);
+  // The first non-finite forward output of this rank's step. Call before checkLoss: a non-finite loss that follows
+  // from it raises no second alert (the policy still acts).
+  StepAction checkActivation(int step, const ActivationFault& fault);
   // This rank's own loss of the step (mean over its micro-batches, before the DP reduction).
   StepAction checkLoss(int step, double localLoss);
   // Whether the replica check runs at `step` (every `replicaEvery` steps, when DP > 1 and the rule is on).
@@ -107,7 +123,7 @@ class HealthRules {
 
  private:
   void raise(probes::Severity severity, std::string_view kind, int step, int layer, std::string_view param,
-             const std::string& message, const std::string& evidence);
+             const std::string& message, const std::string& evidence, uint64_t ticks = 0);
   static StepAction actionOf(HealthPolicy policy);
 
   HealthOptions options_;
@@ -116,6 +132,7 @@ class HealthRules {
   bool pendingUnhealthy_ = false;
   std::deque<int> skipped_;  // steps skipped within the window
   int lastNonfiniteGradStep_ = -2, lastNonfiniteLossStep_ = -2;  // non-finite alerts: once per run of bad steps
+  int lastNonfiniteActStep_ = -2;
   int alerts_ = 0;
 };
 

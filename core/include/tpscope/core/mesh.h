@@ -7,6 +7,8 @@
 // Without WORLD_SIZE in the environment a 1x1 mesh runs without any rendezvous.
 #pragma once
 
+#include <c10/core/Device.h>
+
 #include <chrono>
 #include <memory>
 #include <string>
@@ -24,7 +26,7 @@ struct MeshOptions {
   int dp = 1;
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // collective timeout (also Gloo's connect)
   std::chrono::milliseconds storeTimeout{std::chrono::minutes(5)};  // TCPStore rendezvous: never below `timeout`
-  bool cuda = false;                                           // NCCL instead of Gloo
+  bool cuda = false;  // compute on the rank's GPU and communicate with NCCL instead of Gloo
 };
 
 class Mesh {
@@ -48,10 +50,13 @@ class Mesh {
   // The rendezvous store (rank 0 hosts it); null for a mesh without rendezvous. Lives as long as the mesh.
   // c10d's TCPStore client is safe to share between threads (it serialises its operations).
   c10d::Store* store() const noexcept;
+  // Where this rank computes: the CPU, or with MeshOptions::cuda the GPU LOCAL_RANK % (visible GPUs), made current.
+  c10::Device device() const noexcept { return device_; }
 
  private:
   Mesh() = default;
   int rank_ = 0, tp_ = 1, dp_ = 1, localRank_ = 0;
+  c10::Device device_{c10::kCPU};
   std::unique_ptr<Communicator> tpComm_, dpComm_, worldComm_;
   struct StoreHolder;
   std::shared_ptr<StoreHolder> store_;

@@ -1,8 +1,10 @@
 // Trainer: one rank's training loop over the TP x DP mesh.
 //
-// A step (1-based): for each of grad_accum micro-batches, load the DP-sharded batch, forward (bf16 autocast when
-// asked), backward of loss / grad_accum; during the last backward the GradReducer all-reduces gradient buckets over
-// DP; sequence parallelism then sums the replicated parameters' gradients over TP; global-norm clipping (sharded
+// A step (1-based): for each of grad_accum micro-batches, load the DP-sharded batch (onto the rank's GPU with
+// device = cuda), forward (bf16 autocast when asked — CPU or CUDA; fp16 autocast on CUDA), backward of
+// loss × scale / grad_accum; during the last backward the GradReducer all-reduces gradient buckets over DP;
+// sequence parallelism then sums the replicated parameters' gradients over TP; the gradients are unscaled (dynamic
+// loss scaling, loss_scaler.h: an overflowing step is skipped and the scale halves); global-norm clipping (sharded
 // parameters summed over TP, replicated ones counted once); AdamW (ZeRO-1: each DP rank updates the parameters it
 // owns and broadcasts them) with linear warm-up + cosine decay of the LR.
 // Probes: TPS_STEP, spans for step, data, optimizer, clipping, DP reduction, checkpoint; gradient health before
@@ -26,6 +28,8 @@ struct StepMetrics {
   double stepCpuS = 0;   // CPU time of the whole process (all threads, incl. Gloo's) during the step
   double tokensPerS = 0; // global tokens (all DP replicas) per second
   int64_t tokens = 0;    // global tokens of the step
+  double lossScale = 1;  // the dynamic loss scale the step ran with (1: no scaling)
+  bool skipped = false;  // the update was dropped (loss-scale overflow or a health policy)
 };
 
 // The LR at `step` (1-based): linear warm-up over `warmup` steps, then cosine from lr down to min_lr at `steps`.

@@ -160,6 +160,7 @@ struct Alert {
   std::string_view param;     // parameter or phase where it shows
   std::string_view message;   // one human sentence
   std::string_view evidence;  // JSON object with the numbers
+  uint64_t ticks = 0;         // when it happened (rawTicks()); 0: when the sink receives it
 };
 
 // Installed by the runtime. All methods: any thread, never throw; they may lock (not the span hot path).

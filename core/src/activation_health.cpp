@@ -1,0 +1,35 @@
+#include "tpscope/core/activation_health.h"
+
+#include <torch/torch.h>
+
+#include "tpscope/probes/probes.h"
+
+namespace tpscope::core {
+
+void ActivationWatch::beginStep() {
+  notes_.clear();
+  sums_.clear();
+  microBatch_ = 0;
+}
+
+void ActivationWatch::note(const at::Tensor& output, int layer, const std::string* where) {
+  torch::NoGradGuard ng;
+  // fp32 accumulation whatever the autocast dtype: a bf16 sum would overflow long before the values are unhealthy.
+  sums_.push_back(output.detach().sum(at::kFloat));
+  notes_.push_back({layer, where, microBatch_, probes::rawTicks()});
+}
+
+std::optional<ActivationFault> ActivationWatch::firstNonFinite() {
+  if (sums_.empty()) return std::nullopt;
+  torch::NoGradGuard ng;
+  const at::Tensor host = torch::stack(sums_).to(at::kCPU, at::kDouble).contiguous();  // the one host sync
+  const double* v = host.data_ptr<double>();
+  for (size_t i = 0; i < notes_.size(); ++i) {
+    if (std::isfinite(v[i])) continue;
+    const Note& n = notes_[i];
+    return ActivationFault{n.layer, *n.where, n.microBatch, n.ticks, v[i]};
+  }
+  return std::nullopt;
+}
+
+}  // namespace tpscope::core
