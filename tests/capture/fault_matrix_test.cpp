@@ -46,11 +46,10 @@ void PrintTo(const MatrixCase& c, std::ostream* os) {
 
 // The kinds, with the placements each one has today (core/fault_spec.h).
 std::vector<MatrixCase> allCases() {
+  const std::vector<Placement> both = {Placement::Forward, Placement::Backward}, none = {Placement::None};
   const std::vector<std::pair<std::string, std::vector<Placement>>> kinds = {
-      {"nan", {Placement::None}},      {"inf", {Placement::None}},
-      {"spike", {Placement::None}},    {"hang", {Placement::Forward, Placement::Backward}},
-      {"mismatch", {Placement::None}}, {"slow", {Placement::None}},
-      {"delay", {Placement::None}},    {"crash", {Placement::None}},
+      {"nan", both},      {"inf", both},  {"spike", none}, {"hang", both},
+      {"mismatch", both}, {"slow", none}, {"delay", none}, {"crash", none},
   };
   std::vector<MatrixCase> out;
   for (const Topology& t : kTopologies)
@@ -121,12 +120,13 @@ void checkMismatch(const MatrixCase& c, const Diagnosis& d, Db& db, int step) {
   const int r = c.topo.faulty;
   const std::string group = c.topo.tpGroup(r);
   const auto bad = db.rows(
-      "SELECT a.seq, a.numel, b.numel FROM collectives a JOIN collectives b ON a.rank = b.rank AND "
+      "SELECT a.seq, a.numel, b.numel, a.phase FROM collectives a JOIN collectives b ON a.rank = b.rank AND "
       "a.group_name = b.group_name AND a.callsite = b.callsite AND b.step = " +
       std::to_string(step - 1) + " WHERE a.rank = " + std::to_string(r) + " AND a.step = " + std::to_string(step) +
       " AND a.group_name = '" + group + "' AND a.numel = b.numel + 1 ORDER BY a.seq LIMIT 1");
   ASSERT_EQ(bad.size(), 1u) << "no record of the mismatched collective";
   const int64_t seq = std::stoll(bad[0][0]);
+  EXPECT_EQ(bad[0][3], c.placement == Placement::Forward ? "1" : "2") << "the mismatched collective's phase";
   EXPECT_EQ(db.integer("SELECT count(*) FROM collectives WHERE group_name = '" + group + "' AND seq = " + bad[0][0] +
                        " AND rank <> " + std::to_string(r) + " AND numel = " + bad[0][2]),
             c.topo.tp - 1);
