@@ -130,5 +130,37 @@ TEST(Desync, TheCauseIsTheStuckCollectiveFirstInTheMissingRanksProgramOrder) {
   EXPECT_EQ(causes, std::vector<std::string>{"tp-1"});
 }
 
+// Two ranks disagree on a size: a tie that the two records cannot decide. Rank 0's call site carried 64 elements a
+// step before and now 63; rank 1's carries 64 as before: rank 0 is the odd one (its variant sorts first, so the
+// fallback of naming all but the first variant would blame rank 1).
+TEST(Desync, ATieBetweenTwoRanksNamesTheOneWhoseSizeChanged) {
+  const auto path = testing::testDir() / "tie.db";
+  {
+    auto w = writerWithRanks(path, 2);
+    ASSERT_TRUE(w->putGroup({"world", {0, 1}, "gloo"}));
+    for (int r = 0; r < 2; ++r) {
+      for (int step = 1; step <= 2; ++step) {
+        tracedb::CollectiveRow c = rec(r, step, "all_reduce", "float32", r == 0 && step == 2 ? 63 : 64);
+        c.step = step;
+        c.callsite = "attention output all-reduce";
+        ASSERT_TRUE(w->upsertCollective(c));
+      }
+    }
+    ASSERT_TRUE(w->close());
+  }
+  auto reader = testing::openReader(path);
+  auto info = loadRunInfo(*reader);
+  ASSERT_TRUE(info) << info.error();
+  auto report = analyzeDesync(*reader, *info);
+  ASSERT_TRUE(report) << report.error();
+  std::vector<const Finding*> desyncs;
+  const auto findings = desyncFindings(*report, *info);
+  for (const auto& f : findings)
+    if (f.kind == FindingKind::Desync) desyncs.push_back(&f);
+  ASSERT_EQ(desyncs.size(), 1u);
+  EXPECT_EQ(desyncs[0]->ranks, std::vector<int>{0});
+  EXPECT_EQ(desyncs[0]->collective->seq, 2);
+}
+
 }  // namespace
 }  // namespace tpscope::analysis

@@ -59,6 +59,9 @@ struct MemberRecord {
   int step = -1, layer = -1;
   int64_t enqueueNs = 0;
   std::optional<int64_t> startNs, endNs;
+  // Records of a mismatched seq only: numel of the same rank's first record of the same call site a step before (which
+  // of two disagreeing ranks changed its size).
+  std::optional<int64_t> previousNumel;
 };
 
 // The last span a rank recorded (what a rank that never entered a collective was doing).
