@@ -37,6 +37,28 @@ std::unique_ptr<tracedb::Writer> writerWithRanks(const std::filesystem::path& pa
   return w;
 }
 
+struct Analyzed {
+  bool ok = false;
+  RunInfo info;
+  DesyncReport report;
+};
+
+// The desync report of a file (a failure is a test failure and ok = false).
+Analyzed analyzeFile(const std::filesystem::path& path) {
+  Analyzed a;
+  auto reader = testing::openReader(path);
+  auto info = loadRunInfo(*reader);
+  EXPECT_TRUE(info) << info.error();
+  if (!info) return a;
+  auto report = analyzeDesync(*reader, *info);
+  EXPECT_TRUE(report) << report.error();
+  if (!report) return a;
+  a.info = *info;
+  a.report = std::move(*report);
+  a.ok = true;
+  return a;
+}
+
 TEST(Desync, MatchStates) {
   const auto path = testing::testDir() / "m.db";
   {
@@ -57,13 +79,10 @@ TEST(Desync, MatchStates) {
     ASSERT_TRUE(w->upsertCollective(rec(1, 5, "all_reduce", "float32", 64, tracedb::CollectiveState::TimedOut)));
     ASSERT_TRUE(w->close());
   }
-  auto reader = testing::openReader(path);
-  auto info = loadRunInfo(*reader);
-  ASSERT_TRUE(info) << info.error();
-  auto report = analyzeDesync(*reader, *info);
-  ASSERT_TRUE(report) << report.error();
-  ASSERT_EQ(report->groups.size(), 1u);
-  const GroupDesync& g = report->groups[0];
+  const Analyzed a = analyzeFile(path);
+  ASSERT_TRUE(a.ok);
+  ASSERT_EQ(a.report.groups.size(), 1u);
+  const GroupDesync& g = a.report.groups[0];
   ASSERT_EQ(g.mismatches.size(), 2u);
   EXPECT_EQ(g.mismatches[0].seq, 2);
   EXPECT_EQ(g.mismatches[0].state, MatchState::DtypeMismatch);
@@ -75,7 +94,7 @@ TEST(Desync, MatchStates) {
   EXPECT_TRUE(g.missingRanks.empty());
   EXPECT_EQ(g.waitingRanks, (std::vector<int>{0, 1}));
 
-  const auto findings = desyncFindings(*report, *info);
+  const auto findings = desyncFindings(a.report, a.info);
   ASSERT_EQ(findings.size(), 3u);  // the hang at seq 5 and two desyncs
   int hangs = 0, desyncs = 0;
   for (const auto& f : findings) {
@@ -116,13 +135,10 @@ TEST(Desync, TheCauseIsTheStuckCollectiveFirstInTheMissingRanksProgramOrder) {
     ASSERT_TRUE(w->upsertCollective(at(2, "tp-1", 2, 2, "fc1 backward", 15'000, false)));
     ASSERT_TRUE(w->close());
   }
-  auto reader = testing::openReader(path);
-  auto info = loadRunInfo(*reader);
-  ASSERT_TRUE(info) << info.error();
-  auto report = analyzeDesync(*reader, *info);
-  ASSERT_TRUE(report) << report.error();
+  const Analyzed a = analyzeFile(path);
+  ASSERT_TRUE(a.ok);
   std::vector<std::string> causes;
-  for (const auto& f : desyncFindings(*report, *info))
+  for (const auto& f : desyncFindings(a.report, a.info))
     if (f.kind == FindingKind::Hang && f.severity == Severity::Critical) {
       causes.push_back(f.collective->group);
       EXPECT_EQ(f.ranks, std::vector<int>{3});
@@ -148,13 +164,10 @@ TEST(Desync, ATieBetweenTwoRanksNamesTheOneWhoseSizeChanged) {
     }
     ASSERT_TRUE(w->close());
   }
-  auto reader = testing::openReader(path);
-  auto info = loadRunInfo(*reader);
-  ASSERT_TRUE(info) << info.error();
-  auto report = analyzeDesync(*reader, *info);
-  ASSERT_TRUE(report) << report.error();
+  const Analyzed a = analyzeFile(path);
+  ASSERT_TRUE(a.ok);
   std::vector<const Finding*> desyncs;
-  const auto findings = desyncFindings(*report, *info);
+  const auto findings = desyncFindings(a.report, a.info);
   for (const auto& f : findings)
     if (f.kind == FindingKind::Desync) desyncs.push_back(&f);
   ASSERT_EQ(desyncs.size(), 1u);
