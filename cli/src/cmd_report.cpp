@@ -1,9 +1,10 @@
 // tpscope report RUN [--json] [--steps]: time breakdown per rank (and step), collective table, TP model check,
-// stragglers.
+// stragglers, and (text) gradient norms by layer over the run.
 #include <iostream>
 
 #include "command.h"
 #include "text.h"
+#include "tpscope/analysis/anomalies.h"
 #include "tpscope/analysis/json_output.h"
 #include "tpscope/analysis/report.h"
 
@@ -105,6 +106,20 @@ void printText(const analysis::Report& r, const std::string& file, bool steps, s
         << " with arrival skew within the clock uncertainty (order undecided)\n";
 }
 
+// Gradient norms by layer over the run (grad_stats: per step the median over ranks and parameters of the layer):
+// a layer whose gradients grow or vanish by decades shows here long before it produces a NaN.
+void printLayerTrends(const std::vector<analysis::LayerTrend>& trends, std::ostream& out) {
+  if (trends.empty()) return;
+  out << "\ngradient norm by layer (median over ranks and parameters; trend = least-squares slope of log10(norm)):\n";
+  Table t({"layer", "steps", "first", "last", "last/first", "trend per 100 steps"});
+  for (const auto& tr : trends) {
+    const double ratio = tr.firstNorm > 0 ? tr.lastNorm / tr.firstNorm : 0.0;
+    t.add({tr.layer < 0 ? "other" : std::to_string(tr.layer), std::to_string(tr.steps), fixed(tr.firstNorm, 4),
+           fixed(tr.lastNorm, 4), fixed(ratio, 2) + "x", fixed(tr.decadesPer100Steps, 2) + " decades"});
+  }
+  t.print(out);
+}
+
 struct ReportArgs {
   std::filesystem::path run;
   bool json = false;
@@ -130,8 +145,14 @@ void addReport(CLI::App& app, Context& ctx) {
       ctx.exitCode = kExitBadInput;
       return;
     }
-    if (args->json) std::cout << analysis::reportToJson(*report, args->run.string());
-    else printText(*report, args->run.string(), args->steps, std::cout);
+    if (args->json) {
+      std::cout << analysis::reportToJson(*report, args->run.string());
+      return;
+    }
+    printText(*report, args->run.string(), args->steps, std::cout);
+    auto anomalies = analysis::analyzeAnomalies(*reader, report->info);
+    if (anomalies) printLayerTrends(anomalies->layerTrends, std::cout);
+    else printError("report: gradient norms by layer", anomalies.error());
   });
 }
 

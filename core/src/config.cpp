@@ -31,6 +31,9 @@ void forEachKey(TrainConfig& c, F&& f) {
   f("save_every", c.save_every); f("timeout_s", c.timeout_s); f("threads", c.threads); f("log_every", c.log_every);
 }
 
+// JSON text that never throws: bytes that are not UTF-8 (a path, a mistyped override) become U+FFFD.
+std::string dumpText(const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 template <class T>
 void readInto(const json& v, T& out, const std::string& key, const std::string& where) {
   try {
@@ -48,7 +51,7 @@ void readInto(const json& v, T& out, const std::string& key, const std::string& 
       out = v.get<std::string>();
     }
   } catch (const std::exception& e) {
-    throw ConfigError(fmt::format("{}: key \"{}\" = {}: {}", where, key, v.dump(), e.what()));
+    throw ConfigError(fmt::format("{}: key \"{}\" = {}: {}", where, key, dumpText(v), e.what()));
   }
 }
 
@@ -146,7 +149,7 @@ std::string TrainConfig::toJson() const {
   json j;
   TrainConfig copy = *this;
   forEachKey(copy, [&](const char* name, auto& field) { j[name] = field; });
-  return j.dump();
+  return dumpText(j);
 }
 
 }  // namespace tpscope::core

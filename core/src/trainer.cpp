@@ -390,7 +390,7 @@ int64_t Trainer::loadCheckpoint(const std::string& where) {
                                   j["tp"].get<int>(), j["dp"].get<int>(), j.value("zero1", false), m.mesh->tp(),
                                   m.mesh->dp(), m.cfg.zero1));
   torch::serialize::InputArchive ar;
-  ar.load_from(checkpointRankFile(dir, m.mesh->rank()));
+  ar.load_from(checkpointRankFile(dir, m.mesh->rank()), m.device);  // optimizer state lands where the params are
   torch::NoGradGuard ng;
   for (auto& p : m.params) {
     at::Tensor t;
@@ -405,7 +405,7 @@ int64_t Trainer::loadCheckpoint(const std::string& where) {
   at::Tensor rng;
   ar.read("rng", rng);
   at::Generator gen = at::detail::getDefaultCPUGenerator();
-  gen.set_state(rng);
+  gen.set_state(rng.cpu());
   at::Tensor scaler;
   if (m.scaler && ar.try_read("loss_scaler", scaler))
     m.scaler->restore(scaler[0].item<double>(), static_cast<int64_t>(scaler[1].item<double>()));

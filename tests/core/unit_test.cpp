@@ -135,3 +135,18 @@ TEST(TrainConfig, Fp16ImpliesDynamicLossScalingAndNeedsCuda) {
   c.set("bf16", "true");
   EXPECT_THROW(c.validate(1, 1), core::ConfigError);
 }
+
+// Found by fuzz_config: an override that is not UTF-8 made the error message itself throw (nlohmann's dump), so
+// tpscope-train died on an uncaught exception instead of printing one line. Such bytes are refused or kept.
+TEST(TrainConfig, BytesThatAreNotUtf8GiveAClearErrorNotACrash) {
+  auto c = core::TrainConfig::fromFile(kSamples + "/configs/tiny.json");
+  try {
+    c.set("bf16", "\x8c\x8d\x82\xa4");
+    FAIL() << "a bool key must refuse non-UTF-8 bytes";
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("expected true or false"), std::string::npos) << e.what();
+  }
+  c.set("corpus", "/data/\xff\xfe");  // a path may be any bytes
+  EXPECT_EQ(c.corpus, "/data/\xff\xfe");
+  EXPECT_NO_THROW((void)c.toJson());
+}
