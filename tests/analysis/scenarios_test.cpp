@@ -207,6 +207,21 @@ TEST(Scenario, CrashOfRank2) {
   expectGolden("crash.diagnose.json", d.json);
 }
 
+// What `tpscope capture` writes: the rank a SIGTERM from outside killed is its crash; the ranks it stopped itself,
+// whatever signal the dead rank died of, are not.
+TEST(Scenario, CaptureVerdictsDecideWhoCrashed) {
+  RunSpec spec;
+  spec.crashRank = 2;
+  spec.crashStep = 3;
+  spec.crashReason = "crash: killed by signal SIGTERM";
+  spec.stopReason = "stopped by capture (after rank 2 ended: by SIGKILL)";
+  const auto d = diagnoseSpec("crash_capture_verdicts", spec);
+  const auto cr = ofKind(d.result, FindingKind::Crash);
+  ASSERT_EQ(cr.size(), 1u) << d.json;
+  EXPECT_EQ(cr[0]->rank, 2);
+  EXPECT_EQ(cr[0]->severity, Severity::Critical);
+}
+
 TEST(Scenario, GradSpikeLossSpikeAndReplicaDivergence) {
   RunSpec spec;
   spec.steps = 12;

@@ -1,6 +1,7 @@
 #include "capture/launcher.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -9,8 +10,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <map>
@@ -88,6 +91,33 @@ int64_t unixNowNs() {
   return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
+// Why files cannot be created in `dir` (read-only file system, no permission); "" when they can. Creating one is
+// the only sure test: access(2) answers for the real user id, and root passes permission bits anyway.
+std::string writeProblem(const fs::path& dir) {
+  const fs::path probe = dir / fmt::format(".tpscope-write-check-{}", ::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return std::strerror(errno);
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return {};
+}
+
+// The first line in a rank's log where its recorder says it could not start or a flush failed (a full disk, a file
+// size limit), without the "tpscope recorder: " prefix; "" when there is none. The recorder logs each distinct
+// flush failure once (recorder.cpp), a start failure from startFromEnvironment (environment.cpp).
+std::string recorderWriteFailure(const fs::path& log) {
+  constexpr std::string_view kPrefix = "tpscope recorder: ";
+  std::ifstream in(log);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.starts_with(kPrefix)) continue;
+    const std::string_view rest = std::string_view(line).substr(kPrefix.size());
+    if (rest.starts_with("cannot start: ") || (rest.starts_with("flush to ") && rest.find(" failed: ") != rest.npos))
+      return std::string(rest);
+  }
+  return {};
+}
+
 bool isExecutable(const fs::path& p) {
   std::error_code ec;
   return fs::is_regular_file(p, ec) && ::access(p.c_str(), X_OK) == 0;
@@ -153,8 +183,8 @@ Outcome outcomeOfRankExit(const ExitStatus& s) {
   }
 }
 
-// ranks.exit_reason as the launcher saw it. Words matter: the crash analysis treats "crash", "signal", "abort" and
-// "segfault" as a crash, so a rank the launcher stopped is described without them.
+// ranks.exit_reason as the launcher saw it. The prefix matters: the crash analysis takes "crash..." as a crash and
+// "stopped by ..." as not one, whatever signal the text names (analysis/crash.h).
 // A rank capture signalled counts as stopped by capture only if a signal ended it (the recorder re-raises SIGTERM
 // after its dump); one that exited with a status of its own ended on its own terms.
 std::string rankExitReason(const ExitStatus& s, bool stoppedByCapture, const std::string& stopWhy) {
@@ -363,8 +393,14 @@ int runCapture(const CaptureOptions& o, std::FILE* out, std::FILE* err, bool tty
   if (ec || !fs::is_directory(o.out)) return bad(fmt::format("--out {}: cannot create the folder: {}", o.out.string(),
                                                              ec ? ec.message() : "not a folder"));
   const fs::path dir = fs::absolute(o.out);
+  // Refused before anything in it is removed or any rank starts (a read-only folder, no permission).
+  if (std::string why = writeProblem(dir); !why.empty())
+    return bad(fmt::format("--out {}: cannot write in this folder: {}", o.out.string(), why));
   const fs::path logs = dir / "logs";
   fs::create_directories(logs, ec);
+  if (ec || !fs::is_directory(logs))
+    return bad(fmt::format("--out {}: cannot create {}: {}", o.out.string(), logs.string(),
+                           ec ? ec.message() : "not a folder"));
   int removed = 0;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
@@ -572,10 +608,26 @@ int runCapture(const CaptureOptions& o, std::FILE* out, std::FILE* err, bool tty
   poller.close();
   const Outcome finalOutcome = outcome.value_or(Outcome::Success);
   int code = exitCodeOf(finalOutcome);
+  std::string outcomeText = outcomeName(finalOutcome);
+  bool traceIncomplete = false;
+  // A rank whose recorder could not write (a full disk, a file size limit) trained on, but its trace has holes: that
+  // is said, and a run that otherwise succeeded ends with kExitFailure.
+  for (auto& p : ranks) {
+    const fs::path log = logs / fmt::format("rank-{}.log", p.rank());
+    if (std::string why = recorderWriteFailure(log); !why.empty()) {
+      fmt::print(err, "tpscope capture: error: rank {}'s trace is incomplete: {} (see {})\n", p.rank(), why,
+                 log.string());
+      traceIncomplete = true;
+      if (code == kExitSuccess) {
+        code = kExitFailure;
+        outcomeText = "incomplete trace";
+      }
+    }
+  }
 
   // ---- 5. mark, merge, diagnose ---------------------------------------------------------------------------------
   std::vector<std::pair<std::string, std::string>> meta = {
-      {"capture_outcome", outcomeName(finalOutcome)},
+      {"capture_outcome", outcomeText},
       {"capture_exit_status", std::to_string(code)},
       {"capture_command", command},
       {"capture_inject", core::formatFaultList(faults)},
@@ -605,7 +657,7 @@ int runCapture(const CaptureOptions& o, std::FILE* out, std::FILE* err, bool tty
     fmt::print(err, "tpscope capture: error: no rank wrote a trace file in {}{}\n", dir.string(),
                defaultProgram ? "" : " (does the program link the tpscope probes runtime and start it?)");
     fmt::print(out, "exit status {} ({}); rank logs are in {}\n", code == 0 ? kExitFailure : code,
-               code == 0 ? "no trace" : outcomeName(finalOutcome), logs.string());
+               code == 0 ? "no trace" : outcomeText, logs.string());
     return code == 0 ? kExitFailure : code;
   }
   if (!missing.empty()) {
@@ -649,8 +701,8 @@ int runCapture(const CaptureOptions& o, std::FILE* out, std::FILE* err, bool tty
   if (code == kExitSuccess)
     fmt::print(out, "exit status 0 (success); every rank's records are in {}\n", runFile.string());
   else
-    fmt::print(out, "exit status {} ({}); every rank's records are in {}\n", code, outcomeName(finalOutcome),
-               runFile.string());
+    fmt::print(out, "exit status {} ({}); {} records are in {}\n", code, outcomeText,
+               traceIncomplete ? "what the ranks could write of their" : "every rank's", runFile.string());
   std::fflush(out);
   return code;
 }

@@ -15,6 +15,10 @@ namespace {
 
 bool crashReason(std::string reason) {
   std::transform(reason.begin(), reason.end(), reason.begin(), [](unsigned char c) { return std::tolower(c); });
+  // A launcher's verdict decides where there is one: `tpscope capture` writes "crash: ..." for a rank that died of a
+  // signal it did not send (a SIGTERM from outside too), and "stopped by capture (...)" for the ranks it ended.
+  if (reason.starts_with("crash")) return true;
+  if (reason.starts_with("stopped by")) return false;
   // Stop signals are how a launcher ends a job (after a hang dump, on Ctrl-C): not a crash by themselves.
   for (const char* stop : {"sigterm", "sigint", "sigusr1", "sighup"})
     if (reason.find(stop) != std::string::npos) return false;

@@ -1,8 +1,10 @@
 #include "tpscope/analysis/desync.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "evidence_util.h"
 #include "analysis_internal.h"
@@ -110,6 +112,7 @@ tracedb::Result<DesyncReport> detail::analyzeDesync(tracedb::Reader& reader, con
     std::map<int, Progress> byRank;
     std::vector<int64_t> mismatched;            // seqs whose members disagree on op/size/dtype
     std::map<int64_t, std::pair<size_t, size_t>> rowsOf;  // seq → row range, for the seqs we need again
+    size_t firstRow = SIZE_MAX, endRow = 0;                // the group's rows
   };
   std::map<std::string, GroupScan> scans;
   table.forEachCollective([&](size_t b, size_t e) {
@@ -132,6 +135,8 @@ tracedb::Result<DesyncReport> detail::analyzeDesync(tracedb::Reader& reader, con
     }
     if (mismatch) g.mismatched.push_back(first.seq);
     g.rowsOf[first.seq] = {b, e};
+    g.firstRow = std::min(g.firstRow, b);
+    g.endRow = std::max(g.endRow, e);
   });
   auto recordsOf = [&](const GroupScan& g, int64_t seq) {
     std::vector<MemberRecord> recs;
@@ -188,6 +193,18 @@ tracedb::Result<DesyncReport> detail::analyzeDesync(tracedb::Reader& reader, con
     for (MemberProgress& mp : gd.progress) {
       const bool missing = std::find(gd.missingRanks.begin(), gd.missingRanks.end(), mp.rank) != gd.missingRanks.end();
       if (!missing) continue;
+      if (const MemberRecord& s = gd.stuckRecords.front(); s.step > 0 && !s.callsite.empty()) {
+        Query q(reader,
+                "SELECT min(enqueue_ns) FROM collectives"
+                " WHERE rank = ? AND group_name = ? AND callsite = ? AND step = ?",
+                "table 'collectives'");
+        q.bind(1, int64_t{mp.rank}).bind(2, std::string_view(gd.group)).bind(3, std::string_view(s.callsite));
+        q.bind(4, int64_t{s.step - 1});
+        auto st = q.each([&](Query& row) {
+          if (!row.isNull(0)) mp.previousStepEnqueueNs = row.i64(0);
+        });
+        if (!st) return st;
+      }
       Query q(reader,
               "SELECT n.value, k.name, p.name, s.step, s.layer, s.begin_ns, s.begin_ns + s.dur_ns FROM spans s"
               " LEFT JOIN strings n ON n.id = s.name LEFT JOIN span_kinds k ON k.id = s.kind"
@@ -200,10 +217,24 @@ tracedb::Result<DesyncReport> detail::analyzeDesync(tracedb::Reader& reader, con
       if (!s) return s;
     }
     gd.mismatchCount = static_cast<int64_t>(scan.mismatched.size());
+    // (rank, call site, step) → numel of the rank's first record there, for the mismatched records' history.
+    std::map<std::tuple<int, uint32_t, int>, int64_t> firstNumel;
+    if (!scan.mismatched.empty())
+      for (size_t i = scan.firstRow; i < scan.endRow; ++i) {
+        const detail::CollectiveRecord& c = table.rows[i];
+        if (c.callsite != 0 && c.step >= 0) firstNumel.try_emplace({c.rank, c.callsite, c.step}, c.numel);
+      }
     for (size_t i = 0; i < scan.mismatched.size() && i < 100; ++i) {
       SeqMismatch sm;
       sm.seq = scan.mismatched[i];
-      sm.records = recordsOf(scan, sm.seq);
+      const auto [b, e] = scan.rowsOf.at(sm.seq);
+      for (size_t row = b; row < e; ++row) {
+        const detail::CollectiveRecord& c = table.rows[row];
+        MemberRecord r = toMember(table, c);
+        if (auto it = firstNumel.find({c.rank, c.callsite, c.step - 1}); it != firstNumel.end())
+          r.previousNumel = it->second;
+        sm.records.push_back(std::move(r));
+      }
       sm.state = classify(sm.records);
       gd.mismatches.push_back(std::move(sm));
     }
@@ -245,17 +276,29 @@ std::vector<Finding> desyncFindings(const DesyncReport& report, const RunInfo& i
   std::map<int, const GroupDesync*> waitingIn;
   for (const GroupDesync& g : report.groups)
     for (int r : g.waitingRanks) waitingIn.emplace(r, &g);
-  // ... and the first stuck collective (by the earliest arrival at it) each rank is missing from.
+  // ... and the first stuck collective each rank is missing from: the one it reached first a step earlier (its own
+  // clock: program order), else the one its peers reached first (their clocks, and 2 cores shared by 4 ranks can
+  // reorder two nearly simultaneous arrivals).
   auto firstArrival = [](const GroupDesync& g) {
     int64_t t = INT64_MAX;
     for (const auto& r : g.stuckRecords) t = std::min(t, r.enqueueNs);
     return t;
   };
+  auto previousStep = [](const GroupDesync& g, int rank) -> std::optional<int64_t> {
+    for (const auto& p : g.progress)
+      if (p.rank == rank) return p.previousStepEnqueueNs;
+    return std::nullopt;
+  };
+  auto reachedBefore = [&](const GroupDesync& a, const GroupDesync& b, int rank) {
+    const auto pa = previousStep(a, rank), pb = previousStep(b, rank);
+    if (pa && pb && a.stuckRecords.front().step == b.stuckRecords.front().step) return *pa < *pb;
+    return firstArrival(a) < firstArrival(b);
+  };
   std::map<int, const GroupDesync*> firstMissing;
   for (const GroupDesync& g : report.groups)
     for (int r : g.missingRanks) {
       auto [it, fresh] = firstMissing.emplace(r, &g);
-      if (!fresh && firstArrival(g) < firstArrival(*it->second)) it->second = &g;
+      if (!fresh && reachedBefore(g, *it->second, r)) it->second = &g;
     }
   for (const GroupDesync& g : report.groups) {
     const std::string members = formatRanks(g.members);
@@ -338,9 +381,28 @@ std::vector<Finding> desyncFindings(const DesyncReport& report, const RunInfo& i
       std::vector<int> odd;
       for (auto& [d, rs] : byDesc)
         if (rs.size() < most || byDesc.size() == 1) odd.insert(odd.end(), rs.begin(), rs.end());
-      if (odd.empty())  // a tie: every variant is as common; name all but the first variant
-        for (auto it = std::next(byDesc.begin()); it != byDesc.end(); ++it)
-          odd.insert(odd.end(), it->second.begin(), it->second.end());
+      if (odd.empty()) {
+        // A tie (two ranks that disagree): the odd ones are those whose size changed since the same call site a step
+        // before, when that tells one variant from the others; else all but the first variant.
+        std::vector<int> changed;
+        size_t changedVariants = 0;
+        for (auto& [d, rs] : byDesc) {
+          bool variantChanged = false;
+          for (const auto& r : m.records)
+            if (std::find(rs.begin(), rs.end(), r.rank) != rs.end() && r.previousNumel && *r.previousNumel != r.numel)
+              variantChanged = true;
+          if (variantChanged) {
+            ++changedVariants;
+            changed.insert(changed.end(), rs.begin(), rs.end());
+          }
+        }
+        if (changedVariants > 0 && changedVariants < byDesc.size()) {
+          odd = changed;
+        } else {
+          for (auto it = std::next(byDesc.begin()); it != byDesc.end(); ++it)
+            odd.insert(odd.end(), it->second.begin(), it->second.end());
+        }
+      }
       std::sort(odd.begin(), odd.end());
       fd.rank = odd.empty() ? -1 : odd.front();
       fd.ranks = odd;

@@ -37,9 +37,16 @@ std::vector<Finding> stragglerFindings(const CollectiveAnalysis& ca, const Diagn
   // Waiting propagates: a rank held up by the straggler arrives late at its next collective with others. Only the
   // top rank and those that caused at least 75 % as much waiting are named.
   const int64_t top = sr.ranks.empty() ? 0 : sr.ranks.front().causedWaitNs;
+  int64_t allCaused = 0;
+  for (const RankStraggling& r : sr.ranks) allCaused += r.causedWaitNs;
   for (const RankStraggling& r : sr.ranks) {
     if (r.causedWaitNs * 4 < top * 3) continue;
-    if (r.collectives < o.stragglerMinCollectives || r.lastPct() < o.stragglerLastPct) continue;
+    // A rank slow once per step is last at its slow collective and at chance elsewhere (a quarter of the time among
+    // four ranks): below half of them, but the waiting is mostly on it.
+    const bool mostlyLast = r.lastPct() >= o.stragglerLastPct;
+    const bool causedMost =
+        100.0 * static_cast<double>(r.causedWaitNs) >= o.stragglerDominantWaitPct * static_cast<double>(allCaused);
+    if (r.collectives < o.stragglerMinCollectives || !(mostlyLast || causedMost)) continue;
     const double waitPct = commTotal > 0 ? 100.0 * static_cast<double>(r.causedWaitNs) / commTotal : 0.0;
     if (waitPct < o.stragglerMinWaitPct) continue;
     Finding fd;

@@ -71,6 +71,7 @@ tracedb::Status startFromEnvironment() {
   std::error_code ec;
   std::filesystem::create_directories(o->outDir, ec);
   if (ec) {
+    warn("cannot start: cannot create TPSCOPE_OUT=" + o->outDir.string() + ": " + ec.message());
     return tracedb::Status::error("tpscope recorder: cannot create TPSCOPE_OUT=" + o->outDir.string() + ": " +
                                   ec.message());
   }
@@ -84,7 +85,9 @@ tracedb::Status startFromEnvironment() {
       warn("TPSCOPE_CLOCK_STORE=" + storeAddr + ": " + error + "; clocks are not aligned");
     }
   }
-  return start(*o);
+  tracedb::Status s = start(*o);
+  if (!s) warn("cannot start: " + s.message());
+  return s;
 }
 
 }  // namespace tpscope::probes

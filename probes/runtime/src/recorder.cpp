@@ -287,7 +287,10 @@ tracedb::Status Recorder::start(const RuntimeOptions& options) {
     if (s) s = writer_->putRank(rank);
     if (s) s = writer_->commit();
     if (!s) {
+      // A file without its first transaction (no ranks row) is not a trace of this rank: leave none behind.
       writer_.reset();
+      std::error_code ec;
+      for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path_.string() + suffix, ec);
       return s;
     }
   }
@@ -324,6 +327,8 @@ tracedb::Status Recorder::start(const RuntimeOptions& options) {
   siteNames_.clear();
   lastCommitMono_ = monotonicNow();
   recordsDroppedCum_ = 0;
+  failedFlushes_ = 0;
+  lastFlushError_.clear();
   ++session_;
   {
     // Events left in a buffer from before this session are not this file's.
@@ -609,6 +614,9 @@ void Recorder::flusherMain() {
     if (final) {
       tracedb::Status s = writer_->close();
       if (!s) logLine("closing " + path_.string() + ": " + s.message());
+      if (failedFlushes_ > 0)
+        logLine(std::to_string(failedFlushes_) + " flush" + (failedFlushes_ == 1 ? "" : "es") + " to " +
+                path_.string() + " failed: the records they held are not in the file");
     }
     {
       std::lock_guard lock(controlMutex_);
@@ -860,7 +868,13 @@ void Recorder::flushOnce(bool final, std::string_view finalReason) {
   }
   check(w.commit());
   s.flushCpuNsTotal += threadCpuNow() - cpu0;
-  if (!firstError.empty()) logLine("flush to " + path_.string() + " failed: " + firstError);
+  if (!firstError.empty()) {
+    // Logged once per distinct reason: a full disk fails every flush, four times a second. `tpscope capture` reads
+    // these lines from the rank's log to say that the trace is incomplete.
+    if (firstError != lastFlushError_) logLine("flush to " + path_.string() + " failed: " + firstError);
+    lastFlushError_ = firstError;
+    ++failedFlushes_;
+  }
 
   // Buffers of exited threads, now drained.
   if (!retired.empty()) {

@@ -174,6 +174,8 @@ class Recorder final : public Sink {
   PendingRecords recordsLocal_;
   int64_t lastCommitMono_ = 0;
   int64_t recordsDroppedCum_ = 0;  // records dropped outside the collective ring, this session
+  int64_t failedFlushes_ = 0;      // flushes whose transaction failed (full disk, ...), this session; flusher only
+  std::string lastFlushError_;     // the last one's reason (a repeat is counted, not logged again)
 
   mutable std::mutex statsMutex_;
   RecorderStats stats_;

@@ -74,20 +74,21 @@ DROP TABLE temp.shifts;
 DROP TABLE temp.smap;
 )SQL";
 
-// Runs kCopySql statement by statement, binding the epoch shift and the aligned flag where they appear.
-Status copyAttached(sqlite3* db, const InputInfo& in, int64_t epochShift) {
+// Runs kCopySql statement by statement, binding the epoch shift and the aligned flag where they appear. Errors name
+// both files: a damaged input and a full disk under the output fail the same statements.
+Status copyAttached(sqlite3* db, const InputInfo& in, const std::filesystem::path& output, int64_t epochShift) {
+  const std::string what = "cannot merge it into " + output.string();
   const char* sql = kCopySql;
   while (*sql != '\0') {
     sqlite3_stmt* st = nullptr;
     const char* tail = nullptr;
-    if (sqlite3_prepare_v2(db, sql, -1, &st, &tail) != SQLITE_OK)
-      return detail::sqliteError(db, in.path, "cannot merge");
+    if (sqlite3_prepare_v2(db, sql, -1, &st, &tail) != SQLITE_OK) return detail::sqliteError(db, in.path, what);
     if (st == nullptr) break;  // only whitespace left
     if (sqlite3_bind_parameter_count(st) >= 1) sqlite3_bind_int64(st, 1, epochShift);
     if (sqlite3_bind_parameter_count(st) >= 2) sqlite3_bind_int(st, 2, in.aligned ? 1 : 0);
     const int rc = sqlite3_step(st);
     sqlite3_finalize(st);
-    if (rc != SQLITE_DONE && rc != SQLITE_ROW) return detail::sqliteError(db, in.path, "cannot merge");
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW) return detail::sqliteError(db, in.path, what);
     sql = tail;
   }
   return Status::ok();
@@ -184,8 +185,8 @@ Result<MergeStats> merge(std::span<const std::filesystem::path> inputs, const st
     if (attach.step() != SQLITE_DONE) return cleanup(detail::sqliteError(db, in.path, "cannot attach for merge"));
     attach = detail::Stmt();
     Status s = detail::exec(db, in.path, "BEGIN");
-    if (s) s = copyAttached(db, in, in.epochNs - epoch);
-    if (s) s = detail::exec(db, in.path, "COMMIT");
+    if (s) s = copyAttached(db, in, output, in.epochNs - epoch);
+    if (s) s = detail::exec(db, output, "COMMIT");
     else (void)detail::exec(db, in.path, "ROLLBACK");
     (void)detail::exec(db, in.path, "DETACH DATABASE src");
     if (!s) return cleanup(s);

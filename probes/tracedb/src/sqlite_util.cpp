@@ -1,9 +1,23 @@
 #include "sqlite_util.h"
 
 #include <charconv>
+#include <cstring>
 #include <vector>
 
 namespace tpscope::tracedb::detail {
+
+namespace {
+// " (No space left on device)" after an error the OS caused; "" otherwise. SQLite often keeps no errno for a failed
+// write (EFBIG, EIO): that one is named as what it most likely is.
+std::string osReason(sqlite3* db) {
+  const int code = sqlite3_extended_errcode(db);
+  const int primary = code & 0xff;
+  if (primary != SQLITE_IOERR && primary != SQLITE_FULL && primary != SQLITE_CANTOPEN) return {};
+  if (const int err = sqlite3_system_errno(db); err != 0) return std::string(" (") + std::strerror(err) + ")";
+  if (code == SQLITE_IOERR_WRITE) return " (a write failed: the disk may be full or a file size limit reached)";
+  return {};
+}
+}  // namespace
 
 Status sqliteError(sqlite3* db, const std::filesystem::path& path, std::string_view what) {
   std::string msg = path.string();
@@ -12,6 +26,7 @@ Status sqliteError(sqlite3* db, const std::filesystem::path& path, std::string_v
   if (db != nullptr) {
     msg += ": ";
     msg += sqlite3_errmsg(db);
+    msg += osReason(db);
   }
   return Status::error(std::move(msg));
 }
@@ -19,7 +34,7 @@ Status sqliteError(sqlite3* db, const std::filesystem::path& path, std::string_v
 Status exec(sqlite3* db, const std::filesystem::path& path, const char* sql) {
   char* err = nullptr;
   if (sqlite3_exec(db, sql, nullptr, nullptr, &err) != SQLITE_OK) {
-    std::string msg = path.string() + ": " + (err ? err : "SQL error");
+    std::string msg = path.string() + ": " + (err ? err : "SQL error") + osReason(db);
     sqlite3_free(err);
     return Status::error(std::move(msg));
   }

@@ -14,7 +14,8 @@
 
 namespace tpscope::tracedb::detail {
 
-// "<file>: <what>: <sqlite message>"
+// "<file>: <what>: <sqlite message>", with the OS's reason after an I/O error, a full disk or a file that cannot
+// be opened ("unable to open database file (Permission denied)"): SQLite's own words do not say which.
 Status sqliteError(sqlite3* db, const std::filesystem::path& path, std::string_view what);
 // Runs one or more statements without results.
 Status exec(sqlite3* db, const std::filesystem::path& path, const char* sql);

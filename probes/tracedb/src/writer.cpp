@@ -133,21 +133,27 @@ Result<std::unique_ptr<Writer>> Writer::create(const std::filesystem::path& path
     return s;
   }
   std::unique_ptr<Writer> w(new Writer(path, db));
+  // A file without its schema and meta is not a trace (a full disk, a size limit): on a failure none is left behind.
+  auto abandon = [&](Status s) -> Result<std::unique_ptr<Writer>> {
+    w.reset();
+    removeWithSidecars(path);
+    return s;
+  };
   if (Status s = detail::exec(db, path,
                               "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;"
                               " PRAGMA cache_size = -16384; PRAGMA temp_store = MEMORY;"
                               // Checkpoint the WAL every 64 MiB instead of 4 MiB: 5-10% faster ingest.
                               " PRAGMA wal_autocheckpoint = 16384;");
       !s)
-    return s;
-  if (Status s = detail::createSchema(db, path); !s) return s;
+    return abandon(s);
+  if (Status s = detail::createSchema(db, path); !s) return abandon(s);
   w->stmts_ = std::make_unique<Statements>(db);
-  if (!w->stmts_->valid()) return detail::sqliteError(db, path, "cannot prepare statements");
-  if (Status s = w->setMeta(meta_keys::kRunId, options.runId); !s) return s;
-  if (Status s = w->setMeta(meta_keys::kEpochUnixNs, std::to_string(options.epochUnixNs)); !s) return s;
-  if (Status s = w->setMeta(meta_keys::kSource, options.source); !s) return s;
-  if (Status s = w->setMeta(meta_keys::kTool, "tpscope " TPSCOPE_VERSION_STRING); !s) return s;
-  if (Status s = w->commit(); !s) return s;
+  if (!w->stmts_->valid()) return abandon(detail::sqliteError(db, path, "cannot prepare statements"));
+  if (Status s = w->setMeta(meta_keys::kRunId, options.runId); !s) return abandon(s);
+  if (Status s = w->setMeta(meta_keys::kEpochUnixNs, std::to_string(options.epochUnixNs)); !s) return abandon(s);
+  if (Status s = w->setMeta(meta_keys::kSource, options.source); !s) return abandon(s);
+  if (Status s = w->setMeta(meta_keys::kTool, "tpscope " TPSCOPE_VERSION_STRING); !s) return abandon(s);
+  if (Status s = w->commit(); !s) return abandon(s);
   return w;
 }
 

@@ -282,7 +282,7 @@ Status writeRun(const std::filesystem::path& path, const RunSpec& spec) {
     ri.dpRank = r / spec.tp;
     ri.dpSize = spec.dp;
     ri.clockUncertaintyNs = 1000;
-    ri.exitReason = r == spec.crashRank ? "crash (SIGSEGV)" : hang || spec.crashRank >= 0 ? "signal SIGTERM" : "ok";
+    ri.exitReason = r == spec.crashRank ? spec.crashReason : hang || spec.crashRank >= 0 ? spec.stopReason : "ok";
     if (Status s = w.putRank(ri); !s) return s;
     if (Status s = w.putThread(tracedb::ThreadInfo{r, 0, "cpu", "main"}); !s) return s;
   }

@@ -44,6 +44,8 @@ struct RunSpec {
   int64_t mismatchSeq = -1;                       // tensor twice as large (size mismatch), the others complete
   int mismatchRank = -1;
   int crashRank = -1, crashStep = -1;             // this rank dies (SIGSEGV) after finishing `crashStep`
+  std::string crashReason = "crash (SIGSEGV)";    // ranks.exit_reason of the crashed rank
+  std::string stopReason = "signal SIGTERM";      // ... and of the others when there is a crash or a hang
 
   // Bench scale: extra compute spans nested in each compute span (more spans per step, same times).
   int extraSpansPerCompute = 0;

@@ -1,5 +1,7 @@
 // Crashed and early-stopped ranks.
-//   crash (critical): ranks.exit_reason contains "crash", "signal", "abort", "segfault", "sigsegv", "sigabrt",
+//   crash (critical): ranks.exit_reason starts with "crash" (tpscope capture's verdict on a rank that died of a
+//                     signal capture did not send, SIGTERM included); never when it starts with "stopped by" (the
+//                     ranks capture ended itself). Otherwise: it contains "crash", "signal", "abort", "segfault", "sigsegv", "sigabrt",
 //                     "sigbus", "sigfpe", "sigill", "sigkill" or "killed" (case-insensitive) — but a stop signal
 //                     (SIGTERM, SIGINT, SIGUSR1, SIGHUP: how a launcher ends a job, e.g. after a hang dump) is not
 //                     a crash by itself; such a rank is judged by the early-stop rule below

@@ -19,7 +19,10 @@
 //   fully_matched             otherwise
 // A mismatch of type/size/dtype is a desync (error; critical when it is also the stuck seq). A stuck seq is a hang
 // (critical) — unless every missing rank is itself waiting in another group's stuck seq, or is missing from another
-// stuck seq that its peers reached earlier: then it is a consequence of that hang (error, evidence "secondary" = 1). Evidence: the collectives rows of the stuck seq and each missing rank's last collective and last span.
+// stuck seq that comes earlier — in the missing rank's own program order (when it entered both call sites in the
+// step before, by its own clock), else by its peers' arrival: then it is a consequence of that hang (error, evidence
+// "secondary" = 1). Evidence: the collectives rows of the stuck seq and each missing rank's last collective and last
+// span.
 #pragma once
 
 #include <cstdint>
@@ -56,6 +59,9 @@ struct MemberRecord {
   int step = -1, layer = -1;
   int64_t enqueueNs = 0;
   std::optional<int64_t> startNs, endNs;
+  // Records of a mismatched seq only: numel of the same rank's first record of the same call site a step before (which
+  // of two disagreeing ranks changed its size).
+  std::optional<int64_t> previousNumel;
 };
 
 // The last span a rank recorded (what a rank that never entered a collective was doing).
@@ -72,6 +78,9 @@ struct MemberProgress {
   int64_t lastCompleted = 0;
   std::optional<MemberRecord> lastRecord;  // its record of lastEnqueued
   std::optional<LastSpan> lastSpan;        // filled for missing ranks of a stuck seq
+  // For a missing rank: when (its own clock) it entered the stuck seq's call site in the step before the stuck one —
+  // where that collective lies in its program order, to tell which of two stuck groups it would have reached first.
+  std::optional<int64_t> previousStepEnqueueNs;
 };
 
 struct SeqMismatch {

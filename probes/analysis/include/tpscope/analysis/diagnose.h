@@ -2,7 +2,9 @@
 //
 // Runs: crash, desync/hang, NaN/Inf origin, gradient and loss anomalies, stragglers, communication overhead.
 //   straggler (warning): a rank arrives last at ≥ stragglerLastPct % of the decided collectives of the run
-//                        (≥ stragglerMinCollectives of them) and the others' waiting it caused is
+//                        (≥ stragglerMinCollectives of them) or caused ≥ stragglerDominantWaitPct % of all the
+//                        waiting at them (a rank slow once per step is last only at its slow collectives: among four
+//                        ranks, or with few steps, that is well below half) — and the others' waiting it caused is
 //                        ≥ stragglerMinWaitPct % of the run's total communication time, and it caused at least
 //                        75 % of the waiting the worst straggler caused (ranks delayed by the straggler arrive late
 //                        at their next collective too; they are victims, not causes).
@@ -24,6 +26,7 @@ namespace tpscope::analysis {
 struct DiagnoseOptions {
   AnomalyOptions anomalies;
   double stragglerLastPct = 50.0;
+  double stragglerDominantWaitPct = 50.0;
   int stragglerMinCollectives = 4;
   double stragglerMinWaitPct = 5.0;
   double commOverheadWarnPct = 30.0;

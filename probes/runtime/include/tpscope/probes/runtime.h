@@ -93,7 +93,8 @@ std::optional<RuntimeOptions> optionsFromEnvironment();
 // detail::g_recording. Error if already started or the file cannot be created (nothing is recording then).
 tracedb::Status start(const RuntimeOptions& options);
 // start(*optionsFromEnvironment()) when TPSCOPE_OUT is set; OK and not recording when it is not. Idempotent: OK
-// when already started.
+// when already started. A failure is also written to stderr as "tpscope recorder: cannot start: <why>" (the line
+// `tpscope capture` looks for in a rank's log).
 tracedb::Status startFromEnvironment();
 bool started();
 
