@@ -21,8 +21,10 @@ Watchdog: no new span, collective or step on any rank for --hang-timeout seconds
 (SIGUSR1), then stopped (SIGTERM, then SIGKILL). A rank that crashes → the others dump and stop. Ctrl-C: the same
 (a second Ctrl-C kills at once).
 
---inject SPEC (repeatable): nan:rank=R,step=S[,layer=L]  inf:rank=R,step=S[,layer=L]  spike:rank=R,step=S,factor=F
-  hang:rank=R,step=S[,phase=fwd|bwd]  mismatch:rank=R,step=S  slow:rank=R,ms=M  delay:rank=R,ms=M  crash:rank=R,step=S
+--inject SPEC (repeatable): nan:rank=R,step=S[,layer=L][,phase=fwd|bwd]  inf:... (the same with +Inf)
+  spike:rank=R,step=S,factor=F  hang:rank=R,step=S[,phase=fwd|bwd]  mismatch:rank=R,step=S[,phase=fwd|bwd]
+  slow:rank=R,ms=M  delay:rank=R,ms=M  crash:rank=R,step=S
+  (nan/inf phase=fwd: into layer L's output activation; bwd, the default: into its first parameter's gradient)
 --health KEY=VALUE,...: nonfinite, grad_spike, loss_spike (off|warn|skip-step|stop), replica (off|warn|stop),
   grad_spike.factor|mads|window|warmup, loss_spike.*, replica.every|rtol, skip_window, skip_max
 
