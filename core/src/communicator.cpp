@@ -1,8 +1,12 @@
 #include "tpscope/core/communicator.h"
 
 #include <fmt/format.h>
-
 #include <torch/torch.h>
+
+#include <algorithm>
+#include <array>
+#include <iterator>
+#include <string_view>
 
 #include "backend.h"
 #include "tpscope/core/faults.h"
@@ -72,6 +76,34 @@ at::Tensor wireOf(const at::Tensor& t, const Communicator::Backend& be, bool cop
   if (!be.gloo && t.device() != be.device) return t.to(be.device);
   return copyAlways ? t.clone() : t;
 }
+
+// A span of kind comm on the calling thread for the time it is blocked in a collective (the whole of a blocking one,
+// the wait of an async one). The breakdown counts it as exposed communication even inside a compute span such as
+// "attention forward", where a TP all-reduce sits on the critical path; the collective record alone (no thread)
+// could as well overlap other work. One static Site per (op, phase): the recorder keys names by Site.
+const probes::Site* commSite(std::string_view op, probes::Phase phase) {
+  static constexpr const char* kOps[] = {"all_reduce", "all_gather", "reduce_scatter",
+                                         "broadcast",  "barrier",    "all_reduce wait"};
+  constexpr size_t kOpCount = std::size(kOps), kPhases = 7;
+  static const auto kSites = [] {
+    std::array<std::array<probes::Site, kPhases>, kOpCount> t{};
+    for (size_t o = 0; o < kOpCount; ++o)
+      for (size_t p = 0; p < kPhases; ++p)
+        t[o][p] = {kOps[o], "comm", __FILE__, __LINE__, probes::SpanKind::Comm, static_cast<probes::Phase>(p)};
+    return t;
+  }();
+  size_t o = 0;
+  while (o + 1 < kOpCount && op != kOps[o]) ++o;
+  return &kSites[o][std::min<size_t>(static_cast<size_t>(phase), kPhases - 1)];
+}
+
+#if TPSCOPE_PROBES_ENABLED
+using CommSpan = probes::SpanScope;
+#else
+struct CommSpan {
+  CommSpan(const probes::Site*, int) noexcept {}
+};
+#endif
 
 // The collective's result in the caller's dtype and device.
 at::Tensor likeInput(const at::Tensor& out, const at::Tensor& in) {
@@ -169,16 +201,17 @@ void Communicator::fail(const Issue& is, const std::exception& e) {
       timedOut);
 }
 
-#define TPS_COMM_RUN(issue, body)                                                                   \
-  try {                                                                                             \
-    body;                                                                                           \
-  } catch (const CollectiveError&) {                                                                \
-    throw;                                                                                          \
-  } catch (const std::exception& e) {                                                               \
-    fail(issue, e);                                                                                 \
-  }                                                                                                 \
-  if ((issue).sink != nullptr)                                                                      \
-    (issue).sink->collectiveState((issue).handle, probes::CollectiveState::Completed, probes::rawTicks())
+#define TPS_COMM_RUN(issue, body)                                              \
+  try {                                                                        \
+    CommSpan blocked(commSite((issue).op, (issue).phase), (issue).site.layer); \
+    body;                                                                      \
+  } catch (const CollectiveError&) {                                           \
+    throw;                                                                     \
+  } catch (const std::exception& e) {                                          \
+    fail(issue, e);                                                            \
+  }                                                                            \
+  if ((issue).sink != nullptr)                                                 \
+  (issue).sink->collectiveState((issue).handle, probes::CollectiveState::Completed, probes::rawTicks())
 
 void Communicator::inPlace(const char* op, at::Tensor& t, const Callsite& site, probes::Phase phase,
                            const std::function<void(std::vector<at::Tensor>&)>& issue) {
@@ -279,6 +312,7 @@ void PendingCollective::wait() {
   if (!st->work) return;  // size-1 group
   Communicator* c = st->comm;
   try {
+    CommSpan blocked(commSite("all_reduce wait", st->issue.phase), st->issue.site.layer);
     st->work->wait();
   } catch (const std::exception& e) {
     c->fail(st->issue, e);

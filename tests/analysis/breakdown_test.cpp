@@ -28,6 +28,14 @@ TEST(IntervalSet, UnionAndWindowMeasures) {
   const IntervalSet t({{10, 52}});
   EXPECT_EQ(s.intersect(t).total(), 10 + 5 + 2);
   EXPECT_EQ(s.unite(t).total(), 60);
+  // s \ {[5,8) [15,42) [55,70)} = [0,5) [8,15) [42,45) [50,55)
+  const IntervalSet holes({{5, 8}, {15, 42}, {55, 70}});
+  const IntervalSet rest = s.subtract(holes);
+  ASSERT_EQ(rest.intervals().size(), 4u);
+  EXPECT_EQ(rest.intervals()[1], (detail::Interval{8, 15}));
+  EXPECT_EQ(rest.total(), 5 + 7 + 3 + 5);
+  EXPECT_EQ(s.subtract(IntervalSet()).total(), s.total());
+  EXPECT_EQ(s.subtract(IntervalSet({{-5, 100}})).total(), 0);
 }
 
 // rank 0, one step [0, 100): compute [0,50) and [60,80) on thread 0; comm [40,70) on thread 1 (overlapping
@@ -142,6 +150,36 @@ TEST(Breakdown, CollectiveRecordsCountAsCommunicationAndUnlabelledSpansAsOneWind
   EXPECT_EQ(t.exposedCommNs, 20);  // [40, 60)
   EXPECT_EQ(t.otherNs, 10);
   EXPECT_EQ(t.idleNs, 30);
+}
+
+// A thread blocked in a collective inside a compute span (a TP all-reduce inside "attention forward") is not
+// computing: the comm span carves its time out of that thread's compute. The same comm on another thread overlaps.
+TEST(Breakdown, CommunicationNestedInComputeOnTheSameThreadIsExposed) {
+  const auto path = testDir() / "nested.db";
+  {
+    auto w = newWriter(path);
+    auto n = [&](const char* s) { return *w->intern(s); };
+    const std::vector<SpanRow> spans = {
+        {0, 0, SpanKind::Step, n("step"), 0, 100, 1, -1, Phase::None, std::nullopt},
+        {0, 0, SpanKind::Compute, n("attention forward"), 0, 60, 1, 0, Phase::Forward, std::nullopt},
+        {0, 0, SpanKind::Comm, n("all_reduce"), 20, 15, 1, 0, Phase::Forward, std::nullopt},    // blocks thread 0
+        {0, 1, SpanKind::Comm, n("all_reduce"), 50, 20, 1, -1, Phase::Backward, std::nullopt},  // thread 1: async
+        {0, 0, SpanKind::Compute, n("mlp forward"), 60, 30, 1, 0, Phase::Forward, std::nullopt},
+    };
+    ASSERT_TRUE(w->addSpans(spans));
+    ASSERT_TRUE(w->close());
+  }
+  auto r = openReader(path);
+  auto b = computeBreakdown(*r);
+  ASSERT_TRUE(b) << b.error();
+  ASSERT_EQ(b->steps.size(), 1u);
+  const TimeShares& t = b->steps[0].time;
+  EXPECT_EQ(t.stepNs, 100);
+  EXPECT_EQ(t.computeNs, 90 - 15);  // [0,20) [35,90)
+  EXPECT_EQ(t.commNs, 15 + 20);     // [20,35) [50,70)
+  EXPECT_EQ(t.exposedCommNs, 15);   // the nested one; thread 1's is overlapped by [50,70) of thread 0's compute
+  EXPECT_EQ(t.idleNs, 10);
+  EXPECT_EQ(t.computeNs + t.exposedCommNs + t.otherNs + t.idleNs, t.stepNs);
 }
 
 TEST(Breakdown, EmptyRunHasNoRows) {

@@ -27,6 +27,14 @@ TEST(Capture, SuccessMergesEveryRankAndExitsZero) {
   EXPECT_GT(db.integer("SELECT count(*) FROM collectives WHERE state = 'completed'"), 0);
   EXPECT_EQ(db.value("SELECT value FROM meta WHERE key = 'capture_outcome'"), "success");
   EXPECT_TRUE(std::filesystem::exists(dir / "logs" / "rank-1.log"));
+  // Every blocking collective is also a comm span on the thread that waited in it, so the TP all-reduces inside
+  // the layers' compute spans count as exposed communication.
+  EXPECT_EQ(db.integer("SELECT count(*) FROM span_view WHERE rank = 0 AND kind = 'comm' AND name = 'all_reduce'"),
+            db.integer("SELECT count(*) FROM collectives WHERE rank = 0 AND op = 'all_reduce'"));
+  EXPECT_GT(db.integer("SELECT count(*) FROM span_view c JOIN span_view p ON p.rank = c.rank AND p.thread = c.thread "
+                       "AND p.kind = 'compute' AND p.name = 'attention forward' AND c.begin_ns >= p.begin_ns AND "
+                       "c.end_ns <= p.end_ns WHERE c.rank = 0 AND c.kind = 'comm' AND c.phase = 'fwd'"),
+            0);
 }
 
 TEST(Capture, BadArgumentsExitTwoBeforeStartingAnything) {

@@ -53,8 +53,16 @@ void extend(Interval& i, int64_t b, int64_t e) {
   i.second = std::max(i.second, e);
 }
 
+// The compute and communication spans of one thread (a lane): on one thread a communication span nested in a
+// compute span is time that compute span spent blocked, not overlap.
+struct Lane {
+  std::vector<Interval> compute, comm;
+};
+
 struct RankData {
-  std::vector<Interval> compute, comm, other;
+  std::map<int64_t, Lane> lanes;  // by thread
+  std::vector<Interval> records;  // collective records [start, end): overlap whatever runs meanwhile
+  std::vector<Interval> other;
   std::map<int, Interval> stepSpans;        // step label → [min begin, max end] of its Step spans
   std::vector<Interval> unlabelledStepSpans;
   std::map<int, Interval> spanSteps;        // step label → extent of the spans labelled with it
@@ -68,28 +76,41 @@ using RankMap = std::map<int, RankData>;
 // Scans spans with id in [fromId, toId] into per-rank data.
 tracedb::Status scanSpans(tracedb::Reader& reader, int64_t fromId, int64_t toId, RankMap& data) {
   detail::preferMemoryMap(reader);
-  Query q(reader, "SELECT rank, kind, begin_ns, dur_ns, step FROM spans WHERE id BETWEEN ? AND ?", "table 'spans'");
+  Query q(reader, "SELECT rank, thread, kind, begin_ns, dur_ns, step FROM spans WHERE id BETWEEN ? AND ?",
+          "table 'spans'");
   q.bind(1, fromId).bind(2, toId);
   int lastRank = INT32_MIN;
+  int64_t lastThread = INT64_MIN;
   RankData* rd = nullptr;
+  Lane* lane = nullptr;
   int lastStep = INT32_MIN;
   Interval* extent = nullptr;
   return q.each([&](Query& row) {
     const int rank = row.i32(0);
+    const int64_t thread = row.i64(1);
     if (rank != lastRank || rd == nullptr) {
       rd = &data[rank];
       lastRank = rank;
       lastStep = INT32_MIN;
       extent = nullptr;
+      lane = nullptr;
     }
-    const int64_t b = row.i64(2);
-    const int64_t e = b + std::max<int64_t>(0, row.i64(3));
-    const int step = row.i32(4);
+    if (thread != lastThread || lane == nullptr) {  // merged files hold spans in (rank, thread, begin) order
+      lane = &rd->lanes[thread];
+      lastThread = thread;
+    }
+    const int64_t b = row.i64(3);
+    const int64_t e = b + std::max<int64_t>(0, row.i64(4));
+    const int step = row.i32(5);
     rd->first = std::min(rd->first, b);
     rd->last = std::max(rd->last, e);
-    switch (categoryOf(row.i32(1))) {
-      case Category::Compute: rd->compute.emplace_back(b, e); break;
-      case Category::Comm: rd->comm.emplace_back(b, e); break;
+    switch (categoryOf(row.i32(2))) {
+      case Category::Compute:
+        lane->compute.emplace_back(b, e);
+        break;
+      case Category::Comm:
+        lane->comm.emplace_back(b, e);
+        break;
       case Category::Other: rd->other.emplace_back(b, e); break;
       case Category::Step:
         if (step >= 0) {
@@ -119,8 +140,12 @@ void mergeInto(RankMap& into, RankMap&& from) {
       if (a.empty()) a = std::move(b);
       else a.insert(a.end(), b.begin(), b.end());
     };
-    append(dst.compute, src.compute);
-    append(dst.comm, src.comm);
+    for (auto& [thread, lane] : src.lanes) {
+      Lane& d = dst.lanes[thread];
+      append(d.compute, lane.compute);
+      append(d.comm, lane.comm);
+    }
+    append(dst.records, src.records);
     append(dst.other, src.other);
     append(dst.unlabelledStepSpans, src.unlabelledStepSpans);
     for (auto& [step, iv] : src.stepSpans) {
@@ -158,8 +183,23 @@ auto breakdownOfRank(int rank, RankData& rd) {
   } else if (rd.first < rd.last) {
     windows.emplace_back(-1, Interval(rd.first, rd.last));
   }
-  const IntervalSet compute(std::move(rd.compute));
-  const IntervalSet comm(std::move(rd.comm));
+  // Compute: per thread, its compute spans minus its own communication spans (a TP all-reduce issued inside
+  // "attention forward" blocks that thread: exposed, not overlapped); then the union over threads. Communication:
+  // every comm span and collective record; what another thread computes meanwhile overlaps it.
+  std::vector<Interval> computeSelf, commAll = std::move(rd.records);
+  for (auto& [thread, lane] : rd.lanes) {
+    if (lane.comm.empty()) {
+      computeSelf.insert(computeSelf.end(), lane.compute.begin(), lane.compute.end());
+    } else {
+      const IntervalSet blocked(lane.comm);
+      const IntervalSet self = IntervalSet(std::move(lane.compute)).subtract(blocked);
+      computeSelf.insert(computeSelf.end(), self.intervals().begin(), self.intervals().end());
+      commAll.insert(commAll.end(), lane.comm.begin(), lane.comm.end());
+    }
+  }
+  rd.lanes.clear();
+  const IntervalSet compute(std::move(computeSelf));
+  const IntervalSet comm(std::move(commAll));
   const IntervalSet other(std::move(rd.other));
   const IntervalSet both = compute.intersect(comm);
   const IntervalSet busy = compute.unite(comm).unite(other);
@@ -240,7 +280,7 @@ tracedb::Result<Breakdown> computeBreakdown(tracedb::Reader& reader) {
     auto s = q.each([&](Query& row) {
       RankData& rd = data[row.i32(0)];
       const int64_t b = row.i64(1), e = row.i64(2);
-      rd.comm.emplace_back(b, e);
+      rd.records.emplace_back(b, e);
       rd.first = std::min(rd.first, b);
       rd.last = std::max(rd.last, e);
     });
@@ -261,7 +301,8 @@ tracedb::Result<Breakdown> computeBreakdown(tracedb::Reader& reader) {
   size_t spans = 0;
   for (auto& [rank, rd] : data) {
     ranks.emplace_back(rank, &rd);
-    spans += rd.compute.size() + rd.comm.size() + rd.other.size();
+    spans += rd.records.size() + rd.other.size();
+    for (const auto& [thread, lane] : rd.lanes) spans += lane.compute.size() + lane.comm.size();
   }
   std::vector<RankResult> results(ranks.size());
   std::atomic<size_t> next{0};

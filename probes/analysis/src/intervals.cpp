@@ -86,6 +86,21 @@ IntervalSet IntervalSet::intersect(const IntervalSet& o) const {
   return fromDisjoint(std::move(out));
 }
 
+IntervalSet IntervalSet::subtract(const IntervalSet& o) const {
+  std::vector<Interval> out;
+  size_t j = 0;
+  for (const Interval& iv : iv_) {
+    int64_t from = iv.first;
+    while (j < o.iv_.size() && o.iv_[j].second <= from) ++j;  // o's intervals that end before this piece
+    for (size_t k = j; k < o.iv_.size() && o.iv_[k].first < iv.second; ++k) {
+      if (o.iv_[k].first > from) out.emplace_back(from, o.iv_[k].first);
+      from = std::max(from, o.iv_[k].second);
+    }
+    if (from < iv.second) out.emplace_back(from, iv.second);
+  }
+  return fromDisjoint(std::move(out));
+}
+
 IntervalSet IntervalSet::unite(const IntervalSet& o) const {
   std::vector<Interval> all;
   all.reserve(iv_.size() + o.iv_.size());

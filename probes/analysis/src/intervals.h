@@ -25,6 +25,7 @@ class IntervalSet {
   bool empty() const { return iv_.empty(); }
 
   IntervalSet intersect(const IntervalSet& o) const;
+  IntervalSet subtract(const IntervalSet& o) const;  // this \ o
   IntervalSet unite(const IntervalSet& o) const;
 
  private:
