@@ -196,10 +196,9 @@ bool FaultInjector::mismatchAllReduce(const Communicator& comm, at::Tensor& t, c
   return false;
 }
 
-StepHooks::StepHooks(Mesh& mesh, std::vector<std::string> names, std::vector<int> layers, std::vector<int64_t> numels,
+StepHooks::StepHooks(Mesh& mesh, const std::vector<std::string>& names, const std::vector<int>& layers,
                      const std::vector<at::Tensor>& params, int modelLayers)
-    : mesh_(mesh), recordingRequested_(*envOr("TPSCOPE_OUT", "") != '\0'), names_(std::move(names)), layers_(std::move(layers)), numels_(std::move(numels)),
-      rules_([&] {
+    : mesh_(mesh), recordingRequested_(*envOr("TPSCOPE_OUT", "") != '\0'), rules_([&] {
         std::string error;
         auto o = parseHealthOptions(envOr("TPSCOPE_HEALTH", ""), &error);
         if (!o) throw ConfigError("TPSCOPE_HEALTH: " + error);
@@ -214,7 +213,7 @@ StepHooks::StepHooks(Mesh& mesh, std::vector<std::string> names, std::vector<int
   auto mine = std::make_unique<FaultInjector>(*specs, mesh.rank());
   if (!mine->specs().empty()) {
     faults_ = std::move(mine);
-    faults_->attachGradientHooks(names_, layers_, params);
+    faults_->attachGradientHooks(names, layers, params);
     FaultInjector* expected = nullptr;
     if (!g_faults.compare_exchange_strong(expected, faults_.get()))
       throw ConfigError("TPSCOPE_INJECT: another trainer in this process already injects faults");
@@ -236,7 +235,7 @@ bool StepHooks::wantsHealth() const {
   return gradRules && (recordingRequested_ || o.needsAgreement());
 }
 
-bool StepHooks::beforeUpdate(int64_t step64, const at::Tensor& health, ActivationWatch* activations,
+bool StepHooks::beforeUpdate(int64_t step64, std::span<const probes::GradStat> grads, ActivationWatch* activations,
                              const at::Tensor& lossSum, int64_t microBatches, double gradNorm) {
   const int step = static_cast<int>(step64);
   const HealthOptions& o = rules_.options();
@@ -245,22 +244,7 @@ bool StepHooks::beforeUpdate(int64_t step64, const at::Tensor& health, Activatio
   if (!(recordingRequested_ || o.needsAgreement())) return false;
   torch::NoGradGuard ng;
   StepAction action = StepAction::Continue;
-  if (health.defined()) {
-    const at::Tensor h = health.detach().to(at::kCPU, at::kDouble).contiguous();
-    const auto acc = h.accessor<double, 2>();
-    std::vector<probes::GradStat> stats(static_cast<size_t>(h.size(0)));
-    for (int64_t p = 0; p < h.size(0) && p < static_cast<int64_t>(names_.size()); ++p) {
-      auto& g = stats[static_cast<size_t>(p)];
-      g.param = names_[static_cast<size_t>(p)];
-      g.layer = layers_[static_cast<size_t>(p)];
-      g.l2Norm = acc[p][0];
-      g.maxAbs = acc[p][1];
-      g.nanCount = static_cast<int64_t>(acc[p][2]);
-      g.infCount = static_cast<int64_t>(acc[p][3]);
-      g.numel = numels_[static_cast<size_t>(p)];
-    }
-    action = std::max(action, rules_.checkGradients(step, stats));
-  }
+  if (!grads.empty()) action = std::max(action, rules_.checkGradients(step, grads));
   if (activations != nullptr)
     if (auto bad = activations->firstNonFinite()) action = std::max(action, rules_.checkActivation(step, *bad));
   const double localLoss = lossSum.defined() ? lossSum.detach().sum().item<double>() / std::max<int64_t>(1, microBatches)

@@ -85,9 +85,11 @@ at::Tensor gradHealth(const std::vector<at::Tensor>& grads) {
   return statsOfViews(views, options);
 }
 
-void reportGradHealth(probes::Sink& sink, int step, const std::vector<std::string>& names,
-                      const std::vector<int>& layers, const std::vector<int64_t>& numels, const at::Tensor& stats) {
-  at::Tensor host = stats.to(at::kCPU, at::kDouble).contiguous();  // the one host sync of the step
+std::vector<probes::GradStat> gradStatsOnHost(const std::vector<std::string>& names, const std::vector<int>& layers,
+                                              const std::vector<int64_t>& numels, const at::Tensor& stats) {
+  TORCH_CHECK(stats.size(0) == static_cast<int64_t>(names.size()), "gradStatsOnHost: ", stats.size(0), " rows for ",
+              names.size(), " parameters");
+  at::Tensor host = stats.detach().to(at::kCPU, at::kDouble).contiguous();  // the one host sync of the step
   auto a = host.accessor<double, 2>();
   std::vector<probes::GradStat> out(names.size());
   for (size_t i = 0; i < names.size(); ++i) {
@@ -99,7 +101,7 @@ void reportGradHealth(probes::Sink& sink, int step, const std::vector<std::strin
     out[i].infCount = static_cast<int64_t>(a[i][kInfCount]);
     out[i].numel = numels[i];
   }
-  sink.gradStats(step, out);
+  return out;
 }
 
 }  // namespace tpscope::core

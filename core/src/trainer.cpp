@@ -217,7 +217,7 @@ Trainer::Trainer(const TrainConfig& config, Mesh& mesh) : impl_(std::make_unique
   }
   m.buildOptimizer();
   // capture: before the reducer, so injected gradient faults reach its hooks.
-  m.hooks = std::make_unique<StepHooks>(mesh, m.names, m.layers, m.numels, ps, static_cast<int>(config.layers));
+  m.hooks = std::make_unique<StepHooks>(mesh, m.names, m.layers, ps, static_cast<int>(config.layers));
   m.reducer = std::make_unique<GradReducer>(ps, late, mesh.dpGroup(), config.bucket_mb * 1024 * 1024,
                                             config.overlap_grad_reduce);
 }
@@ -286,15 +286,18 @@ StepMetrics Trainer::trainStep(int64_t step) {
     }
     // Pre-reduction gradient health (captured per bucket before its DP all-reduce); defined whenever requested.
     at::Tensor health = m.reducer->finish();
-    if (health.defined() && lossScale != 1.0) health.narrow(1, kL2Norm, 2).div_(lossScale);  // norm and max |g|
-    if (health.defined() && sink != nullptr)
-      reportGradHealth(*sink, static_cast<int>(step), m.names, m.layers, m.numels, health);
+    std::vector<probes::GradStat> gradStats;  // one host copy, for the trace and the health rules
+    if (health.defined()) {
+      if (lossScale != 1.0) health.narrow(1, kL2Norm, 2).div_(lossScale);  // norm and max |g|
+      gradStats = gradStatsOnHost(m.names, m.layers, m.numels, health);
+      if (sink != nullptr) sink->gradStats(static_cast<int>(step), gradStats);
+    }
     m.reduceSequenceParallel();
     if (lossScale != 1.0) m.unscaleGradients(lossScale);
     out.gradNorm = m.clipGradients();
     // The norm is global (TP all-reduce of DP-reduced gradients): every rank takes the same overflow decision.
     const bool overflow = m.scaler && m.scaler->update(out.gradNorm);
-    skipUpdate = m.hooks->beforeUpdate(step, health, watch ? &m.activations : nullptr, lossAcc, c.grad_accum,
+    skipUpdate = m.hooks->beforeUpdate(step, gradStats, watch ? &m.activations : nullptr, lossAcc, c.grad_accum,
                                        out.gradNorm);  // capture: health rules
     skipUpdate = skipUpdate || overflow;
     out.lr = learningRate(c, step);

@@ -28,6 +28,7 @@
 
 #include <atomic>
 #include <memory>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -89,7 +90,8 @@ class StepHooks {
   // Reads TPSCOPE_INJECT and TPSCOPE_HEALTH; throws ConfigError (naming the variable) on a bad spec or an out-of-range
   // rank/layer. Installs the injector process-wide (until destroyed) and attaches its gradient hooks to `params` —
   // so construct it BEFORE anything else registers gradient hooks on them.
-  StepHooks(Mesh& mesh, std::vector<std::string> names, std::vector<int> layers, std::vector<int64_t> numels,
+  // `names` and `layers` describe `params` (for the injected faults' targets and messages).
+  StepHooks(Mesh& mesh, const std::vector<std::string>& names, const std::vector<int>& layers,
             const std::vector<at::Tensor>& params, int modelLayers);
   ~StepHooks();
   StepHooks(const StepHooks&) = delete;
@@ -98,23 +100,20 @@ class StepHooks {
   void stepBegin(int64_t step);
   // True when the trainer must compute this rank's pre-reduction gradient health (the rules need it).
   bool wantsHealth() const;
-  // Before the optimizer update. Runs the rules on this rank's pre-reduction gradient stats `health` ([P, 4] as from
-  // grad_health.h; skipped when undefined), its forward outputs (`activations`, when watched), its own loss (`lossSum`
+  // Before the optimizer update. Runs the rules on this rank's pre-reduction gradient stats `grads` (gradStatsOnHost
+  // in grad_health.h; skipped when empty), its forward outputs (`activations`, when watched), its own loss (`lossSum`
   // / `microBatches`, read only when the rules run) and the reduced global gradient norm; alerts go to the sink. When a
   // policy can act, every rank agrees through one all-reduce (MAX) on the world group. Returns true when the update
   // must be skipped (all ranks return the same); throws NonFiniteStop to stop. Must be called by every rank at every
   // step (it may issue collectives).
-  bool beforeUpdate(int64_t step, const at::Tensor& health, ActivationWatch* activations, const at::Tensor& lossSum,
-                    int64_t microBatches, double gradNorm);
+  bool beforeUpdate(int64_t step, std::span<const probes::GradStat> grads, ActivationWatch* activations,
+                    const at::Tensor& lossSum, int64_t microBatches, double gradNorm);
 
   const HealthRules& rules() const { return rules_; }
 
  private:
   Mesh& mesh_;
   bool recordingRequested_;  // TPSCOPE_OUT is set: the ranks record (same on every rank)
-  std::vector<std::string> names_;
-  std::vector<int> layers_;
-  std::vector<int64_t> numels_;
   std::unique_ptr<FaultInjector> faults_;
   HealthRules rules_;
 };

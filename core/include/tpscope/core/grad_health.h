@@ -23,8 +23,9 @@ at::Tensor gradHealthFlat(const at::Tensor& flat, const at::Tensor& segments, in
 // Same for separate tensors (concatenated first; undefined tensors count as empty). No host sync.
 at::Tensor gradHealth(const std::vector<at::Tensor>& grads);
 
-// Copies `stats` [P, 4] to the host (the one sync) and hands them to `sink.gradStats(step, ...)`.
-void reportGradHealth(probes::Sink& sink, int step, const std::vector<std::string>& names,
-                      const std::vector<int>& layers, const std::vector<int64_t>& numels, const at::Tensor& stats);
+// Copies `stats` [P, 4] to the host (the one sync of the step) as one row per parameter, named by `names` (the
+// rows view those strings: keep them alive) — for `sink.gradStats` and the health rules alike.
+std::vector<probes::GradStat> gradStatsOnHost(const std::vector<std::string>& names, const std::vector<int>& layers,
+                                              const std::vector<int64_t>& numels, const at::Tensor& stats);
 
 }  // namespace tpscope::core
