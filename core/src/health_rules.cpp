@@ -155,6 +155,13 @@ double RobustBaseline::mad() const {
 HealthRules::HealthRules(HealthOptions options)
     : options_(options), gradBase_(options.gradSpike.window), lossBase_(options.lossSpike.window) {}
 
+bool HealthRules::startsBadRun(int& lastBadStep, int step) {
+  pendingUnhealthy_ = true;
+  const bool first = lastBadStep != step - 1;
+  lastBadStep = step;
+  return first;
+}
+
 StepAction HealthRules::actionOf(HealthPolicy policy) {
   switch (policy) {
     case HealthPolicy::SkipStep: return StepAction::SkipStep;
@@ -203,10 +210,8 @@ StepAction HealthRules::checkGradients(int step, std::span<const probes::GradSta
   }
   const double norm = std::sqrt(sumSq);
   if (first != nullptr) {
-    pendingUnhealthy_ = true;
-    const bool repeat = lastNonfiniteGradStep_ == step - 1;  // once per streak: the first step is what matters
-    lastNonfiniteGradStep_ = step;
-    if (options_.nonfinite != HealthPolicy::Off && !repeat) {
+    const bool firstOfRun = startsBadRun(lastNonfiniteGradStep_, step);
+    if (options_.nonfinite != HealthPolicy::Off && firstOfRun) {
       nlohmann::json ev{{"param", first->param},         {"layer", first->layer},
                         {"nan_count", first->nanCount}, {"inf_count", first->infCount},
                         {"numel", first->numel},        {"params_affected", affected},
@@ -251,11 +256,9 @@ std::string nonfiniteName(double v) {
 }  // namespace
 
 StepAction HealthRules::checkActivation(int step, const ActivationFault& fault) {
-  pendingUnhealthy_ = true;
-  const bool repeat = lastNonfiniteActStep_ == step - 1;
-  lastNonfiniteActStep_ = step;
+  const bool firstOfRun = startsBadRun(lastNonfiniteActStep_, step);
   if (options_.nonfinite == HealthPolicy::Off) return StepAction::Continue;
-  if (repeat) return actionOf(options_.nonfinite);
+  if (!firstOfRun) return actionOf(options_.nonfinite);
   nlohmann::json ev{{"phase", "fwd"},
                     {"where", fault.where},
                     {"micro_batch", fault.microBatch},
@@ -272,12 +275,10 @@ StepAction HealthRules::checkActivation(int step, const ActivationFault& fault) 
 StepAction HealthRules::checkLoss(int step, double localLoss) {
   pendingLoss_.reset();
   if (!std::isfinite(localLoss)) {
-    pendingUnhealthy_ = true;
-    const bool repeat = lastNonfiniteLossStep_ == step - 1;
-    lastNonfiniteLossStep_ = step;
+    const bool firstOfRun = startsBadRun(lastNonfiniteLossStep_, step);
     if (options_.nonfinite == HealthPolicy::Off) return StepAction::Continue;
     // Already named by the forward output it came from (checkActivation this step), or a repeat of a bad run.
-    if (repeat || lastNonfiniteActStep_ == step) return actionOf(options_.nonfinite);
+    if (!firstOfRun || lastNonfiniteActStep_ == step) return actionOf(options_.nonfinite);
     nlohmann::json ev{
         {"phase", "fwd"}, {"loss", nonfiniteName(localLoss)}, {"policy", healthPolicyName(options_.nonfinite)}};
     raise(probes::Severity::Critical, "nonfinite_activation", step, -1, "loss",

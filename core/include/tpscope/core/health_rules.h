@@ -125,6 +125,9 @@ class HealthRules {
   void raise(probes::Severity severity, std::string_view kind, int step, int layer, std::string_view param,
              const std::string& message, const std::string& evidence, uint64_t ticks = 0);
   static StepAction actionOf(HealthPolicy policy);
+  // A non-finite value at `step`: marks the step unhealthy and records it in `lastBadStep`. True when it starts a
+  // run of bad steps (the step before was healthy): non-finite alerts are raised once per run.
+  bool startsBadRun(int& lastBadStep, int step);
 
   HealthOptions options_;
   RobustBaseline gradBase_, lossBase_;
