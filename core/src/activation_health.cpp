@@ -8,21 +8,22 @@ namespace tpscope::core {
 
 void ActivationWatch::beginStep() {
   notes_.clear();
-  sums_.clear();
   microBatch_ = 0;
 }
 
 void ActivationWatch::note(const at::Tensor& output, int layer, const std::string* where) {
   torch::NoGradGuard ng;
   // fp32 accumulation whatever the autocast dtype: a bf16 sum would overflow long before the values are unhealthy.
-  sums_.push_back(output.detach().sum(at::kFloat));
-  notes_.push_back({layer, where, microBatch_, probes::rawTicks()});
+  notes_.push_back({output.detach().sum(at::kFloat), layer, where, microBatch_, probes::rawTicks()});
 }
 
 std::optional<ActivationFault> ActivationWatch::firstNonFinite() {
-  if (sums_.empty()) return std::nullopt;
+  if (notes_.empty()) return std::nullopt;
   torch::NoGradGuard ng;
-  const at::Tensor host = torch::stack(sums_).to(at::kCPU, at::kDouble).contiguous();  // the one host sync
+  std::vector<at::Tensor> sums;
+  sums.reserve(notes_.size());
+  for (const Note& n : notes_) sums.push_back(n.sum);
+  const at::Tensor host = torch::stack(sums).to(at::kCPU, at::kDouble).contiguous();  // the one host sync
   const double* v = host.data_ptr<double>();
   for (size_t i = 0; i < notes_.size(); ++i) {
     if (std::isfinite(v[i])) continue;

@@ -35,13 +35,13 @@ class ActivationWatch {
 
  private:
   struct Note {
+    at::Tensor sum;  // fp32 scalar on the output's device
     int layer;
     const std::string* where;
     int microBatch;
     uint64_t ticks;
   };
   std::vector<Note> notes_;
-  std::vector<at::Tensor> sums_;
   int microBatch_ = 0;
 };
 
