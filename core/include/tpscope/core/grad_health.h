@@ -1,6 +1,6 @@
 // Per-parameter gradient health: L2 norm, max |g|, NaN count, Inf count — for all parameters in ONE batched
 // pass over a flat buffer (vectorised reductions over per-parameter views) and ONE host sync per step (in
-// `reportGradHealth`). Computed before any DP/TP gradient reduction, so a NaN is attributed to the rank that made it.
+// `gradStatsOnHost`). Computed before any DP/TP gradient reduction, so a NaN is attributed to the rank that made it.
 #pragma once
 
 #include <ATen/core/Tensor.h>
