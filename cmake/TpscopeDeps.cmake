@@ -1,5 +1,8 @@
 # Finds the dependencies and turns each optional one into TPSCOPE_HAVE_<X>.
-# An option that is ON but whose dependency is missing is reported in the summary, not silently dropped.
+# A part that is ON (the default) but cannot be built is a configure error naming the Debian packages it needs:
+# a build never goes green with a part silently left out. Turn the part OFF explicitly to build without it.
+# CUDA is the exception by nature: TPSCOPE_WITH_CUDA=AUTO (the default) builds NVTX/CUPTI when the toolkit is found;
+# ON makes a missing toolkit an error too.
 find_package(SQLite3 REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
 find_package(CLI11 REQUIRED)
@@ -24,16 +27,20 @@ if(TPSCOPE_WITH_TORCH)
   if(Torch_FOUND)
     set(TPSCOPE_HAVE_TORCH ON)
   else()
-    message(WARNING "TPSCOPE_WITH_TORCH=ON but LibTorch was not found: core/ and tpscope-train are skipped "
-                    "(install libtorch-dev libgloo-dev, or pass -DCMAKE_PREFIX_PATH=<torch>/share/cmake)")
+    message(FATAL_ERROR "TPSCOPE_WITH_TORCH=ON but LibTorch was not found. Install the Debian packages "
+                        "libtorch-dev libgloo-dev (./scripts/setup does), or pass -DCMAKE_PREFIX_PATH=<torch>/share/cmake, "
+                        "or build without the engine: -DTPSCOPE_WITH_TORCH=OFF")
   endif()
 endif()
 
 set(TPSCOPE_HAVE_CUDA OFF)
-if(TPSCOPE_WITH_CUDA)
+if(TPSCOPE_WITH_CUDA)  # AUTO and ON
   find_package(CUDAToolkit QUIET)
   if(CUDAToolkit_FOUND AND TARGET CUDA::cupti)
     set(TPSCOPE_HAVE_CUDA ON)
+  elseif(TPSCOPE_WITH_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "TPSCOPE_WITH_CUDA=ON but the CUDA toolkit with CUPTI was not found "
+                        "(use -DTPSCOPE_WITH_CUDA=AUTO to build NVTX/CUPTI only where it is)")
   endif()
 endif()
 
@@ -43,7 +50,9 @@ if(TPSCOPE_BUILD_GUI)
   if(Qt6_FOUND)
     set(TPSCOPE_HAVE_QT ON)
   else()
-    message(WARNING "TPSCOPE_BUILD_GUI=ON but Qt 6 (Core Gui Widgets Charts Test) was not found: gui/ is skipped")
+    message(FATAL_ERROR "TPSCOPE_BUILD_GUI=ON but Qt 6 (Core Gui Widgets Charts Test) was not found. Install the "
+                        "Debian packages qt6-base-dev qt6-charts-dev libqt6opengl6-dev (./scripts/setup does; Qt6Charts' "
+                        "CMake package needs Qt6OpenGL), or build without the viewer: -DTPSCOPE_BUILD_GUI=OFF")
   endif()
 endif()
 
@@ -57,6 +66,10 @@ if(TPSCOPE_BUILD_BENCH)
   find_package(benchmark QUIET)
   if(benchmark_FOUND)
     set(TPSCOPE_HAVE_BENCHMARK ON)
+  else()
+    message(FATAL_ERROR "TPSCOPE_BUILD_BENCH=ON but Google Benchmark was not found. Install the Debian package "
+                        "libbenchmark-dev (./scripts/setup does), or build without the benchmarks: "
+                        "-DTPSCOPE_BUILD_BENCH=OFF")
   endif()
 endif()
 

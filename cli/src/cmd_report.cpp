@@ -70,34 +70,39 @@ void printText(const analysis::Report& r, const std::string& file, bool steps, s
     out << "\nTP all-reduce (group tp-*): " << fixed(tp.measuredPerStep, 1) << "/step, " << bytes(tp.measuredBytesEach)
         << " each, busbw " << gbps(tp.busbwGbps) << " GB/s";
     if (tp.haveModel) {
-      out << " — the model expects " << tp.expectedPerStep << " per step (4 per layer × " << tp.model.layers
-          << " layers";
-      if (tp.model.gradAccumSteps > 1) out << " × " << tp.model.gradAccumSteps << " micro-batches";
-      out << ", " << tp.expectedElements << " elements each), ";
-      if (tp.model.sequenceParallel) out << "not comparable (sequence parallelism is on)";
-      else if (tp.matches) out << "matches";
-      else out << "measured " << fixed(tp.measuredModelSizedPerStep, 1) << " of that size: does not match";
+      const auto& m = tp.model;
+      out << "\n  the model of the config expects per step and TP group, " << tp.expectedElements
+          << " elements each (" << (m.activationCheckpointing ? "6 per layer with activation checkpointing" : "4 per layer")
+          << " × " << m.layers << " layers"
+          << (m.vocabParallel ? ", + the vocab-parallel embedding and LM head" : "")
+          << (m.gradAccumSteps > 1 ? ", × " + std::to_string(m.gradAccumSteps) + " micro-batches" : std::string())
+          << "):\n  ";
+      if (m.sequenceParallel)
+        out << tp.expectedAllGatherPerStep << " all-gathers (measured " << fixed(tp.measuredAllGatherPerStep, 1)
+            << ") and " << tp.expectedReduceScatterPerStep << " reduce-scatters (measured "
+            << fixed(tp.measuredReduceScatterPerStep, 1) << ")";
+      else
+        out << tp.expectedPerStep << " all-reduces (measured " << fixed(tp.measuredModelSizedPerStep, 1) << ")";
+      out << (tp.matches ? " — matches" : " — does not match");
     } else {
       out << " (no model dimensions in meta 'config' to compare with)";
     }
     out << "\n";
   }
   const auto& st = ca.stragglers;
-  if (!st.ranks.empty() && st.ranks.front().causedWaitNs > 0) {
-    const auto& top = st.ranks.front();
-    out << "straggler: rank " << top.rank << " arrives last at " << pct(top.lastPct()) << " of its collectives ("
-        << top.lastCount << " of " << top.collectives << "); the others wait " << ms(top.causedWaitNs) << " ms";
-    if (st.steps > 0) out << " in total, " << ms(static_cast<double>(top.causedWaitNs) / st.steps) << " ms per step";
-    out << " on it\n";
-  }
-  if (!st.ranks.empty() && st.ranks.front().causedWaitNs > 0) {
+  const analysis::RankStraggling* top = st.ranks.empty() ? nullptr : &st.ranks.front();
+  if (top != nullptr && top->causedWaitNs > 0) {
+    // A figure, with its significance: who is last at a collective is chance unless the test says otherwise.
+    out << "arrivals: rank " << top->rank << " caused the most waiting, " << ms(top->causedWaitNs) << " ms (chance: "
+        << ms(top->expectedWaitNs) << " ms, z " << fixed(top->z, 1) << ", p " << sci(top->pValue) << ")";
+    if (st.steps > 0) out << ", " << ms(static_cast<double>(top->causedWaitNs) / st.steps) << " ms per step";
+    out << "; tpscope diagnose names a straggler only when it is significant and material\n";
     out << "\nranks by the waiting they caused (decided collectives):\n";
-    Table w({"rank", "collectives", "last", "last %", "caused wait ms", "per step ms", "own wait ms"});
+    Table w({"rank", "collectives", "last", "last %", "caused wait ms", "by chance ms", "z", "own wait ms"});
     for (size_t i = 0; i < st.ranks.size() && i < 8; ++i) {
       const auto& r = st.ranks[i];
       w.add({std::to_string(r.rank), std::to_string(r.collectives), std::to_string(r.lastCount), pct(r.lastPct()),
-             ms(r.causedWaitNs), st.steps > 0 ? ms(static_cast<double>(r.causedWaitNs) / st.steps) : "-",
-             ms(r.waitedNs)});
+             ms(r.causedWaitNs), ms(r.expectedWaitNs), fixed(r.z, 1), ms(r.waitedNs)});
     }
     w.print(out);
   }

@@ -65,4 +65,10 @@ std::string gbps(double v) {
   return buf;
 }
 
+std::string sci(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2g", v);
+  return buf;
+}
+
 }  // namespace tpscope::cli

@@ -29,5 +29,6 @@ std::string ms(double ns);           // "412.300": milliseconds with 3 decimals 
 std::string pct(double v);           // "71.3%"
 std::string bytes(double b);         // "512 B", "64 KiB", "1.5 MiB", "2.0 GiB"
 std::string gbps(double v);          // "182", "1.25", "0.00512"
+std::string sci(double v);           // "0.031", "2.1e-09": two significant digits (p-values)
 
 }  // namespace tpscope::cli

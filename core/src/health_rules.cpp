@@ -1,5 +1,7 @@
 #include "tpscope/core/health_rules.h"
 
+#include "tpscope/probes/nonfinite_order.h"
+
 #include <fmt/format.h>
 
 #include "spec_numbers.h"
@@ -203,9 +205,8 @@ StepAction HealthRules::checkGradients(int step, std::span<const probes::GradSta
       ++affected;
       nan += g.nanCount;
       inf += g.infCount;
-      // "first": lowest layer, then model order (layer -1, outside the transformer, counts as after the layers).
-      auto rankOf = [](int layer) { return layer < 0 ? (1 << 30) : layer; };
-      if (first == nullptr || rankOf(g.layer) < rankOf(first->layer)) first = &g;
+      // "first": the gradient the backward pass produced first (nonfinite_order.h, the analysis' definition too).
+      if (first == nullptr || probes::producedBefore(g.layer, first->layer)) first = &g;
     }
   }
   const double norm = std::sqrt(sumSq);

@@ -73,6 +73,7 @@ void describeRankToRecorder(core::Mesh& mesh, const core::TrainConfig& cfg) {
   for (core::Communicator* c : {&mesh.world(), &mesh.tpGroup(), &mesh.dpGroup()})
     probes::putGroup({c->name(), c->globalRanks(), c->size() > 1 ? "gloo" : ""});
   probes::setMeta("config", cfg.toJson());
+  probes::setMeta("emulated_ops", core::Communicator::kEmulatedOps);
   if (c10d::Store* s = mesh.store()) probes::setClockStore(std::make_shared<C10dKvStore>(s));
 }
 #endif

@@ -64,20 +64,25 @@ void CommunicationView::setAnalysis(AnalysisPtr analysis) {
                        .arg(t.pct(t.computeNs), 0, 'f', 1)
                        .arg(t.pct(t.otherNs), 0, 'f', 1)
                        .arg(t.pct(t.idleNs), 0, 'f', 1);
-    const auto& st = analysis_->collectives.stragglers;
-    if (!st.ranks.empty() && st.ranks.front().lastCount > 0) {
-      const auto& worst = st.ranks.front();
-      text += QString("<br>Straggler: rank %1 arrives last at %2 % of collectives; the others waited %3 ms on it.")
-                  .arg(worst.rank)
-                  .arg(worst.lastPct(), 0, 'f', 0)
-                  .arg(worst.causedWaitNs / 1e6, 0, 'f', 2);
-    }
+    // A straggler is what diagnose names (significant and material); otherwise arrival order is chance.
+    const analysis::Finding* straggler = nullptr;
+    for (const auto& f : analysis_->findings)
+      if (f.kind == analysis::FindingKind::Straggler && straggler == nullptr) straggler = &f;
+    if (straggler != nullptr)
+      text += "<br>Straggler: " + QString::fromStdString(straggler->message).toHtmlEscaped() + ".";
+    else if (!analysis_->collectives.stragglers.ranks.empty())
+      text += "<br>No straggler: who arrives last at the collectives is consistent with chance.";
     const auto& tp = analysis_->collectives.tp;
-    if (tp.haveModel)
-      text += QString("<br>TP all-reduces per group per step: %1 measured, %2 expected by the model%3.")
-                  .arg(tp.measuredPerStep, 0, 'f', 1)
-                  .arg(tp.expectedPerStep)
-                  .arg(tp.matches ? " — matches" : "");
+    if (tp.haveModel) {
+      const bool sp = tp.model.sequenceParallel;
+      text += QString("<br>TP %1 per group per step: %2 measured, %3 expected by the model of the config%4.")
+                  .arg(sp ? "all-gathers + reduce-scatters" : "all-reduces of b·s·h elements")
+                  .arg(sp ? tp.measuredAllGatherPerStep + tp.measuredReduceScatterPerStep
+                          : tp.measuredModelSizedPerStep,
+                       0, 'f', 1)
+                  .arg(sp ? tp.expectedAllGatherPerStep + tp.expectedReduceScatterPerStep : tp.expectedPerStep)
+                  .arg(tp.matches ? " — matches" : " — does not match");
+    }
     overhead_->setText(text);
   }
   rebuildChart();

@@ -64,6 +64,11 @@ GradHealthView::GradHealthView(QWidget* parent) : QWidget(parent) {
   });
 }
 
+void GradHealthView::showStep(int step) {
+  model_.showStep(step);
+  syncControls();
+}
+
 void GradHealthView::setRun(RunPtr run) {
   model_.setRun(std::move(run));
   syncing_ = true;

@@ -16,6 +16,8 @@ class GradHealthView : public QWidget {
  public:
   explicit GradHealthView(QWidget* parent = nullptr);
   void setRun(RunPtr run);
+  // Shows one step (rank × layer): the viewer calls it with the NaN/Inf origin's step, the analysis' "first".
+  void showStep(int step);
   GradHealthModel* model() { return &model_; }
   QTableView* table() { return table_; }
 

@@ -218,6 +218,14 @@ void MainWindow::onAnalysisLoaded(AnalysisPtr analysis) {
   comm_->setAnalysis(analysis_);
   desync_->setAnalysis(analysis_);
   findings_->setRun(run_, analysis_);
+  // The heatmap opens on the step where the analysis puts the first non-finite value (nonfinite_order.h), which
+  // may be an activation before any gradient shows one.
+  for (const auto& f : analysis_->findings)
+    if ((f.kind == analysis::FindingKind::NanOrigin || f.kind == analysis::FindingKind::InfOrigin) &&
+        f.severity == analysis::Severity::Critical && f.step >= 0) {
+      grad_->showStep(f.step);
+      break;
+    }
   if (!analysis_->errors.empty())
     statusBar()->showMessage("Some analyses failed: " + QString::fromStdString(analysis_->errors.front()));
 }

@@ -68,7 +68,9 @@ TEST(RobustBaseline, MedianAndMadOverTheWindow) {
   EXPECT_DOUBLE_EQ(b.mad(), 1.0);
 }
 
-TEST_F(HealthRulesTest, NonFiniteGradientNamesTheLowestLayerAndActsByPolicy) {
+// "First" is backward order (probes/nonfinite_order.h, the analysis' definition too): layer 1's gradients are produced
+// before layer 0's, so the rule names layer 1 though layer 0 is affected as well.
+TEST_F(HealthRulesTest, NonFiniteGradientNamesTheFirstInBackwardOrderAndActsByPolicy) {
   HealthOptions o;
   o.nonfinite = HealthPolicy::SkipStep;
   HealthRules rules(o);
@@ -79,8 +81,8 @@ TEST_F(HealthRulesTest, NonFiniteGradientNamesTheLowestLayerAndActsByPolicy) {
   ASSERT_EQ(sink_.alerts.size(), 1u);
   EXPECT_EQ(sink_.alerts[0].kind, "nonfinite_grad");
   EXPECT_EQ(sink_.alerts[0].step, 7);
-  EXPECT_EQ(sink_.alerts[0].layer, 0);
-  EXPECT_EQ(sink_.alerts[0].param, "layers.0.attention.qkv.weight");
+  EXPECT_EQ(sink_.alerts[0].layer, 1);
+  EXPECT_EQ(sink_.alerts[0].param, "layers.1.mlp.fc2.weight");
   EXPECT_EQ(sink_.alerts[0].evidence["params_affected"], 2);
   EXPECT_EQ(sink_.alerts[0].evidence["nan_total"], 1);
   EXPECT_EQ(sink_.alerts[0].evidence["inf_total"], 2);

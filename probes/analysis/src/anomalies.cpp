@@ -23,22 +23,59 @@ double median(std::vector<double> v) {
   return m;
 }
 
-// Spikes in one series of (step, value) in step order.
+// Theil–Sen trend of (x, y) points: the median of the pairwise slopes, and the intercept that centres the residuals.
+std::pair<double, double> theilSen(const std::vector<double>& x, const std::vector<double>& y) {
+  std::vector<double> slopes;
+  slopes.reserve(x.size() * (x.size() - 1) / 2);
+  for (size_t i = 0; i < x.size(); ++i)
+    for (size_t j = i + 1; j < x.size(); ++j)
+      if (x[j] != x[i]) slopes.push_back((y[j] - y[i]) / (x[j] - x[i]));
+  const double slope = slopes.empty() ? 0.0 : median(std::move(slopes));
+  std::vector<double> icept(x.size());
+  for (size_t i = 0; i < x.size(); ++i) icept[i] = y[i] - slope * x[i];
+  return {slope, median(std::move(icept))};
+}
+
+// Spikes in one series of (step, value) in step order (the baseline definition in anomalies.h).
 template <class Emit>
-void findSpikes(const std::vector<std::pair<int, double>>& series, const AnomalyOptions& o, Emit&& emit) {
-  std::deque<double> window;
+void findSpikes(const std::vector<std::pair<int, double>>& series, const AnomalyOptions& o, bool logScale,
+                Emit&& emit) {
+  std::deque<std::pair<int, double>> window;  // (step, value on the test's scale)
+  const double kSigma = 1.4826;               // MAD → σ under normality
   for (const auto& [step, x] : series) {
-    if (!std::isfinite(x)) continue;
+    if (!std::isfinite(x) || (logScale && x <= 0)) continue;
+    const double y = logScale ? std::log10(x) : x;
     if (static_cast<int>(window.size()) >= o.minHistory) {
-      std::vector<double> w(window.begin(), window.end());
+      std::vector<double> w;
+      for (const auto& p : window) w.push_back(p.second);
       const double m = median(w);
       for (double& v : w) v = std::fabs(v - m);
       const double mad = median(w);
-      const double scale = 1.4826 * (mad > 0 ? mad : std::max(1e-3 * std::fabs(m), 1e-12));
-      const double z = (x - m) / scale;
-      if (z >= o.zThreshold && x >= o.ratioThreshold * m) emit(step, x, m, mad, z);
+      const double floor = logScale ? o.minSigmaDecades / kSigma : std::max(1e-3 * std::fabs(m), 1e-12);
+      double z = (y - m) / (kSigma * std::max(mad, floor));
+      const double base = logScale ? std::pow(10.0, m) : m;
+      // Linear series: the median baseline decides. Log series: the ratio to the median is the cheap gate; the
+      // trend-aware test below decides (a steep trend widens the MAD and would hide a spike from the plain z).
+      bool spike = x >= o.ratioThreshold * base && (logScale || z >= o.zThreshold);
+      if (spike && logScale) {
+        // Confirm against the series' own trend (warm-up and early training move norms by decades): residuals of
+        // the Theil–Sen line through the window, the value's residual in units of their robust σ.
+        std::vector<double> sx, sy;
+        for (const auto& p : window) {
+          sx.push_back(p.first);
+          sy.push_back(p.second);
+        }
+        const auto [slope, icept] = theilSen(sx, sy);
+        std::vector<double> res;
+        for (size_t i = 0; i < sx.size(); ++i) res.push_back(std::fabs(sy[i] - (icept + slope * sx[i])));
+        const double rmad = median(std::move(res));
+        const double predicted = icept + slope * step;
+        z = (y - predicted) / (kSigma * std::max(rmad, floor));
+        spike = z >= o.zThreshold && x >= o.ratioThreshold * std::pow(10.0, predicted);
+      }
+      if (spike) emit(step, x, base, mad, z);
     }
-    window.push_back(x);
+    window.emplace_back(step, y);
     if (static_cast<int>(window.size()) > o.window) window.pop_front();
   }
 }
@@ -78,7 +115,7 @@ tracedb::Result<AnomalyReport> analyzeAnomalies(tracedb::Reader& reader, const R
   perParam.ratioThreshold = std::max(options.ratioThreshold, options.paramRatioThreshold);
   for (const auto& [key, s] : series) {
     const auto& [name, layer] = params[key.second];
-    findSpikes(s, perParam, [&](int step, double x, double m, double mad, double z) {
+    findSpikes(s, perParam, /*logScale=*/true, [&](int step, double x, double m, double mad, double z) {
       out.gradSpikes.push_back(Spike{key.first, step, layer, name, x, m, mad, z});
     });
   }
@@ -101,7 +138,7 @@ tracedb::Result<AnomalyReport> analyzeAnomalies(tracedb::Reader& reader, const R
     for (const auto& [r, x] : v) sum += x;
     normSeries.emplace_back(step, sum / static_cast<double>(v.size()));
   }
-  findSpikes(normSeries, options, [&](int step, double x, double m, double mad, double z) {
+  findSpikes(normSeries, options, /*logScale=*/true, [&](int step, double x, double m, double mad, double z) {
     out.gradSpikes.push_back(Spike{-1, step, -1, "", x, m, mad, z});
   });
   std::vector<std::pair<int, double>> lossSeries;
@@ -110,7 +147,7 @@ tracedb::Result<AnomalyReport> analyzeAnomalies(tracedb::Reader& reader, const R
     for (double x : v) sum += x;
     lossSeries.emplace_back(step, sum / static_cast<double>(v.size()));
   }
-  findSpikes(lossSeries, options, [&](int step, double x, double m, double mad, double z) {
+  findSpikes(lossSeries, options, /*logScale=*/false, [&](int step, double x, double m, double mad, double z) {
     out.lossSpikes.push_back(Spike{-1, step, -1, "", x, m, mad, z});
   });
 

@@ -1,6 +1,7 @@
 #include "tpscope/analysis/collectives.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <map>
 #include <set>
@@ -11,14 +12,36 @@
 namespace tpscope::analysis {
 
 
+std::string canonicalOp(std::string_view op) {
+  std::string s;
+  for (char c : op) s += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (std::string_view prefix : {"c10d::", "nccl::", "nccl:", "gloo:"})
+    if (std::string_view(s).starts_with(prefix)) s.erase(0, prefix.size());
+  while (!s.empty() && s.front() == '_') s.erase(0, 1);
+  while (!s.empty() && s.back() == '_') s.pop_back();
+  for (std::string_view suffix : {"_coalesced", "_into_tensor", "_tensor", "_base", "_single"})
+    if (std::string_view(s).ends_with(suffix)) s.erase(s.size() - suffix.size());
+  std::string squeezed;
+  for (char c : s)
+    if (c != '_') squeezed += c;
+  if (squeezed == "allreduce") return "all_reduce";
+  if (squeezed == "allgather") return "all_gather";
+  if (squeezed == "reducescatter") return "reduce_scatter";
+  if (squeezed == "alltoall" || squeezed == "alltoallv") return "all_to_all";
+  if (squeezed == "sendrecv") return "send_recv";
+  return s;
+}
+
 double busBandwidthFactor(const std::string& op, int n) {
   if (n < 1) return 0;
   const double nn = n;
-  if (op == "all_reduce" || op == "allreduce") return 2.0 * (nn - 1) / nn;
-  if (op == "all_gather" || op == "allgather" || op == "reduce_scatter" || op == "all_to_all" || op == "alltoall")
+  const std::string o = canonicalOp(op);
+  if (o == "all_reduce") return 2.0 * (nn - 1) / nn;
+  // nccl-tests: every rank sends or receives (n−1)/n of the message.
+  if (o == "all_gather" || o == "reduce_scatter" || o == "all_to_all" || o == "gather" || o == "scatter")
     return (nn - 1) / nn;
-  if (op == "barrier") return 0;
-  return 1;  // broadcast, reduce, send, recv, gather, scatter
+  if (o == "barrier") return 0;
+  return 1;  // broadcast, reduce, send, recv, send_recv: the whole message crosses one link
 }
 
 namespace {
@@ -46,6 +69,7 @@ struct GroupOpAccum {
   std::set<int> steps;
   // TP model inputs
   int64_t modelSized = 0;
+  int64_t modelSizedBytes = 0;
   std::map<int64_t, int64_t> sizeHistogram;  // bytes → count
   std::string dtype;
 };
@@ -56,6 +80,7 @@ CollectiveAnalysis detail::analyzeCollectives(const detail::CollectiveTable& tab
   CollectiveAnalysis out;
   std::map<std::pair<std::string, std::string>, GroupOpAccum> accums;
   std::unordered_map<int, RankStraggling> straggling;
+  std::unordered_map<int, double> waitVariance;  // σ²_r of the significance test
   std::set<int> allSteps;
   std::vector<CollectiveArrival> arrivals;
 
@@ -125,6 +150,11 @@ CollectiveAnalysis detail::analyzeCollectives(const detail::CollectiveTable& tab
         }
       }
       if (decided) {
+        const double w = static_cast<double>(totalWait), pLast = 1.0 / static_cast<double>(recs.size());
+        for (const Record& r : recs) {
+          straggling[r.rank].expectedWaitNs += w * pLast;
+          waitVariance[r.rank] += w * w * pLast * (1 - pLast);
+        }
         RankStraggling& last = straggling[lastRank];
         ++last.lastCount;
         last.causedWaitNs += totalWait;
@@ -151,7 +181,11 @@ CollectiveAnalysis detail::analyzeCollectives(const detail::CollectiveTable& tab
       s.maxSkewNs = std::max(s.maxSkewNs, skew);
       acc.skewSum += skew;
       ++acc.skewCount;
-      if (modelElements > 0 && maxNumel == modelElements) ++acc.modelSized;
+      const bool gather = op == "all_gather" || op == "allgather";
+      if (modelElements > 0 && (gather ? maxNumel * n : maxNumel) == modelElements) {
+        ++acc.modelSized;
+        acc.modelSizedBytes += size;
+      }
       ++acc.sizeHistogram[maxBytes];
     }
     recs.clear();
@@ -177,12 +211,20 @@ CollectiveAnalysis detail::analyzeCollectives(const detail::CollectiveTable& tab
     st.steps = static_cast<int64_t>(acc.steps.size());
     st.meanSkewNs = acc.skewCount ? acc.skewSum / acc.skewCount : 0;
     st.algbwGbps = st.latencyNs > 0 ? static_cast<double>(st.bytes) / static_cast<double>(st.latencyNs) : 0.0;
-    st.busbwGbps = st.algbwGbps * busBandwidthFactor(st.op, st.groupSize);
+    // An emulated op moved what its underlying op moves (a reduce-scatter done as an all-reduce: 2(n−1)/n, not
+    // (n−1)/n, of the message per rank).
+    if (auto it = info.emulatedOps.find(canonicalOp(st.op)); it != info.emulatedOps.end()) st.emulatedBy = it->second;
+    st.busbwGbps = st.algbwGbps * busBandwidthFactor(st.emulatedBy.empty() ? st.op : st.emulatedBy, st.groupSize);
     out.stats.push_back(st);
   }
 
   // Stragglers.
-  for (auto& [rank, rs] : straggling) out.stragglers.ranks.push_back(rs);
+  for (auto& [rank, rs] : straggling) {
+    const double sigma = std::sqrt(waitVariance[rank]);
+    rs.z = sigma > 0 ? (static_cast<double>(rs.causedWaitNs) - rs.expectedWaitNs) / sigma : 0.0;
+    rs.pValue = 0.5 * std::erfc(rs.z / std::sqrt(2.0));
+    out.stragglers.ranks.push_back(rs);
+  }
   std::sort(out.stragglers.ranks.begin(), out.stragglers.ranks.end(), [](const auto& a, const auto& b) {
     return a.causedWaitNs != b.causedWaitNs ? a.causedWaitNs > b.causedWaitNs : a.rank < b.rank;
   });
@@ -194,48 +236,66 @@ CollectiveAnalysis detail::analyzeCollectives(const detail::CollectiveTable& tab
   if (arrivals.size() > 20) arrivals.resize(20);
   out.worst = std::move(arrivals);
 
-  // TP model check: all-reduces of "tp-*" groups.
+  // TP model check: the collectives of "tp-*" groups, per group and step.
   TpModelCheck& tp = out.tp;
   if (info.model) {
     tp.model = *info.model;
     tp.haveModel = info.model->complete();
   }
-  int tpGroups = 0;
-  double perStep = 0, modelPerStep = 0, bytesPerStep = 0, bytes = 0, latency = 0;
+  std::set<std::string> tpGroups;
+  double perStep = 0, modelPerStep = 0, gatherPerStep = 0, scatterPerStep = 0, modelBytesPerStep = 0;
+  double arBytes = 0, arLatency = 0;
   int n = 0;
   std::map<int64_t, int64_t> sizes;
   std::string tpDtype;
   for (auto& [key, acc] : accums) {
-    if (groupClass(key.first) != "tp" || (key.second != "all_reduce" && key.second != "allreduce")) continue;
-    ++tpGroups;
-    const double steps = std::max<int64_t>(1, acc.stats.steps);
+    if (groupClass(key.first) != "tp") continue;
+    tpGroups.insert(key.first);
+    if (tpDtype.empty()) tpDtype = acc.dtype;
+    const double steps = static_cast<double>(std::max<int64_t>(1, acc.stats.steps));
+    const std::string& o = key.second;
+    modelBytesPerStep += static_cast<double>(acc.modelSizedBytes) / steps;
+    if (o == "all_gather" || o == "allgather") gatherPerStep += static_cast<double>(acc.modelSized) / steps;
+    if (o == "reduce_scatter") scatterPerStep += static_cast<double>(acc.modelSized) / steps;
+    if (o != "all_reduce" && o != "allreduce") continue;
     perStep += static_cast<double>(acc.stats.count) / steps;
     modelPerStep += static_cast<double>(acc.modelSized) / steps;
-    bytesPerStep += static_cast<double>(acc.stats.bytes) / steps;
-    bytes += static_cast<double>(acc.stats.bytes);
-    latency += static_cast<double>(acc.stats.latencyNs);
+    arBytes += static_cast<double>(acc.stats.bytes);
+    arLatency += static_cast<double>(acc.stats.latencyNs);
     n = acc.stats.groupSize;
     for (auto [b, c] : acc.sizeHistogram) sizes[b] += c;
-    if (tpDtype.empty()) tpDtype = acc.dtype;
   }
-  if (tpGroups > 0) {
-    tp.measuredPerStep = perStep / tpGroups;
-    tp.measuredModelSizedPerStep = modelPerStep / tpGroups;
-    tp.measuredBytesPerStep = bytesPerStep / tpGroups;
+  if (!tpGroups.empty()) {
+    const double g = static_cast<double>(tpGroups.size());
+    tp.measuredPerStep = perStep / g;
+    tp.measuredModelSizedPerStep = modelPerStep / g;
+    tp.measuredAllGatherPerStep = gatherPerStep / g;
+    tp.measuredReduceScatterPerStep = scatterPerStep / g;
+    tp.measuredBytesPerStep = modelBytesPerStep / g;
     int64_t best = 0;
     for (auto [b, c] : sizes)
       if (c > best) {
         best = c;
         tp.measuredBytesEach = b;
       }
-    tp.busbwGbps = latency > 0 ? bytes / latency * busBandwidthFactor("all_reduce", n) : 0.0;
+    tp.busbwGbps = arLatency > 0 ? arBytes / arLatency * busBandwidthFactor("all_reduce", n) : 0.0;
   }
   if (tp.haveModel) {
-    tp.expectedPerStep = int64_t{4} * tp.model.layers * tp.model.gradAccumSteps;
-    tp.expectedElements = tp.model.microBatchSize * tp.model.seqLen * tp.model.hidden;
-    tp.expectedBytesPerStep = tp.expectedPerStep * tp.expectedElements * elementSize(tpDtype);
-    tp.matches = tpGroups > 0 && !tp.model.sequenceParallel &&
-                 std::llround(tp.measuredModelSizedPerStep) == tp.expectedPerStep;
+    const ModelConfig& m = tp.model;
+    const int64_t perLayer = m.activationCheckpointing ? 6 : 4, v = m.vocabParallel ? 1 : 0;
+    const int64_t micro = m.gradAccumSteps;
+    if (m.sequenceParallel) {
+      tp.expectedAllGatherPerStep = micro * (perLayer * m.layers + 2 * v);
+      tp.expectedReduceScatterPerStep = micro * (perLayer * m.layers + 2 * v);
+    } else {
+      tp.expectedPerStep = micro * (perLayer * m.layers + 2 * v);
+    }
+    tp.expectedElements = m.microBatchSize * m.seqLen * m.hidden;
+    tp.expectedBytesPerStep = (tp.expectedPerStep + tp.expectedAllGatherPerStep + tp.expectedReduceScatterPerStep) *
+                              tp.expectedElements * elementSize(tpDtype);
+    tp.matches = !tpGroups.empty() && std::llround(tp.measuredModelSizedPerStep) == tp.expectedPerStep &&
+                 std::llround(tp.measuredAllGatherPerStep) == tp.expectedAllGatherPerStep &&
+                 std::llround(tp.measuredReduceScatterPerStep) == tp.expectedReduceScatterPerStep;
   }
   return out;
 }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
+#include <set>
 
 #include "tpscope/analysis/breakdown.h"
 #include "tpscope/analysis/collectives.h"
@@ -29,66 +31,94 @@ std::string pct(double v) {
   return buf;
 }
 
-std::vector<Finding> stragglerFindings(const CollectiveAnalysis& ca, const DiagnoseOptions& o) {
+// Mean step time over the ranks' step windows (0 without a breakdown).
+double meanStepNs(const Breakdown* b) {
+  if (b == nullptr || b->steps.empty()) return 0;
+  return static_cast<double>(b->run.stepNs) / static_cast<double>(b->steps.size());
+}
+
+std::vector<Finding> stragglerFindings(const CollectiveAnalysis& ca, const RunInfo& info, const Breakdown* b,
+                                       const DiagnoseOptions& o) {
   std::vector<Finding> out;
   const StragglerReport& sr = ca.stragglers;
-  int64_t commTotal = 0;
-  for (const auto& s : ca.stats) commTotal += s.totalNs * s.groupSize;
   // Waiting propagates: a rank held up by the straggler arrives late at its next collective with others. Only the
   // top rank and those that caused at least 75 % as much waiting are named.
   const int64_t top = sr.ranks.empty() ? 0 : sr.ranks.front().causedWaitNs;
-  int64_t allCaused = 0;
-  for (const RankStraggling& r : sr.ranks) allCaused += r.causedWaitNs;
+  const double alpha = o.stragglerAlpha / static_cast<double>(std::max<size_t>(1, sr.ranks.size()));
+  const double stepNs = meanStepNs(b);
   for (const RankStraggling& r : sr.ranks) {
-    if (r.causedWaitNs * 4 < top * 3) continue;
-    // A rank slow once per step is last at its slow collective and at chance elsewhere (a quarter of the time among
-    // four ranks): below half of them, but the waiting is mostly on it.
-    const bool mostlyLast = r.lastPct() >= o.stragglerLastPct;
-    const bool causedMost =
-        100.0 * static_cast<double>(r.causedWaitNs) >= o.stragglerDominantWaitPct * static_cast<double>(allCaused);
-    if (r.collectives < o.stragglerMinCollectives || !(mostlyLast || causedMost)) continue;
-    const double waitPct = commTotal > 0 ? 100.0 * static_cast<double>(r.causedWaitNs) / commTotal : 0.0;
-    if (waitPct < o.stragglerMinWaitPct) continue;
+    if (r.causedWaitNs * 4 < top * 3 || r.collectives < o.stragglerMinCollectives || r.pValue >= alpha) continue;
+    // The ranks that waited on it: the other members of its groups.
+    std::set<int> waiters;
+    for (const auto& g : info.groups)
+      if (std::find(g.ranks.begin(), g.ranks.end(), r.rank) != g.ranks.end())
+        for (int m : g.ranks)
+          if (m != r.rank) waiters.insert(m);
+    // Material: the waiting it caused beyond what chance would have put on it, per step and waiting rank.
+    const double excess = std::max(0.0, static_cast<double>(r.causedWaitNs) - r.expectedWaitNs);
+    const double perWaiterStep = excess / static_cast<double>(std::max<size_t>(1, waiters.size())) /
+                                 static_cast<double>(std::max<int64_t>(1, sr.steps));
+    const double costPct = stepNs > 0 ? 100.0 * perWaiterStep / stepNs : 0.0;
     Finding fd;
     fd.kind = FindingKind::Straggler;
-    fd.severity = Severity::Warning;
+    // Significant but small (a rank that shares its core with the launcher, say): a figure, not a fault.
+    fd.severity = costPct >= o.stragglerMinStepPct ? Severity::Warning : Severity::Info;
     fd.rank = r.rank;
     fd.message = "rank " + std::to_string(r.rank) + " arrives last at " + pct(r.lastPct()) + " of its collectives (" +
                  std::to_string(r.lastCount) + " of " + std::to_string(r.collectives) + "); the others wait " +
                  ms(r.causedWaitNs) + " in total on it";
     if (sr.steps > 0) fd.message += " (" + ms(r.causedWaitNs / sr.steps) + " per step)";
-    std::vector<int> waiters;
+    char why[160];
+    std::snprintf(why, sizeof why,
+                  "chance would make it cause %s of waiting (z = %.1f, p = %.2g); beyond that, each waiting rank loses "
+                  "%.1f%% of the mean step time to it",
+                  ms(static_cast<int64_t>(r.expectedWaitNs)).c_str(), r.z, r.pValue, costPct);
+    fd.details.push_back(why);
     for (const CollectiveArrival& a : ca.worst) {
       if (a.lastRank != r.rank) continue;
       fd.cite("collectives", {f("rank", int64_t{r.rank}), f("group_name", a.group), f("seq", a.seq)});
       if (!fd.collective) fd.collective = CollectiveRef{a.group, a.seq, a.op};
     }
-    for (const RankStraggling& other : sr.ranks)
-      if (other.rank != r.rank) waiters.push_back(other.rank);
-    std::sort(waiters.begin(), waiters.end());
-    fd.ranks = waiters;
+    if (waiters.empty())
+      for (const RankStraggling& other : sr.ranks)
+        if (other.rank != r.rank) waiters.insert(other.rank);
+    fd.ranks.assign(waiters.begin(), waiters.end());
     fd.number("last_count", r.lastCount)
         .number("collectives", r.collectives)
         .number("last_pct", r.lastPct())
         .number("caused_wait_ns", r.causedWaitNs)
-        .number("caused_wait_pct_of_comm", waitPct);
+        .number("expected_wait_ns", r.expectedWaitNs)
+        .number("z", r.z)
+        .number("p_value", r.pValue)
+        .number("step_cost_pct", costPct);
     out.push_back(std::move(fd));
   }
   return out;
 }
 
-std::vector<Finding> overheadFindings(const Breakdown& b, const DiagnoseOptions& o) {
+// Bytes per step of TP communication beyond the analytic model, in % of the model (nullopt: no comparable model).
+std::optional<double> tpExcessPct(const TpModelCheck& tp) {
+  if (!tp.haveModel || tp.expectedBytesPerStep <= 0 || tp.measuredBytesPerStep <= 0) return std::nullopt;
+  return 100.0 * (tp.measuredBytesPerStep - static_cast<double>(tp.expectedBytesPerStep)) /
+         static_cast<double>(tp.expectedBytesPerStep);
+}
+
+std::vector<Finding> overheadFindings(const Breakdown& b, const TpModelCheck* tp, const DiagnoseOptions& o) {
   std::vector<Finding> out;
+  const std::optional<double> excess = tp ? tpExcessPct(*tp) : std::nullopt;
   auto make = [&](int rank, const TimeShares& t, int steps) {
     const double p = t.commOverheadPct();
     if (p < o.commOverheadInfoPct) return;
     Finding fd;
     fd.kind = FindingKind::CommOverhead;
-    fd.severity = p >= o.commOverheadWarnPct ? Severity::Warning : Severity::Info;
+    const bool unexplained = excess && *excess > o.tpExcessPct;
+    fd.severity = p >= o.commOverheadWarnPct && unexplained ? Severity::Warning : Severity::Info;
     fd.rank = rank;
     fd.message = std::string(rank >= 0 ? "rank " + std::to_string(rank) : std::string("the run")) + ": " + pct(p) +
                  " of step time is exposed communication (comm " + pct(t.pct(t.commNs)) + ", overlapped with compute " +
                  pct(t.pct(t.commNs - t.exposedCommNs)) + ")";
+    if (unexplained)
+      fd.details.push_back("TP communication is " + pct(*excess) + " above what the TP model of the config expects");
     if (rank >= 0) fd.cite("spans", {f("rank", int64_t{rank})});
     fd.number("step_ns", t.stepNs)
         .number("comm_ns", t.commNs)
@@ -96,6 +126,7 @@ std::vector<Finding> overheadFindings(const Breakdown& b, const DiagnoseOptions&
         .number("compute_ns", t.computeNs)
         .number("comm_overhead_pct", p)
         .number("steps", int64_t{steps});
+    if (excess) fd.number("tp_excess_pct", *excess);
     out.push_back(std::move(fd));
   };
   for (const RankBreakdown& r : b.ranks) make(r.rank, r.time, r.steps);
@@ -142,14 +173,18 @@ DiagnoseResult diagnose(tracedb::Reader& reader, const DiagnoseOptions& options)
     if (!r) return r.status();
     return anomalyFindings(*r, *info);
   });
+  // The breakdown and the collective analysis feed both the straggler and the overhead rules: computed once.
+  auto breakdown = computeBreakdown(reader);
+  if (!breakdown) result.errors.push_back("breakdown: " + breakdown.error());
+  std::optional<CollectiveAnalysis> collectives;
+  if (table) collectives = detail::analyzeCollectives(*table, *info);
   take("stragglers", [&]() -> Findings {
-    if (!table) return std::vector<Finding>{};
-    return stragglerFindings(detail::analyzeCollectives(*table, *info), options);
+    if (!collectives) return std::vector<Finding>{};
+    return stragglerFindings(*collectives, *info, breakdown ? &*breakdown : nullptr, options);
   });
   take("breakdown", [&]() -> Findings {
-    auto r = computeBreakdown(reader);
-    if (!r) return r.status();
-    return overheadFindings(*r, options);
+    if (!breakdown) return std::vector<Finding>{};
+    return overheadFindings(*breakdown, collectives ? &collectives->tp : nullptr, options);
   });
 
   sortFindings(all);

@@ -135,6 +135,7 @@ std::string reportToJson(const Report& report, const std::string& file, int inde
     x["mean_skew_ns"] = c.meanSkewNs;
     x["max_skew_ns"] = c.maxSkewNs;
     x["steps"] = c.steps;
+    if (!c.emulatedBy.empty()) x["emulated_by"] = c.emulatedBy;
     colls.push_back(std::move(x));
   }
   j["collectives"] = std::move(colls);
@@ -144,7 +145,8 @@ std::string reportToJson(const Report& report, const std::string& file, int inde
   Json sr = Json::array();
   for (const auto& r : report.collectives.stragglers.ranks)
     sr.push_back(Json{{"rank", r.rank}, {"collectives", r.collectives}, {"last_count", r.lastCount},
-                      {"last_pct", real(r.lastPct())}, {"caused_wait_ns", r.causedWaitNs}, {"waited_ns", r.waitedNs}});
+                      {"last_pct", real(r.lastPct())}, {"caused_wait_ns", r.causedWaitNs}, {"waited_ns", r.waitedNs},
+                      {"expected_wait_ns", real(r.expectedWaitNs)}, {"z", real(r.z)}, {"p_value", real(r.pValue)}});
   st["ranks"] = std::move(sr);
   j["stragglers"] = std::move(st);
   const TpModelCheck& tp = report.collectives.tp;
@@ -155,6 +157,10 @@ std::string reportToJson(const Report& report, const std::string& file, int inde
   t["expected_bytes_per_step"] = tp.expectedBytesPerStep;
   t["measured_per_step"] = real(tp.measuredPerStep);
   t["measured_model_sized_per_step"] = real(tp.measuredModelSizedPerStep);
+  t["expected_all_gather_per_step"] = tp.expectedAllGatherPerStep;
+  t["expected_reduce_scatter_per_step"] = tp.expectedReduceScatterPerStep;
+  t["measured_all_gather_per_step"] = real(tp.measuredAllGatherPerStep);
+  t["measured_reduce_scatter_per_step"] = real(tp.measuredReduceScatterPerStep);
   t["measured_bytes_per_step"] = real(tp.measuredBytesPerStep);
   t["measured_bytes_each"] = tp.measuredBytesEach;
   t["busbw_gbps"] = real(tp.busbwGbps);

@@ -10,6 +10,8 @@
 
 #include "evidence_util.h"
 #include "sql_query.h"
+#include "tpscope/analysis/collectives.h"
+#include "tpscope/probes/nonfinite_order.h"
 
 namespace tpscope::analysis {
 
@@ -23,7 +25,7 @@ bool earlier(const NonFiniteEvent& a, const NonFiniteEvent& b) {
   if (a.step != b.step) return a.step < b.step;
   if (a.tsNs.has_value() != b.tsNs.has_value()) return a.tsNs.has_value();
   if (a.tsNs && *a.tsNs != *b.tsNs) return *a.tsNs < *b.tsNs;
-  if (a.layer != b.layer) return a.layer > b.layer;
+  if (a.layer != b.layer) return probes::producedBefore(a.layer, b.layer);
   if (a.isNan() != b.isNan()) return a.isNan();
   const int64_t na = a.nanCount + a.infCount, nb = b.nanCount + b.infCount;
   if (na != nb) return na > nb;
@@ -55,7 +57,31 @@ struct Coll {
   std::string op;
   int64_t enqueue, done;
   int step, phase, layer;
+  std::string dtype;
 };
+
+// NaN and Inf travel only in floating-point payloads: an integer flag (the health policy's skip/stop vote) or a
+// payload-free barrier carries nothing. An unknown dtype (imported traces) is assumed to carry data.
+bool carriesValues(const Coll& c) {
+  const std::string& d = c.dtype;
+  if (d.empty() || d == "other") return true;
+  return d.starts_with("float") || d.starts_with("bfloat") || d == "half" || d == "double" || d.starts_with("complex");
+}
+
+// The evidence a carrier leaves on a receiver in the same step. A forward or backward collective of a
+// tensor-parallel (non-DP) group carries activations or activation gradients: every later activation and gradient
+// of the receiver turns non-finite, so its own gradient or activation records must show it. A DP gradient bucket or
+// an optimizer-phase collective (clip norm, loss mean, replica check) carries reduced gradients or scalars, which
+// the receiver's pre-reduction gradient records never see: only its step statistics (global norm, loss) or a later
+// step can show them. Phase 0 (unknown) is consistent with either.
+bool consistentCarrier(const Coll& c, const NonFiniteEvent& receiverFirst) {
+  if (receiverFirst.step > c.step) return true;  // the value is in the receiver's state from then on
+  const bool activationCarrier = (c.phase == 1 || c.phase == 2) && groupClass(c.group) != "dp";
+  const bool stateCarrier = c.phase != 1 && !activationCarrier;
+  const bool receiverInPass = receiverFirst.source != "step_stats";
+  if (c.phase == 0) return true;
+  return receiverInPass ? activationCarrier : stateCarrier;
+}
 
 }  // namespace
 
@@ -108,22 +134,40 @@ tracedb::Result<NonFiniteReport> analyzeNonFinite(tracedb::Reader& reader, const
     });
     if (!s) return s;
   }
+  // Each rank's step windows: the latest time a record of that step can stand for (the bound of a receiver's
+  // evidence in the spread below).
+  std::map<std::pair<int, int>, int64_t> stepEnd;
   {
-    // SQLite stores NaN as NULL (indistinguishable from "not recorded"), so only ±Inf is visible here.
+    // SQLite stores NaN as NULL. A NULL loss or grad_norm is a NaN where the rank records that column at other steps
+    // (tpscope-train always does); ±Inf is stored as it is.
     Query q(reader,
-            "SELECT rank, step, loss, grad_norm FROM step_stats WHERE abs(loss) > 1.7976931348623157e308 OR"
-            " abs(grad_norm) > 1.7976931348623157e308",
+            "SELECT s.rank, s.step, s.end_ns,"
+            " CASE WHEN abs(s.loss) > 1.7976931348623157e308 THEN 2 WHEN s.loss IS NULL AND EXISTS (SELECT 1 FROM"
+            "  step_stats t WHERE t.rank = s.rank AND t.loss IS NOT NULL) THEN 1 ELSE 0 END,"
+            " CASE WHEN abs(s.grad_norm) > 1.7976931348623157e308 THEN 2 WHEN s.grad_norm IS NULL AND EXISTS (SELECT 1"
+            "  FROM step_stats t WHERE t.rank = s.rank AND t.grad_norm IS NOT NULL) THEN 1 ELSE 0 END"
+            " FROM step_stats s",
             "table 'step_stats'");
     auto s = q.each([&](Query& r) {
+      const int rank = r.i32(0), step = r.i32(1);
+      if (!r.isNull(2)) stepEnd[{rank, step}] = r.i64(2);
+      const int loss = r.i32(3), norm = r.i32(4);
+      if (loss == 0 && norm == 0) return;
       NonFiniteEvent e;
       e.source = "step_stats";
-      e.rank = r.i32(0);
-      e.step = r.i32(1);
-      e.param = !r.isNull(2) && std::isinf(r.f64(2)) ? "loss" : "grad_norm";
-      e.infCount = 1;
+      e.rank = rank;
+      e.step = step;
+      e.param = norm != 0 ? "grad_norm" : "loss";
+      ((norm != 0 ? norm : loss) == 1 ? e.nanCount : e.infCount) = 1;
+      if (!r.isNull(2)) e.boundNs = r.i64(2);
       events.push_back(std::move(e));
     });
     if (!s) return s;
+  }
+  for (NonFiniteEvent& e : events) {
+    if (e.tsNs) e.boundNs = e.tsNs;
+    else if (!e.boundNs)
+      if (auto it = stepEnd.find({e.rank, e.step}); it != stepEnd.end()) e.boundNs = it->second;
   }
   if (events.empty()) return out;
 
@@ -167,85 +211,90 @@ tracedb::Result<NonFiniteReport> analyzeNonFinite(tracedb::Reader& reader, const
   std::vector<Coll> colls;
   {
     Query q(reader,
-            "SELECT rank, group_name, seq, op, enqueue_ns, coalesce(end_ns, start_ns, enqueue_ns), step, phase, layer"
-            " FROM collectives WHERE step BETWEEN ? AND ? ORDER BY enqueue_ns",
+            "SELECT rank, group_name, seq, op, enqueue_ns, coalesce(end_ns, start_ns, enqueue_ns), step, phase, layer,"
+            " coalesce(dtype, '') FROM collectives WHERE step BETWEEN ? AND ? ORDER BY enqueue_ns",
             "table 'collectives'");
     q.bind(1, int64_t{origin.step}).bind(2, int64_t{origin.step} + 1);
     auto s = q.each([&](Query& r) {
       colls.push_back(Coll{r.i32(0), r.text(1), r.i64(2), r.text(3), r.i64(4), r.i64(5), r.i32(6), r.i32(7),
-                           r.i32(8)});
+                           r.i32(8), r.text(9)});
     });
     if (!s) return s;
   }
   // The origin time: the alert's time; else, for gradients, the first backward collective of the origin rank at
-  // the origin layer or below; else the first collective of the step.
-  int64_t t0 = INT64_MIN;
+  // the origin layer or below (backward reaches that layer then); else the first collective of the step.
+  int64_t t0 = INT64_MAX;
   if (origin.tsNs) {
     t0 = *origin.tsNs;
   } else {
-    const Coll* pick = nullptr;
-    for (const Coll& c : colls) {
-      if (c.rank != origin.rank || c.step != origin.step) continue;
-      if (origin.phase == "bwd" && c.phase == 2 && (origin.layer < 0 || c.layer <= origin.layer)) {
-        pick = &c;
-        break;
-      }
-    }
-    if (!pick)
+    auto firstOf = [&](auto&& pred) -> const Coll* {
       for (const Coll& c : colls)
-        if (c.rank == origin.rank && c.step == origin.step && (origin.phase != "bwd" || c.phase == 2)) {
-          pick = &c;
-          break;
-        }
-    if (!pick)
-      for (const Coll& c : colls)
-        if (c.rank == origin.rank && c.step == origin.step) {
-          pick = &c;
-          break;
-        }
-    t0 = pick ? pick->enqueue : INT64_MAX;
+        if (c.rank == origin.rank && c.step == origin.step && pred(c)) return &c;
+      return nullptr;
+    };
+    const bool bwd = origin.phase == "bwd";
+    const Coll* pick =
+        firstOf([&](const Coll& c) { return bwd && c.phase == 2 && (origin.layer < 0 || c.layer <= origin.layer); });
+    if (!pick) pick = firstOf([&](const Coll& c) { return !bwd || c.phase == 2; });
+    if (!pick) pick = firstOf([](const Coll&) { return true; });
+    if (pick) t0 = pick->enqueue;
   }
   std::map<std::pair<std::string, int64_t>, std::vector<const Coll*>> bySeq;
   for (const Coll& c : colls) bySeq[{c.group, c.seq}].push_back(&c);
+  std::map<int, int64_t> slack;  // clock uncertainty per rank (merged files are aligned within it)
+  for (const auto& ri : info.ranks) slack[ri.rank] = ri.clockUncertaintyNs;
 
-  // Earliest-arrival search over (rank, time): a reached rank passes the value on through the next collective of
-  // each of its groups that it enqueued at or after it was reached.
-  std::map<int, int64_t> reached{{origin.rank, t0}};
+  // Causal search (earliest arrival over (rank, time)). A rank r reached at time t passes the value on through a
+  // collective c of its own if: r entered c at or after t; c's payload can carry it (carriesValues); and for each
+  // other member m: m's own records show a non-finite value (a rank that never does is not in the path), no later
+  // than c completed (m's first record's bound, within the two ranks' clock uncertainty), of a kind that such a
+  // carrier leaves (consistentCarrier). Each receiver keeps its earliest carrier.
+  struct Arrival {
+    int64_t t = INT64_MAX;
+    const Coll* via = nullptr;
+    int from = -1;
+  };
+  std::map<int, Arrival> reached;
+  reached[origin.rank] = Arrival{t0, nullptr, -1};
   using Item = std::pair<int64_t, int>;
   std::priority_queue<Item, std::vector<Item>, std::greater<>> frontier;
-  frontier.emplace(t0, origin.rank);
-  std::set<std::pair<std::string, int64_t>> used;
-  while (!frontier.empty() && t0 != INT64_MAX) {
+  if (t0 != INT64_MAX) frontier.emplace(t0, origin.rank);
+  while (!frontier.empty()) {
     auto [t, r] = frontier.top();
     frontier.pop();
-    if (reached[r] < t) continue;
-    std::set<std::string> groupsDone;
+    if (reached[r].t < t) continue;
     for (const Coll& c : colls) {
-      if (c.rank != r || c.enqueue < t || groupsDone.count(c.group)) continue;
-      groupsDone.insert(c.group);
-      if (!used.insert({c.group, c.seq}).second) continue;
-      SpreadHop hop;
-      hop.collective = CollectiveRef{c.group, c.seq, c.op};
-      hop.step = c.step;
-      hop.fromRank = r;
+      if (c.rank != r || c.enqueue < t || !carriesValues(c)) continue;
       int64_t done = c.done;
       for (const Coll* m : bySeq[{c.group, c.seq}]) done = std::max(done, m->done);
       for (const Coll* m : bySeq[{c.group, c.seq}]) {
-        if (m->rank == r) continue;
-        auto it = reached.find(m->rank);
-        if (it == reached.end() || it->second > done) {
-          reached[m->rank] = done;
+        auto fe = first.find(m->rank);
+        if (m->rank == r || fe == first.end() || fe->second.step < c.step) continue;
+        const NonFiniteEvent& seen = fe->second;
+        if (seen.boundNs && done > *seen.boundNs + slack[r] + slack[m->rank]) continue;
+        if (!consistentCarrier(c, seen)) continue;
+        Arrival& a = reached[m->rank];
+        if (done < a.t) {
+          a = Arrival{done, &c, r};
           frontier.emplace(done, m->rank);
-          hop.toRanks.push_back(m->rank);
         }
       }
-      std::sort(hop.toRanks.begin(), hop.toRanks.end());
-      if (!hop.toRanks.empty()) out.spread.push_back(std::move(hop));
     }
   }
+  // The hops, one per carrier, in time order.
+  std::map<std::tuple<int64_t, std::string, int64_t>, SpreadHop> hops;
+  for (const auto& [rank, a] : reached) {
+    if (a.via == nullptr) continue;
+    SpreadHop& hop = hops[{a.t, a.via->group, a.via->seq}];
+    hop.collective = CollectiveRef{a.via->group, a.via->seq, a.via->op};
+    hop.step = a.via->step;
+    hop.fromRank = a.from;
+    hop.toRanks.push_back(rank);
+  }
+  for (auto& [key, hop] : hops) out.spread.push_back(std::move(hop));
   for (const auto& [rank, e] : first) {
     if (rank == origin.rank) continue;
-    if (reached.count(rank)) out.receivers.push_back(rank);
+    if (reached.count(rank) && reached[rank].via != nullptr) out.receivers.push_back(rank);
     else out.unexplained.push_back(rank);
   }
   (void)info;

@@ -1,5 +1,7 @@
 #include "tpscope/analysis/run_info.h"
 
+#include "tpscope/analysis/collectives.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -57,9 +59,17 @@ std::optional<ModelConfig> parseModel(const std::string& text) {
   num("hidden", m.hidden);
   num("seq_len", m.seqLen);
   num("micro_batch_size", m.microBatchSize);
+  // tpscope-train writes "grad_accum"; other engines' names are accepted too.
+  num("grad_accum", m.gradAccumSteps);
   num("grad_accum_steps", m.gradAccumSteps);
   num("gradient_accumulation_steps", m.gradAccumSteps);
-  if (auto it = json.find("sequence_parallel"); it != json.end() && it->is_boolean()) m.sequenceParallel = *it;
+  auto flag = [&](const char* key, bool& out) {
+    if (auto it = json.find(key); it != json.end() && it->is_boolean()) out = *it;
+  };
+  flag("sequence_parallel", m.sequenceParallel);
+  flag("activation_checkpointing", m.activationCheckpointing);
+  if (auto it = json.find("vocab_size"); it != json.end() && it->is_number() && it->get<double>() > 0)
+    m.vocabParallel = true;
   if (m.gradAccumSteps < 1) m.gradAccumSteps = 1;
   return any ? std::optional<ModelConfig>(m) : std::nullopt;
 }
@@ -70,6 +80,16 @@ tracedb::Result<RunInfo> loadRunInfo(tracedb::Reader& reader) {
   auto ranks = reader.ranks();
   if (!ranks) return ranks.status();
   info.ranks = std::move(*ranks);
+  if (auto e = reader.metaValue("emulated_ops")) {
+    std::string_view rest = *e;
+    while (!rest.empty()) {
+      const size_t comma = rest.find(',');
+      const std::string_view item = rest.substr(0, comma);
+      if (const size_t eq = item.find('='); eq != std::string_view::npos)
+        info.emulatedOps[canonicalOp(item.substr(0, eq))] = canonicalOp(item.substr(eq + 1));
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    }
+  }
   auto groups = reader.groups();
   if (!groups) return groups.status();
   info.groups = std::move(*groups);

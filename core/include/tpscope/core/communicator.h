@@ -89,6 +89,9 @@ class Communicator {
   // Concatenation of every member's `t` along `dim` (all members pass the same shape).
   at::Tensor allGather(const at::Tensor& t, int64_t dim, const Callsite& site, probes::Phase phase);
   // Sum over members, then this member's chunk along `dim` (size along dim divisible by the group size).
+  // Emulated by an all-reduce (Debian's Gloo has no reduce-scatter): recorded as the logical op, and the run says so
+  // in meta 'emulated_ops' (kEmulatedOps) so that bandwidth figures count what really moved.
+  static constexpr const char* kEmulatedOps = "reduce_scatter=all_reduce";
   at::Tensor reduceScatter(const at::Tensor& t, int64_t dim, const Callsite& site, probes::Phase phase);
   // In place; `root` is a group rank.
   void broadcast(at::Tensor& t, int root, const Callsite& site, probes::Phase phase);

@@ -1,14 +1,25 @@
 // Gradient and loss anomalies.
 //
-// Robust baseline: for a series x_1..x_t (one rank's per-parameter l2 norm, one rank's global grad norm, or the
-// run's loss), the baseline of step t is median m and MAD d = median|x_i − m| of the previous `window` finite values
-// (at least `minHistory`). The robust z-score is z = (x_t − m) / (1.4826 · d) (1.4826·MAD estimates σ under
-// normality); with d = 0, z is computed with d replaced by 1e-3·|m| (a flat series). A spike is z ≥ zThreshold and
-// x_t ≥ ratioThreshold · m. Non-finite values are left to the NaN analysis (nonfinite.h).
+// Robust baseline, one definition for every series: for a series x_1..x_t (one rank's per-parameter l2 norm, the
+// run's global grad norm, or the run's loss), the baseline of step t is the median m and MAD d = median|y_i − m| of
+// the previous `window` finite values y_i (at least `minHistory`), and the robust z-score is
+// z = (y_t − m) / (1.4826 · d) (1.4826·MAD estimates σ under normality).
+//   Gradient norms are tested on y = log10(x): they are positive and move multiplicatively, so a spike is a jump in
+//   decades. d is floored at minSigmaDecades / 1.4826 (a series that barely moves does not make a small wobble a
+//   spike). A candidate (x ≥ ratioThreshold · 10^m) is judged against the series' own trend: the Theil–Sen line
+//   through the window predicts y_t, and z is the residual in units of the residuals' robust σ (same floor); a
+//   spike is z ≥ zThreshold and x ≥ ratioThreshold · 10^prediction. Warm-up and early training move norms by
+//   decades: against the trend that is ordinary, and a spike on a steep trend still stands out (a plain median
+//   baseline would both flag the trend and, its MAD widened by it, miss the spike).
+//   The loss is tested on y = x, d floored at 1e-3·|m|; a spike is z ≥ zThreshold and x ≥ ratioThreshold · m.
+// False-alarm rate: were the residuals normal, P(z ≥ 6) ≈ 1e-9 per test; real series have heavier tails, which the
+// ratio condition (≥ 2× for the global norm and the loss, ≥ 10× for one parameter) bounds. Measured on the accuracy
+// benchmark's healthy runs (bench/accuracy, docs/diagnosis.md): the figure is there.
 //   grad_spike (per rank, param): over grad_stats.l2_norm, with the stricter paramMinHistory/paramRatioThreshold;
 //   reported per (rank, step), worst param first
 //   grad_spike (run-wide, rank −1): over step_stats.grad_norm, per step the mean over the ranks
 //   loss_spike: over step_stats.loss, per step the mean over the ranks that recorded it
+// Non-finite values are left to the NaN analysis (nonfinite.h).
 // Replica divergence: values that must agree after reduction do not.
 //   step_stats.grad_norm is the global norm after reduction: equal on every rank of a step. Relative spread
 //   (max − min) / max > divergenceTolerance is a divergence.
@@ -34,6 +45,7 @@ struct AnomalyOptions {
   int minHistory = 5;
   double zThreshold = 6.0;
   double ratioThreshold = 2.0;
+  double minSigmaDecades = 0.05;  // floor of the robust σ of log10 norms (about ±12 %)
   // Per-parameter norms (grad_stats) swing several-fold in healthy training: there a spike must also be at least
   // paramRatioThreshold × the median, with at least paramMinHistory previous values.
   int paramMinHistory = 8;
@@ -46,7 +58,7 @@ struct Spike {
   int step = 0;
   int layer = -1;
   std::string param;   // "" for a global grad norm or the loss
-  double value = 0, median = 0, mad = 0, z = 0;
+  double value = 0, median = 0, mad = 0, z = 0;  // median on the value's scale; mad in decades for grad norms
 };
 
 struct Divergence {

@@ -19,11 +19,21 @@
 // each other member waited (last arrival − its arrival). When the skew is within the clock uncertainty of the
 // members (ranks.clock_uncertainty_ns, summed over the first and last arriver) the order is undecided and the
 // collective is counted as such, not attributed.
+// Significance (is a rank last more than chance allows?): each decided collective c with n_c arrivals carries the
+// weight w_c = Σ of the others' waiting at it. Under the null hypothesis that arrival order is exchangeable (no rank
+// is systematically late), the last arriver is uniform over the n_c arrivals, independently per collective, so for
+// rank r the waiting it caused, S_r = Σ_c w_c · [r last at c], has
+//   μ_r = Σ_c w_c / n_c,   σ²_r = Σ_c w_c² · (1/n_c)(1 − 1/n_c)      (sums over the decided collectives r joined)
+// and z_r = (S_r − μ_r) / σ_r. The one-sided p-value is that of a standard normal (p = ½·erfc(z/√2)). The weights
+// make one rank late at its few costly collectives stand out against many cheap ones where order is chance (an
+// unweighted count of "last" would drown it); a few heavy collectives cannot make z large on their own (k equally
+// heavy collectives of n ranks, all lost by one rank by chance, give z = √(k(n−1))), so z needs evidence across many.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tpscope/analysis/run_info.h"
@@ -32,7 +42,16 @@
 
 namespace tpscope::analysis {
 
-// nccl-tests bus-bandwidth factor for an op over n ranks (0 for barrier and unknown ops with n < 2).
+// The canonical name of a collective op as the analyses use it: "all_reduce", "all_gather", "reduce_scatter",
+// "all_to_all", "broadcast", "reduce", "gather", "scatter", "send", "recv", "send_recv", "barrier". Accepts the spellings
+// of c10d, Gloo, NCCL and the profiler ("allreduce", "c10d::allreduce_", "gloo:all_reduce", "_allgather_base",
+// "allreduce_coalesced", "reduce_scatter_tensor", "all_gather_into_tensor_coalesced", ...); unknown names come back
+// lower-cased.
+std::string canonicalOp(std::string_view op);
+
+// nccl-tests' bus-bandwidth factor for an op over n ranks (PERFORMANCE.md of nccl-tests): all_reduce 2(n−1)/n;
+// all_gather, reduce_scatter, all_to_all, gather, scatter (n−1)/n; broadcast, reduce, send, recv, send_recv 1;
+// barrier 0. Coalesced and tensor variants take their op's factor (canonicalOp).
 double busBandwidthFactor(const std::string& op, int n);
 
 struct CollectiveStats {
@@ -47,7 +66,8 @@ struct CollectiveStats {
   int64_t minLatencyNs = 0, maxLatencyNs = 0;  // over the collectives
   int64_t meanSkewNs = 0, maxSkewNs = 0;       // arrival skew over the collectives
   double algbwGbps = 0;     // Σ S / Σ latency, GB/s (1e9 bytes/s)
-  double busbwGbps = 0;     // algbwGbps · busBandwidthFactor(op, groupSize)
+  double busbwGbps = 0;     // algbwGbps · busBandwidthFactor(op, groupSize) — of emulatedBy when set
+  std::string emulatedBy;   // the op that really ran (meta 'emulated_ops'), e.g. "all_reduce" for a reduce_scatter
   int64_t steps = 0;        // distinct steps the collectives belong to (−1 not counted)
 };
 
@@ -57,6 +77,9 @@ struct RankStraggling {
   int64_t lastCount = 0;    // collectives where it arrived last (decided ones)
   int64_t causedWaitNs = 0; // Σ over those of the others' waiting
   int64_t waitedNs = 0;     // Σ of its own waiting on later arrivers
+  double expectedWaitNs = 0;  // μ_r: the waiting it would cause by chance (see the significance test above)
+  double z = 0;               // z_r; 0 when σ_r = 0
+  double pValue = 1;          // one-sided, ½·erfc(z/√2)
   double lastPct() const { return collectives > 0 ? 100.0 * lastCount / collectives : 0.0; }
 };
 
@@ -79,21 +102,40 @@ struct CollectiveArrival {
   int64_t latencyNs = 0;    // min member duration (0 when none completed)
 };
 
-// The TP communication model (Megatron, no sequence parallelism): per layer and micro-batch, 4 all-reduces of
-// b·s·h elements (2 forward: attention output and MLP output row-parallel; 2 backward: the copy-to-TP inputs of
-// QKV and fc1). With sequence parallelism the same volume moves as 4 all-gathers + 4 reduce-scatters.
+// The TP communication model: what the engine (core/, Megatron's layer contracts) issues per TP group and step, for
+// M = grad_accum micro-batches of b·s·h activations (b micro-batch size, s sequence length, h hidden).
+// Per transformer layer and micro-batch, two column-parallel linears (QKV, fc1) and two row-parallel (attention
+// output, fc2):
+//   without sequence parallelism: row-parallel forward all-reduce ×2, column-parallel backward all-reduce ×2
+//   with sequence parallelism:    column-parallel forward all-gather ×2 and backward reduce-scatter ×2, row-parallel
+//                                 forward reduce-scatter ×2 and backward all-gather ×2
+// Activation checkpointing recomputes each layer's forward in backward: its forward collectives run twice.
+// With a vocab-parallel embedding and LM head (the config has vocab_size), per micro-batch: the embedding's forward
+// all-reduce and the LM head input's backward all-reduce (with sequence parallelism: the embedding's forward
+// reduce-scatter and backward all-gather, the head's forward all-gather and backward reduce-scatter). So per step,
+// with L layers, c = 1 with activation checkpointing else 0, and v = 1 with a vocab-parallel embedding else 0:
+//   all_reduce     = M · ((4 + 2c)·L + 2v)                     (0 with sequence parallelism)
+//   all_gather     = M · ((4 + 2c)·L + 2v)                     (sequence parallelism only)
+//   reduce_scatter = M · ((4 + 2c)·L + 2v)                     (sequence parallelism only)
+// each moving b·s·h elements in nccl-tests' sense (an all-gather's input is one shard: numel · n = b·s·h). Smaller
+// TP collectives (the vocab-parallel cross entropy's max and sums, the clip norm) are counted in measuredPerStep but
+// are not part of the model.
 struct TpModelCheck {
   bool haveModel = false;            // meta 'config' had layers, hidden, seq_len, micro_batch_size
   ModelConfig model;
-  int64_t expectedPerStep = 0;       // 4 · layers · grad_accum_steps all-reduces per TP group per step
-  int64_t expectedElements = 0;      // b · s · h per all-reduce
-  int64_t expectedBytesPerStep = 0;  // expectedPerStep · b·s·h · element size of the measured dtype (4 if unknown)
+  int64_t expectedPerStep = 0;       // model-sized all-reduces per TP group per step (formula above)
+  int64_t expectedAllGatherPerStep = 0;
+  int64_t expectedReduceScatterPerStep = 0;
+  int64_t expectedElements = 0;      // b · s · h per collective
+  int64_t expectedBytesPerStep = 0;  // Σ expected counts · b·s·h · element size of the measured dtype (4 if unknown)
   double measuredPerStep = 0;        // all-reduces per TP group ("tp-*") per step, all sizes
   double measuredModelSizedPerStep = 0;  // those of exactly b·s·h elements
-  double measuredBytesPerStep = 0;   // Σ bytes of TP all-reduces per TP group per step
+  double measuredAllGatherPerStep = 0;   // model-sized all-gathers per TP group per step
+  double measuredReduceScatterPerStep = 0;
+  double measuredBytesPerStep = 0;   // Σ bytes of model-sized TP collectives per TP group per step
   int64_t measuredBytesEach = 0;     // the most common size in bytes of a TP all-reduce
   double busbwGbps = 0;              // of the TP all-reduces
-  bool matches = false;              // model-sized count per step == expected
+  bool matches = false;              // every model-sized count per step == expected
 };
 
 struct CollectiveAnalysis {

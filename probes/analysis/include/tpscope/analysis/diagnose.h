@@ -1,15 +1,20 @@
 // diagnose(): every analysis over one run file, as findings sorted most severe first (findingLess).
 //
 // Runs: crash, desync/hang, NaN/Inf origin, gradient and loss anomalies, stragglers, communication overhead.
-//   straggler (warning): a rank arrives last at ≥ stragglerLastPct % of the decided collectives of the run
-//                        (≥ stragglerMinCollectives of them) or caused ≥ stragglerDominantWaitPct % of all the
-//                        waiting at them (a rank slow once per step is last only at its slow collectives: among four
-//                        ranks, or with few steps, that is well below half) — and the others' waiting it caused is
-//                        ≥ stragglerMinWaitPct % of the run's total communication time, and it caused at least
-//                        75 % of the waiting the worst straggler caused (ranks delayed by the straggler arrive late
-//                        at their next collective too; they are victims, not causes).
-//   comm_overhead (warning above commOverheadWarnPct, info above commOverheadInfoPct): per rank, from the breakdown;
-//                        one run-wide finding (rank −1) carries the run's figure.
+//   straggler (warning): a rank whose waiting caused is significant and material, each test stated:
+//                        significant: the weighted arrival test of collectives.h gives p < stragglerAlpha / R (R the
+//                        ranks tested: a Bonferroni bound on the run's false-alarm rate), over ≥
+//                        stragglerMinCollectives decided collectives;
+//                        material: the waiting it caused beyond chance (S_r − μ_r), per step and per rank that
+//                        waited on it, is ≥ stragglerMinStepPct % of the mean step time (breakdown) — significant
+//                        but not material is an info finding (a figure: e.g. a rank sharing its core);
+//                        and it caused ≥ 75 % of the waiting the worst straggler caused (ranks delayed by the
+//                        straggler arrive late at their next collective too; they are victims, not causes).
+//   comm_overhead (info above commOverheadInfoPct): per rank and run-wide (rank −1), from the breakdown: a figure,
+//                        not a fault. It is a warning only against a stated expectation: the run's exposed
+//                        communication is ≥ commOverheadWarnPct % of step time *and* the TP communication volume per
+//                        step exceeds what the analytic TP model of the engine expects (collectives.h, TpModelCheck)
+//                        by more than tpExcessPct % (the model cannot explain the communication).
 // A failing analysis (e.g. a damaged table) does not stop the others: its error is returned in `errors`, named.
 // Threading: uses `reader` from the calling thread only.
 #pragma once
@@ -25,12 +30,12 @@ namespace tpscope::analysis {
 
 struct DiagnoseOptions {
   AnomalyOptions anomalies;
-  double stragglerLastPct = 50.0;
-  double stragglerDominantWaitPct = 50.0;
+  double stragglerAlpha = 1e-3;    // the run's false-alarm rate bound for stragglers
   int stragglerMinCollectives = 4;
-  double stragglerMinWaitPct = 5.0;
+  double stragglerMinStepPct = 5.0;
   double commOverheadWarnPct = 30.0;
   double commOverheadInfoPct = 10.0;
+  double tpExcessPct = 10.0;
   int maxFindingsPerKind = 20;  // the rest of a kind are counted in DiagnoseResult::omitted
 };
 

@@ -2,21 +2,26 @@
 //
 // Events (per rank): grad_stats rows with nan_count > 0 or inf_count > 0 (gradients, taken before any reduction),
 // alerts whose kind starts with "nonfinite", "nan" or "inf" (nonfinite_activation, nonfinite_grad, ...; their
-// evidence JSON may carry nan_count, inf_count, numel, phase), and step_stats rows with an infinite loss or grad_norm
-// (weakest evidence, no layer; SQLite stores NaN as NULL, which cannot be told from "not recorded").
-// The origin is the first event by:
+// evidence JSON may carry nan_count, inf_count, numel, phase), and step_stats rows with a non-finite loss or
+// grad_norm (±Inf as stored; NaN, which SQLite stores as NULL, where the rank records that column at other steps).
+// "First" is defined once (tpscope/probes/nonfinite_order.h) and used by the live rule, this analysis and, through
+// this analysis' origin finding, the viewer. The origin is the first event by:
 //   1. step (smallest);
 //   2. time, where events carry one (alerts.ts_ns; grad_stats have none);
-//   3. backward order: the highest layer (the backward pass computes layer L's gradients before layer L−1's, so
-//      a NaN that entered at layer L shows there first on its rank and in lower layers after the TP all-reduce);
+//   3. backward order: the highest layer first, layer −1 (outside the transformer) last (the backward pass computes
+//      layer L's gradients before layer L−1's, so a value born at layer L reaches lower layers afterwards);
 //   4. the most non-finite elements, then the smallest rank.
 // NaN beats Inf at the same position (a NaN origin is reported as nan_origin; Inf-only as inf_origin).
-// Receivers: every other rank with a non-finite event. A receiver got it through the collectives the origin rank
-// issued after the origin point: per group the origin belongs to, the first collective on the origin rank in the
-// origin step at or after the origin (alert time; else, for gradients, the first backward collective at the origin
-// layer or below; else the first of the step). Spreading is transitive: a DP all-reduce carries what a TP
-// all-reduce delivered. Receivers the spread path does not reach are listed as "unexplained" (possible second
-// origins).
+// Causal spread: a hop belongs to the path only if its payload can carry the value, and a rank is reached only if
+// its own records show a non-finite value. From the origin (at its alert's time; for gradients, when backward
+// reaches its layer), a reached rank passes the value through a collective it entered afterwards when: the payload
+// is floating point (an integer vote carries nothing); the receiver's own first non-finite record is bounded by a
+// time (alert time, else the end of its step) no earlier than the collective's completion (within the clock
+// uncertainty); and the carrier is of a kind that leaves that record in the same step — a forward/backward
+// collective of a non-DP group carries activations (so the receiver's activations or pre-reduction gradients show
+// it), a DP gradient bucket or optimizer-phase collective carries reduced gradients or scalars (so only its step
+// statistics show it). A record in a later step is explained by any carrier. Each receiver keeps its earliest
+// carrier; affected ranks no carrier explains are "unexplained" (possible second origins).
 #pragma once
 
 #include <cstdint>
@@ -40,6 +45,7 @@ struct NonFiniteEvent {
   std::string phase;   // "bwd" for gradients; from the alert's evidence/param otherwise; may be ""
   int64_t nanCount = 0, infCount = 0, numel = 0;
   std::optional<int64_t> tsNs;
+  std::optional<int64_t> boundNs;   // the latest time the rank can have first held it: tsNs, else its step's end
   std::optional<double> prevNorm;   // the rank's l2 norm of the same param at the previous step, if recorded
   std::optional<double> medianNorm; // its median over the previous steps
   bool isNan() const { return nanCount > 0; }
@@ -49,7 +55,7 @@ struct SpreadHop {
   CollectiveRef collective;
   int step = -1;
   int fromRank = -1;
-  std::vector<int> toRanks;  // members of the group that received it (all members but fromRank)
+  std::vector<int> toRanks;  // members whose own records show the value and whose earliest carrier this is
 };
 
 struct NonFiniteReport {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -24,6 +25,8 @@ struct ModelConfig {
   int64_t microBatchSize = 0;
   int gradAccumSteps = 1;
   bool sequenceParallel = false;
+  bool activationCheckpointing = false;  // per-layer recompute: the forward's collectives run again in backward
+  bool vocabParallel = false;            // the config has a vocab_size: a vocab-parallel embedding and LM head
   bool complete() const { return layers > 0 && hidden > 0 && seqLen > 0 && microBatchSize > 0; }
 };
 
@@ -40,6 +43,8 @@ struct RunInfo {
   std::vector<tracedb::GroupInfo> groups;  // process_groups; groups seen only in collectives are added (ranks from
                                            // the collectives' rank column, sorted)
   bool indexed = false;                    // the query indexes of indexes.sql exist (merged or imported files)
+  // meta 'emulated_ops' ("reduce_scatter=all_reduce,..."): logical op → the op that really ran underneath
+  std::map<std::string, std::string> emulatedOps;
   int64_t beginNs = 0, endNs = 0;          // extent of spans, collectives and step_stats (0, 0 when empty)
   std::vector<RankExtent> spanExtents;     // by rank, ranks with spans only
   std::optional<ModelConfig> model;        // when meta 'config' is JSON with at least one of the model keys
