@@ -218,7 +218,7 @@ Result<RankModel> buildRankModel(const KinetoFile& file, int rank, const InternF
       tracedb::ThreadInfo info;
       info.rank = rank;
       info.thread = static_cast<int>(t);
-      info.kind = "cpu";
+      info.kind = tracedb::thread_kinds::kCpu;
       auto named = file.threadNames.find(hostKeys[t]);
       if (named != file.threadNames.end()) info.name = named->second;
       else if (hostKeys[t].tid < 0 && !laneText(hostKeys[t].tid).empty()) info.name = laneText(hostKeys[t].tid);
@@ -238,7 +238,7 @@ Result<RankModel> buildRankModel(const KinetoFile& file, int rank, const InternF
       tracedb::ThreadInfo info;
       info.rank = rank;
       info.thread = id;
-      info.kind = "cuda-stream";
+      info.kind = tracedb::thread_kinds::kCudaStream;
       info.name = (multiDevice ? "gpu " + laneText(k.pid) + " " : std::string()) + "stream " + laneText(k.tid);
       m.threads.push_back(std::move(info));
       anyGpu = true;
