@@ -142,7 +142,8 @@ class SharedTraceBreakdown : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!fs::is_directory(sharedKineto()))
-      GTEST_SKIP() << "shared Kineto traces not found at " << sharedKineto() << " (../shared/testdata beside the checkout)";
+      GTEST_SKIP() << "shared Kineto traces not found at " << sharedKineto()
+                   << " (../shared/testdata beside the checkout)";
   }
   // Imports one trace and returns its breakdown, steps in time order.
   analysis::Breakdown breakdownOf(const fs::path& path) {
@@ -198,7 +199,8 @@ TEST_P(GpuTraceBreakdown, DeviceLanesMatchAnIndependentComputation) {
 INSTANTIATE_TEST_SUITE_P(SharedTraces, GpuTraceBreakdown,
                          ::testing::Values("nccl_parser_config_nccl_data.json.gz",
                                            "negative_queue_length_values_check_rank0.json.gz",
-                                           "trace_filter_sampled_rank-0.json.gz", "trace_filter_sampled_rank-1.json.gz"));
+                                           "trace_filter_sampled_rank-0.json.gz",
+                                           "trace_filter_sampled_rank-1.json.gz"));
 
 // The HTA trace that made the report say 0.3 % exposed communication (host ops counted as compute): on its GPU
 // stream the NCCL kernels run 7.0 % of the steps, 5.9 % with no kernel beside them.
