@@ -27,12 +27,7 @@ using Iv = std::pair<int64_t, int64_t>;
 
 int64_t ns(const ExactJson& us) { return static_cast<int64_t>(std::llround(us.get<long double>() * 1000.0L)); }
 
-ExactJson loadExactEvents(const fs::path& path) {
-  std::string text = readFile(path);
-  if (text.size() > 2 && static_cast<unsigned char>(text[0]) == 0x1f) text = gunzip(text);
-  ExactJson doc = ExactJson::parse(text);
-  return doc.is_array() ? doc : doc["traceEvents"];
-}
+ExactJson loadExactEvents(const fs::path& path) { return loadEvents<ExactJson>(path); }
 
 std::vector<Iv> unite(std::vector<Iv> v) {
   std::sort(v.begin(), v.end());
