@@ -19,6 +19,22 @@ std::vector<std::string> sharesRow(std::string first, int steps, const TimeShare
           pct(t.pct(t.commNs)),  pct(t.pct(t.exposedCommNs)), pct(t.pct(t.otherNs)), pct(t.pct(t.idleNs))};
 }
 
+// Only where some rank was read on its GPU streams (Kineto imports of GPU jobs): which lanes each rank's row is
+// from, the memcpy/memset share and the idle split (analysis/breakdown.h).
+void printDeviceLanes(const analysis::Breakdown& b, std::ostream& out) {
+  bool any = false;
+  for (const auto& rb : b.ranks) any = any || rb.lanes == analysis::Lanes::Device;
+  if (!any) return;
+  out << "device lanes (GPU streams): compute = kernels, comm = NCCL kernels, other = memcpy/memset alone\n";
+  Table t({"rank", "lanes", "memcpy", "idle host wait", "idle kernel wait", "idle other"});
+  for (const auto& rb : b.ranks) {
+    const TimeShares& x = rb.time;
+    t.add({std::to_string(rb.rank), analysis::lanesName(rb.lanes), pct(x.pct(x.memcpyNs)),
+           pct(x.pct(x.idleHostWaitNs)), pct(x.pct(x.idleKernelWaitNs)), pct(x.pct(x.idleOtherNs))});
+  }
+  t.print(out);
+}
+
 void printText(const analysis::Report& r, const std::string& file, bool steps, std::ostream& out) {
   const auto& b = r.breakdown;
   int maxSteps = 0;
@@ -35,6 +51,7 @@ void printText(const analysis::Report& r, const std::string& file, bool steps, s
   t.add(sharesRow("all", static_cast<int>(b.steps.size()), b.run));
   t.print(out);
   out << "comm overhead (exposed communication / step time): run " << pct(b.run.commOverheadPct()) << "\n";
+  printDeviceLanes(b, out);
   if (steps) {
     out << "\n";
     Table s({"rank", "step", "step ms", "compute", "comm", "exposed comm", "other", "idle"});

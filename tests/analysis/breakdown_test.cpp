@@ -182,6 +182,69 @@ TEST(Breakdown, CommunicationNestedInComputeOnTheSameThreadIsExposed) {
   EXPECT_EQ(t.computeNs + t.exposedCommNs + t.otherNs + t.idleNs, t.stepNs);
 }
 
+// Rank 0 has GPU streams 10007 and 10008: its time is read there, and the host spans (a "forward" that covers the
+// whole step) do not count. Correlations tie each GPU span to its launch on host thread 0.
+//   kernel  [100,300)   launched at 10   leading gap [0,100): launched after it began   -> host wait 100
+//   nccl    [250,450)   stream 10008     overlaps the kernel on [250,300)              -> exposed 150
+//   kernel  [460,600)   launched at 30   gap [450,460) with the kernel queued, < 30 µs -> kernel wait 10
+//   memcpy  [650,700)   launched at 620  gap [600,650): launched after it began        -> host wait 50
+//   kernel  [100000,100100) launched at 40: gap [700,100000) queued, >= 30 µs          -> other 99300
+//   after the last GPU work, [100100,200000)                                          -> other 99900
+// Rank 1 declares a stream but runs no GPU work on it (an annotation only): host lanes, the host rules.
+TEST(Breakdown, DeviceLanesWhereTheRankHasGpuWork) {
+  const auto path = testDir() / "device.db";
+  {
+    auto w = newWriter(path);
+    auto n = [&](const char* s) { return *w->intern(s); };
+    for (int stream : {10007, 10008})
+      ASSERT_TRUE(w->putThread({0, stream, std::string(tracedb::thread_kinds::kCudaStream), "stream"}));
+    ASSERT_TRUE(w->putThread({1, 10007, std::string(tracedb::thread_kinds::kCudaStream), "stream 7"}));
+    const std::vector<SpanRow> spans = {
+        {0, 0, SpanKind::Step, n("ProfilerStep#1"), 0, 200000, 1, -1, Phase::None, std::nullopt},
+        {0, 0, SpanKind::Compute, n("forward"), 0, 200000, 1, -1, Phase::Forward, std::nullopt},
+        {0, 0, SpanKind::Other, n("cudaLaunchKernel"), 10, 2, 1, -1, Phase::Forward, 1},
+        {0, 0, SpanKind::Other, n("cudaLaunchKernel"), 20, 2, 1, -1, Phase::Forward, 2},
+        {0, 0, SpanKind::Other, n("cudaLaunchKernel"), 30, 2, 1, -1, Phase::Forward, 4},
+        {0, 0, SpanKind::Other, n("cudaLaunchKernel"), 40, 2, 1, -1, Phase::Forward, 5},
+        {0, 0, SpanKind::Other, n("cudaMemcpyAsync"), 620, 2, 1, -1, Phase::Forward, 3},
+        {0, 10007, SpanKind::Kernel, n("gemm"), 100, 200, 1, -1, Phase::Forward, 1},
+        {0, 10008, SpanKind::NcclKernel, n("ncclDevKernel_AllReduce"), 250, 200, 1, -1, Phase::Forward, 2},
+        {0, 10007, SpanKind::Kernel, n("gemm"), 460, 140, 1, -1, Phase::Forward, 4},
+        {0, 10007, SpanKind::Memcpy, n("Memcpy HtoD"), 650, 50, 1, -1, Phase::Forward, 3},
+        {0, 10007, SpanKind::Kernel, n("gemm"), 100000, 100, 1, -1, Phase::Forward, 5},
+        {1, 0, SpanKind::Step, n("ProfilerStep#1"), 0, 100, 1, -1, Phase::None, std::nullopt},
+        {1, 0, SpanKind::Compute, n("forward"), 0, 50, 1, -1, Phase::Forward, std::nullopt},
+        {1, 10007, SpanKind::Other, n("annotation"), 60, 10, 1, -1, Phase::Forward, std::nullopt},
+    };
+    ASSERT_TRUE(w->addSpans(spans));
+    ASSERT_TRUE(w->close());
+  }
+  auto r = openReader(path);
+  auto b = computeBreakdown(*r);
+  ASSERT_TRUE(b) << b.error();
+  ASSERT_EQ(b->ranks.size(), 2u);
+  EXPECT_EQ(b->ranks[0].lanes, Lanes::Device);
+  EXPECT_EQ(b->ranks[1].lanes, Lanes::Host);
+  const TimeShares& d = b->ranks[0].time;
+  EXPECT_EQ(d.stepNs, 200000);
+  EXPECT_EQ(d.computeNs, 200 + 140 + 100);
+  EXPECT_EQ(d.commNs, 200);
+  EXPECT_EQ(d.overlapNs(), 50);
+  EXPECT_EQ(d.exposedCommNs, 150);
+  EXPECT_EQ(d.memcpyNs, 50);
+  EXPECT_EQ(d.otherNs, 50);  // the memcpy, alone
+  EXPECT_EQ(d.idleNs, 200000 - 640);
+  EXPECT_EQ(d.idleHostWaitNs, 100 + 50);
+  EXPECT_EQ(d.idleKernelWaitNs, 10);
+  EXPECT_EQ(d.idleOtherNs, 99300 + 99900);
+  EXPECT_EQ(d.computeNs + d.exposedCommNs + d.otherNs + d.idleNs, d.stepNs);
+  const TimeShares& h = b->ranks[1].time;
+  EXPECT_EQ(h.computeNs, 50);
+  EXPECT_EQ(h.otherNs, 10);
+  EXPECT_EQ(h.idleNs, 40);
+  EXPECT_EQ(h.memcpyNs + h.idleHostWaitNs + h.idleKernelWaitNs + h.idleOtherNs, 0);
+}
+
 TEST(Breakdown, EmptyRunHasNoRows) {
   const auto path = testDir() / "empty.db";
   ASSERT_TRUE(newWriter(path)->close());

@@ -86,11 +86,13 @@ inline std::string gunzip(const std::string& bytes) {
   return out;
 }
 
-// The trace's events, read the plain way (nlohmann, no code shared with the importer).
-inline nlohmann::json loadEvents(const fs::path& path) {
+// The trace's events, read the plain way (nlohmann, no code shared with the importer). Json may be a basic_json
+// with another number type (long double: exact ns from unix-epoch µs).
+template <class Json = nlohmann::json>
+Json loadEvents(const fs::path& path) {
   std::string text = readFile(path);
   if (text.size() > 2 && static_cast<unsigned char>(text[0]) == 0x1f) text = gunzip(text);
-  nlohmann::json doc = nlohmann::json::parse(text);
+  Json doc = Json::parse(text);
   return doc.is_array() ? doc : doc["traceEvents"];
 }
 

@@ -4,13 +4,16 @@
 #include <map>
 #include <atomic>
 #include <cstdlib>
+#include <set>
 #include <thread>
 
+#include "device_lanes.h"
 #include "intervals.h"
 #include "sql_query.h"
 
 namespace tpscope::analysis {
 
+using detail::DeviceLanes;
 using detail::Interval;
 using detail::IntervalSet;
 using detail::Query;
@@ -22,8 +25,14 @@ TimeShares& TimeShares::operator+=(const TimeShares& o) {
   exposedCommNs += o.exposedCommNs;
   otherNs += o.otherNs;
   idleNs += o.idleNs;
+  memcpyNs += o.memcpyNs;
+  idleHostWaitNs += o.idleHostWaitNs;
+  idleKernelWaitNs += o.idleKernelWaitNs;
+  idleOtherNs += o.idleOtherNs;
   return *this;
 }
+
+const char* lanesName(Lanes lanes) { return lanes == Lanes::Device ? "device" : "host"; }
 
 const char* stepSourceName(StepSource source) {
   switch (source) {
@@ -68,21 +77,44 @@ struct RankData {
   std::map<int, Interval> spanSteps;        // step label → extent of the spans labelled with it
   std::map<int, Interval> stepStats;
   int64_t first = INT64_MAX, last = INT64_MIN;
+  DeviceLanes device;  // its GPU-stream spans and their launches (ranks with device lanes only)
 };
 
 
 using RankMap = std::map<int, RankData>;
 
+// The lanes of kind thread_kinds::kCudaStream, as (rank, thread).
+struct DeviceLaneSet {
+  std::set<std::pair<int, int64_t>> lanes;
+  std::set<int> ranks;
+};
+
+tracedb::Result<DeviceLaneSet> loadDeviceLanes(tracedb::Reader& reader) {
+  DeviceLaneSet out;
+  Query q(reader, "SELECT rank, thread FROM threads WHERE kind = ?", "table 'threads'");
+  q.bind(1, tracedb::thread_kinds::kCudaStream);
+  auto s = q.each([&](Query& row) {
+    out.lanes.emplace(row.i32(0), row.i64(1));
+    out.ranks.insert(row.i32(0));
+  });
+  if (!s) return s;
+  return out;
+}
+
 // Scans spans with id in [fromId, toId] into per-rank data.
-tracedb::Status scanSpans(tracedb::Reader& reader, int64_t fromId, int64_t toId, RankMap& data) {
+tracedb::Status scanSpans(tracedb::Reader& reader, const DeviceLaneSet& devices, int64_t fromId, int64_t toId,
+                          RankMap& data) {
   detail::preferMemoryMap(reader);
-  Query q(reader, "SELECT rank, thread, kind, begin_ns, dur_ns, step FROM spans WHERE id BETWEEN ? AND ?",
+  Query q(reader,
+          "SELECT rank, thread, kind, begin_ns, dur_ns, step, coalesce(correlation, -1) FROM spans"
+          " WHERE id BETWEEN ? AND ?",
           "table 'spans'");
   q.bind(1, fromId).bind(2, toId);
   int lastRank = INT32_MIN;
   int64_t lastThread = INT64_MIN;
   RankData* rd = nullptr;
   Lane* lane = nullptr;
+  bool rankHasDevice = false, onDevice = false;
   int lastStep = INT32_MIN;
   Interval* extent = nullptr;
   return q.each([&](Query& row) {
@@ -94,16 +126,23 @@ tracedb::Status scanSpans(tracedb::Reader& reader, int64_t fromId, int64_t toId,
       lastStep = INT32_MIN;
       extent = nullptr;
       lane = nullptr;
+      rankHasDevice = devices.ranks.count(rank) > 0;
     }
     if (thread != lastThread || lane == nullptr) {  // merged files hold spans in (rank, thread, begin) order
       lane = &rd->lanes[thread];
       lastThread = thread;
+      onDevice = rankHasDevice && devices.lanes.count({rank, thread}) > 0;
     }
     const int64_t b = row.i64(3);
     const int64_t e = b + std::max<int64_t>(0, row.i64(4));
     const int step = row.i32(5);
     rd->first = std::min(rd->first, b);
     rd->last = std::max(rd->last, e);
+    if (rankHasDevice) {  // the device-lane view, kept beside the host view until the rank's lanes are decided
+      const int64_t correlation = row.i64(6);
+      if (onDevice) rd->device.addSpan(row.i32(2), b, e, correlation);
+      else if (correlation >= 0) rd->device.addLaunch(correlation, b);
+    }
     switch (categoryOf(row.i32(2))) {
       case Category::Compute:
         lane->compute.emplace_back(b, e);
@@ -158,34 +197,42 @@ void mergeInto(RankMap& into, RankMap&& from) {
     }
     dst.first = std::min(dst.first, src.first);
     dst.last = std::max(dst.last, src.last);
+    dst.device.mergeFrom(std::move(src.device));
   }
 }
 
-// The windows of one rank and its shares in each (see breakdown.h). Consumes the rank's intervals.
-auto breakdownOfRank(int rank, RankData& rd) {
-  struct Result {
-    StepSource source = StepSource::WholeRun;
-    RankBreakdown rank;
-    std::vector<StepBreakdown> steps;
-  } out;
+// The step windows of one rank (see breakdown.h) and the rule that made them.
+std::vector<std::pair<int, Interval>> stepWindows(RankData& rd, StepSource& source) {
   std::vector<std::pair<int, Interval>> windows;
+  source = StepSource::WholeRun;
   if (!rd.stepSpans.empty() || !rd.unlabelledStepSpans.empty()) {
-    out.source = StepSource::StepSpans;
+    source = StepSource::StepSpans;
     windows.assign(rd.stepSpans.begin(), rd.stepSpans.end());
     std::sort(rd.unlabelledStepSpans.begin(), rd.unlabelledStepSpans.end());
     for (const Interval& iv : rd.unlabelledStepSpans) windows.emplace_back(-1, iv);
   } else if (!rd.stepStats.empty()) {
-    out.source = StepSource::StepStats;
+    source = StepSource::StepStats;
     windows.assign(rd.stepStats.begin(), rd.stepStats.end());
   } else if (!rd.spanSteps.empty()) {
-    out.source = StepSource::SpanSteps;
+    source = StepSource::SpanSteps;
     windows.assign(rd.spanSteps.begin(), rd.spanSteps.end());
   } else if (rd.first < rd.last) {
     windows.emplace_back(-1, Interval(rd.first, rd.last));
   }
-  // Compute: per thread, its compute spans minus its own communication spans (a TP all-reduce issued inside
-  // "attention forward" blocks that thread: exposed, not overlapped); then the union over threads. Communication:
-  // every comm span and collective record; what another thread computes meanwhile overlaps it.
+  return windows;
+}
+
+// The sets a rank's shares are measured on: C, M, B and, on device lanes, Y and the idle split (breakdown.h).
+struct LaneSets {
+  Lanes lanes = Lanes::Host;
+  IntervalSet compute, comm, busy, memory;
+  detail::IdleSplit idle;
+};
+
+// Host lanes. Compute: per thread, its compute spans minus its own communication spans (a TP all-reduce issued
+// inside "attention forward" blocks that thread: exposed, not overlapped); then the union over threads.
+// Communication: every comm span and collective record; what another thread computes meanwhile overlaps it.
+LaneSets hostSets(RankData& rd) {
   std::vector<Interval> computeSelf, commAll = std::move(rd.records);
   for (auto& [thread, lane] : rd.lanes) {
     if (lane.comm.empty()) {
@@ -198,12 +245,44 @@ auto breakdownOfRank(int rank, RankData& rd) {
     }
   }
   rd.lanes.clear();
-  const IntervalSet compute(std::move(computeSelf));
-  const IntervalSet comm(std::move(commAll));
-  const IntervalSet other(std::move(rd.other));
-  const IntervalSet both = compute.intersect(comm);
-  const IntervalSet busy = compute.unite(comm).unite(other);
+  LaneSets sets;
+  sets.compute = IntervalSet(std::move(computeSelf));
+  sets.comm = IntervalSet(std::move(commAll));
+  sets.busy = sets.compute.unite(sets.comm).unite(IntervalSet(std::move(rd.other)));
+  return sets;
+}
+
+// Device lanes: GPU work only; the idle split covers [lo, hi), which holds every window.
+LaneSets deviceSets(RankData& rd, int64_t lo, int64_t hi) {
+  LaneSets sets;
+  sets.lanes = Lanes::Device;
+  sets.compute = IntervalSet(std::move(rd.device.compute));
+  sets.comm = IntervalSet(std::move(rd.device.comm));
+  sets.memory = IntervalSet(std::move(rd.device.memory));
+  sets.busy = sets.compute.unite(sets.comm).unite(sets.memory);
+  sets.idle = detail::splitIdle(sets.busy, rd.device, lo, hi);
+  rd.device = DeviceLanes();
+  rd.lanes.clear();
+  return sets;
+}
+
+// The windows of one rank and its shares in each (see breakdown.h). Consumes the rank's intervals.
+auto breakdownOfRank(int rank, RankData& rd) {
+  struct Result {
+    StepSource source = StepSource::WholeRun;
+    RankBreakdown rank;
+    std::vector<StepBreakdown> steps;
+  } out;
+  const std::vector<std::pair<int, Interval>> windows = stepWindows(rd, out.source);
+  int64_t lo = rd.first, hi = rd.last;
+  for (const auto& [step, w] : windows) {
+    lo = std::min(lo, w.first);
+    hi = std::max(hi, w.second);
+  }
+  const LaneSets sets = rd.device.active() ? deviceSets(rd, lo, hi) : hostSets(rd);
+  const IntervalSet both = sets.compute.intersect(sets.comm);
   out.rank.rank = rank;
+  out.rank.lanes = sets.lanes;
   for (const auto& [step, w] : windows) {
     StepBreakdown sb;
     sb.rank = rank;
@@ -212,13 +291,17 @@ auto breakdownOfRank(int rank, RankData& rd) {
     sb.endNs = w.second;
     TimeShares& t = sb.time;
     t.stepNs = w.second - w.first;
-    t.computeNs = compute.measure(w.first, w.second);
-    t.commNs = comm.measure(w.first, w.second);
+    t.computeNs = sets.compute.measure(w.first, w.second);
+    t.commNs = sets.comm.measure(w.first, w.second);
     const int64_t overlap = both.measure(w.first, w.second);
-    const int64_t busyNs = busy.measure(w.first, w.second);
+    const int64_t busyNs = sets.busy.measure(w.first, w.second);
     t.exposedCommNs = t.commNs - overlap;
     t.otherNs = busyNs - t.computeNs - t.exposedCommNs;
     t.idleNs = t.stepNs - busyNs;
+    t.memcpyNs = sets.memory.measure(w.first, w.second);
+    t.idleHostWaitNs = sets.idle.hostWait.measure(w.first, w.second);
+    t.idleKernelWaitNs = sets.idle.kernelWait.measure(w.first, w.second);
+    t.idleOtherNs = sets.idle.other.measure(w.first, w.second);
     out.rank.time += t;
     ++out.rank.steps;
     out.steps.push_back(sb);
@@ -239,6 +322,8 @@ unsigned workerCount(int64_t spans) {
 
 tracedb::Result<Breakdown> computeBreakdown(tracedb::Reader& reader) {
   RankMap data;
+  auto devices = loadDeviceLanes(reader);
+  if (!devices) return devices.status();
   {
     // Two queries: SQLite answers min(id) and max(id) from the rowid b-tree only when each stands alone (together
     // they scan a whole index).
@@ -249,7 +334,7 @@ tracedb::Result<Breakdown> computeBreakdown(tracedb::Reader& reader) {
     if (auto s = hi.each([&](Query& row) { maxId = row.isNull(0) ? -1 : row.i64(0); }); !s) return s;
     const unsigned workers = workerCount(maxId - minId + 1);
     if (workers <= 1) {
-      if (auto s = scanSpans(reader, minId, maxId, data); !s) return s;
+      if (auto s = scanSpans(reader, *devices, minId, maxId, data); !s) return s;
     } else {
       const int64_t chunk = (maxId - minId + workers) / workers;
       std::vector<RankMap> parts(workers);
@@ -262,10 +347,11 @@ tracedb::Result<Breakdown> computeBreakdown(tracedb::Reader& reader) {
             status[w] = own.status();
             return;
           }
-          status[w] = scanSpans(**own, minId + w * chunk, std::min(maxId, minId + (w + 1) * chunk - 1), parts[w]);
+          status[w] = scanSpans(**own, *devices, minId + w * chunk, std::min(maxId, minId + (w + 1) * chunk - 1),
+                                parts[w]);
         });
       }
-      status[0] = scanSpans(reader, minId, minId + chunk - 1, parts[0]);
+      status[0] = scanSpans(reader, *devices, minId, minId + chunk - 1, parts[0]);
       for (auto& t : threads) t.join();
       for (unsigned w = 0; w < workers; ++w) {
         if (!status[w]) return status[w];
@@ -301,7 +387,7 @@ tracedb::Result<Breakdown> computeBreakdown(tracedb::Reader& reader) {
   size_t spans = 0;
   for (auto& [rank, rd] : data) {
     ranks.emplace_back(rank, &rd);
-    spans += rd.records.size() + rd.other.size();
+    spans += rd.records.size() + rd.other.size() + rd.device.starts.size();
     for (const auto& [thread, lane] : rd.lanes) spans += lane.compute.size() + lane.comm.size();
   }
   std::vector<RankResult> results(ranks.size());

@@ -59,6 +59,10 @@ Json shares(const TimeShares& t) {
   j["exposed_comm_ns"] = t.exposedCommNs;
   j["other_ns"] = t.otherNs;
   j["idle_ns"] = t.idleNs;
+  j["memcpy_ns"] = t.memcpyNs;
+  j["idle_host_wait_ns"] = t.idleHostWaitNs;
+  j["idle_kernel_wait_ns"] = t.idleKernelWaitNs;
+  j["idle_other_ns"] = t.idleOtherNs;
   j["comm_overhead_pct"] = real(t.commOverheadPct());
   return j;
 }
@@ -102,6 +106,7 @@ std::string reportToJson(const Report& report, const std::string& file, int inde
   for (const auto& r : report.breakdown.ranks) {
     Json x;
     x["rank"] = r.rank;
+    x["lanes"] = lanesName(r.lanes);
     x["steps"] = r.steps;
     const Json t = shares(r.time);
     for (auto it = t.begin(); it != t.end(); ++it) x[it.key()] = it.value();

@@ -89,9 +89,10 @@ void GpuActivityRecorder::onFlush(FlushContext& ctx) noexcept {
       if (lane == lanes_.end()) {
         const std::string laneName =
             "cuda" + std::to_string(r.activity.deviceId) + " stream " + std::to_string(r.activity.streamId);
-        const uint32_t id = registerLane("cuda-stream", laneName);
+        const uint32_t id = registerLane(tracedb::thread_kinds::kCudaStream, laneName);
         lane = lanes_.emplace(laneKey, id).first;
-        (void)ctx.writer.putThread(tracedb::ThreadInfo{ctx.rank, static_cast<int>(id), "cuda-stream", laneName});
+        (void)ctx.writer.putThread(tracedb::ThreadInfo{ctx.rank, static_cast<int>(id),
+                                                       std::string(tracedb::thread_kinds::kCudaStream), laneName});
       }
       auto name = ctx.writer.intern(r.activity.name);
       if (!name) continue;

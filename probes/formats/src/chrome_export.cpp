@@ -188,7 +188,7 @@ Result<ChromeExportStats> exportChrome(const fs::path& run, const fs::path& outp
   }
   for (const auto& t : *threads) {
     std::string name = t.name;
-    if (name.empty()) name = (t.kind == "cuda-stream" ? "stream " : "thread ") + std::to_string(t.thread);
+    if (name.empty()) name = (t.kind == tracedb::thread_kinds::kCudaStream ? "stream " : "thread ") + std::to_string(t.thread);
     metaEvent(sink, "thread_name", pidOf(t.rank), t.thread, "name", name, std::nullopt);
     metaEvent(sink, "thread_sort_index", pidOf(t.rank), t.thread, "sort_index", {}, t.thread);
   }

@@ -56,7 +56,93 @@ struct Group {
   int innermostDepth = 0;
   std::vector<int> gpu;        // GPU spans linked to it
   std::vector<int> gpuDepth;   // per GPU span: nesting depth, in the group, of the op that launched it
+  bool absorbed = false;       // its ops were joined to another group (pairAsyncExecutions)
 };
+
+// The collective metadata of a group: its first host op's, else its first GPU span's; nullptr if none has any.
+const CollectiveMeta* metaOf(const Group& g, const KinetoFile& file) {
+  for (const std::vector<int>* list : {&g.host, &g.gpu})
+    for (int i : *list)
+      if (const int m = file.spans[i].meta; m >= 0 && isCollectiveMeta(file.metas[m])) return &file.metas[m];
+  return nullptr;
+}
+
+// The group's op: the metadata's collective name, else the first collective op name; "" if neither names one.
+std::string opOf(const Group& g, const CollectiveMeta* meta, const KinetoFile& file) {
+  std::string op = meta ? normalizeCollectiveOp(meta->name) : std::string();
+  for (const std::vector<int>* list : {&g.host, &g.gpu})
+    for (int i : *list)
+      if (op.empty() && isCollectiveOpName(file.spans[i].name)) op = normalizeCollectiveOp(file.spans[i].name);
+  return op;
+}
+
+// Asynchronous backends (Gloo; UCC and MPI alike) run a call on a worker thread: the dispatcher's op on the
+// calling thread (c10d::allreduce_, with record_param_comms and its metadata inside) only enqueues the work, and
+// the backend's op (gloo:all_reduce) on the worker thread is its execution. Nesting cannot join them, so a group
+// with host ops only, none a backend op (an enqueue), and a group whose ops are all backend ops (an execution) are
+// paired here into one collective: enqueue = the dispatcher op's begin, start/end = the backend op's, as a flight
+// recorder keeps them. Executions are taken in order of begin; each takes the earliest unpaired enqueue that began
+// before it with the same op, the same input numel where both are known (metadata "In msg nelems" / the backend
+// op's first tensor argument) and the process group its worker thread already served (a backend's worker threads
+// serve one process group, whose queue runs in order of enqueueing). Anything left unpaired stays on its own.
+void pairAsyncExecutions(std::vector<Group>& groups, const KinetoFile& file, const std::vector<int>& thread) {
+  struct Side {
+    int group = -1;
+    int64_t begin = 0;
+    std::string op;
+    int64_t numel = -1;
+    std::string_view processGroup;
+    int thread = 0;
+  };
+  std::vector<Side> enqueues, executions;
+  for (int gi = 0; gi < static_cast<int>(groups.size()); ++gi) {
+    const Group& g = groups[gi];
+    if (g.host.empty() || !g.gpu.empty()) continue;
+    bool anyBackend = false, allBackend = true;
+    for (int i : g.host) {
+      const bool backend = isBackendOpName(file.spans[i].name);
+      anyBackend = anyBackend || backend;
+      allBackend = allBackend && backend;
+    }
+    const CollectiveMeta* meta = metaOf(g, file);
+    const RawSpan& outer = file.spans[g.host.front()];
+    Side side{gi, outer.tsNs, opOf(g, meta, file), -1, meta ? meta->pgName : std::string_view(),
+              thread[g.host.front()]};
+    if (side.op.empty()) continue;
+    if (allBackend) {
+      const std::vector<TensorArg> args = tensorArgs(outer.inputDims, outer.inputTypes);
+      if (!args.empty()) side.numel = args.front().numel;
+      executions.push_back(std::move(side));
+    } else if (!anyBackend) {
+      if (meta) side.numel = meta->inNelems;
+      enqueues.push_back(std::move(side));
+    }
+  }
+  if (enqueues.empty() || executions.empty()) return;
+  auto byBegin = [](const Side& a, const Side& b) { return std::tie(a.begin, a.group) < std::tie(b.begin, b.group); };
+  std::sort(enqueues.begin(), enqueues.end(), byBegin);
+  std::sort(executions.begin(), executions.end(), byBegin);
+  std::vector<char> taken(enqueues.size(), 0);
+  std::unordered_map<int, std::string_view> serves;  // worker thread -> the process group it executed for
+  size_t firstOpen = 0;
+  for (const Side& x : executions) {
+    while (firstOpen < enqueues.size() && taken[firstOpen]) ++firstOpen;
+    for (size_t k = firstOpen; k < enqueues.size() && enqueues[k].begin <= x.begin; ++k) {
+      const Side& d = enqueues[k];
+      if (taken[k] || d.op != x.op || (d.numel >= 0 && x.numel >= 0 && d.numel != x.numel)) continue;
+      auto served = serves.find(x.thread);
+      if (served != serves.end() && !d.processGroup.empty() && served->second != d.processGroup) continue;
+      if (!d.processGroup.empty()) serves[x.thread] = d.processGroup;
+      taken[k] = 1;
+      Group& into = groups[d.group];
+      Group& from = groups[x.group];
+      into.host.insert(into.host.end(), from.host.begin(), from.host.end());
+      into.innermost = from.innermost;  // the execution's time is the collective's
+      from.absorbed = true;
+      break;
+    }
+  }
+}
 
 struct GroupLink {
   int group = -1;
@@ -218,7 +304,7 @@ Result<RankModel> buildRankModel(const KinetoFile& file, int rank, const InternF
       tracedb::ThreadInfo info;
       info.rank = rank;
       info.thread = static_cast<int>(t);
-      info.kind = "cpu";
+      info.kind = tracedb::thread_kinds::kCpu;
       auto named = file.threadNames.find(hostKeys[t]);
       if (named != file.threadNames.end()) info.name = named->second;
       else if (hostKeys[t].tid < 0 && !laneText(hostKeys[t].tid).empty()) info.name = laneText(hostKeys[t].tid);
@@ -238,7 +324,7 @@ Result<RankModel> buildRankModel(const KinetoFile& file, int rank, const InternF
       tracedb::ThreadInfo info;
       info.rank = rank;
       info.thread = id;
-      info.kind = "cuda-stream";
+      info.kind = tracedb::thread_kinds::kCudaStream;
       info.name = (multiDevice ? "gpu " + laneText(k.pid) + " " : std::string()) + "stream " + laneText(k.tid);
       m.threads.push_back(std::move(info));
       anyGpu = true;
@@ -406,17 +492,11 @@ Result<RankModel> buildRankModel(const KinetoFile& file, int rank, const InternF
     int64_t metaSeq = -1;
   };
   std::vector<Draft> drafts;
+  pairAsyncExecutions(groups, file, thread);
   for (const Group& g : groups) {
-    const CollectiveMeta* meta = nullptr;
-    for (int i : g.host)
-      if (!meta && spans[i].meta >= 0 && isCollectiveMeta(file.metas[spans[i].meta])) meta = &file.metas[spans[i].meta];
-    for (int i : g.gpu)
-      if (!meta && spans[i].meta >= 0 && isCollectiveMeta(file.metas[spans[i].meta])) meta = &file.metas[spans[i].meta];
-    std::string op = meta ? normalizeCollectiveOp(meta->name) : std::string();
-    for (int i : g.host)
-      if (op.empty() && isCollectiveOpName(spans[i].name)) op = normalizeCollectiveOp(spans[i].name);
-    for (int i : g.gpu)
-      if (op.empty() && isCollectiveOpName(spans[i].name)) op = normalizeCollectiveOp(spans[i].name);
+    if (g.absorbed) continue;
+    const CollectiveMeta* meta = metaOf(g, file);
+    std::string op = opOf(g, meta, file);
     if (op.empty() && !meta) {
       // Only record_param_comms without metadata: PyTorch also emits it around waits and barriers it does not
       // name; without metadata or an op name it cannot be told apart, so it stays a Comm span only.

@@ -75,13 +75,19 @@ std::string_view lookupOp(std::string_view bare) {
 
 }  // namespace
 
+constexpr std::array<std::string_view, 5> kBackendPrefixes{"nccl:", "gloo:", "ucc:", "mpi:", "xccl:"};
+
+bool isBackendOpName(std::string_view name) {
+  for (std::string_view prefix : kBackendPrefixes)
+    if (startsWith(name, prefix)) return !lookupOp(trimUnderscores(name.substr(prefix.size()))).empty();
+  return false;
+}
+
 bool isCollectiveOpName(std::string_view name) {
   if (name == "record_param_comms") return true;
-  for (std::string_view prefix : {std::string_view("nccl:"), std::string_view("gloo:"), std::string_view("c10d::"),
-                                  std::string_view("ucc:"), std::string_view("mpi:"), std::string_view("xccl:")}) {
-    if (startsWith(name, prefix)) return !lookupOp(trimUnderscores(name.substr(prefix.size()))).empty();
-  }
-  return false;
+  constexpr std::string_view kDispatcher = "c10d::";
+  if (startsWith(name, kDispatcher)) return !lookupOp(trimUnderscores(name.substr(kDispatcher.size()))).empty();
+  return isBackendOpName(name);
 }
 
 std::string normalizeCollectiveOp(std::string_view name) {

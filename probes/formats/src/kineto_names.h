@@ -12,6 +12,9 @@ namespace tpscope::formats::kineto {
 // The profiler's host-side names of a collective call: record_param_comms, c10d::allreduce_, nccl:all_reduce,
 // gloo:all_reduce, ... (never a kernel name: NCCL's kernel names are not an interface).
 bool isCollectiveOpName(std::string_view name);
+// A process-group backend's own op (gloo:all_reduce, nccl:all_reduce, ucc:, mpi:, xccl:), as opposed to the
+// dispatcher's (c10d::allreduce_) and record_param_comms.
+bool isBackendOpName(std::string_view name);
 
 // The op a collective name stands for, normalised to tpscope's names ("all_reduce", "all_gather", "reduce_scatter",
 // "all_to_all", "broadcast", "reduce", "gather", "scatter", "barrier", "send", "recv", ...). Accepts the

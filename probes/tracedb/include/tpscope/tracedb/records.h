@@ -24,6 +24,12 @@ inline constexpr std::string_view kTool = "tool";                   // "tpscope 
 inline constexpr std::string_view kSource = "source";               // "capture", "merge", "kineto", ...
 }  // namespace meta_keys
 
+// Values of threads.kind: what a lane of the timeline is.
+namespace thread_kinds {
+inline constexpr std::string_view kCpu = "cpu";                // a host thread
+inline constexpr std::string_view kCudaStream = "cuda-stream";  // a GPU stream: kernels, memcpy, memset
+}  // namespace thread_kinds
+
 // Span kinds and phases: same numbering as tpscope::probes::SpanKind / Phase and the span_kinds / phases tables.
 enum class SpanKind : uint8_t {
   Compute = 0, Comm = 1, Data = 2, Optimizer = 3, Step = 4, Checkpoint = 5,
@@ -55,8 +61,8 @@ struct RankInfo {
 
 struct ThreadInfo {
   int rank = 0;
-  int thread = 0;          // dense per rank; CUDA streams use their own ids with kind "cuda-stream"
-  std::string kind = "cpu";
+  int thread = 0;          // dense per rank; CUDA streams use their own ids with kind thread_kinds::kCudaStream
+  std::string kind{thread_kinds::kCpu};
   std::string name;
 };
 
