@@ -157,6 +157,7 @@ void addReport(CLI::App& app, Context& ctx) {
   cmd->add_option("--html", args->html,
                   "Write a self-contained HTML report (diagnosis, breakdown, gradient heatmap, communication, desync, "
                   "timeline) to FILE instead; it opens from disk in any browser, with no network access")
+      ->type_name("FILE")
       ->excludes("--json");
   cmd->callback([args, &ctx]() {
     auto reader = openRun(args->run);

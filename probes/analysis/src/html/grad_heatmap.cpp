@@ -20,7 +20,7 @@ namespace {
 constexpr size_t kMaxColumns = 120;
 constexpr size_t kMaxRows = 256;
 constexpr size_t kMaxTitledCells = 6000;  // beyond this only non-finite cells carry a hover title (file size)
-constexpr double kLabelW = 118, kPlotW = 720, kTopH = 22, kBottomH = 40;
+constexpr double kLabelW = 118, kPlotW = 720, kTopH = 30, kBottomH = 40;
 
 struct Cell {
   bool present = false;

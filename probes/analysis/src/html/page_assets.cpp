@@ -108,7 +108,10 @@ const std::string_view kScript = R"JS(
     return el('rect', {x: 0, y: laneY[i] - GAP / 2, height: lane.rows * ROW + GAP, 'class': i % 2 ? 'lane alt' : 'lane'},
               gLanes);
   });
-  d.lanes.forEach(function (lane, i) { label(gLabels, 6, laneY[i] + 9, lane.label, 'lane-label'); });
+  d.lanes.forEach(function (lane, i) {  // long names are cut to the label column; the whole name is the hover title
+    var text = lane.label.length > 24 ? lane.label.slice(0, 23) + '\u2026' : lane.label;
+    el('title', {}, label(gLabels, 6, laneY[i] + 9, text, 'lane-label')).textContent = lane.label;
+  });
 
   function chooseLevel() {
     var need = plotW / (2 * d.ticks * (v1 - v0));  // one tick at most 2 px
