@@ -62,6 +62,9 @@ void addCapture(CLI::App& app, Context& ctx) {
   sub->add_option("--on-nonfinite", opts->onNonfinite, "policy on a NaN/Inf: warn, skip-step or stop")
       ->check(CLI::IsMember({"warn", "skip-step", "stop"}));
   sub->add_option("--health", opts->health, "health-rule options, e.g. grad_spike=stop,grad_spike.factor=8");
+  sub->add_option("--html", opts->html, "also write the self-contained HTML report of the merged run to FILE "
+                                        "(as tpscope report RUN --html FILE)")
+      ->type_name("FILE");
   sub->add_option("--grace", opts->termGraceS, "seconds between SIGTERM and SIGKILL when stopping")->default_val(5);
   sub->add_option("program", opts->program, "-- PROGRAM ARGS...: run this instead of tpscope-train");
   sub->footer(kCaptureFooter);

@@ -1,10 +1,12 @@
-// tpscope report RUN [--json] [--steps]: time breakdown per rank (and step), collective table, TP model check,
-// stragglers, and (text) gradient norms by layer over the run.
+// tpscope report RUN [--json] [--steps] [--html FILE]: time breakdown per rank (and step), collective table, TP model
+// check, stragglers, and (text) gradient norms by layer over the run; --html writes the self-contained HTML report
+// (analysis/html_report.h) instead.
 #include <iostream>
 
 #include "command.h"
 #include "text.h"
 #include "tpscope/analysis/anomalies.h"
+#include "tpscope/analysis/html_report.h"
 #include "tpscope/analysis/json_output.h"
 #include "tpscope/analysis/report.h"
 
@@ -146,7 +148,26 @@ struct ReportArgs {
   std::filesystem::path run;
   bool json = false;
   bool steps = false;
+  std::filesystem::path html;
 };
+
+// --html FILE: a damaged run is bad input (exit 2), a file that cannot be written an output failure (exit 6).
+int writeHtml(tracedb::Reader& reader, const ReportArgs& args) {
+  analysis::HtmlReportOptions options;
+  options.generator = "tpscope " TPSCOPE_VERSION;
+  auto report = analysis::renderHtmlReport(reader, options);
+  if (!report) {
+    printError("report", report.error());
+    return kExitBadInput;
+  }
+  if (auto s = analysis::writeHtmlFile(args.html, report->html); !s) {
+    printError("report", s.message());
+    return kExitOutput;
+  }
+  std::cout << "wrote " << args.html.string() << " (" << bytes(static_cast<double>(report->stats.bytes)) << ", "
+            << report->stats.lanes << " timeline lanes, " << report->stats.windowSpans << " spans in the window)\n";
+  return kExitOk;
+}
 
 void addReport(CLI::App& app, Context& ctx) {
   auto args = std::make_shared<ReportArgs>();
@@ -155,10 +176,19 @@ void addReport(CLI::App& app, Context& ctx) {
   cmd->add_option("run", args->run, "Run file")->required();
   cmd->add_flag("--json", args->json, "Print JSON (fields in docs/diagnosis.md)");
   cmd->add_flag("--steps", args->steps, "Also print the breakdown of every step of every rank");
+  cmd->add_option("--html", args->html,
+                  "Write a self-contained HTML report (diagnosis, breakdown, gradient heatmap, communication, desync, "
+                  "timeline) to FILE instead; it opens from disk in any browser, with no network access")
+      ->type_name("FILE")
+      ->excludes("--json");
   cmd->callback([args, &ctx]() {
     auto reader = openRun(args->run);
     if (!reader) {
       ctx.exitCode = kExitBadInput;
+      return;
+    }
+    if (!args->html.empty()) {
+      ctx.exitCode = writeHtml(*reader, *args);
       return;
     }
     auto report = analysis::buildReport(*reader);

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "tpscope/analysis/units_text.h"
+
 namespace tpscope::cli {
 
 // A table, columns separated by two spaces. `align` has one letter per column, 'l' (text) or 'r' (numbers);
@@ -24,11 +26,12 @@ class Table {
   std::vector<std::vector<std::string>> rows_;
 };
 
-std::string fixed(double v, int decimals);
-std::string ms(double ns);           // "412.300": milliseconds with 3 decimals (µs resolution)
-std::string pct(double v);           // "71.3%"
-std::string bytes(double b);         // "512 B", "64 KiB", "1.5 MiB", "2.0 GiB"
-std::string gbps(double v);          // "182", "1.25", "0.00512"
-std::string sci(double v);           // "0.031", "2.1e-09": two significant digits (p-values)
+// Units: one formatting shared with the HTML report (tpscope/analysis/units_text.h).
+using analysis::text::bytes;
+using analysis::text::fixed;
+using analysis::text::gbps;
+using analysis::text::ms;
+using analysis::text::pct;
+using analysis::text::sci;
 
 }  // namespace tpscope::cli

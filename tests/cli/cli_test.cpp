@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -335,6 +336,36 @@ TEST_F(Cli, ImportKinetoThenReport) {
   EXPECT_FALSE(fs::exists(dir_ / "g.db"));
 }
 #endif
+
+// report --html: one line naming the file on success; a bad run exits 2 and an unwritable output 6, each with one
+// error line and no file (nor temporary file) left behind. The page itself is tested in tests/analysis and, in a
+// browser, by html_browser_test.
+TEST_F(Cli, ReportHtml) {
+  make("nan.db", nanSpec());
+  const Outcome ok = tpscope("report nan.db --html nan.html");
+  EXPECT_EQ(ok.rc, 0) << ok.err;
+  EXPECT_EQ(ok.out.rfind("wrote nan.html (", 0), 0u) << ok.out;
+  const std::string html = slurp(dir_ / "nan.html");
+  EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_NE(html.find("nan_origin"), std::string::npos);
+
+  const Outcome bad = tpscope("report missing.db --html missing.html");
+  EXPECT_EQ(bad.rc, 2);
+  EXPECT_NE(bad.err.find("missing.db"), std::string::npos);
+  EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
+  EXPECT_FALSE(fs::exists(dir_ / "missing.html"));
+
+  const Outcome unwritable = tpscope("report nan.db --html no/such/dir/out.html");
+  EXPECT_EQ(unwritable.rc, 6);
+  EXPECT_NE(unwritable.err.find("no/such/dir/out.html: cannot create the report"), std::string::npos)
+      << unwritable.err;
+  EXPECT_EQ(std::count(unwritable.err.begin(), unwritable.err.end(), '\n'), 1) << unwritable.err;
+  EXPECT_TRUE(unwritable.out.empty());
+
+  EXPECT_EQ(tpscope("report nan.db --html x.html --json").rc, 2);
+  for (const auto& e : fs::directory_iterator(dir_))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+}
 
 }  // namespace
 }  // namespace tpscope::cli

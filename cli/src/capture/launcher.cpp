@@ -26,6 +26,7 @@
 #include "capture/rank_process.h"
 #include "capture/run_poller.h"
 #include "tpscope/analysis/diagnose.h"
+#include "tpscope/analysis/html_report.h"
 #include "tpscope/core/fault_spec.h"
 #include "tpscope/core/health_rules.h"
 #include "tpscope/probes/tcp_store.h"
@@ -294,6 +295,20 @@ std::optional<int> configInt(const fs::path& config, const char* key) {
   auto j = nlohmann::json::parse(in, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains(key) || !j[key].is_number_integer()) return std::nullopt;
   return j[key].get<int>();
+}
+
+// --html: the same writer as `tpscope report RUN --html FILE`. Returns false (after one error line) on failure.
+bool writeHtmlReport(tracedb::Reader& run, const fs::path& file, std::FILE* out, std::FILE* err) {
+  analysis::HtmlReportOptions options;
+  options.generator = "tpscope " TPSCOPE_VERSION;
+  auto report = analysis::renderHtmlReport(run, options);
+  tracedb::Status s = report ? analysis::writeHtmlFile(file, report->html) : report.status();
+  if (!s) {
+    fmt::print(err, "tpscope capture: error: HTML report: {}\n", s.message());
+    return false;
+  }
+  fmt::print(out, "HTML report → {}\n", file.string());
+  return true;
 }
 
 }  // namespace
@@ -697,6 +712,7 @@ int runCapture(const CaptureOptions& o, std::FILE* out, std::FILE* err, bool tty
     if (more > 0) fmt::print(out, "{} more finding{}: tpscope diagnose {}\n", more, more == 1 ? "" : "s",
                              runFile.string());
     for (const auto& e : d.errors) fmt::print(err, "tpscope capture: warning: analysis {}\n", e);
+    if (!o.html.empty() && !writeHtmlReport(**reader, o.html, out, err) && code == kExitSuccess) code = kExitFailure;
   }
   if (code == kExitSuccess)
     fmt::print(out, "exit status 0 (success); every rank's records are in {}\n", runFile.string());

@@ -17,7 +17,9 @@
 //     exit), `termGraceS` later SIGKILL.
 //  5. Writes the launcher's view of each rank's end into the rank file (ranks.exit_reason, only where the launcher
 //     knows more than the rank: it crashed, was stopped, or never said) — so a later `tpscope merge` keeps it —
-//     merges DIR/rank-*.db into DIR/run.db, adds meta capture_* keys, runs the diagnosis and prints it.
+//     merges DIR/rank-*.db into DIR/run.db, adds meta capture_* keys, runs the diagnosis and prints it; with `html`
+//     it also writes the HTML report of run.db (analysis/html_report.h); failing that makes a successful capture
+//     exit 1.
 //
 // Threading: runCapture runs on the calling thread and installs SIGINT/SIGTERM handlers for its duration.
 #pragma once
@@ -56,6 +58,7 @@ struct CaptureOptions {
   double termGraceS = 5.0;            // SIGTERM → SIGKILL
   int pollMs = 250;
   int maxFindings = 12;               // printed; `tpscope diagnose` shows all
+  std::filesystem::path html;         // non-empty: the HTML report of the merged run is written here
 };
 
 // Runs a capture; returns the exit status above. Messages go to `out` (progress, alerts, diagnosis) and `err`
