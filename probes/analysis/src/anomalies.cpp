@@ -4,6 +4,7 @@
 #include <cmath>
 #include <deque>
 #include <map>
+#include <set>
 
 #include "evidence_util.h"
 #include "sql_query.h"
@@ -42,8 +43,18 @@ void findSpikes(const std::vector<std::pair<int, double>>& series, const Anomaly
                 Emit&& emit) {
   std::deque<std::pair<int, double>> window;  // (step, value on the test's scale)
   const double kSigma = 1.4826;               // MAD → σ under normality
-  for (const auto& [step, x] : series) {
-    if (!std::isfinite(x) || (logScale && x <= 0)) continue;
+  auto usable = [&](double v) { return std::isfinite(v) && (!logScale || v > 0); };
+  // A spike is transient: where later steps exist, the median of the next (up to) transientSteps values must fall
+  // back by the same ratio. A jump that stays is a level shift (layer trends show it), not a spike.
+  auto fallsBack = [&](size_t i, double x) {
+    std::vector<double> next;
+    for (size_t j = i + 1; j < series.size() && static_cast<int>(next.size()) < o.transientSteps; ++j)
+      if (usable(series[j].second)) next.push_back(series[j].second);
+    return next.empty() || x >= o.ratioThreshold * median(std::move(next));
+  };
+  for (size_t i = 0; i < series.size(); ++i) {
+    const auto [step, x] = series[i];
+    if (!usable(x)) continue;
     const double y = logScale ? std::log10(x) : x;
     if (static_cast<int>(window.size()) >= o.minHistory) {
       std::vector<double> w;
@@ -73,7 +84,7 @@ void findSpikes(const std::vector<std::pair<int, double>>& series, const Anomaly
         z = (y - predicted) / (kSigma * std::max(rmad, floor));
         spike = z >= o.zThreshold && x >= o.ratioThreshold * std::pow(10.0, predicted);
       }
-      if (spike) emit(step, x, base, mad, z);
+      if (spike && fallsBack(i, x)) emit(step, x, base, mad, z);
     }
     window.emplace_back(step, y);
     if (static_cast<int>(window.size()) > o.window) window.pop_front();
@@ -218,6 +229,14 @@ using detail::g3;
 
 std::vector<Finding> anomalyFindings(const AnomalyReport& report, const RunInfo& info) {
   std::vector<Finding> out;
+  // The run-wide norm spikes because some rank's gradients did: where a rank's own spike explains a step, the
+  // run-wide spike is a line of that finding, not a finding of its own.
+  std::map<int, const Spike*> runWide;
+  std::set<int> rankSteps;
+  for (const Spike& s : report.gradSpikes) {
+    if (s.rank < 0) runWide[s.step] = &s;
+    else rankSteps.insert(s.step);
+  }
   // One grad_spike finding per (rank, step): the worst parameter, with the others cited.
   for (size_t i = 0; i < report.gradSpikes.size();) {
     size_t j = i;
@@ -225,6 +244,10 @@ std::vector<Finding> anomalyFindings(const AnomalyReport& report, const RunInfo&
            report.gradSpikes[j].step == report.gradSpikes[i].step)
       ++j;
     const Spike& s = report.gradSpikes[i];  // highest z first within (step, rank)
+    if (s.rank < 0 && rankSteps.count(s.step)) {
+      i = j;
+      continue;
+    }
     Finding fd;
     fd.kind = FindingKind::GradSpike;
     fd.severity = Severity::Warning;
@@ -237,6 +260,9 @@ std::vector<Finding> anomalyFindings(const AnomalyReport& report, const RunInfo&
                  std::to_string(s.step) + " (median " + g3(s.median) + ", " + g3(s.value / std::max(s.median, 1e-300)) +
                  "×, robust z " + g3(s.z) + ")";
     if (j - i > 1) fd.details.push_back(std::to_string(j - i) + " parameters spiked on this rank at this step");
+    if (auto rw = runWide.find(s.step); s.rank >= 0 && rw != runWide.end())
+      fd.details.push_back("the run's global grad norm spiked with it: " + g3(rw->second->value) + " (median " +
+                           g3(rw->second->median) + ")");
     for (size_t k = i; k < j; ++k) {
       const Spike& x = report.gradSpikes[k];
       if (x.param.empty()) fd.cite("step_stats", {f("step", int64_t{x.step})});

@@ -47,7 +47,8 @@ std::vector<Finding> stragglerFindings(const CollectiveAnalysis& ca, const RunIn
   const double alpha = o.stragglerAlpha / static_cast<double>(std::max<size_t>(1, sr.ranks.size()));
   const double stepNs = meanStepNs(b);
   for (const RankStraggling& r : sr.ranks) {
-    if (r.causedWaitNs * 4 < top * 3 || r.collectives < o.stragglerMinCollectives || r.pValue >= alpha) continue;
+    if (r.causedWaitNs * 4 < top * 3 || r.collectives < o.stragglerMinCollectives || r.pValue >= o.stragglerLargeAlpha)
+      continue;
     // The ranks that waited on it: the other members of its groups.
     std::set<int> waiters;
     for (const auto& g : info.groups)
@@ -59,6 +60,9 @@ std::vector<Finding> stragglerFindings(const CollectiveAnalysis& ca, const RunIn
     const double perWaiterStep = excess / static_cast<double>(std::max<size_t>(1, waiters.size())) /
                                  static_cast<double>(std::max<int64_t>(1, sr.steps));
     const double costPct = stepNs > 0 ? 100.0 * perWaiterStep / stepNs : 0.0;
+    // A large effect needs less evidence: few steps cannot make a rank significant at the run's bound, however late.
+    const bool large = stepNs > 0 && costPct >= o.stragglerLargeStepPct;
+    if (r.pValue >= alpha && !large) continue;
     Finding fd;
     fd.kind = FindingKind::Straggler;
     // Significant but small (a rank that shares its core with the launcher, say): a figure, not a fault.
@@ -134,6 +138,23 @@ std::vector<Finding> overheadFindings(const Breakdown& b, const TpModelCheck* tp
   return out;
 }
 
+// A rank that died never enters its next collectives: its peers' hang there is a consequence of the crash, not a
+// second cause. A hang all of whose missing ranks crashed becomes secondary (error), so the crash is named first.
+void markHangsCausedByCrashes(std::vector<Finding>& all) {
+  std::set<int> crashed;
+  for (const Finding& fd : all)
+    if (fd.kind == FindingKind::Crash && fd.rank >= 0) crashed.insert(fd.rank);
+  if (crashed.empty()) return;
+  for (Finding& fd : all) {
+    if (fd.kind != FindingKind::Hang || fd.severity != Severity::Critical || fd.ranks.empty()) continue;
+    if (!std::all_of(fd.ranks.begin(), fd.ranks.end(), [&](int r) { return crashed.count(r) > 0; })) continue;
+    fd.severity = Severity::Error;
+    fd.details.push_back(rankList(fd.ranks) + " crashed before entering it: a consequence of the crash, not a cause");
+    for (auto& n : fd.evidence.numbers)
+      if (n.name == "secondary") n.value = int64_t{1};
+  }
+}
+
 }  // namespace
 
 DiagnoseResult diagnose(tracedb::Reader& reader, const DiagnoseOptions& options) {
@@ -187,6 +208,7 @@ DiagnoseResult diagnose(tracedb::Reader& reader, const DiagnoseOptions& options)
     return overheadFindings(*breakdown, collectives ? &collectives->tp : nullptr, options);
   });
 
+  markHangsCausedByCrashes(all);
   sortFindings(all);
   std::map<FindingKind, int64_t> perKind;
   std::map<std::string, int64_t> omitted;

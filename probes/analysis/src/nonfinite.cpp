@@ -141,12 +141,13 @@ tracedb::Result<NonFiniteReport> analyzeNonFinite(tracedb::Reader& reader, const
     // SQLite stores NaN as NULL. A NULL loss or grad_norm is a NaN where the rank records that column at other steps
     // (tpscope-train always does); ±Inf is stored as it is.
     Query q(reader,
-            "SELECT s.rank, s.step, s.end_ns,"
-            " CASE WHEN abs(s.loss) > 1.7976931348623157e308 THEN 2 WHEN s.loss IS NULL AND EXISTS (SELECT 1 FROM"
-            "  step_stats t WHERE t.rank = s.rank AND t.loss IS NOT NULL) THEN 1 ELSE 0 END,"
-            " CASE WHEN abs(s.grad_norm) > 1.7976931348623157e308 THEN 2 WHEN s.grad_norm IS NULL AND EXISTS (SELECT 1"
-            "  FROM step_stats t WHERE t.rank = s.rank AND t.grad_norm IS NOT NULL) THEN 1 ELSE 0 END"
-            " FROM step_stats s",
+            "WITH has AS (SELECT rank, max(loss IS NOT NULL) AS loss, max(grad_norm IS NOT NULL) AS norm"
+            "  FROM step_stats GROUP BY rank)"
+            " SELECT s.rank, s.step, s.end_ns,"
+            " CASE WHEN abs(s.loss) > 1.7976931348623157e308 THEN 2 WHEN s.loss IS NULL AND h.loss THEN 1 ELSE 0 END,"
+            " CASE WHEN abs(s.grad_norm) > 1.7976931348623157e308 THEN 2 WHEN s.grad_norm IS NULL AND h.norm THEN 1"
+            "  ELSE 0 END"
+            " FROM step_stats s JOIN has h ON h.rank = s.rank",
             "table 'step_stats'");
     auto s = q.each([&](Query& r) {
       const int rank = r.i32(0), step = r.i32(1);

@@ -12,6 +12,9 @@
 //   decades: against the trend that is ordinary, and a spike on a steep trend still stands out (a plain median
 //   baseline would both flag the trend and, its MAD widened by it, miss the spike).
 //   The loss is tested on y = x, d floored at 1e-3·|m|; a spike is z ≥ zThreshold and x ≥ ratioThreshold · m.
+// A spike is transient: where later steps exist, the median of the next (up to) transientSteps values must be
+// below x / ratioThreshold; a jump that stays is a level shift (early training, warm-up), shown by the layer trends.
+// A run-wide spike at a step where some rank's own parameters spiked is folded into those findings (one line).
 // False-alarm rate: were the residuals normal, P(z ≥ 6) ≈ 1e-9 per test; real series have heavier tails, which the
 // ratio condition (≥ 2× for the global norm and the loss, ≥ 10× for one parameter) bounds. Measured on the accuracy
 // benchmark's healthy runs (bench/accuracy, docs/diagnosis.md): the figure is there.
@@ -46,6 +49,7 @@ struct AnomalyOptions {
   double zThreshold = 6.0;
   double ratioThreshold = 2.0;
   double minSigmaDecades = 0.05;  // floor of the robust σ of log10 norms (about ±12 %)
+  int transientSteps = 3;         // later values that must fall back for a spike (a jump that stays is a shift)
   // Per-parameter norms (grad_stats) swing several-fold in healthy training: there a spike must also be at least
   // paramRatioThreshold × the median, with at least paramMinHistory previous values.
   int paramMinHistory = 8;
