@@ -100,6 +100,7 @@ tracedb::Result<AnomalyReport> analyzeAnomalies(tracedb::Reader& reader, const R
   std::map<std::pair<int, int64_t>, std::vector<std::pair<int, double>>> series;
   std::map<int64_t, std::pair<std::string, int>> params;  // id → name, layer
   std::map<int, std::map<int, std::vector<double>>> layerNorms;
+  std::map<std::pair<int, int>, double> rankStepSq;  // (rank, step) → Σ l2² over its parameters
   {
     Query q(reader,
             "SELECT rank, param, step, l2_norm, layer FROM grad_stats WHERE nan_count = 0 AND inf_count = 0",
@@ -111,6 +112,7 @@ tracedb::Result<AnomalyReport> analyzeAnomalies(tracedb::Reader& reader, const R
       const double norm = r.f64(3);
       const int layer = r.i32(4);
       series[{rank, param}].emplace_back(step, norm);
+      if (std::isfinite(norm)) rankStepSq[{rank, step}] += norm * norm;
       params.try_emplace(param, std::string(), layer);
       if (layer >= 0 && std::isfinite(norm) && norm > 0) layerNorms[layer][step].push_back(norm);
     });
@@ -127,7 +129,17 @@ tracedb::Result<AnomalyReport> analyzeAnomalies(tracedb::Reader& reader, const R
   for (const auto& [key, s] : series) {
     const auto& [name, layer] = params[key.second];
     findSpikes(s, perParam, /*logScale=*/true, [&](int step, double x, double m, double mad, double z) {
-      out.gradSpikes.push_back(Spike{key.first, step, layer, name, x, m, mad, z});
+      Spike sp{key.first, step, layer, name, x, m, mad, z};
+      // Material: the parameter alone reaches paramMaterialFraction of its rank's usual total gradient norm
+      // (median over the previous steps) — a spike in a tiny parameter does not move training.
+      std::vector<double> totals;
+      for (auto it = rankStepSq.lower_bound({key.first, step - options.window}); it != rankStepSq.end() &&
+                                                                               it->first.first == key.first &&
+                                                                               it->first.second < step;
+           ++it)
+        totals.push_back(std::sqrt(it->second));
+      sp.material = totals.empty() || x >= options.paramMaterialFraction * median(std::move(totals));
+      out.gradSpikes.push_back(std::move(sp));
     });
   }
 
@@ -149,7 +161,9 @@ tracedb::Result<AnomalyReport> analyzeAnomalies(tracedb::Reader& reader, const R
     for (const auto& [r, x] : v) sum += x;
     normSeries.emplace_back(step, sum / static_cast<double>(v.size()));
   }
-  findSpikes(normSeries, options, /*logScale=*/true, [&](int step, double x, double m, double mad, double z) {
+  AnomalyOptions globalNorm = options;
+  globalNorm.ratioThreshold = std::max(options.ratioThreshold, options.normRatioThreshold);
+  findSpikes(normSeries, globalNorm, /*logScale=*/true, [&](int step, double x, double m, double mad, double z) {
     out.gradSpikes.push_back(Spike{-1, step, -1, "", x, m, mad, z});
   });
   std::vector<std::pair<int, double>> lossSeries;
@@ -250,7 +264,10 @@ std::vector<Finding> anomalyFindings(const AnomalyReport& report, const RunInfo&
     }
     Finding fd;
     fd.kind = FindingKind::GradSpike;
-    fd.severity = Severity::Warning;
+    // A spike of a parameter too small to move its rank's gradient is a figure, not a fault.
+    bool material = false;
+    for (size_t k = i; k < j; ++k) material = material || report.gradSpikes[k].material;
+    fd.severity = material ? Severity::Warning : Severity::Info;
     fd.rank = s.rank;
     fd.step = s.step;
     fd.layer = s.layer;

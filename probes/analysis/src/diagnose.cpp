@@ -63,10 +63,15 @@ std::vector<Finding> stragglerFindings(const CollectiveAnalysis& ca, const RunIn
     // A large effect needs less evidence: few steps cannot make a rank significant at the run's bound, however late.
     const bool large = stepNs > 0 && costPct >= o.stragglerLargeStepPct;
     if (r.pValue >= alpha && !large) continue;
+    // On an oversubscribed host (more ranks than CPUs) ranks take turns on the cores: one lags by the luck of
+    // scheduling, so only a large lag is a fault there.
+    const tracedb::RankInfo* ri = info.rank(r.rank);
+    const bool crowded = ri != nullptr && info.oversubscribed(ri->host);
     Finding fd;
     fd.kind = FindingKind::Straggler;
-    // Significant but small (a rank that shares its core with the launcher, say): a figure, not a fault.
-    fd.severity = costPct >= o.stragglerMinStepPct ? Severity::Warning : Severity::Info;
+    // Significant but small (a rank that shares its core with others, say): a figure, not a fault.
+    fd.severity = costPct >= (crowded ? o.stragglerLargeStepPct : o.stragglerMinStepPct) ? Severity::Warning
+                                                                                          : Severity::Info;
     fd.rank = r.rank;
     fd.message = "rank " + std::to_string(r.rank) + " arrives last at " + pct(r.lastPct()) + " of its collectives (" +
                  std::to_string(r.lastCount) + " of " + std::to_string(r.collectives) + "); the others wait " +
@@ -78,6 +83,10 @@ std::vector<Finding> stragglerFindings(const CollectiveAnalysis& ca, const RunIn
                   "%.1f%% of the mean step time to it",
                   ms(static_cast<int64_t>(r.expectedWaitNs)).c_str(), r.z, r.pValue, costPct);
     fd.details.push_back(why);
+    if (crowded)
+      fd.details.push_back("host " + ri->host + " runs more ranks than its " +
+                           std::to_string(info.hostCpus.at(ri->host)) +
+                           " CPUs: a lag under half a step per step is scheduling, not a fault");
     for (const CollectiveArrival& a : ca.worst) {
       if (a.lastRank != r.rank) continue;
       fd.cite("collectives", {f("rank", int64_t{r.rank}), f("group_name", a.group), f("seq", a.seq)});

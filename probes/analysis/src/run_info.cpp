@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cctype>
 #include <map>
 #include <optional>
@@ -80,6 +81,14 @@ tracedb::Result<RunInfo> loadRunInfo(tracedb::Reader& reader) {
   auto ranks = reader.ranks();
   if (!ranks) return ranks.status();
   info.ranks = std::move(*ranks);
+  if (auto meta = reader.meta()) {
+    const std::string_view prefix = tracedb::meta_keys::kHostCpusPrefix;
+    for (const auto& [key, value] : *meta)
+      if (std::string_view(key).starts_with(prefix)) {
+        const int cpus = std::atoi(value.c_str());
+        if (cpus > 0) info.hostCpus[key.substr(prefix.size())] = cpus;
+      }
+  }
   if (auto e = reader.metaValue("emulated_ops")) {
     std::string_view rest = *e;
     while (!rest.empty()) {
@@ -256,6 +265,14 @@ std::string groupClass(const std::string& group) {
   for (size_t i = dash + 1; i < group.size(); ++i)
     if (!std::isdigit(static_cast<unsigned char>(group[i]))) return group;
   return group.substr(0, dash);
+}
+
+bool RunInfo::oversubscribed(const std::string& host) const {
+  auto it = hostCpus.find(host);
+  if (it == hostCpus.end()) return false;
+  int ranksHere = 0;
+  for (const auto& r : ranks) ranksHere += r.host == host ? 1 : 0;
+  return ranksHere > it->second;
 }
 
 }  // namespace tpscope::analysis

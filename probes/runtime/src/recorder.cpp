@@ -279,6 +279,9 @@ tracedb::Status Recorder::start(const RuntimeOptions& options) {
         {"recorder.ticks_per_ns", std::to_string(clock_.ticksPerNs())},
         {"recorder.span_cost_ps", std::to_string(perSpanCostPs_)},
         {"recorder.flush_interval_ms", std::to_string(options_.flushInterval.count())},
+        // How many ranks share a host's cores decides what a lagging rank means (analysis: stragglers).
+        {std::string(tracedb::meta_keys::kHostCpusPrefix) + rank.host,
+         std::to_string(std::max(1u, std::thread::hardware_concurrency()))},
     };
     tracedb::Status s = writer_->begin();
     for (const auto& [k, v] : meta) {

@@ -45,6 +45,10 @@ struct RunInfo {
   bool indexed = false;                    // the query indexes of indexes.sql exist (merged or imported files)
   // meta 'emulated_ops' ("reduce_scatter=all_reduce,..."): logical op → the op that really ran underneath
   std::map<std::string, std::string> emulatedOps;
+  // meta 'host_cpus.<host>' (the recorder): logical CPUs per host. A host running more ranks than that is
+  // oversubscribed: ranks take turns on the cores and one lags by the luck of scheduling.
+  std::map<std::string, int> hostCpus;
+  bool oversubscribed(const std::string& host) const;  // more ranks on `host` than its CPUs (false when unknown)
   int64_t beginNs = 0, endNs = 0;          // extent of spans, collectives and step_stats (0, 0 when empty)
   std::vector<RankExtent> spanExtents;     // by rank, ranks with spans only
   std::optional<ModelConfig> model;        // when meta 'config' is JSON with at least one of the model keys
