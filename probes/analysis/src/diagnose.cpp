@@ -55,11 +55,11 @@ std::vector<Finding> stragglerFindings(const CollectiveAnalysis& ca, const RunIn
       if (std::find(g.ranks.begin(), g.ranks.end(), r.rank) != g.ranks.end())
         for (int m : g.ranks)
           if (m != r.rank) waiters.insert(m);
-    // Material: the waiting it caused beyond what chance would have put on it, per step and waiting rank.
+    // Material: the waiting it caused beyond what chance would have put on it, per step (summed over the ranks that
+    // waited: the rank-time the job lost), against the mean step time.
     const double excess = std::max(0.0, static_cast<double>(r.causedWaitNs) - r.expectedWaitNs);
-    const double perWaiterStep = excess / static_cast<double>(std::max<size_t>(1, waiters.size())) /
-                                 static_cast<double>(std::max<int64_t>(1, sr.steps));
-    const double costPct = stepNs > 0 ? 100.0 * perWaiterStep / stepNs : 0.0;
+    const double perStep = excess / static_cast<double>(std::max<int64_t>(1, sr.steps));
+    const double costPct = stepNs > 0 ? 100.0 * perStep / stepNs : 0.0;
     // A large effect needs less evidence: few steps cannot make a rank significant at the run's bound, however late.
     const bool large = stepNs > 0 && costPct >= o.stragglerLargeStepPct;
     if (r.pValue >= alpha && !large) continue;
@@ -79,8 +79,8 @@ std::vector<Finding> stragglerFindings(const CollectiveAnalysis& ca, const RunIn
     if (sr.steps > 0) fd.message += " (" + ms(r.causedWaitNs / sr.steps) + " per step)";
     char why[160];
     std::snprintf(why, sizeof why,
-                  "chance would make it cause %s of waiting (z = %.1f, p = %.2g); beyond that, each waiting rank loses "
-                  "%.1f%% of the mean step time to it",
+                  "chance would make it cause %s of waiting (z = %.1f, p = %.2g); beyond that, the ranks waiting on "
+                  "it lose %.1f%% of a mean step per step",
                   ms(static_cast<int64_t>(r.expectedWaitNs)).c_str(), r.z, r.pValue, costPct);
     fd.details.push_back(why);
     if (crowded)

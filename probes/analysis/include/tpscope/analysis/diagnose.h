@@ -7,8 +7,8 @@
 //                        stragglerMinCollectives decided collectives — or, for a large effect (the material figure
 //                        below ≥ stragglerLargeStepPct, half a step per step), p < stragglerLargeAlpha: a few steps
 //                        cannot reach the run's bound however late a rank is;
-//                        material: the waiting it caused beyond chance (S_r − μ_r), per step and per rank that
-//                        waited on it, is ≥ stragglerMinStepPct % of the mean step time (breakdown) — significant
+//                        material: the waiting it caused beyond chance (S_r − μ_r) per step, summed over the ranks
+//                        that waited on it, is ≥ stragglerMinStepPct % of the mean step time (breakdown) — significant
 //                        but not material is an info finding (a figure: e.g. a rank sharing its core);
 //                        and it caused ≥ 75 % of the waiting the worst straggler caused (ranks delayed by the
 //                        straggler arrive late at their next collective too; they are victims, not causes).
