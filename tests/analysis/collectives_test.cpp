@@ -46,12 +46,7 @@ TEST(BusBandwidth, EmulatedReduceScatterCountsTheAllReduceUnderneath) {
     const auto path = testDir() / (emulated ? "rs_emulated.db" : "rs_native.db");
     {
       auto w = newWriter(path);
-      for (int r = 0; r < 4; ++r) {
-        tracedb::RankInfo ri;
-        ri.rank = r;
-        ASSERT_TRUE(w->putRank(ri));
-      }
-      ASSERT_TRUE(w->putGroup({"tp-0", {0, 1, 2, 3}, "gloo"}));
+      putRanksAndGroup(*w, 4, 0);
       if (emulated) ASSERT_TRUE(w->setMeta("emulated_ops", "reduce_scatter=all_reduce"));
       for (int r = 0; r < 4; ++r) {
         auto c = [&] {
@@ -102,15 +97,22 @@ tracedb::CollectiveRow rec(int rank, int64_t seq, const char* op, int64_t bytes,
   return c;
 }
 
-void writeTwoRanks(const std::filesystem::path& path, int64_t uncertaintyNs) {
-  auto w = newWriter(path);
-  for (int r = 0; r < 2; ++r) {
+// Ranks 0..n-1 with a clock uncertainty, and their group "tp-0".
+void putRanksAndGroup(tracedb::Writer& w, int n, int64_t uncertaintyNs) {
+  std::vector<int> members;
+  for (int r = 0; r < n; ++r) {
     tracedb::RankInfo ri;
     ri.rank = r;
     ri.clockUncertaintyNs = uncertaintyNs;
-    ASSERT_TRUE(w->putRank(ri));
+    ASSERT_TRUE(w.putRank(ri));
+    members.push_back(r);
   }
-  ASSERT_TRUE(w->putGroup({"tp-0", {0, 1}, "gloo"}));
+  ASSERT_TRUE(w.putGroup({"tp-0", members, "gloo"}));
+}
+
+void writeTwoRanks(const std::filesystem::path& path, int64_t uncertaintyNs) {
+  auto w = newWriter(path);
+  putRanksAndGroup(*w, 2, uncertaintyNs);
   // seq 1: rank 1 arrives 600 ns late; the transfer takes 400 ns.
   ASSERT_TRUE(w->upsertCollective(rec(0, 1, "all_reduce", 4000, 0, 1000)));
   ASSERT_TRUE(w->upsertCollective(rec(1, 1, "all_reduce", 4000, 600, 1000)));
@@ -179,13 +181,7 @@ TEST(Collectives, StragglerAmongFourIsNamedByTheWaitingItCauses) {
   const auto path = testDir() / "four.db";
   {
     auto w = newWriter(path);
-    for (int r = 0; r < 4; ++r) {
-      tracedb::RankInfo ri;
-      ri.rank = r;
-      ri.clockUncertaintyNs = 10;
-      ASSERT_TRUE(w->putRank(ri));
-    }
-    ASSERT_TRUE(w->putGroup({"tp-0", {0, 1, 2, 3}, "gloo"}));
+    putRanksAndGroup(*w, 4, 10);
     // Twice the same ten collectives: four costly ones out of ten cannot be told from chance at the run's
     // false-alarm bound (z = 3.4 < 3.5), eight out of twenty can (z = 4.9).
     const int lastOf[10] = {2, 0, 1, 2, 3, 0, 2, 1, 3, 2};
@@ -222,13 +218,7 @@ TEST(Collectives, ChanceArrivalOrderIsNoStraggler) {
     double sumWait = 0;
     {
       auto w = newWriter(path);
-      for (int r = 0; r < 2; ++r) {
-        tracedb::RankInfo ri;
-        ri.rank = r;
-        ri.clockUncertaintyNs = 10;
-        ASSERT_TRUE(w->putRank(ri));
-      }
-      ASSERT_TRUE(w->putGroup({"tp-0", {0, 1}, "gloo"}));
+      putRanksAndGroup(*w, 2, 10);
       for (int64_t seq = 1; seq <= 400; ++seq) {
         const int last = static_cast<int>(next() % 2);
         const int64_t skew = 1'000 + static_cast<int64_t>(next() % 100'000), t0 = seq * 1'000'000;
