@@ -13,6 +13,19 @@ using testing::newWriter;
 using testing::openReader;
 using testing::testDir;
 
+// Ranks 0..n-1 with a clock uncertainty, and their group "tp-0".
+void putRanksAndGroup(tracedb::Writer& w, int n, int64_t uncertaintyNs) {
+  std::vector<int> members;
+  for (int r = 0; r < n; ++r) {
+    tracedb::RankInfo ri;
+    ri.rank = r;
+    ri.clockUncertaintyNs = uncertaintyNs;
+    ASSERT_TRUE(w.putRank(ri));
+    members.push_back(r);
+  }
+  ASSERT_TRUE(w.putGroup({"tp-0", members, "gloo"}));
+}
+
 TEST(BusBandwidth, NcclTestsFactors) {
   EXPECT_DOUBLE_EQ(busBandwidthFactor("all_reduce", 8), 2.0 * 7 / 8);
   EXPECT_DOUBLE_EQ(busBandwidthFactor("all_gather", 4), 3.0 / 4);
@@ -47,7 +60,9 @@ TEST(BusBandwidth, EmulatedReduceScatterCountsTheAllReduceUnderneath) {
     {
       auto w = newWriter(path);
       putRanksAndGroup(*w, 4, 0);
-      if (emulated) ASSERT_TRUE(w->setMeta("emulated_ops", "reduce_scatter=all_reduce"));
+      if (emulated) {
+        ASSERT_TRUE(w->setMeta("emulated_ops", "reduce_scatter=all_reduce"));
+      }
       for (int r = 0; r < 4; ++r) {
         auto c = [&] {
           tracedb::CollectiveRow x;
@@ -95,19 +110,6 @@ tracedb::CollectiveRow rec(int rank, int64_t seq, const char* op, int64_t bytes,
   c.endNs = end;
   c.state = tracedb::CollectiveState::Completed;
   return c;
-}
-
-// Ranks 0..n-1 with a clock uncertainty, and their group "tp-0".
-void putRanksAndGroup(tracedb::Writer& w, int n, int64_t uncertaintyNs) {
-  std::vector<int> members;
-  for (int r = 0; r < n; ++r) {
-    tracedb::RankInfo ri;
-    ri.rank = r;
-    ri.clockUncertaintyNs = uncertaintyNs;
-    ASSERT_TRUE(w.putRank(ri));
-    members.push_back(r);
-  }
-  ASSERT_TRUE(w.putGroup({"tp-0", members, "gloo"}));
 }
 
 void writeTwoRanks(const std::filesystem::path& path, int64_t uncertaintyNs) {
