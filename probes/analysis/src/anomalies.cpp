@@ -130,15 +130,17 @@ tracedb::Result<AnomalyReport> analyzeAnomalies(tracedb::Reader& reader, const R
     const auto& [name, layer] = params[key.second];
     findSpikes(s, perParam, /*logScale=*/true, [&](int step, double x, double m, double mad, double z) {
       Spike sp{key.first, step, layer, name, x, m, mad, z};
-      // Material: the parameter alone reaches paramMaterialFraction of its rank's usual total gradient norm
-      // (median over the previous steps) — a spike in a tiny parameter does not move training.
+      // Material: it moves its rank's gradient — the rank's total norm (√Σ l2² over its parameters) at that step is
+      // ≥ normRatioThreshold × its median over the previous steps. A spike in a tiny parameter does not.
       std::vector<double> totals;
       for (auto it = rankStepSq.lower_bound({key.first, step - options.window}); it != rankStepSq.end() &&
                                                                                it->first.first == key.first &&
                                                                                it->first.second < step;
            ++it)
         totals.push_back(std::sqrt(it->second));
-      sp.material = totals.empty() || x >= options.paramMaterialFraction * median(std::move(totals));
+      const auto now = rankStepSq.find({key.first, step});
+      sp.material = totals.empty() || now == rankStepSq.end() ||
+                    std::sqrt(now->second) >= options.normRatioThreshold * median(std::move(totals));
       out.gradSpikes.push_back(std::move(sp));
     });
   }

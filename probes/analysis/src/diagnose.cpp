@@ -86,7 +86,7 @@ std::vector<Finding> stragglerFindings(const CollectiveAnalysis& ca, const RunIn
     if (crowded)
       fd.details.push_back("host " + ri->host + " runs more ranks than its " +
                            std::to_string(info.hostCpus.at(ri->host)) +
-                           " CPUs: a lag under half a step per step is scheduling, not a fault");
+                           " CPUs: a lag under a quarter of a step per step is scheduling, not a fault");
     for (const CollectiveArrival& a : ca.worst) {
       if (a.lastRank != r.rank) continue;
       fd.cite("collectives", {f("rank", int64_t{r.rank}), f("group_name", a.group), f("seq", a.seq)});

@@ -120,9 +120,12 @@ tracedb::Result<NonFiniteReport> analyzeNonFinite(tracedb::Reader& reader, const
       e.step = r.i32(1);
       e.layer = r.i32(2);
       e.param = r.text(3);
-      e.tsNs = r.i64(4);
       const std::string kind = r.text(5), evidence = r.text(6);
       e.phase = phaseFromAlert(kind, evidence);
+      // An activation alert carries the time the output was produced; a gradient alert the time the rule checked
+      // (after the reductions): only a bound on when the rank held it, not the moment it was born.
+      if (e.phase == "bwd") e.boundNs = r.i64(4);
+      else e.tsNs = r.i64(4);
       e.nanCount = jsonCount(evidence, "nan_count");
       e.infCount = jsonCount(evidence, "inf_count");
       e.numel = jsonCount(evidence, "numel");
@@ -266,12 +269,11 @@ tracedb::Result<NonFiniteReport> analyzeNonFinite(tracedb::Reader& reader, const
     if (reached[r].t < t) continue;
     for (const Coll& c : colls) {
       if (c.rank != r || c.enqueue < t || !carriesValues(c)) continue;
-      int64_t done = c.done;
-      for (const Coll* m : bySeq[{c.group, c.seq}]) done = std::max(done, m->done);
       for (const Coll* m : bySeq[{c.group, c.seq}]) {
         auto fe = first.find(m->rank);
         if (m->rank == r || fe == first.end() || fe->second.step < c.step) continue;
         const NonFiniteEvent& seen = fe->second;
+        const int64_t done = m->done;  // the receiver holds the result when its own copy of the collective ends
         if (seen.boundNs && done > *seen.boundNs + slack[r] + slack[m->rank]) continue;
         if (!consistentCarrier(c, seen)) continue;
         Arrival& a = reached[m->rank];

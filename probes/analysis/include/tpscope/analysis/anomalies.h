@@ -19,9 +19,9 @@
 // ratio condition (≥ 2× for the global norm and the loss, ≥ 10× for one parameter) bounds. Measured on the accuracy
 // benchmark's healthy runs (bench/accuracy, docs/diagnosis.md): the figure is there.
 //   grad_spike (per rank, param): over grad_stats.l2_norm, with the stricter paramMinHistory/paramRatioThreshold;
-//   reported per (rank, step), worst param first. A warning when material: the spiked norm reaches
-//   paramMaterialFraction of the rank's total gradient norm (√Σ l2² over its parameters, median of the previous
-//   window) — else info: a tiny parameter (a layer-norm weight) jumping on one bad batch does not move training.
+//   reported per (rank, step), worst param first. A warning when material: it moves its rank's gradient, the
+//   rank's total norm (√Σ l2² over its parameters) that step ≥ normRatioThreshold × its median over the previous
+//   window — else info: a parameter jumping 10–60× on one bad batch while the rank's total moves < 5× is a figure.
 //   grad_spike (run-wide, rank −1): over step_stats.grad_norm, per step the mean over the ranks, ratio
 //   normRatioThreshold (5×: a 2–4× jump of the clipped global norm on one batch is ordinary)
 //   loss_spike: over step_stats.loss, per step the mean over the ranks that recorded it
@@ -54,7 +54,6 @@ struct AnomalyOptions {
   double minSigmaDecades = 0.05;  // floor of the robust σ of log10 norms (about ±12 %)
   int transientSteps = 3;         // later values that must fall back for a spike (a jump that stays is a shift)
   double normRatioThreshold = 5.0;     // the run-wide global grad norm: ≥ 5× its baseline (clipping absorbs less)
-  double paramMaterialFraction = 0.5;  // a parameter's spike is a warning when it reaches half its rank's total
   // Per-parameter norms (grad_stats) swing several-fold in healthy training: there a spike must also be at least
   // paramRatioThreshold × the median, with at least paramMinHistory previous values.
   int paramMinHistory = 8;
@@ -68,7 +67,7 @@ struct Spike {
   int layer = -1;
   std::string param;   // "" for a global grad norm or the loss
   double value = 0, median = 0, mad = 0, z = 0;  // median on the value's scale; mad in decades for grad norms
-  bool material = true;  // per-parameter: the norm reaches paramMaterialFraction of the rank's usual total norm
+  bool material = true;  // per-parameter: the rank's total norm that step is ≥ normRatioThreshold × its median
 };
 
 struct Divergence {

@@ -5,7 +5,7 @@
 //                        significant: the weighted arrival test of collectives.h gives p < stragglerAlpha / R (R the
 //                        ranks tested: a Bonferroni bound on the run's false-alarm rate), over ≥
 //                        stragglerMinCollectives decided collectives — or, for a large effect (the material figure
-//                        below ≥ stragglerLargeStepPct, half a step per step), p < stragglerLargeAlpha: a few steps
+//                        below ≥ stragglerLargeStepPct, a quarter of a step per step), p < stragglerLargeAlpha: a few steps
 //                        cannot reach the run's bound however late a rank is;
 //                        material: the waiting it caused beyond chance (S_r − μ_r) per step, summed over the ranks
 //                        that waited on it, is ≥ stragglerMinStepPct % of the mean step time (breakdown) — significant
@@ -35,7 +35,7 @@ struct DiagnoseOptions {
   double stragglerAlpha = 1e-3;    // the run's false-alarm rate bound for stragglers
   int stragglerMinCollectives = 4;
   double stragglerMinStepPct = 5.0;
-  double stragglerLargeStepPct = 50.0;
+  double stragglerLargeStepPct = 25.0;
   double stragglerLargeAlpha = 0.05;
   double commOverheadWarnPct = 30.0;
   double commOverheadInfoPct = 10.0;
