@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <sqlite3.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -31,6 +30,7 @@
 #include "tpscope/core/health_rules.h"
 #include "tpscope/probes/tcp_store.h"
 #include "tpscope/tracedb/merge.h"
+#include "tpscope/tracedb/rank_file.h"
 #include "tpscope/tracedb/reader.h"
 
 extern char** environ;
@@ -198,59 +198,6 @@ std::string rankExitReason(const ExitStatus& s, bool stoppedByCapture, const std
     case Outcome::NonFinite: return fmt::format("stopped on non-finite values: {}", s.describe());
     default: return fmt::format("crash: {}", s.describe());
   }
-}
-
-// Writes the launcher's verdict into a rank file (the process is gone). Errors are returned as text.
-std::string markRankFile(const fs::path& file, const std::string& reason, const std::string& status) {
-  sqlite3* db = nullptr;
-  if (sqlite3_open_v2(file.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK) {
-    std::string e = db != nullptr ? sqlite3_errmsg(db) : "cannot open";
-    sqlite3_close(db);
-    return fmt::format("{}: {}", file.string(), e);
-  }
-  sqlite3_busy_timeout(db, 2000);
-  std::string error;
-  auto exec = [&](const char* sql, const std::string& a, const std::string& b) {
-    sqlite3_stmt* st = nullptr;
-    if (sqlite3_prepare_v2(db, sql, -1, &st, nullptr) != SQLITE_OK) {
-      error = sqlite3_errmsg(db);
-      return;
-    }
-    sqlite3_bind_text(st, 1, a.c_str(), -1, SQLITE_TRANSIENT);
-    if (!b.empty()) sqlite3_bind_text(st, 2, b.c_str(), -1, SQLITE_TRANSIENT);
-    if (sqlite3_step(st) != SQLITE_DONE) error = sqlite3_errmsg(db);
-    sqlite3_finalize(st);
-  };
-  exec("UPDATE ranks SET exit_reason = ?1", reason, "");
-  if (error.empty()) exec("INSERT OR REPLACE INTO meta(key, value) VALUES('capture_exit', ?1)", status, "");
-  sqlite3_close(db);
-  return error.empty() ? std::string() : fmt::format("{}: {}", file.string(), error);
-}
-
-std::string setRunMeta(const fs::path& file, const std::vector<std::pair<std::string, std::string>>& kv) {
-  sqlite3* db = nullptr;
-  if (sqlite3_open_v2(file.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK) {
-    sqlite3_close(db);
-    return fmt::format("{}: cannot open to add capture meta", file.string());
-  }
-  sqlite3_busy_timeout(db, 2000);
-  std::string error;
-  sqlite3_exec(db, "BEGIN", nullptr, nullptr, nullptr);
-  for (const auto& [k, v] : kv) {
-    sqlite3_stmt* st = nullptr;
-    if (sqlite3_prepare_v2(db, "INSERT OR REPLACE INTO meta(key, value) VALUES(?1, ?2)", -1, &st, nullptr) !=
-        SQLITE_OK) {
-      error = sqlite3_errmsg(db);
-      break;
-    }
-    sqlite3_bind_text(st, 1, k.c_str(), -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 2, v.c_str(), -1, SQLITE_TRANSIENT);
-    if (sqlite3_step(st) != SQLITE_DONE) error = sqlite3_errmsg(db);
-    sqlite3_finalize(st);
-  }
-  sqlite3_exec(db, error.empty() ? "COMMIT" : "ROLLBACK", nullptr, nullptr, nullptr);
-  sqlite3_close(db);
-  return error.empty() ? std::string() : fmt::format("{}: {}", file.string(), error);
 }
 
 std::string upper(std::string_view s) {
@@ -661,8 +608,8 @@ int runCapture(const CaptureOptions& o, std::FILE* out, std::FILE* err, bool tty
       continue;
     }
     if (s.ok()) continue;  // the rank said "ok" itself
-    if (std::string e = markRankFile(file, rankExitReason(s, ours, stopWhy), s.describe()); !e.empty())
-      fmt::print(err, "tpscope capture: warning: cannot record rank {}'s exit: {}\n", p.rank(), e);
+    if (tracedb::Status e = tracedb::markRankExit(file, rankExitReason(s, ours, stopWhy), s.describe()); !e)
+      fmt::print(err, "tpscope capture: warning: cannot record rank {}'s exit: {}\n", p.rank(), e.message());
   }
   store.reset();
 
@@ -687,8 +634,8 @@ int runCapture(const CaptureOptions& o, std::FILE* out, std::FILE* err, bool tty
     fmt::print(out, "exit status {}; the rank files are in {}\n", code == 0 ? kExitFailure : code, dir.string());
     return code == 0 ? kExitFailure : code;
   }
-  if (std::string e = setRunMeta(runFile, meta); !e.empty())
-    fmt::print(err, "tpscope capture: warning: {}\n", e);
+  if (tracedb::Status e = tracedb::addMeta(runFile, meta); !e)
+    fmt::print(err, "tpscope capture: warning: {}\n", e.message());
   fmt::print(out, "merged {} rank file{} → {} ({} spans, {} collectives)\n", merged->ranks,
              merged->ranks == 1 ? "" : "s", runFile.string(), merged->spans, merged->collectives);
 

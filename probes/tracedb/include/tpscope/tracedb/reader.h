@@ -9,7 +9,7 @@
 //
 // The Reader is the only way into a trace file for reading: typed rows here, the caller's own SELECTs through
 // tracedb::Query (query.h), several files of one run with their clocks aligned through openRunFiles (run_files.h).
-// (handle() is the last raw door; its users move to these.)
+// No SQLite handle is handed out.
 #pragma once
 
 #include <filesystem>
@@ -122,8 +122,6 @@ class Reader {
   // short one and tries again at its next poll.
   void setBusyTimeout(int ms);
 
-  // The raw read-only connection, for SQL queries (tpscope sql). Writes are refused by SQLite (query_only).
-  sqlite3* handle() { return db_; }
   // Formats an SQLite failure as "<file>: <what>: <sqlite message>".
   Status error(std::string_view what) const;
 

@@ -74,8 +74,6 @@ class Writer {
   // Commits, checkpoints the WAL into the main file and closes. Further calls fail.
   Status close();
 
-  sqlite3* handle() { return db_; }
-
  private:
   friend struct detail::Access;
   struct Statements;
