@@ -1,15 +1,13 @@
 // tpscope sql RUN "SELECT ..." [--json | --tsv] [--limit N]: one read-only SQL statement over the run file.
-// Writes are refused before anything runs: the statement must be read-only (sqlite3_stmt_readonly), single, and
+// Writes are refused before anything runs (tracedb::Query::readOnly): the statement must be read-only, single, and
 // may not ATTACH other files; the connection is read-only and query_only besides.
-#include <sqlite3.h>
-
 #include <nlohmann/json.hpp>
 
-#include <cctype>
 #include <iostream>
 
 #include "command.h"
 #include "text.h"
+#include "tpscope/tracedb/query.h"
 
 namespace tpscope::cli {
 namespace {
@@ -22,27 +20,23 @@ struct SqlArgs {
   int64_t limit = 1000;
 };
 
-int denyAttach(void*, int action, const char*, const char*, const char*, const char*) {
-  return action == SQLITE_ATTACH || action == SQLITE_DETACH ? SQLITE_DENY : SQLITE_OK;
-}
+using tracedb::ColumnType;
+using tracedb::Query;
 
-std::string cellText(sqlite3_stmt* st, int c) {
-  switch (sqlite3_column_type(st, c)) {
-    case SQLITE_NULL: return "NULL";
-    case SQLITE_BLOB: return "<blob " + std::to_string(sqlite3_column_bytes(st, c)) + " bytes>";
-    default: {
-      const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(st, c));
-      return p ? std::string(p, static_cast<size_t>(sqlite3_column_bytes(st, c))) : std::string();
-    }
+std::string cellText(const Query& q, int c) {
+  switch (q.type(c)) {
+    case ColumnType::Null: return "NULL";
+    case ColumnType::Blob: return "<blob " + std::to_string(q.bytes(c)) + " bytes>";
+    default: return q.text(c);
   }
 }
 
-nlohmann::ordered_json cellJson(sqlite3_stmt* st, int c) {
-  switch (sqlite3_column_type(st, c)) {
-    case SQLITE_NULL: return nullptr;
-    case SQLITE_INTEGER: return sqlite3_column_int64(st, c);
-    case SQLITE_FLOAT: return sqlite3_column_double(st, c);
-    default: return cellText(st, c);
+nlohmann::ordered_json cellJson(const Query& q, int c) {
+  switch (q.type(c)) {
+    case ColumnType::Null: return nullptr;
+    case ColumnType::Integer: return q.i64(c);
+    case ColumnType::Float: return q.f64(c);
+    default: return cellText(q, c);
   }
 }
 
@@ -61,37 +55,16 @@ void addSql(CLI::App& app, Context& ctx) {
       ctx.exitCode = kExitBadInput;
       return;
     }
-    sqlite3* db = reader->handle();
-    sqlite3_set_authorizer(db, denyAttach, nullptr);
-    sqlite3_stmt* st = nullptr;
-    const char* tail = nullptr;
-    if (sqlite3_prepare_v2(db, args->query.c_str(), -1, &st, &tail) != SQLITE_OK || st == nullptr) {
-      const int code = sqlite3_errcode(db);
-      const std::string msg = code == SQLITE_AUTH  ? "refused: ATTACH and DETACH of other files are not allowed"
-                              : code == SQLITE_OK ? "the query is empty"
-                                                  : sqlite3_errmsg(db);
-      printError("sql", args->run.string() + ": " + msg);
-      sqlite3_finalize(st);
+    auto query = Query::readOnly(*reader, args->query);
+    if (!query) {
+      printError("sql", query.error());
       ctx.exitCode = kExitBadInput;
       return;
     }
-    std::unique_ptr<sqlite3_stmt, int (*)(sqlite3_stmt*)> guard(st, sqlite3_finalize);
-    for (const char* p = tail; p && *p; ++p) {
-      if (!std::isspace(static_cast<unsigned char>(*p)) && *p != ';') {
-        printError("sql", "only one statement is allowed; remove what follows the first ';'");
-        ctx.exitCode = kExitBadInput;
-        return;
-      }
-    }
-    if (!sqlite3_stmt_readonly(st)) {
-      printError("sql", "refused: the statement would modify " + args->run.string() +
-                            "; tpscope sql runs read-only queries only (SELECT, WITH, EXPLAIN, read-only PRAGMA)");
-      ctx.exitCode = kExitBadInput;
-      return;
-    }
-    const int cols = sqlite3_column_count(st);
+    Query& st = *query;
+    const int cols = st.columnCount();
     std::vector<std::string> header;
-    for (int c = 0; c < cols; ++c) header.emplace_back(sqlite3_column_name(st, c));
+    for (int c = 0; c < cols; ++c) header.emplace_back(st.columnName(c));
     nlohmann::ordered_json rows = nlohmann::ordered_json::array();
     Table table(header, std::string(header.size(), 'l'));
     int64_t n = 0, omitted = 0;
@@ -99,26 +72,25 @@ void addSql(CLI::App& app, Context& ctx) {
       for (int c = 0; c < cols; ++c) std::cout << (c ? "\t" : "") << header[c];
       std::cout << "\n";
     }
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    const tracedb::Status s = st.each([&](Query& q) {
       ++n;
       if (args->tsv) {
-        for (int c = 0; c < cols; ++c) std::cout << (c ? "\t" : "") << cellText(st, c);
+        for (int c = 0; c < cols; ++c) std::cout << (c ? "\t" : "") << cellText(q, c);
         std::cout << "\n";
       } else if (args->json) {
         nlohmann::ordered_json row;
-        for (int c = 0; c < cols; ++c) row[header[c]] = cellJson(st, c);
+        for (int c = 0; c < cols; ++c) row[header[c]] = cellJson(q, c);
         rows.push_back(std::move(row));
       } else if (args->limit <= 0 || n <= args->limit) {
         std::vector<std::string> row;
-        for (int c = 0; c < cols; ++c) row.push_back(cellText(st, c));
+        for (int c = 0; c < cols; ++c) row.push_back(cellText(q, c));
         table.add(std::move(row));
       } else {
         ++omitted;
       }
-    }
-    if (rc != SQLITE_DONE) {
-      printError("sql", args->run.string() + ": " + sqlite3_errmsg(db));
+    });
+    if (!s) {
+      printError("sql", s.message());
       ctx.exitCode = kExitBadInput;
       return;
     }

@@ -10,15 +10,16 @@ at::Tensor gradHealthSegments(const std::vector<int64_t>& numels) { return torch
 
 namespace {
 
-// Stats [P, 4] of the tensors `views` (fp32, any shape; empty ones give zeros), each reduced by vectorised kernels:
-// its L2 norm, its max |g| and, where needed, its NaN and Inf counts. A NaN or Inf element makes the L2
-// norm non-finite, so on the CPU — where reading a value back costs nothing — the two counting passes run only for
-// tensors whose norm is not finite (a finite norm means both counts are exactly 0). On an accelerator the counts are
-// always computed: four passes on the device beat a host sync in the middle of the backward pass. Never syncs on an
-// accelerator.
-at::Tensor statsOfViews(const std::vector<at::Tensor>& views, const at::TensorOptions& options) {
+// Stats of the tensors `views` (fp32, any shape; empty ones give zeros), each reduced by vectorised kernels: its L2
+// norm, its max |g| and, where needed, its NaN and Inf counts (int64, as torch counts them). A NaN or Inf element
+// makes the L2 norm non-finite, so on the CPU — where reading a value back costs nothing — the two counting passes run
+// only for tensors whose norm is not finite (a finite norm means both counts are exactly 0). On an accelerator the
+// counts are always computed: four passes on the device beat a host sync in the middle of the backward pass. Never
+// syncs on an accelerator.
+GradHealthStats statsOfViews(const std::vector<at::Tensor>& views, const at::TensorOptions& options) {
   const int64_t count = static_cast<int64_t>(views.size());
-  if (count == 0) return torch::zeros({0, 4}, options.dtype(at::kFloat));
+  if (count == 0)
+    return {torch::zeros({0, 2}, options.dtype(at::kFloat)), torch::zeros({0, 2}, options.dtype(at::kLong))};
   std::vector<at::Tensor> l2, lo, hi;
   l2.reserve(views.size());
   lo.reserve(views.size());
@@ -42,17 +43,17 @@ at::Tensor statsOfViews(const std::vector<at::Tensor>& views, const at::TensorOp
   const bool onCpu = norms.device().is_cpu();
   const at::Tensor finite = onCpu ? torch::isfinite(norms) : at::Tensor();
   const bool* ok = onCpu ? finite.data_ptr<bool>() : nullptr;
+  const at::Tensor none = torch::zeros({}, options.dtype(at::kLong));
   std::vector<at::Tensor> nan, inf;
   nan.reserve(views.size());
   inf.reserve(views.size());
   for (size_t p = 0; p < views.size(); ++p) {
     const at::Tensor& v = views[p];
     const bool skip = (ok != nullptr && ok[p]) || !v.defined() || v.numel() == 0;
-    nan.push_back(skip ? zero : torch::isnan(v).sum().to(at::kFloat));
-    inf.push_back(skip ? zero : torch::isinf(v).sum().to(at::kFloat));
+    nan.push_back(skip ? none : torch::isnan(v).sum());  // int64
+    inf.push_back(skip ? none : torch::isinf(v).sum());
   }
-  at::Tensor counts = torch::stack({torch::stack(nan), torch::stack(inf)}, 1);
-  return torch::cat({norms.unsqueeze(1), maxAbs.unsqueeze(1), counts}, 1);
+  return {torch::stack({norms, maxAbs}, 1), torch::stack({torch::stack(nan), torch::stack(inf)}, 1)};
 }
 
 at::Tensor asFloat(const at::Tensor& t) {
@@ -61,7 +62,7 @@ at::Tensor asFloat(const at::Tensor& t) {
 
 }  // namespace
 
-at::Tensor gradHealthFlat(const at::Tensor& flat, const at::Tensor& segments, int64_t count) {
+GradHealthStats gradHealthFlat(const at::Tensor& flat, const at::Tensor& segments, int64_t count) {
   torch::NoGradGuard ng;
   TORCH_CHECK(segments.numel() == count, "gradHealthFlat: ", segments.numel(), " lengths for ", count, " tensors");
   at::Tensor lengthsHost = segments.to(at::kCPU, at::kLong).contiguous();
@@ -73,7 +74,7 @@ at::Tensor gradHealthFlat(const at::Tensor& flat, const at::Tensor& segments, in
   return statsOfViews(g.split_with_sizes(lengths), g.options());
 }
 
-at::Tensor gradHealth(const std::vector<at::Tensor>& grads) {
+GradHealthStats gradHealth(const std::vector<at::Tensor>& grads) {
   torch::NoGradGuard ng;
   std::vector<at::Tensor> views;
   views.reserve(grads.size());
@@ -86,19 +87,22 @@ at::Tensor gradHealth(const std::vector<at::Tensor>& grads) {
 }
 
 std::vector<probes::GradStat> gradStatsOnHost(const std::vector<std::string>& names, const std::vector<int>& layers,
-                                              const std::vector<int64_t>& numels, const at::Tensor& stats) {
-  TORCH_CHECK(stats.size(0) == static_cast<int64_t>(names.size()), "gradStatsOnHost: ", stats.size(0), " rows for ",
-              names.size(), " parameters");
-  at::Tensor host = stats.detach().to(at::kCPU, at::kDouble).contiguous();  // the one host sync of the step
-  auto a = host.accessor<double, 2>();
+                                              const std::vector<int64_t>& numels, const GradHealthStats& stats) {
+  TORCH_CHECK(stats.values.size(0) == static_cast<int64_t>(names.size()), "gradStatsOnHost: ", stats.values.size(0),
+              " rows for ", names.size(), " parameters");
+  // The one host sync of the step (the second copy waits for nothing more).
+  at::Tensor values = stats.values.detach().to(at::kCPU, at::kDouble).contiguous();
+  at::Tensor counts = stats.counts.detach().to(at::kCPU, at::kLong).contiguous();
+  auto a = values.accessor<double, 2>();
+  auto n = counts.accessor<int64_t, 2>();
   std::vector<probes::GradStat> out(names.size());
   for (size_t i = 0; i < names.size(); ++i) {
     out[i].param = names[i];
     out[i].layer = layers[i];
     out[i].l2Norm = a[i][kL2Norm];
     out[i].maxAbs = a[i][kMaxAbs];
-    out[i].nanCount = static_cast<int64_t>(a[i][kNanCount]);
-    out[i].infCount = static_cast<int64_t>(a[i][kInfCount]);
+    out[i].nanCount = n[i][kNanCount];
+    out[i].infCount = n[i][kInfCount];
     out[i].numel = numels[i];
   }
   return out;

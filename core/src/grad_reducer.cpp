@@ -24,7 +24,7 @@ struct GradReducer::Impl {
     bool launched = false;
     bool late = false;
     PendingCollective pending;
-    at::Tensor health;
+    GradHealthStats health;
   };
   std::vector<at::Tensor> params;
   std::vector<bool> late;
@@ -151,17 +151,17 @@ void GradReducer::beginLastMicrobatch(bool captureHealth) {
   for (auto& b : m.buckets) {
     b.ready = 0;
     b.launched = false;
-    b.health = at::Tensor();
+    b.health = GradHealthStats();
   }
 }
 
-at::Tensor GradReducer::finish() {
+GradHealthStats GradReducer::finish() {
   Impl& m = *impl_;
   torch::NoGradGuard ng;
   m.armed = false;
   const bool reduce = m.dp->size() > 1;
   if (!reduce) {
-    if (!m.capture) return at::Tensor();
+    if (!m.capture) return GradHealthStats();
     // DP = 1: nothing to reduce; the health stats are read straight from the gradients (no staging copy).
     std::vector<at::Tensor> grads;
     grads.reserve(m.params.size());
@@ -190,13 +190,17 @@ at::Tensor GradReducer::finish() {
       }
     }
   }
-  if (!m.capture) return at::Tensor();
+  if (!m.capture) return GradHealthStats();
   // On the gradients' device (an accelerator's stats stay there until the one host sync of the step).
-  at::Tensor out = torch::zeros({static_cast<int64_t>(m.params.size()), 4}, m.buckets.front().health.options());
+  const int64_t count = static_cast<int64_t>(m.params.size());
+  const GradHealthStats& first = m.buckets.front().health;
+  GradHealthStats out{torch::zeros({count, 2}, first.values.options()),
+                      torch::zeros({count, 2}, first.counts.options())};
   for (auto& b : m.buckets) {
     at::Tensor idx = torch::tensor(std::vector<int64_t>(b.params.begin(), b.params.end()),
-                                   torch::TensorOptions(torch::kLong).device(out.device()));
-    out.index_copy_(0, idx, b.health);
+                                   torch::TensorOptions(torch::kLong).device(out.values.device()));
+    out.values.index_copy_(0, idx, b.health.values);
+    out.counts.index_copy_(0, idx, b.health.counts);
   }
   return out;
 }

@@ -285,10 +285,10 @@ StepMetrics Trainer::trainStep(int64_t step) {
       lossAcc += loss.detach().to(at::kFloat);
     }
     // Pre-reduction gradient health (captured per bucket before its DP all-reduce); defined whenever requested.
-    at::Tensor health = m.reducer->finish();
+    GradHealthStats health = m.reducer->finish();
     std::vector<probes::GradStat> gradStats;  // one host copy, for the trace and the health rules
     if (health.defined()) {
-      if (lossScale != 1.0) health.narrow(1, kL2Norm, 2).div_(lossScale);  // norm and max |g|
+      if (lossScale != 1.0) health.values.div_(lossScale);  // norm and max |g|
       gradStats = gradStatsOnHost(m.names, m.layers, m.numels, health);
       if (sink != nullptr) sink->gradStats(static_cast<int>(step), gradStats);
     }

@@ -375,18 +375,23 @@ int scenarioGradHealth() {
   const double inf = std::numeric_limits<double>::infinity();
   std::vector<at::Tensor> grads{torch::tensor({3.0, 4.0}), torch::tensor({-7.0}), at::Tensor(),
                                 torch::tensor({1.0, std::nan(""), inf, -inf, 2.0})};
-  at::Tensor st = tpscope::core::gradHealth(grads);
-  check(st.sizes() == at::IntArrayRef({4, 4}), "one row of 4 stats per parameter");
-  auto a = st.accessor<float, 2>();
+  const tpscope::core::GradHealthStats st = tpscope::core::gradHealth(grads);
+  check(st.values.sizes() == at::IntArrayRef({4, 2}) && st.counts.sizes() == at::IntArrayRef({4, 2}),
+        "one row of 4 stats per parameter");
+  check(st.counts.scalar_type() == at::kLong, "NaN/Inf counts are integers (exact beyond 2^24 elements)");
+  auto a = st.values.accessor<float, 2>();
+  auto n = st.counts.accessor<int64_t, 2>();
   check(a[0][core::kL2Norm] == 5.0f && a[0][core::kMaxAbs] == 4.0f, "L2 norm and max|g| of [3, 4]");
   check(a[1][core::kL2Norm] == 7.0f && a[1][core::kMaxAbs] == 7.0f, "L2 norm and max|g| of [-7]");
-  check(a[2][core::kL2Norm] == 0.0f && a[2][core::kNanCount] == 0.0f, "undefined gradient reads as empty");
-  check(a[3][core::kNanCount] == 1.0f && a[3][core::kInfCount] == 2.0f, "NaN and Inf counts");
-  check(a[0][core::kNanCount] == 0.0f && a[1][core::kInfCount] == 0.0f, "finite gradients count no NaN/Inf");
+  check(a[2][core::kL2Norm] == 0.0f && n[2][core::kNanCount] == 0, "undefined gradient reads as empty");
+  check(n[3][core::kNanCount] == 1 && n[3][core::kInfCount] == 2, "NaN and Inf counts");
+  check(n[0][core::kNanCount] == 0 && n[1][core::kInfCount] == 0, "finite gradients count no NaN/Inf");
   // The flat form over a bf16 buffer agrees with the per-tensor form.
   at::Tensor flat = torch::cat({torch::tensor({3.0, 4.0}), torch::tensor({-7.0})}).to(at::kBFloat16);
-  at::Tensor st2 = tpscope::core::gradHealthFlat(flat, tpscope::core::gradHealthSegments({2, 1}), 2);
-  checkClose(st2, st.narrow(0, 0, 2), "flat bf16 buffer gives the same stats", 1e-6);
+  const tpscope::core::GradHealthStats st2 =
+      tpscope::core::gradHealthFlat(flat, tpscope::core::gradHealthSegments({2, 1}), 2);
+  checkClose(st2.values, st.values.narrow(0, 0, 2), "flat bf16 buffer gives the same stats", 1e-6);
+  check(at::equal(st2.counts, st.counts.narrow(0, 0, 2)), "flat bf16 buffer gives the same counts");
   return g_failures == 0 ? 0 : 1;
 }
 

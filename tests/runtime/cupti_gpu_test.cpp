@@ -6,7 +6,6 @@
 #define TPSCOPE_PROBES_ENABLED 1
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
-#include <sqlite3.h>
 
 #include <string>
 
@@ -14,6 +13,7 @@
 #include "tpscope/probes/gpu_activity.h"
 #include "tpscope/probes/probes.h"
 #include "tpscope/probes/runtime.h"
+#include "tpscope/tracedb/query.h"
 #include "tpscope/tracedb/reader.h"
 
 namespace tp = tpscope::probes;
@@ -48,20 +48,19 @@ TEST(CuptiGpu, MemcpyAndMemsetLandCorrelated) {
   tp::stop();
   auto reader = tpscope::tracedb::Reader::open(dir.path() / "rank-0.db");
   ASSERT_TRUE(reader.isOk()) << reader.error();
-  sqlite3_stmt* st = nullptr;
-  ASSERT_EQ(sqlite3_prepare_v2((*reader)->handle(),
-                               "SELECT s.kind, hn.value FROM spans s JOIN spans h ON h.id = s.correlation"
-                               " JOIN strings hn ON hn.id = h.name WHERE s.kind IN (7, 8) ORDER BY s.begin_ns",
-                               -1, &st, nullptr),
-            SQLITE_OK);
   bool memcpyInCopy = false, memsetInClear = false;
-  while (sqlite3_step(st) == SQLITE_ROW) {
-    const int kind = sqlite3_column_int(st, 0);
-    const std::string hostName = reinterpret_cast<const char*>(sqlite3_column_text(st, 1));
-    memcpyInCopy |= kind == 7 && hostName == "gpu.copy";
-    memsetInClear |= kind == 8 && hostName == "gpu.clear";
-  }
-  sqlite3_finalize(st);
+  const tpscope::tracedb::Status s =
+      tpscope::tracedb::Query(**reader,
+                              "SELECT s.kind, hn.value FROM spans s JOIN spans h ON h.id = s.correlation"
+                              " JOIN strings hn ON hn.id = h.name WHERE s.kind IN (7, 8) ORDER BY s.begin_ns",
+                              "copies and their host spans")
+          .each([&](tpscope::tracedb::Query& q) {
+            const int kind = q.i32(0);
+            const std::string hostName = q.text(1);
+            memcpyInCopy |= kind == 7 && hostName == "gpu.copy";
+            memsetInClear |= kind == 8 && hostName == "gpu.clear";
+          });
+  ASSERT_TRUE(s.isOk()) << s.message();
   EXPECT_TRUE(memcpyInCopy);
   EXPECT_TRUE(memsetInClear);
 }

@@ -6,7 +6,6 @@
 #undef TPSCOPE_PROBES_ENABLED
 #define TPSCOPE_PROBES_ENABLED 1
 #include <gtest/gtest.h>
-#include <sqlite3.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -17,6 +16,7 @@
 #include "tpscope/probes/gpu_activity.h"
 #include "tpscope/probes/probes.h"
 #include "tpscope/probes/runtime.h"
+#include "tpscope/tracedb/query.h"
 #include "tpscope/tracedb/reader.h"
 
 namespace tp = tpscope::probes;
@@ -249,26 +249,24 @@ struct GpuRow {
 
 std::vector<GpuRow> gpuRows(db::Reader& r) {
   std::vector<GpuRow> out;
-  sqlite3_stmt* st = nullptr;
   const char* sql =
       "SELECT s.kind, s.thread, n.value, hn.value, h.kind, s.step, s.layer FROM spans s JOIN strings n ON n.id = s.name"
       " LEFT JOIN spans h ON h.id = s.correlation LEFT JOIN strings hn ON hn.id = h.name"
       " WHERE s.kind IN (6, 7, 8, 9) ORDER BY s.begin_ns";
-  EXPECT_EQ(sqlite3_prepare_v2(r.handle(), sql, -1, &st, nullptr), SQLITE_OK);
-  while (sqlite3_step(st) == SQLITE_ROW) {
+  const db::Status s = db::Query(r, sql, "GPU spans").each([&](db::Query& q) {
     GpuRow row;
-    row.kind = sqlite3_column_int(st, 0);
-    row.thread = sqlite3_column_int(st, 1);
-    row.name = reinterpret_cast<const char*>(sqlite3_column_text(st, 2));
-    if (sqlite3_column_type(st, 3) != SQLITE_NULL) {
-      row.hostName = reinterpret_cast<const char*>(sqlite3_column_text(st, 3));
-      row.hostKind = sqlite3_column_int(st, 4);
+    row.kind = q.i32(0);
+    row.thread = q.i32(1);
+    row.name = q.text(2);
+    if (!q.isNull(3)) {
+      row.hostName = q.text(3);
+      row.hostKind = q.i32(4);
     }
-    row.step = sqlite3_column_int(st, 5);
-    row.layer = sqlite3_column_int(st, 6);
+    row.step = q.i32(5);
+    row.layer = q.i32(6);
     out.push_back(row);
-  }
-  sqlite3_finalize(st);
+  });
+  EXPECT_TRUE(s.isOk()) << s.message();
   return out;
 }
 

@@ -1,11 +1,11 @@
 // Writer → reader round trips of every table of trace format v1.
 #include <gtest/gtest.h>
-#include <sqlite3.h>
 
 #include <cmath>
 #include <limits>
 
 #include "test_dir.h"
+#include "tpscope/tracedb/query.h"
 #include "tpscope/tracedb/reader.h"
 #include "tpscope/tracedb/writer.h"
 
@@ -37,11 +37,13 @@ TEST(TraceDb, SchemaVersionAndMeta) {
   EXPECT_EQ(meta->at("config"), R"({"layers":2})");
   EXPECT_EQ((*r)->metaValue("nope"), std::nullopt);
 
-  sqlite3_stmt* st = nullptr;
-  ASSERT_EQ(sqlite3_prepare_v2((*r)->handle(), "PRAGMA user_version", -1, &st, nullptr), SQLITE_OK);
-  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
-  EXPECT_EQ(sqlite3_column_int(st, 0), kFormatVersion);
-  sqlite3_finalize(st);
+  Query version(**r, "PRAGMA user_version", "the version");
+  int rows = 0;
+  ASSERT_TRUE(version.each([&](Query& q) {
+    ++rows;
+    EXPECT_EQ(q.i32(0), kFormatVersion);
+  }));
+  ASSERT_EQ(rows, 1);
 }
 
 TEST(TraceDb, RefusesToOverwriteUnlessAsked) {
@@ -262,11 +264,9 @@ TEST(TraceDb, ReaderIsReadOnly) {
   makeWriter(dir / "a.db")->close().isOk();
   auto r = Reader::open(dir / "a.db");
   ASSERT_TRUE(r.isOk());
-  char* err = nullptr;
-  EXPECT_NE(sqlite3_exec((*r)->handle(), "DELETE FROM meta", nullptr, nullptr, &err), SQLITE_OK);
-  sqlite3_free(err);
-  EXPECT_NE(sqlite3_exec((*r)->handle(), "CREATE TABLE x(a)", nullptr, nullptr, &err), SQLITE_OK);
-  sqlite3_free(err);
+  EXPECT_FALSE(Query(**r, "DELETE FROM meta", "meta").each([](Query&) {}).isOk());
+  EXPECT_FALSE(Query(**r, "CREATE TABLE x(a)", "the schema").each([](Query&) {}).isOk());
+  EXPECT_EQ((*r)->meta()->at("format"), "tpscope-trace");
 }
 
 TEST(TraceDb, ViewsResolveNames) {
@@ -282,15 +282,16 @@ TEST(TraceDb, ViewsResolveNames) {
   ASSERT_TRUE(w->close());
   auto r = Reader::open(dir / "a.db");
   ASSERT_TRUE(r.isOk());
-  sqlite3_stmt* st = nullptr;
-  ASSERT_EQ(sqlite3_prepare_v2((*r)->handle(), "SELECT name, kind, phase, end_ns FROM span_view", -1, &st, nullptr),
-            SQLITE_OK);
-  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
-  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)), "attention.fwd");
-  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 1)), "compute");
-  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 2)), "fwd");
-  EXPECT_EQ(sqlite3_column_int64(st, 3), 15);
-  sqlite3_finalize(st);
+  Query q(**r, "SELECT name, kind, phase, end_ns FROM span_view", "span_view");
+  int rows = 0;
+  ASSERT_TRUE(q.each([&](Query& row) {
+    ++rows;
+    EXPECT_EQ(row.text(0), "attention.fwd");
+    EXPECT_EQ(row.text(1), "compute");
+    EXPECT_EQ(row.text(2), "fwd");
+    EXPECT_EQ(row.i64(3), 15);
+  }));
+  ASSERT_EQ(rows, 1);
 }
 
 }  // namespace

@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <sqlite3.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -31,6 +30,7 @@
 #include "tpscope/core/health_rules.h"
 #include "tpscope/probes/tcp_store.h"
 #include "tpscope/tracedb/merge.h"
+#include "tpscope/tracedb/rank_file.h"
 #include "tpscope/tracedb/reader.h"
 
 extern char** environ;
@@ -200,59 +200,6 @@ std::string rankExitReason(const ExitStatus& s, bool stoppedByCapture, const std
   }
 }
 
-// Writes the launcher's verdict into a rank file (the process is gone). Errors are returned as text.
-std::string markRankFile(const fs::path& file, const std::string& reason, const std::string& status) {
-  sqlite3* db = nullptr;
-  if (sqlite3_open_v2(file.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK) {
-    std::string e = db != nullptr ? sqlite3_errmsg(db) : "cannot open";
-    sqlite3_close(db);
-    return fmt::format("{}: {}", file.string(), e);
-  }
-  sqlite3_busy_timeout(db, 2000);
-  std::string error;
-  auto exec = [&](const char* sql, const std::string& a, const std::string& b) {
-    sqlite3_stmt* st = nullptr;
-    if (sqlite3_prepare_v2(db, sql, -1, &st, nullptr) != SQLITE_OK) {
-      error = sqlite3_errmsg(db);
-      return;
-    }
-    sqlite3_bind_text(st, 1, a.c_str(), -1, SQLITE_TRANSIENT);
-    if (!b.empty()) sqlite3_bind_text(st, 2, b.c_str(), -1, SQLITE_TRANSIENT);
-    if (sqlite3_step(st) != SQLITE_DONE) error = sqlite3_errmsg(db);
-    sqlite3_finalize(st);
-  };
-  exec("UPDATE ranks SET exit_reason = ?1", reason, "");
-  if (error.empty()) exec("INSERT OR REPLACE INTO meta(key, value) VALUES('capture_exit', ?1)", status, "");
-  sqlite3_close(db);
-  return error.empty() ? std::string() : fmt::format("{}: {}", file.string(), error);
-}
-
-std::string setRunMeta(const fs::path& file, const std::vector<std::pair<std::string, std::string>>& kv) {
-  sqlite3* db = nullptr;
-  if (sqlite3_open_v2(file.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK) {
-    sqlite3_close(db);
-    return fmt::format("{}: cannot open to add capture meta", file.string());
-  }
-  sqlite3_busy_timeout(db, 2000);
-  std::string error;
-  sqlite3_exec(db, "BEGIN", nullptr, nullptr, nullptr);
-  for (const auto& [k, v] : kv) {
-    sqlite3_stmt* st = nullptr;
-    if (sqlite3_prepare_v2(db, "INSERT OR REPLACE INTO meta(key, value) VALUES(?1, ?2)", -1, &st, nullptr) !=
-        SQLITE_OK) {
-      error = sqlite3_errmsg(db);
-      break;
-    }
-    sqlite3_bind_text(st, 1, k.c_str(), -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 2, v.c_str(), -1, SQLITE_TRANSIENT);
-    if (sqlite3_step(st) != SQLITE_DONE) error = sqlite3_errmsg(db);
-    sqlite3_finalize(st);
-  }
-  sqlite3_exec(db, error.empty() ? "COMMIT" : "ROLLBACK", nullptr, nullptr, nullptr);
-  sqlite3_close(db);
-  return error.empty() ? std::string() : fmt::format("{}: {}", file.string(), error);
-}
-
 std::string upper(std::string_view s) {
   std::string out(s);
   for (auto& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -337,390 +284,529 @@ fs::path findTrainProgram(const fs::path& self) {
   return resolveProgram("tpscope-train");
 }
 
-int runCapture(const CaptureOptions& o, std::FILE* out, std::FILE* err, bool tty) {
-  auto bad = [&](const std::string& why) {
-    fmt::print(err, "tpscope capture: error: {}\n", why);
-    return kExitBadArgs;
-  };
+namespace {
 
-  // ---- 1. validate ------------------------------------------------------------------------------------------------
-  if (o.nproc < 1 || o.nproc > 4096) return bad(fmt::format("--nproc {} must be between 1 and 4096", o.nproc));
-  if (o.out.empty()) return bad("--out DIR is required");
-  if (!(o.hangTimeoutS > 0)) return bad(fmt::format("--hang-timeout {} must be > 0 seconds", o.hangTimeoutS));
-  int tp = o.tp, dp = o.dp;
-  if (tp < 0 || dp < 0) return bad("--tp and --dp must be positive");
-  if (tp == 0 && dp == 0) dp = 1;
-  if (tp == 0) {
-    if (o.nproc % dp != 0) return bad(fmt::format("--dp {} does not divide --nproc {}", dp, o.nproc));
-    tp = o.nproc / dp;
-  } else if (dp == 0) {
-    if (o.nproc % tp != 0) return bad(fmt::format("--tp {} does not divide --nproc {}", tp, o.nproc));
-    dp = o.nproc / tp;
+// ---- the capture session -----------------------------------------------------------------------------------------
+// One capture in the order runCapture runs it (launcher.h, "Lifecycle"): validate → prepare → spawn → watch →
+// finish. A step that ends the capture early returns its exit status; std::nullopt means "go on".
+class CaptureSession {
+ public:
+  CaptureSession(const CaptureOptions& o, std::FILE* out, std::FILE* err, bool tty)
+      : o_(o), out_(out), err_(err), tty_(tty) {}
+
+  std::optional<int> validate();
+  std::optional<int> prepare();
+  std::optional<int> spawn();
+  void watch();
+  int finish();
+
+ private:
+  enum class Stop { None, Dumping, Terminating, Killing };
+
+  int bad(const std::string& why) const {
+    fmt::print(err_, "tpscope capture: error: {}\n", why);
+    return kExitBadArgs;
   }
-  if (tp * dp != o.nproc) return bad(fmt::format("--tp {} x --dp {} = {} ranks, but --nproc is {}", tp, dp, tp * dp,
-                                                 o.nproc));
-  const bool defaultProgram = o.program.empty();
-  std::vector<std::string> argv;
-  std::optional<int> layers, totalSteps = o.steps;
-  if (o.steps && *o.steps < 1) return bad(fmt::format("--steps {} must be >= 1", *o.steps));
-  if (defaultProgram) {
-    if (o.config.empty()) return bad("--config FILE is required to run tpscope-train (or give -- PROGRAM ARGS...)");
-    std::error_code ec;
-    if (!fs::is_regular_file(o.config, ec)) return bad(fmt::format("--config {}: no such file", o.config.string()));
-    const fs::path train = findTrainProgram(o.self);
-    if (train.empty())
-      return bad("tpscope-train was not found beside tpscope, in ../core/ or on PATH; give -- PROGRAM ARGS...");
-    argv = {train.string(), "--config", fs::absolute(o.config).string(), "--tp", std::to_string(tp), "--dp",
-            std::to_string(dp)};
-    if (o.steps) argv.insert(argv.end(), {"--steps", std::to_string(*o.steps)});
-    layers = configInt(o.config, "layers");
-    if (!totalSteps) totalSteps = configInt(o.config, "steps");
-    if (!totalSteps) totalSteps = 20;  // tpscope-train's default (docs/config.md)
-  } else {
-    const fs::path prog = resolveProgram(o.program.front());
-    if (prog.empty()) return bad(fmt::format("program '{}' not found or not executable", o.program.front()));
-    argv = o.program;
-    argv.front() = prog.string();
+  // validate
+  std::optional<int> resolveLayout();
+  std::optional<int> resolveCommand();
+  std::optional<int> parseFaultsAndHealth();
+  // prepare
+  std::optional<int> prepareFolder();
+  std::optional<int> startStoreAndAnnounce();
+  // watch
+  bool reapRanks();  // false once no rank runs
+  void reportEndedRank(const RankProcess& p);
+  void handleInterrupts();
+  void pollProgress();
+  void advanceStop();
+  void beginStop(Outcome why, const std::string& whyText, const std::string& message);
+  void showNewAlerts();
+  static double secondsSince(Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
   }
-  std::vector<core::FaultSpec> faults;
-  for (const auto& text : o.inject) {
+  // finish
+  void checkRecorderWrites();
+  std::vector<std::pair<std::string, std::string>> recordRankExits();
+  std::optional<int> mergeRankFiles(const std::vector<std::pair<std::string, std::string>>& meta);
+  void diagnose();
+  fs::path logOf(int rank) const { return logs_ / fmt::format("rank-{}.log", rank); }
+
+  const CaptureOptions& o_;
+  std::FILE* out_;
+  std::FILE* err_;
+  bool tty_;
+  // validate
+  int tp_ = 0, dp_ = 0;
+  bool defaultProgram_ = false;
+  std::vector<std::string> argv_;
+  std::optional<int> layers_, totalSteps_;
+  std::vector<core::FaultSpec> faults_;
+  std::string healthText_;
+  // prepare
+  fs::path dir_, logs_, runFile_;
+  std::unique_ptr<probes::TcpKvServer> store_;
+  int masterPort_ = 0;
+  int64_t epochNs_ = 0;
+  std::string runId_, command_;
+  // spawn, watch
+  std::optional<InterruptGuard> interrupts_;
+  std::vector<RankProcess> ranks_;
+  std::optional<RunPoller> poller_;
+  std::optional<ProgressDisplay> display_;
+  Clock::time_point lastProgress_{}, lastPoll_{}, stopAt_{};
+  std::optional<Outcome> outcome_;  // first abnormal event decides
+  std::string stopWhy_;             // for the stopped ranks' exit reason
+  Stop stop_ = Stop::None;
+  std::vector<bool> signaled_;
+  int interruptsSeen_ = 0;
+  // finish
+  int code_ = kExitSuccess;
+  std::string outcomeText_;
+  bool traceIncomplete_ = false;
+  std::vector<int> missingRanks_;  // ranks that left no rank file
+};
+
+// ---- 1. validate ----------------------------------------------------------------------------------------------------
+std::optional<int> CaptureSession::validate() {
+  if (o_.nproc < 1 || o_.nproc > 4096) return bad(fmt::format("--nproc {} must be between 1 and 4096", o_.nproc));
+  if (o_.out.empty()) return bad("--out DIR is required");
+  if (!(o_.hangTimeoutS > 0)) return bad(fmt::format("--hang-timeout {} must be > 0 seconds", o_.hangTimeoutS));
+  if (auto code = resolveLayout()) return code;
+  if (auto code = resolveCommand()) return code;
+  return parseFaultsAndHealth();
+}
+
+std::optional<int> CaptureSession::resolveLayout() {
+  tp_ = o_.tp;
+  dp_ = o_.dp;
+  if (tp_ < 0 || dp_ < 0) return bad("--tp and --dp must be positive");
+  if (tp_ == 0 && dp_ == 0) dp_ = 1;
+  if (tp_ == 0) {
+    if (o_.nproc % dp_ != 0) return bad(fmt::format("--dp {} does not divide --nproc {}", dp_, o_.nproc));
+    tp_ = o_.nproc / dp_;
+  } else if (dp_ == 0) {
+    if (o_.nproc % tp_ != 0) return bad(fmt::format("--tp {} does not divide --nproc {}", tp_, o_.nproc));
+    dp_ = o_.nproc / tp_;
+  }
+  if (tp_ * dp_ != o_.nproc)
+    return bad(fmt::format("--tp {} x --dp {} = {} ranks, but --nproc is {}", tp_, dp_, tp_ * dp_, o_.nproc));
+  return std::nullopt;
+}
+
+// The ranks' command line: tpscope-train with the config, or the program after `--`.
+std::optional<int> CaptureSession::resolveCommand() {
+  defaultProgram_ = o_.program.empty();
+  totalSteps_ = o_.steps;
+  if (o_.steps && *o_.steps < 1) return bad(fmt::format("--steps {} must be >= 1", *o_.steps));
+  if (!defaultProgram_) {
+    const fs::path prog = resolveProgram(o_.program.front());
+    if (prog.empty()) return bad(fmt::format("program '{}' not found or not executable", o_.program.front()));
+    argv_ = o_.program;
+    argv_.front() = prog.string();
+    return std::nullopt;
+  }
+  if (o_.config.empty()) return bad("--config FILE is required to run tpscope-train (or give -- PROGRAM ARGS...)");
+  std::error_code ec;
+  if (!fs::is_regular_file(o_.config, ec)) return bad(fmt::format("--config {}: no such file", o_.config.string()));
+  const fs::path train = findTrainProgram(o_.self);
+  if (train.empty())
+    return bad("tpscope-train was not found beside tpscope, in ../core/ or on PATH; give -- PROGRAM ARGS...");
+  argv_ = {train.string(), "--config", fs::absolute(o_.config).string(), "--tp", std::to_string(tp_), "--dp",
+           std::to_string(dp_)};
+  if (o_.steps) argv_.insert(argv_.end(), {"--steps", std::to_string(*o_.steps)});
+  layers_ = configInt(o_.config, "layers");
+  if (!totalSteps_) totalSteps_ = configInt(o_.config, "steps");
+  if (!totalSteps_) totalSteps_ = 20;  // tpscope-train's default (docs/config.md)
+  return std::nullopt;
+}
+
+std::optional<int> CaptureSession::parseFaultsAndHealth() {
+  for (const auto& text : o_.inject) {
     std::string error;
     auto spec = core::parseFaultSpec(text, &error);
     if (!spec) return bad(error);
-    if (std::string why = core::checkFaultSpec(*spec, o.nproc, layers.value_or(0)); !why.empty()) return bad(why);
-    faults.push_back(*spec);
+    if (std::string why = core::checkFaultSpec(*spec, o_.nproc, layers_.value_or(0)); !why.empty()) return bad(why);
+    faults_.push_back(*spec);
   }
-  std::string healthText;
-  if (!o.onNonfinite.empty()) {
-    if (!core::parseHealthPolicy(o.onNonfinite))
-      return bad(fmt::format("--on-nonfinite {}: expected warn, skip-step or stop", o.onNonfinite));
-    healthText = "nonfinite=" + o.onNonfinite;
+  if (!o_.onNonfinite.empty()) {
+    if (!core::parseHealthPolicy(o_.onNonfinite))
+      return bad(fmt::format("--on-nonfinite {}: expected warn, skip-step or stop", o_.onNonfinite));
+    healthText_ = "nonfinite=" + o_.onNonfinite;
   }
-  if (!o.health.empty()) healthText += (healthText.empty() ? "" : ",") + o.health;
-  if (!healthText.empty()) {
+  if (!o_.health.empty()) healthText_ += (healthText_.empty() ? "" : ",") + o_.health;
+  if (!healthText_.empty()) {
     std::string error;
-    if (!core::parseHealthOptions(healthText, &error)) return bad(error);
+    if (!core::parseHealthOptions(healthText_, &error)) return bad(error);
   }
+  return std::nullopt;
+}
 
-  // ---- 2. prepare the folder, the store, the port --------------------------------------------------------------
+// ---- 2. prepare the folder, the store, the port -----------------------------------------------------------------
+std::optional<int> CaptureSession::prepare() {
+  if (auto code = prepareFolder()) return code;
+  return startStoreAndAnnounce();
+}
+
+// Creates DIR and DIR/logs and removes the previous capture's rank files, run file and rank logs (nothing else).
+std::optional<int> CaptureSession::prepareFolder() {
   std::error_code ec;
-  fs::create_directories(o.out, ec);
-  if (ec || !fs::is_directory(o.out)) return bad(fmt::format("--out {}: cannot create the folder: {}", o.out.string(),
-                                                             ec ? ec.message() : "not a folder"));
-  const fs::path dir = fs::absolute(o.out);
+  fs::create_directories(o_.out, ec);
+  if (ec || !fs::is_directory(o_.out))
+    return bad(fmt::format("--out {}: cannot create the folder: {}", o_.out.string(),
+                           ec ? ec.message() : "not a folder"));
+  dir_ = fs::absolute(o_.out);
+  runFile_ = dir_ / "run.db";
   // Refused before anything in it is removed or any rank starts (a read-only folder, no permission).
-  if (std::string why = writeProblem(dir); !why.empty())
-    return bad(fmt::format("--out {}: cannot write in this folder: {}", o.out.string(), why));
-  const fs::path logs = dir / "logs";
-  fs::create_directories(logs, ec);
-  if (ec || !fs::is_directory(logs))
-    return bad(fmt::format("--out {}: cannot create {}: {}", o.out.string(), logs.string(),
+  if (std::string why = writeProblem(dir_); !why.empty())
+    return bad(fmt::format("--out {}: cannot write in this folder: {}", o_.out.string(), why));
+  logs_ = dir_ / "logs";
+  fs::create_directories(logs_, ec);
+  if (ec || !fs::is_directory(logs_))
+    return bad(fmt::format("--out {}: cannot create {}: {}", o_.out.string(), logs_.string(),
                            ec ? ec.message() : "not a folder"));
   int removed = 0;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
     const std::string name = entry.path().filename().string();
     const bool rankFile = name.starts_with("rank-") && (name.ends_with(".db") || name.ends_with(".db-wal") ||
                                                         name.ends_with(".db-shm") || name.ends_with(".db-journal"));
     const bool runFile = name == "run.db" || name == "run.db-wal" || name == "run.db-shm";
     if (rankFile || runFile) removed += fs::remove(entry.path(), ec) ? 1 : 0;
   }
-  for (const auto& entry : fs::directory_iterator(logs, ec))
+  for (const auto& entry : fs::directory_iterator(logs_, ec))
     if (entry.path().filename().string().starts_with("rank-")) fs::remove(entry.path(), ec);
-  if (removed > 0) fmt::print(out, "replacing the previous capture in {}\n", dir.string());
+  if (removed > 0) fmt::print(out_, "replacing the previous capture in {}\n", dir_.string());
+  return std::nullopt;
+}
 
+// The clock store and MASTER_PORT on loopback, the run's id and epoch; prints what is about to run.
+std::optional<int> CaptureSession::startStoreAndAnnounce() {
   std::string storeError;
-  auto store = probes::TcpKvServer::listen("127.0.0.1", 0, &storeError);
-  if (!store) {
-    fmt::print(err, "tpscope capture: error: cannot start the clock store on loopback: {}\n", storeError);
+  store_ = probes::TcpKvServer::listen("127.0.0.1", 0, &storeError);
+  if (!store_) {
+    fmt::print(err_, "tpscope capture: error: cannot start the clock store on loopback: {}\n", storeError);
     return kExitFailure;
   }
-  const int masterPort = freeLoopbackPort();
-  if (masterPort == 0) {
-    fmt::print(err, "tpscope capture: error: no free loopback port for MASTER_PORT\n");
+  masterPort_ = freeLoopbackPort();
+  if (masterPort_ == 0) {
+    fmt::print(err_, "tpscope capture: error: no free loopback port for MASTER_PORT\n");
     return kExitFailure;
   }
-  const int64_t epochNs = unixNowNs();
-  const std::string runId = fmt::format("{}-{}-{}", dir.filename().string(), epochNs / 1'000'000'000, ::getpid());
+  epochNs_ = unixNowNs();
+  runId_ = fmt::format("{}-{}-{}", dir_.filename().string(), epochNs_ / 1'000'000'000, ::getpid());
 
-  std::string command;
-  for (const auto& a : argv) command += (command.empty() ? "" : " ") + shellQuote(a);
-  fmt::print(out, "capture: {} ranks (tp {} x dp {}) → {}\n  {}\n", o.nproc, tp, dp, dir.string(), command);
-  if (!faults.empty()) fmt::print(out, "  inject: {}\n", core::formatFaultList(faults));
-  if (!healthText.empty()) fmt::print(out, "  health: {}\n", healthText);
-  std::fflush(out);
+  for (const auto& a : argv_) command_ += (command_.empty() ? "" : " ") + shellQuote(a);
+  fmt::print(out_, "capture: {} ranks (tp {} x dp {}) → {}\n  {}\n", o_.nproc, tp_, dp_, dir_.string(), command_);
+  if (!faults_.empty()) fmt::print(out_, "  inject: {}\n", core::formatFaultList(faults_));
+  if (!healthText_.empty()) fmt::print(out_, "  health: {}\n", healthText_);
+  std::fflush(out_);
+  return std::nullopt;
+}
 
-  // ---- 3. spawn -------------------------------------------------------------------------------------------------
-  InterruptGuard interrupts;
-  std::vector<RankProcess> ranks;
-  for (int r = 0; r < o.nproc; ++r) {
+// ---- 3. spawn -------------------------------------------------------------------------------------------------------
+std::optional<int> CaptureSession::spawn() {
+  interrupts_.emplace();
+  for (int r = 0; r < o_.nproc; ++r) {
     std::map<std::string, std::string> set = {
         {"MASTER_ADDR", "127.0.0.1"},
-        {"MASTER_PORT", std::to_string(masterPort)},
+        {"MASTER_PORT", std::to_string(masterPort_)},
         {"RANK", std::to_string(r)},
-        {"WORLD_SIZE", std::to_string(o.nproc)},
+        {"WORLD_SIZE", std::to_string(o_.nproc)},
         {"LOCAL_RANK", std::to_string(r)},
-        {"LOCAL_WORLD_SIZE", std::to_string(o.nproc)},
+        {"LOCAL_WORLD_SIZE", std::to_string(o_.nproc)},
         {"GROUP_RANK", "0"},
-        {"TPSCOPE_OUT", dir.string()},
-        {"TPSCOPE_RUN_ID", runId},
-        {"TPSCOPE_EPOCH_NS", std::to_string(epochNs)},
-        {"TPSCOPE_CLOCK_STORE", fmt::format("127.0.0.1:{}", store->port())},
-        {"TPSCOPE_INJECT", core::formatFaultList(faults)},
-        {"TPSCOPE_HEALTH", healthText},
+        {"TPSCOPE_OUT", dir_.string()},
+        {"TPSCOPE_RUN_ID", runId_},
+        {"TPSCOPE_EPOCH_NS", std::to_string(epochNs_)},
+        {"TPSCOPE_CLOCK_STORE", fmt::format("127.0.0.1:{}", store_->port())},
+        {"TPSCOPE_INJECT", core::formatFaultList(faults_)},
+        {"TPSCOPE_HEALTH", healthText_},
     };
     if (std::getenv("OMP_NUM_THREADS") == nullptr) set["OMP_NUM_THREADS"] = "1";
     std::string error;
-    auto p = RankProcess::spawn(r, argv, rankEnvironment(set), logs / fmt::format("rank-{}.log", r), &error);
+    auto p = RankProcess::spawn(r, argv_, rankEnvironment(set), logOf(r), &error);
     if (!p) {
-      for (auto& q : ranks) q.signal(SIGKILL);
-      for (auto& q : ranks)
+      for (auto& q : ranks_) q.signal(SIGKILL);
+      for (auto& q : ranks_)
         while (!q.poll() && q.running()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
       return bad(fmt::format("rank {}: {}", r, error));
     }
-    ranks.push_back(std::move(*p));
+    ranks_.push_back(std::move(*p));
   }
+  return std::nullopt;
+}
 
-  // ---- 4. watch -------------------------------------------------------------------------------------------------
-  RunPoller poller(dir, o.nproc);
-  ProgressDisplay display(out, tty);
-  const auto start = Clock::now();
-  auto lastProgress = start;
-  auto lastPoll = start - std::chrono::hours(1);
-  std::optional<Outcome> outcome;  // first abnormal event decides
-  std::string stopWhy;             // for the stopped ranks' exit reason
-  enum class Stop { None, Dumping, Terminating, Killing } stop = Stop::None;
-  Clock::time_point stopAt{};
-  std::vector<bool> signaled(static_cast<size_t>(o.nproc), false);
-  int interruptsSeen = 0;
-
-  auto beginStop = [&](Outcome why, const std::string& whyText, const std::string& message) {
-    if (!outcome) outcome = why;
-    if (stop != Stop::None) return;
-    stopWhy = whyText;
-    display.message(message);
-    stop = Stop::Dumping;
-    stopAt = Clock::now();
-    for (auto& p : ranks) {
-      if (!p.running()) continue;
-      p.signal(SIGUSR1);
-      signaled[static_cast<size_t>(p.rank())] = true;
-    }
-  };
-  auto secondsSince = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
-
-  while (true) {
-    // Reap. When several ranks are found ended in one look, the likeliest first cause goes first: a rank killed by
-    // a signal or failing on its own (crash) before one whose collective failed because a peer was gone.
-    bool anyRunning = false;
-    std::vector<RankProcess*> ended;
-    for (auto& p : ranks)
-      if (p.poll()) ended.push_back(&p);
-    auto causeRank = [](const RankProcess* p) {
-      switch (outcomeOfRankExit(*p->status())) {
-        case Outcome::Crash: return 0;
-        case Outcome::NonFinite: return 1;
-        case Outcome::BadArgs: return 2;
-        default: return 3;
-      }
-    };
-    std::stable_sort(ended.begin(), ended.end(),
-                     [&](const RankProcess* a, const RankProcess* b) { return causeRank(a) < causeRank(b); });
-    for (RankProcess* endedRank : ended) {
-      RankProcess& p = *endedRank;
-      {
-        const ExitStatus& s = *p.status();
-        const bool ours = signaled[static_cast<size_t>(p.rank())];
-        if (!s.ok() && !ours) {
-          const Outcome oc = outcomeOfRankExit(s);
-          std::string msg = fmt::format("rank {} (pid {}) ended: {}", p.rank(), p.pid(), s.describe());
-          if (oc == Outcome::Hang) msg += " (collective timeout or failure)";
-          if (oc == Outcome::NonFinite) msg += " (stopped on non-finite values)";
-          if (oc == Outcome::BadArgs) msg += " (refused its arguments or config)";
-          const std::string tail = tailOfFile(logs / fmt::format("rank-{}.log", p.rank()), 8);
-          if (!tail.empty()) {
-            msg += fmt::format("\n  last lines of {}:", (logs / fmt::format("rank-{}.log", p.rank())).string());
-            std::string_view t = tail;
-            while (!t.empty()) {
-              const size_t nl = t.find('\n');
-              msg += "\n    " + std::string(t.substr(0, nl));
-              if (nl == std::string_view::npos) break;
-              t.remove_prefix(nl + 1);
-            }
-          }
-          bool others = false;
-          for (auto& q : ranks) others |= q.running();
-          if (others && stop == Stop::None) msg += "\n  dumping and stopping the other ranks";
-          beginStop(oc, fmt::format("after rank {} ended: {}", p.rank(),
-                                    s.signaled ? "by " + signalName(s.signal) : s.describe()),
-                    msg);
-        }
-      }
-    }
-    for (auto& p : ranks) anyRunning |= p.running();
-    if (!anyRunning) break;
-
-    // Ctrl-C / SIGTERM to capture.
-    const int interruptsNow = g_interrupts.load(std::memory_order_relaxed);
-    if (interruptsNow > interruptsSeen) {
-      if (stop == Stop::None) {
-        beginStop(Outcome::Interrupted, "interrupted", "interrupted — dumping all ranks (again to kill them now)");
-        outcome = Outcome::Interrupted;
-      } else if (interruptsSeen > 0 || stop != Stop::Dumping) {
-        for (auto& p : ranks) p.signal(SIGKILL);
-        stop = Stop::Killing;
-      }
-      interruptsSeen = interruptsNow;
-    }
-
-    // Progress, alerts, watchdog.
-    if (Clock::now() - lastPoll >= std::chrono::milliseconds(o.pollMs)) {
-      lastPoll = Clock::now();
-      std::vector<LiveAlert> alerts;
-      if (poller.poll(&alerts)) lastProgress = lastPoll;
-      for (const auto& a : alerts) display.message(formatAlert(a));
-      ProgressLine line;
-      line.step = poller.completedStep();
-      line.totalSteps = totalSteps.value_or(0);
-      const RankProgress& r0 = poller.rank(0);
-      if (r0.lastStep > 0) {
-        line.loss = r0.lastLoss;
-        line.haveLoss = true;
-        if (r0.meanStepNs > 0) {
-          line.tokensPerS = static_cast<double>(r0.tokens) * dp / (r0.meanStepNs * 1e-9);
-          if (line.totalSteps > 0) line.etaS = (line.totalSteps - line.step) * r0.meanStepNs * 1e-9;
-        }
-      }
-      if (line.step > 0) display.update(line);
-      // Until every rank has finished a step (rendezvous, model build, first step), allow at least the startup time.
-      const double limit = poller.completedStep() >= 1 ? o.hangTimeoutS : std::max(o.hangTimeoutS, o.startupTimeoutS);
-      if (stop == Stop::None && secondsSince(lastProgress) > limit)
-        beginStop(Outcome::Hang, fmt::format("hang watchdog: no progress for {:g} s", limit),
-                  fmt::format("no progress for {:g} s — dumping all ranks", limit));
-    }
-
-    // The stop sequence.
-    if (stop == Stop::Dumping && secondsSince(stopAt) >= o.dumpWaitS) {
-      for (auto& p : ranks) p.signal(SIGTERM);
-      stop = Stop::Terminating;
-      stopAt = Clock::now();
-    } else if (stop == Stop::Terminating && secondsSince(stopAt) >= o.termGraceS) {
-      for (auto& p : ranks) {
-        if (p.running()) display.message(fmt::format("rank {} did not exit after SIGTERM — SIGKILL", p.rank()));
-        p.signal(SIGKILL);
-      }
-      stop = Stop::Killing;
-      stopAt = Clock::now();
-    }
+// ---- 4. watch -------------------------------------------------------------------------------------------------------
+// Until every rank has ended: reap, react to Ctrl-C, poll progress and alerts (the hang watchdog), run the stop
+// sequence.
+void CaptureSession::watch() {
+  poller_.emplace(dir_, o_.nproc);
+  display_.emplace(out_, tty_);
+  lastProgress_ = Clock::now();
+  lastPoll_ = lastProgress_ - std::chrono::hours(1);
+  signaled_.assign(static_cast<size_t>(o_.nproc), false);
+  while (reapRanks()) {
+    handleInterrupts();
+    if (Clock::now() - lastPoll_ >= std::chrono::milliseconds(o_.pollMs)) pollProgress();
+    advanceStop();
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  // One last look for alerts written at the very end.
-  {
-    std::vector<LiveAlert> alerts;
-    poller.poll(&alerts);
-    for (const auto& a : alerts) display.message(formatAlert(a));
+  showNewAlerts();  // one last look for alerts written at the very end
+  display_->finish();
+  poller_->close();
+}
+
+void CaptureSession::beginStop(Outcome why, const std::string& whyText, const std::string& message) {
+  if (!outcome_) outcome_ = why;
+  if (stop_ != Stop::None) return;
+  stopWhy_ = whyText;
+  display_->message(message);
+  stop_ = Stop::Dumping;
+  stopAt_ = Clock::now();
+  for (auto& p : ranks_) {
+    if (!p.running()) continue;
+    p.signal(SIGUSR1);
+    signaled_[static_cast<size_t>(p.rank())] = true;
   }
-  display.finish();
-  poller.close();
-  const Outcome finalOutcome = outcome.value_or(Outcome::Success);
-  int code = exitCodeOf(finalOutcome);
-  std::string outcomeText = outcomeName(finalOutcome);
-  bool traceIncomplete = false;
-  // A rank whose recorder could not write (a full disk, a file size limit) trained on, but its trace has holes: that
-  // is said, and a run that otherwise succeeded ends with kExitFailure.
-  for (auto& p : ranks) {
-    const fs::path log = logs / fmt::format("rank-{}.log", p.rank());
+}
+
+// Reaps the ranks that ended. When several are found ended in one look, the likeliest first cause goes first: a rank
+// killed by a signal or failing on its own (crash) before one whose collective failed because a peer was gone.
+bool CaptureSession::reapRanks() {
+  std::vector<RankProcess*> ended;
+  for (auto& p : ranks_)
+    if (p.poll()) ended.push_back(&p);
+  auto causeRank = [](const RankProcess* p) {
+    switch (outcomeOfRankExit(*p->status())) {
+      case Outcome::Crash: return 0;
+      case Outcome::NonFinite: return 1;
+      case Outcome::BadArgs: return 2;
+      default: return 3;
+    }
+  };
+  std::stable_sort(ended.begin(), ended.end(),
+                   [&](const RankProcess* a, const RankProcess* b) { return causeRank(a) < causeRank(b); });
+  for (const RankProcess* p : ended) reportEndedRank(*p);
+  return std::any_of(ranks_.begin(), ranks_.end(), [](const RankProcess& p) { return p.running(); });
+}
+
+// A rank that failed on its own (not stopped by us): say so with its log's last lines and stop the others.
+void CaptureSession::reportEndedRank(const RankProcess& p) {
+  const ExitStatus& s = *p.status();
+  if (s.ok() || signaled_[static_cast<size_t>(p.rank())]) return;
+  const Outcome oc = outcomeOfRankExit(s);
+  std::string msg = fmt::format("rank {} (pid {}) ended: {}", p.rank(), p.pid(), s.describe());
+  if (oc == Outcome::Hang) msg += " (collective timeout or failure)";
+  if (oc == Outcome::NonFinite) msg += " (stopped on non-finite values)";
+  if (oc == Outcome::BadArgs) msg += " (refused its arguments or config)";
+  const std::string tail = tailOfFile(logOf(p.rank()), 8);
+  if (!tail.empty()) {
+    msg += fmt::format("\n  last lines of {}:", logOf(p.rank()).string());
+    std::string_view t = tail;
+    while (!t.empty()) {
+      const size_t nl = t.find('\n');
+      msg += "\n    " + std::string(t.substr(0, nl));
+      if (nl == std::string_view::npos) break;
+      t.remove_prefix(nl + 1);
+    }
+  }
+  bool others = false;
+  for (auto& q : ranks_) others |= q.running();
+  if (others && stop_ == Stop::None) msg += "\n  dumping and stopping the other ranks";
+  const std::string how = s.signaled ? "by " + signalName(s.signal) : s.describe();
+  beginStop(oc, fmt::format("after rank {} ended: {}", p.rank(), how), msg);
+}
+
+// Ctrl-C / SIGTERM to capture: the first one dumps and stops the ranks, a second one kills them at once.
+void CaptureSession::handleInterrupts() {
+  const int interruptsNow = g_interrupts.load(std::memory_order_relaxed);
+  if (interruptsNow <= interruptsSeen_) return;
+  if (stop_ == Stop::None) {
+    beginStop(Outcome::Interrupted, "interrupted", "interrupted — dumping all ranks (again to kill them now)");
+    outcome_ = Outcome::Interrupted;
+  } else if (interruptsSeen_ > 0 || stop_ != Stop::Dumping) {
+    for (auto& p : ranks_) p.signal(SIGKILL);
+    stop_ = Stop::Killing;
+  }
+  interruptsSeen_ = interruptsNow;
+}
+
+void CaptureSession::showNewAlerts() {
+  std::vector<LiveAlert> alerts;
+  if (poller_->poll(&alerts)) lastProgress_ = lastPoll_;
+  for (const auto& a : alerts) display_->message(formatAlert(a));
+}
+
+// Progress, alerts, watchdog.
+void CaptureSession::pollProgress() {
+  lastPoll_ = Clock::now();
+  showNewAlerts();
+  ProgressLine line;
+  line.step = poller_->completedStep();
+  line.totalSteps = totalSteps_.value_or(0);
+  const RankProgress& r0 = poller_->rank(0);
+  if (r0.lastStep > 0) {
+    line.loss = r0.lastLoss;
+    line.haveLoss = true;
+    if (r0.meanStepNs > 0) {
+      line.tokensPerS = static_cast<double>(r0.tokens) * dp_ / (r0.meanStepNs * 1e-9);
+      if (line.totalSteps > 0) line.etaS = (line.totalSteps - line.step) * r0.meanStepNs * 1e-9;
+    }
+  }
+  if (line.step > 0) display_->update(line);
+  // Until every rank has finished a step (rendezvous, model build, first step), allow at least the startup time.
+  const double limit = poller_->completedStep() >= 1 ? o_.hangTimeoutS : std::max(o_.hangTimeoutS, o_.startupTimeoutS);
+  if (stop_ == Stop::None && secondsSince(lastProgress_) > limit)
+    beginStop(Outcome::Hang, fmt::format("hang watchdog: no progress for {:g} s", limit),
+              fmt::format("no progress for {:g} s — dumping all ranks", limit));
+}
+
+// The stop sequence: SIGUSR1 (dump) → dumpWaitS → SIGTERM → termGraceS → SIGKILL.
+void CaptureSession::advanceStop() {
+  if (stop_ == Stop::Dumping && secondsSince(stopAt_) >= o_.dumpWaitS) {
+    for (auto& p : ranks_) p.signal(SIGTERM);
+    stop_ = Stop::Terminating;
+    stopAt_ = Clock::now();
+  } else if (stop_ == Stop::Terminating && secondsSince(stopAt_) >= o_.termGraceS) {
+    for (auto& p : ranks_) {
+      if (p.running()) display_->message(fmt::format("rank {} did not exit after SIGTERM — SIGKILL", p.rank()));
+      p.signal(SIGKILL);
+    }
+    stop_ = Stop::Killing;
+    stopAt_ = Clock::now();
+  }
+}
+
+// ---- 5. mark, merge, diagnose -----------------------------------------------------------------------------------
+int CaptureSession::finish() {
+  const Outcome finalOutcome = outcome_.value_or(Outcome::Success);
+  code_ = exitCodeOf(finalOutcome);
+  outcomeText_ = outcomeName(finalOutcome);
+  checkRecorderWrites();
+  const auto meta = recordRankExits();
+  store_.reset();
+  if (auto code = mergeRankFiles(meta)) return *code;
+  diagnose();
+  if (code_ == kExitSuccess)
+    fmt::print(out_, "exit status 0 (success); every rank's records are in {}\n", runFile_.string());
+  else
+    fmt::print(out_, "exit status {} ({}); {} records are in {}\n", code_, outcomeText_,
+               traceIncomplete_ ? "what the ranks could write of their" : "every rank's", runFile_.string());
+  std::fflush(out_);
+  return code_;
+}
+
+// A rank whose recorder could not write (a full disk, a file size limit) trained on, but its trace has holes: that
+// is said, and a run that otherwise succeeded ends with kExitFailure.
+void CaptureSession::checkRecorderWrites() {
+  for (auto& p : ranks_) {
+    const fs::path log = logOf(p.rank());
     if (std::string why = recorderWriteFailure(log); !why.empty()) {
-      fmt::print(err, "tpscope capture: error: rank {}'s trace is incomplete: {} (see {})\n", p.rank(), why,
+      fmt::print(err_, "tpscope capture: error: rank {}'s trace is incomplete: {} (see {})\n", p.rank(), why,
                  log.string());
-      traceIncomplete = true;
-      if (code == kExitSuccess) {
-        code = kExitFailure;
-        outcomeText = "incomplete trace";
+      traceIncomplete_ = true;
+      if (code_ == kExitSuccess) {
+        code_ = kExitFailure;
+        outcomeText_ = "incomplete trace";
       }
     }
   }
+}
 
-  // ---- 5. mark, merge, diagnose ---------------------------------------------------------------------------------
+// Writes the launcher's view of each rank's end into its rank file (where it knows more than the rank) and returns
+// the capture_* meta keys of the run file.
+std::vector<std::pair<std::string, std::string>> CaptureSession::recordRankExits() {
   std::vector<std::pair<std::string, std::string>> meta = {
-      {"capture_outcome", outcomeText},
-      {"capture_exit_status", std::to_string(code)},
-      {"capture_command", command},
-      {"capture_inject", core::formatFaultList(faults)},
-      {"capture_health", healthText},
-      {"capture_hang_timeout_s", fmt::format("{:g}", o.hangTimeoutS)},
+      {"capture_outcome", outcomeText_},
+      {"capture_exit_status", std::to_string(code_)},
+      {"capture_command", command_},
+      {"capture_inject", core::formatFaultList(faults_)},
+      {"capture_health", healthText_},
+      {"capture_hang_timeout_s", fmt::format("{:g}", o_.hangTimeoutS)},
   };
-  std::vector<int> missing;
-  for (auto& p : ranks) {
-    const fs::path file = dir / fmt::format("rank-{}.db", p.rank());
+  std::error_code ec;
+  for (auto& p : ranks_) {
+    const fs::path file = dir_ / fmt::format("rank-{}.db", p.rank());
     const ExitStatus& s = *p.status();
-    const bool ours = signaled[static_cast<size_t>(p.rank())];
+    const bool ours = signaled_[static_cast<size_t>(p.rank())];
     meta.emplace_back(fmt::format("capture_rank_exit:{}", p.rank()),
                       s.describe() + (ours && (s.signaled || s.code >= 128) ? " (stopped by capture)" : ""));
     if (!fs::exists(file, ec)) {
-      missing.push_back(p.rank());
+      missingRanks_.push_back(p.rank());
       continue;
     }
     if (s.ok()) continue;  // the rank said "ok" itself
-    if (std::string e = markRankFile(file, rankExitReason(s, ours, stopWhy), s.describe()); !e.empty())
-      fmt::print(err, "tpscope capture: warning: cannot record rank {}'s exit: {}\n", p.rank(), e);
+    if (tracedb::Status e = tracedb::markRankExit(file, rankExitReason(s, ours, stopWhy_), s.describe()); !e)
+      fmt::print(err_, "tpscope capture: warning: cannot record rank {}'s exit: {}\n", p.rank(), e.message());
   }
-  store.reset();
+  return meta;
+}
 
-  const auto files = tracedb::rankFiles(dir);
-  const fs::path runFile = dir / "run.db";
+// DIR/rank-*.db → DIR/run.db with the capture_* meta keys. Returns the exit status when there is nothing to diagnose.
+std::optional<int> CaptureSession::mergeRankFiles(const std::vector<std::pair<std::string, std::string>>& meta) {
+  const auto files = tracedb::rankFiles(dir_);
   if (files.empty()) {
-    fmt::print(err, "tpscope capture: error: no rank wrote a trace file in {}{}\n", dir.string(),
-               defaultProgram ? "" : " (does the program link the tpscope probes runtime and start it?)");
-    fmt::print(out, "exit status {} ({}); rank logs are in {}\n", code == 0 ? kExitFailure : code,
-               code == 0 ? "no trace" : outcomeText, logs.string());
-    return code == 0 ? kExitFailure : code;
+    fmt::print(err_, "tpscope capture: error: no rank wrote a trace file in {}{}\n", dir_.string(),
+               defaultProgram_ ? "" : " (does the program link the tpscope probes runtime and start it?)");
+    fmt::print(out_, "exit status {} ({}); rank logs are in {}\n", code_ == 0 ? kExitFailure : code_,
+               code_ == 0 ? "no trace" : outcomeText_, logs_.string());
+    return code_ == 0 ? kExitFailure : code_;
   }
-  if (!missing.empty()) {
+  if (!missingRanks_.empty()) {
     std::string list;
-    for (int r : missing) list += (list.empty() ? "" : ", ") + std::to_string(r);
-    fmt::print(out, "no trace file from rank{} {} (they ended before recording)\n", missing.size() > 1 ? "s" : "",
-               list);
+    for (int r : missingRanks_) list += (list.empty() ? "" : ", ") + std::to_string(r);
+    fmt::print(out_, "no trace file from rank{} {} (they ended before recording)\n",
+               missingRanks_.size() > 1 ? "s" : "", list);
   }
-  auto merged = tracedb::merge(files, runFile);
+  auto merged = tracedb::merge(files, runFile_);
   if (!merged) {
-    fmt::print(err, "tpscope capture: error: merge failed: {}\n", merged.error());
-    fmt::print(out, "exit status {}; the rank files are in {}\n", code == 0 ? kExitFailure : code, dir.string());
-    return code == 0 ? kExitFailure : code;
+    fmt::print(err_, "tpscope capture: error: merge failed: {}\n", merged.error());
+    fmt::print(out_, "exit status {}; the rank files are in {}\n", code_ == 0 ? kExitFailure : code_, dir_.string());
+    return code_ == 0 ? kExitFailure : code_;
   }
-  if (std::string e = setRunMeta(runFile, meta); !e.empty())
-    fmt::print(err, "tpscope capture: warning: {}\n", e);
-  fmt::print(out, "merged {} rank file{} → {} ({} spans, {} collectives)\n", merged->ranks,
-             merged->ranks == 1 ? "" : "s", runFile.string(), merged->spans, merged->collectives);
+  if (tracedb::Status e = tracedb::addMeta(runFile_, meta); !e)
+    fmt::print(err_, "tpscope capture: warning: {}\n", e.message());
+  fmt::print(out_, "merged {} rank file{} → {} ({} spans, {} collectives)\n", merged->ranks,
+             merged->ranks == 1 ? "" : "s", runFile_.string(), merged->spans, merged->collectives);
+  return std::nullopt;
+}
 
-  auto reader = tracedb::Reader::open(runFile);
+// Prints the diagnosis of the run file (at most maxFindings) and writes the HTML report when asked.
+void CaptureSession::diagnose() {
+  auto reader = tracedb::Reader::open(runFile_);
   if (!reader) {
-    fmt::print(err, "tpscope capture: error: {}\n", reader.error());
-  } else {
-    std::map<int, tracedb::RankInfo> rankInfo;
-    if (auto rs = (*reader)->ranks())
-      for (auto& r : *rs) rankInfo[r.rank] = r;
-    const analysis::DiagnoseResult d = analysis::diagnose(**reader);
-    int shown = 0;
-    for (const auto& f : d.findings) {
-      if (shown >= o.maxFindings) break;
-      if (f.severity == analysis::Severity::Info && shown > 0) continue;
-      fmt::print(out, "{}", formatFinding(f, rankInfo));
-      ++shown;
-    }
-    if (d.findings.empty()) fmt::print(out, "diagnosis: no findings\n");
-    const int more = static_cast<int>(d.findings.size()) - shown;
-    if (more > 0) fmt::print(out, "{} more finding{}: tpscope diagnose {}\n", more, more == 1 ? "" : "s",
-                             runFile.string());
-    for (const auto& e : d.errors) fmt::print(err, "tpscope capture: warning: analysis {}\n", e);
-    if (!o.html.empty() && !writeHtmlReport(**reader, o.html, out, err) && code == kExitSuccess) code = kExitFailure;
+    fmt::print(err_, "tpscope capture: error: {}\n", reader.error());
+    return;
   }
-  if (code == kExitSuccess)
-    fmt::print(out, "exit status 0 (success); every rank's records are in {}\n", runFile.string());
-  else
-    fmt::print(out, "exit status {} ({}); {} records are in {}\n", code, outcomeText,
-               traceIncomplete ? "what the ranks could write of their" : "every rank's", runFile.string());
-  std::fflush(out);
-  return code;
+  std::map<int, tracedb::RankInfo> rankInfo;
+  if (auto rs = (*reader)->ranks())
+    for (auto& r : *rs) rankInfo[r.rank] = r;
+  const analysis::DiagnoseResult d = analysis::diagnose(**reader);
+  int shown = 0;
+  for (const auto& f : d.findings) {
+    if (shown >= o_.maxFindings) break;
+    if (f.severity == analysis::Severity::Info && shown > 0) continue;
+    fmt::print(out_, "{}", formatFinding(f, rankInfo));
+    ++shown;
+  }
+  if (d.findings.empty()) fmt::print(out_, "diagnosis: no findings\n");
+  const int more = static_cast<int>(d.findings.size()) - shown;
+  if (more > 0)
+    fmt::print(out_, "{} more finding{}: tpscope diagnose {}\n", more, more == 1 ? "" : "s", runFile_.string());
+  for (const auto& e : d.errors) fmt::print(err_, "tpscope capture: warning: analysis {}\n", e);
+  if (!o_.html.empty() && !writeHtmlReport(**reader, o_.html, out_, err_) && code_ == kExitSuccess)
+    code_ = kExitFailure;
+}
+
+}  // namespace
+
+int runCapture(const CaptureOptions& o, std::FILE* out, std::FILE* err, bool tty) {
+  CaptureSession session(o, out, err, tty);
+  if (auto code = session.validate()) return *code;
+  if (auto code = session.prepare()) return *code;
+  if (auto code = session.spawn()) return *code;
+  session.watch();
+  return session.finish();
 }
 
 }  // namespace tpscope::cli::capture

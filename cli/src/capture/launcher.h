@@ -2,7 +2,8 @@
 // whatever happens — success, a hang, a crash, a stop on non-finite values, Ctrl-C — into one merged, diagnosed
 // run file and an exit status that says which. docs/capture.md is the user's page.
 //
-// Lifecycle (runCapture):
+// Lifecycle (runCapture: the steps of a CaptureSession in launcher.cpp, one function each — validate, prepare, spawn,
+// watch, finish):
 //  1. Validates everything it can before starting anything (sizes, config, --inject, --health, program).
 //  2. Prepares DIR: removes the previous capture's rank-*.db, run.db and logs (nothing else), runs a TcpKvServer on
 //     loopback (clock alignment, TPSCOPE_CLOCK_STORE) and picks a free MASTER_PORT.

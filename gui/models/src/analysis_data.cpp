@@ -34,18 +34,15 @@ AnalysisData loadAnalysis(const std::vector<fs::path>& files) {
     if (!reader) {
       out.errors.push_back("open: " + reader.error());
     } else {
-      tracedb::Reader& r = **reader;
-      if (auto info = analysis::loadRunInfo(r)) out.info = std::move(*info);
-      else out.errors.push_back("run info: " + info.error());
-      auto diagnosis = analysis::diagnose(r);
+      // One diagnosis: its findings and the reports it drew them from (analysis/diagnose.h).
+      auto diagnosis = analysis::diagnose(**reader);
       out.findings = std::move(diagnosis.findings);
-      for (auto& e : diagnosis.errors) out.errors.push_back(std::move(e));
-      if (auto b = analysis::computeBreakdown(r)) out.breakdown = std::move(*b);
-      else out.errors.push_back("breakdown: " + b.error());
-      if (auto c = analysis::analyzeCollectives(r, out.info)) out.collectives = std::move(*c);
-      else out.errors.push_back("collectives: " + c.error());
-      if (auto d = analysis::analyzeDesync(r, out.info)) out.desync = std::move(*d);
-      else out.errors.push_back("desync: " + d.error());
+      out.errors = std::move(diagnosis.errors);
+      analysis::DiagnoseReports& reports = diagnosis.reports;
+      if (reports.info) out.info = std::move(*reports.info);
+      if (reports.breakdown) out.breakdown = std::move(*reports.breakdown);
+      if (reports.collectives) out.collectives = std::move(*reports.collectives);
+      if (reports.desync) out.desync = std::move(*reports.desync);
     }
   }
   if (!temporary.empty()) {

@@ -1,7 +1,5 @@
 #include "tpscope/gui/run_data.h"
 
-#include <sqlite3.h>
-
 #include <algorithm>
 #include <chrono>
 #include <atomic>
@@ -12,6 +10,7 @@
 
 #include "tpscope/tracedb/merge.h"
 #include "tpscope/tracedb/reader.h"
+#include "tpscope/tracedb/run_files.h"
 
 namespace tpscope::gui {
 
@@ -86,54 +85,81 @@ std::vector<fs::path> cachePaths(const fs::path& file) {
   return paths;
 }
 
-struct FileShift {
-  int64_t epochShift = 0;                  // file epoch - earliest epoch
-  bool aligned = false;
-  std::unordered_map<int, int64_t> offset;  // rank -> clock offset
-  int64_t of(int rank) const {
-    if (aligned) return epochShift;
-    auto it = offset.find(rank);
-    return epochShift + (it == offset.end() ? 0 : it->second);
-  }
-};
-
 // Reads the spans of `path` with ids in [lo, hi) into `out`, shifting times and remapping names.
-Status readSpanChunk(const fs::path& path, int64_t lo, int64_t hi, const FileShift& shift,
+Status readSpanChunk(const fs::path& path, int64_t lo, int64_t hi, const tracedb::FileClock& clock,
                      const std::vector<uint32_t>& nameMap, std::vector<InputSpan>& out) {
   auto reader = Reader::open(path);
   if (!reader) return reader.status();
-  sqlite3* db = (*reader)->handle();
-  sqlite3_exec(db, "PRAGMA mmap_size=268435456", nullptr, nullptr, nullptr);  // fewer read() calls; best effort
-  sqlite3_stmt* stmt = nullptr;
-  const char* sql =
-      "SELECT rank, thread, kind, name, begin_ns, dur_ns, step, layer, phase FROM spans WHERE id >= ? AND id < ?";
-  if (sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr) != SQLITE_OK) return (*reader)->error("reading spans");
-  sqlite3_bind_int64(stmt, 1, lo);
-  sqlite3_bind_int64(stmt, 2, hi);
+  (*reader)->preferMemoryMap();
   out.reserve(static_cast<size_t>(hi - lo));
   int lastRank = INT32_MIN;
   int64_t sh = 0;
-  int rc;
-  while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+  return (*reader)->forEachSpanInIdRange(lo, hi, [&](const tracedb::SpanRow& row) {
     InputSpan s;
-    s.rank = sqlite3_column_int(stmt, 0);
-    s.thread = sqlite3_column_int(stmt, 1);
-    s.kind = static_cast<uint8_t>(std::clamp(sqlite3_column_int(stmt, 2), 0, kKindCount - 1));
-    const int64_t name = sqlite3_column_int64(stmt, 3);
-    s.name = name >= 0 && static_cast<size_t>(name) < nameMap.size() ? nameMap[name] : 0;
+    s.rank = row.rank;
+    s.thread = row.thread;
+    s.kind = static_cast<uint8_t>(std::clamp(static_cast<int>(row.kind), 0, kKindCount - 1));
+    s.name = row.name < nameMap.size() ? nameMap[row.name] : 0;
     if (s.rank != lastRank) {  // spans come in runs of one rank: one map lookup per run
       lastRank = s.rank;
-      sh = shift.of(s.rank);
+      sh = clock.shiftNs(s.rank);
     }
-    s.beginNs = sqlite3_column_int64(stmt, 4) + sh;
-    s.endNs = s.beginNs + std::max<int64_t>(0, sqlite3_column_int64(stmt, 5));
-    s.step = sqlite3_column_int(stmt, 6);
-    s.layer = static_cast<int16_t>(sqlite3_column_int(stmt, 7));
-    s.phase = static_cast<uint8_t>(sqlite3_column_int(stmt, 8));
+    s.beginNs = row.beginNs + sh;
+    s.endNs = s.beginNs + std::max<int64_t>(0, row.durNs);
+    s.step = row.step;
+    s.layer = static_cast<int16_t>(row.layer);
+    s.phase = static_cast<uint8_t>(row.phase);
     out.push_back(s);
+    return true;
+  });
+}
+
+// Appends the ranks, threads, groups, collectives, gradient and step stats and alerts of one file to `run`, times
+// moved onto the run's time base.
+Status readSmallTables(tracedb::RunFile& file, RunData& run) {
+  Reader& r = *file.reader;
+  const tracedb::FileClock& clock = file.clock;
+  auto shift = [](std::optional<int64_t>& t, int64_t sh) {
+    if (t) *t += sh;
+  };
+  for (tracedb::RankInfo rk : file.ranks) {
+    shift(rk.startNs, clock.shiftNs(rk.rank));
+    shift(rk.endNs, clock.shiftNs(rk.rank));
+    run.ranks.push_back(std::move(rk));
   }
-  sqlite3_finalize(stmt);
-  if (rc != SQLITE_DONE) return (*reader)->error("reading spans");
+  auto threads = r.threads();
+  if (!threads) return threads.status();
+  run.threads.insert(run.threads.end(), threads->begin(), threads->end());
+  auto groups = r.groups();
+  if (!groups) return groups.status();
+  for (auto& g : *groups)
+    if (std::none_of(run.groups.begin(), run.groups.end(), [&](const auto& x) { return x.name == g.name; }))
+      run.groups.push_back(std::move(g));
+  auto collectives = r.collectives();
+  if (!collectives) return collectives.status();
+  for (auto& c : *collectives) {
+    const int64_t sh = clock.shiftNs(c.rank);
+    c.enqueueNs += sh;
+    shift(c.startNs, sh);
+    shift(c.endNs, sh);
+    run.collectives.push_back(std::move(c));
+  }
+  auto grads = r.gradStats();
+  if (!grads) return grads.status();
+  run.gradStats.insert(run.gradStats.end(), grads->begin(), grads->end());
+  auto steps = r.stepStats();
+  if (!steps) return steps.status();
+  for (auto& st : *steps) {
+    shift(st.beginNs, clock.shiftNs(st.rank));
+    shift(st.endNs, clock.shiftNs(st.rank));
+    run.stepStats.push_back(std::move(st));
+  }
+  auto alerts = r.alerts();
+  if (!alerts) return alerts.status();
+  for (auto& a : *alerts) {
+    a.tsNs += clock.shiftNs(a.rank);
+    run.alerts.push_back(std::move(a));
+  }
   return Status::ok();
 }
 
@@ -177,97 +203,30 @@ Result<std::shared_ptr<const RunData>> loadRun(const fs::path& path, const LoadO
   LoadTimings timings;
   auto phase = Clock::now();
 
-  // Pass 1: open every file, read the small tables, find the earliest epoch.
-  struct Opened {
-    std::unique_ptr<Reader> reader;
-    int64_t epoch = 0;
-    FileShift shift;
-    std::vector<uint32_t> nameMap;  // file string id -> global id
-  };
-  std::vector<Opened> opened;
-  for (const auto& file : run->files) {
-    auto reader = Reader::open(file);
-    if (!reader) return reader.status();
-    Opened o;
-    o.reader = std::move(*reader);
-    if (auto e = o.reader->metaValue(tracedb::meta_keys::kEpochUnixNs)) o.epoch = std::atoll(e->c_str());
-    o.shift.aligned = o.reader->metaValue(tracedb::meta_keys::kClockAligned).value_or("") == "1";
-    opened.push_back(std::move(o));
-  }
-  int64_t epochMin = INT64_MAX;
-  for (const auto& o : opened) epochMin = std::min(epochMin, o.epoch);
-
+  // Pass 1: open every file (clocks aligned once, tracedb/run_files.h), read the small tables.
+  auto opened = tracedb::openRunFiles(run->files);
+  if (!opened) return opened.status();
+  std::vector<std::vector<uint32_t>> nameMaps(opened->files.size());  // per file: file string id -> global id
   std::vector<std::string> strings{""};
   std::unordered_map<std::string, uint32_t> stringIds{{"", 0}};
-  for (size_t f = 0; f < opened.size(); ++f) {
-    Opened& o = opened[f];
-    Reader& r = *o.reader;
-    o.shift.epochShift = o.epoch - epochMin;
+  for (size_t f = 0; f < opened->files.size(); ++f) {
+    tracedb::RunFile& o = opened->files[f];
     if (f == 0) {
-      auto meta = r.meta();
+      auto meta = o.reader->meta();
       if (!meta) return meta.status();
       run->meta = std::move(*meta);
     }
-    auto ranks = r.ranks();
-    if (!ranks) return ranks.status();
-    for (auto& rk : *ranks) {
-      o.shift.offset[rk.rank] = rk.clockOffsetNs;
-      const int64_t sh = o.shift.of(rk.rank);
-      if (rk.startNs) *rk.startNs += sh;
-      if (rk.endNs) *rk.endNs += sh;
-      run->ranks.push_back(std::move(rk));
-    }
-    auto threads = r.threads();
-    if (!threads) return threads.status();
-    run->threads.insert(run->threads.end(), threads->begin(), threads->end());
-    auto groups = r.groups();
-    if (!groups) return groups.status();
-    for (auto& g : *groups)
-      if (std::none_of(run->groups.begin(), run->groups.end(), [&](const auto& x) { return x.name == g.name; }))
-        run->groups.push_back(std::move(g));
-    auto collectives = r.collectives();
-    if (!collectives) return collectives.status();
-    for (auto& c : *collectives) {
-      const int64_t sh = o.shift.of(c.rank);
-      c.enqueueNs += sh;
-      if (c.startNs) *c.startNs += sh;
-      if (c.endNs) *c.endNs += sh;
-      run->collectives.push_back(std::move(c));
-    }
-    auto grads = r.gradStats();
-    if (!grads) return grads.status();
-    run->gradStats.insert(run->gradStats.end(), grads->begin(), grads->end());
-    auto steps = r.stepStats();
-    if (!steps) return steps.status();
-    for (auto& s : *steps) {
-      const int64_t sh = o.shift.of(s.rank);
-      if (s.beginNs) *s.beginNs += sh;
-      if (s.endNs) *s.endNs += sh;
-      run->stepStats.push_back(std::move(s));
-    }
-    auto alerts = r.alerts();
-    if (!alerts) return alerts.status();
-    for (auto& a : *alerts) {
-      a.tsNs += o.shift.of(a.rank);
-      run->alerts.push_back(std::move(a));
-    }
+    if (Status s = readSmallTables(o, *run); !s) return s;
     // Names used by spans, re-interned into the global table.
-    sqlite3_stmt* stmt = nullptr;
-    if (sqlite3_prepare_v2(r.handle(), "SELECT id, value FROM strings", -1, &stmt, nullptr) != SQLITE_OK)
-      return r.error("reading strings");
-    int rc;
-    while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
-      const int64_t id = sqlite3_column_int64(stmt, 0);
-      const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 1));
-      std::string value = text ? text : "";
-      if (id < 0 || id > (1 << 30)) continue;
-      if (o.nameMap.size() <= static_cast<size_t>(id)) o.nameMap.resize(id + 1, 0);
-      auto [it, inserted] = stringIds.emplace(value, static_cast<uint32_t>(strings.size()));
-      if (inserted) strings.push_back(std::move(value));
-      o.nameMap[id] = it->second;
-    }
-    sqlite3_finalize(stmt);
-    if (rc != SQLITE_DONE) return r.error("reading strings");
+    std::vector<uint32_t>& nameMap = nameMaps[f];
+    Status s = o.reader->forEachString([&](uint32_t id, std::string_view text) {
+      if (id > (1u << 30)) return;
+      if (nameMap.size() <= id) nameMap.resize(id + 1, 0);
+      auto [it, inserted] = stringIds.emplace(std::string(text), static_cast<uint32_t>(strings.size()));
+      if (inserted) strings.emplace_back(text);
+      nameMap[id] = it->second;
+    });
+    if (!s) return s;
   }
 
   timings.tablesMs = ms(phase);
@@ -291,20 +250,11 @@ Result<std::shared_ptr<const RunData>> loadRun(const fs::path& path, const LoadO
     int64_t lo, hi;
   };
   std::vector<Chunk> chunks;
-  for (size_t f = 0; f < opened.size(); ++f) {
-    Reader& r = *opened[f].reader;
-    sqlite3_stmt* stmt = nullptr;
-    if (sqlite3_prepare_v2(r.handle(), "SELECT min(id), max(id) FROM spans", -1, &stmt, nullptr) != SQLITE_OK)
-      return r.error("reading spans");
-    int64_t lo = 0, hi = -1;
-    const int rc = sqlite3_step(stmt);
-    if (rc == SQLITE_ROW && sqlite3_column_type(stmt, 0) != SQLITE_NULL) {
-      lo = sqlite3_column_int64(stmt, 0);
-      hi = sqlite3_column_int64(stmt, 1);
-    }
-    sqlite3_finalize(stmt);
-    if (rc != SQLITE_ROW) return r.error("reading spans");
-    if (hi < lo) continue;
+  for (size_t f = 0; f < opened->files.size(); ++f) {
+    auto ids = opened->files[f].reader->spanIdRange();
+    if (!ids) return ids.status();
+    if (ids->empty()) continue;
+    const int64_t lo = ids->first, hi = ids->last;
     const int64_t n = hi - lo + 1;
     const int parts = std::max(1, options.workers) * 2;
     for (int p = 0; p < parts; ++p) {
@@ -320,7 +270,8 @@ Result<std::shared_ptr<const RunData>> loadRun(const fs::path& path, const LoadO
   auto work = [&] {
     for (size_t k; (k = next.fetch_add(1)) < chunks.size();) {
       const Chunk& c = chunks[k];
-      Status st = readSpanChunk(run->files[c.file], c.lo, c.hi, opened[c.file].shift, opened[c.file].nameMap, spans[k]);
+      Status st =
+          readSpanChunk(run->files[c.file], c.lo, c.hi, opened->files[c.file].clock, nameMaps[c.file], spans[k]);
       if (!st) {
         std::lock_guard lock(errorMutex);
         if (firstError) firstError = st;
@@ -332,7 +283,7 @@ Result<std::shared_ptr<const RunData>> loadRun(const fs::path& path, const LoadO
   work();
   for (auto& t : pool) t.join();
   if (!firstError) return firstError;
-  opened.clear();
+  opened->files.clear();
 
   timings.spansMs = ms(phase);
   phase = Clock::now();

@@ -7,11 +7,11 @@
 #include <set>
 
 #include "evidence_util.h"
-#include "sql_query.h"
+#include "tpscope/tracedb/query.h"
 
 namespace tpscope::analysis {
 
-using detail::Query;
+using tracedb::Query;
 
 namespace {
 

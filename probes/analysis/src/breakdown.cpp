@@ -9,14 +9,14 @@
 
 #include "device_lanes.h"
 #include "intervals.h"
-#include "sql_query.h"
+#include "tpscope/tracedb/query.h"
 
 namespace tpscope::analysis {
 
 using detail::DeviceLanes;
 using detail::Interval;
 using detail::IntervalSet;
-using detail::Query;
+using tracedb::Query;
 
 TimeShares& TimeShares::operator+=(const TimeShares& o) {
   stepNs += o.stepNs;
@@ -104,7 +104,7 @@ tracedb::Result<DeviceLaneSet> loadDeviceLanes(tracedb::Reader& reader) {
 // Scans spans with id in [fromId, toId] into per-rank data.
 tracedb::Status scanSpans(tracedb::Reader& reader, const DeviceLaneSet& devices, int64_t fromId, int64_t toId,
                           RankMap& data) {
-  detail::preferMemoryMap(reader);
+  reader.preferMemoryMap();
   Query q(reader,
           "SELECT rank, thread, kind, begin_ns, dur_ns, step, coalesce(correlation, -1) FROM spans"
           " WHERE id BETWEEN ? AND ?",
@@ -325,13 +325,9 @@ tracedb::Result<Breakdown> computeBreakdown(tracedb::Reader& reader) {
   auto devices = loadDeviceLanes(reader);
   if (!devices) return devices.status();
   {
-    // Two queries: SQLite answers min(id) and max(id) from the rowid b-tree only when each stands alone (together
-    // they scan a whole index).
-    int64_t minId = 0, maxId = -1;
-    Query lo(reader, "SELECT min(id) FROM spans", "table 'spans'");
-    if (auto s = lo.each([&](Query& row) { minId = row.isNull(0) ? 0 : row.i64(0); }); !s) return s;
-    Query hi(reader, "SELECT max(id) FROM spans", "table 'spans'");
-    if (auto s = hi.each([&](Query& row) { maxId = row.isNull(0) ? -1 : row.i64(0); }); !s) return s;
+    auto ids = reader.spanIdRange();
+    if (!ids) return ids.status();
+    const int64_t minId = ids->first, maxId = ids->last;
     const unsigned workers = workerCount(maxId - minId + 1);
     if (workers <= 1) {
       if (auto s = scanSpans(reader, *devices, minId, maxId, data); !s) return s;

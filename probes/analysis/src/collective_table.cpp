@@ -6,9 +6,11 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "sql_query.h"
+#include "tpscope/tracedb/query.h"
 
 namespace tpscope::analysis::detail {
+
+using tracedb::Query;
 
 bool CollectiveTable::completed(const CollectiveRecord& r) const {
   const std::string& s = text[r.state];
@@ -48,7 +50,7 @@ tracedb::Result<CollectiveTable> loadCollectives(tracedb::Reader& reader) {
     l.text.assign(v);
     return l.id = intern(v);
   };
-  preferMemoryMap(reader);
+  reader.preferMemoryMap();
   Query q(reader,
           "SELECT group_name, rank, seq, op, dtype, shape, callsite, state, numel, bytes, step, layer, enqueue_ns,"
           " start_ns, end_ns FROM collectives",

@@ -8,11 +8,11 @@
 
 #include "evidence_util.h"
 #include "analysis_internal.h"
-#include "sql_query.h"
+#include "tpscope/tracedb/query.h"
 
 namespace tpscope::analysis {
 
-using detail::Query;
+using tracedb::Query;
 
 const char* matchStateName(MatchState state) {
   switch (state) {

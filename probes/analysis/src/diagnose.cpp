@@ -191,7 +191,8 @@ DiagnoseResult diagnose(tracedb::Reader& reader, const DiagnoseOptions& options)
     if (!table) return std::vector<Finding>{};
     auto r = detail::analyzeDesync(reader, *info, *table);
     if (!r) return r.status();
-    return desyncFindings(*r, *info);
+    result.reports.desync = std::move(*r);
+    return desyncFindings(*result.reports.desync, *info);
   });
   take("nonfinite", [&]() -> Findings {
     auto r = analyzeNonFinite(reader, *info);
@@ -216,6 +217,9 @@ DiagnoseResult diagnose(tracedb::Reader& reader, const DiagnoseOptions& options)
     if (!breakdown) return std::vector<Finding>{};
     return overheadFindings(*breakdown, collectives ? &collectives->tp : nullptr, options);
   });
+  if (breakdown) result.reports.breakdown = std::move(*breakdown);
+  result.reports.collectives = std::move(collectives);
+  result.reports.info = std::move(*info);
 
   markHangsCausedByCrashes(all);
   sortFindings(all);

@@ -9,13 +9,13 @@
 #include <set>
 
 #include "evidence_util.h"
-#include "sql_query.h"
+#include "tpscope/tracedb/query.h"
 #include "tpscope/analysis/collectives.h"
 #include "tpscope/probes/nonfinite_order.h"
 
 namespace tpscope::analysis {
 
-using detail::Query;
+using tracedb::Query;
 
 namespace {
 

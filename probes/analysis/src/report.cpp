@@ -7,13 +7,13 @@
 #include <set>
 
 #include "intervals.h"
-#include "sql_query.h"
+#include "tpscope/tracedb/query.h"
 
 namespace tpscope::analysis {
 
 using detail::Interval;
 using detail::IntervalSet;
-using detail::Query;
+using tracedb::Query;
 
 tracedb::Result<Report> buildReport(tracedb::Reader& reader) {
   Report r;

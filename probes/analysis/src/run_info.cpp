@@ -11,11 +11,11 @@
 #include <optional>
 #include <set>
 
-#include "sql_query.h"
+#include "tpscope/tracedb/query.h"
 
 namespace tpscope::analysis {
 
-using detail::Query;
+using tracedb::Query;
 
 const tracedb::RankInfo* RunInfo::rank(int r) const {
   auto it = std::lower_bound(ranks.begin(), ranks.end(), r,
@@ -145,7 +145,7 @@ tracedb::Result<RunInfo> loadRunInfo(tracedb::Reader& reader) {
     Query q(reader, "SELECT DISTINCT rank FROM step_stats", "table 'step_stats'");
     if (auto s = q.each([&](Query& row) { addRank(row.i32(0)); }); !s) return s;
   }
-  info.indexed = detail::hasIndex(reader, "spans_rank_begin");
+  info.indexed = reader.hasIndex("spans_rank_begin");
   std::map<int, RankExtent> extents;
   if (info.indexed) {
     // Distinct ranks of spans through the index: one probe per rank (skip-scan by hand), then its extent.

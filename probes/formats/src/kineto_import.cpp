@@ -1,6 +1,5 @@
 #include "tpscope/formats/kineto_import.h"
 
-#include <sqlite3.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -219,16 +218,11 @@ Result<KinetoImportStats> importKineto(std::span<const fs::path> inputs, const f
   options.overwrite = true;
   options.runId = runIdFor(inputs);
   options.source = "kineto";
+  // Bulk load into a temporary file that is renamed only when complete (writer.h, CreateOptions::bulkLoad).
+  options.bulkLoad = true;
   auto created = tracedb::Writer::create(temp.path, options);
   if (!created) return created.status();
   std::unique_ptr<tracedb::Writer> writer = std::move(*created);
-  // Bulk load into a temporary file that is renamed only when complete: no journal and no syncs are needed while
-  // writing (a crash leaves a temporary file, never a damaged run). WAL mode, as in every trace file, is restored
-  // before closing.
-  if (sqlite3_exec(writer->handle(), "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA cache_size = -32768",
-                   nullptr, nullptr, nullptr) != SQLITE_OK)
-    return Status::error(temp.path.string() + ": cannot configure the output for a bulk load: " +
-                         sqlite3_errmsg(writer->handle()));
   if (Status s = writer->begin(); !s) return s;
   std::vector<kineto::RankModel*> models;
   for (LoadedFile& f : loaded) models.push_back(&f.model);
@@ -310,9 +304,6 @@ Result<KinetoImportStats> importKineto(std::span<const fs::path> inputs, const f
 
   if (Status s = writer->commit(); !s) return s;
   if (Status s = writer->createIndexes(); !s) return s;
-  if (sqlite3_exec(writer->handle(), "PRAGMA journal_mode = WAL", nullptr, nullptr, nullptr) != SQLITE_OK)
-    return Status::error(temp.path.string() + ": cannot switch the output to WAL mode: " +
-                         sqlite3_errmsg(writer->handle()));
   if (Status s = writer->close(); !s) return s;
   writer.reset();
   fs::rename(temp.path, output, ec);

@@ -2,7 +2,6 @@
 
 #include <poll.h>
 #include <pthread.h>
-#include <sqlite3.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -719,7 +718,7 @@ void Recorder::flushOnce(bool final, std::string_view finalReason) {
       if (s) {
         spansWritten += static_cast<int64_t>(n);
         if (wantRefs) {
-          const int64_t last = sqlite3_last_insert_rowid(w.handle());
+          const int64_t last = w.lastRowId();
           const int64_t first = last - static_cast<int64_t>(n) + 1;
           for (size_t i = 0; i < n; ++i) {
             const tracedb::SpanRow& r = rows_[i];

@@ -11,32 +11,17 @@
 
 #include "sqlite_util.h"
 #include "tpscope/tracedb/reader.h"
+#include "tpscope/tracedb/run_files.h"
 #include "tpscope/tracedb/writer.h"
 
 namespace tpscope::tracedb {
 
 namespace {
 
-struct InputInfo {
-  std::filesystem::path path;
-  std::string runId;
-  int64_t epochNs = 0;
-  bool aligned = false;
-  std::vector<int> ranks;
-};
-
-int64_t parseI64(const std::optional<std::string>& s) {
-  int64_t v = 0;
-  if (s) std::from_chars(s->data(), s->data() + s->size(), v);
-  return v;
-}
-
-// Every row of every table, with times shifted per rank by temp.shifts and strings remapped by temp.smap.
-// Spans are written in (rank, thread, begin) order: readers that build per-lane timelines then need no sort.
-// The shift of a rank missing from src.ranks is the plain epoch difference (?1).
+// Every row of every table, with times shifted per rank by temp.shifts (FileClock::shiftNs, filled by copyAttached)
+// and strings remapped by temp.smap. Spans are written in (rank, thread, begin) order: readers that build per-lane
+// timelines then need no sort. The shift of a rank missing from src.ranks is the plain epoch difference (?1).
 constexpr const char* kCopySql = R"SQL(
-CREATE TEMP TABLE shifts(rank INTEGER PRIMARY KEY, shift INTEGER NOT NULL);
-INSERT INTO temp.shifts SELECT rank, ?1 + CASE WHEN ?2 THEN 0 ELSE clock_offset_ns END FROM src.ranks;
 INSERT OR IGNORE INTO main.strings(value) SELECT value FROM src.strings;
 CREATE TEMP TABLE smap(old INTEGER PRIMARY KEY, new INTEGER NOT NULL);
 INSERT INTO temp.smap SELECT s.id, m.id FROM src.strings s JOIN main.strings m ON m.value = s.value;
@@ -74,10 +59,21 @@ DROP TABLE temp.shifts;
 DROP TABLE temp.smap;
 )SQL";
 
-// Runs kCopySql statement by statement, binding the epoch shift and the aligned flag where they appear. Errors name
-// both files: a damaged input and a full disk under the output fail the same statements.
-Status copyAttached(sqlite3* db, const InputInfo& in, const std::filesystem::path& output, int64_t epochShift) {
+// Fills temp.shifts with each rank's shift, then runs kCopySql statement by statement, binding the epoch shift where it
+// appears. Errors name both files: a damaged input and a full disk under the output fail the same statements.
+Status copyAttached(sqlite3* db, const RunFile& in, const std::filesystem::path& output) {
   const std::string what = "cannot merge it into " + output.string();
+  const int64_t epochShift = in.clock.epochShiftNs;
+  constexpr const char* kShifts = "CREATE TEMP TABLE shifts(rank INTEGER PRIMARY KEY, shift INTEGER NOT NULL)";
+  if (Status s = detail::exec(db, in.path, kShifts); !s) return s;
+  detail::Stmt shift(db, "INSERT INTO temp.shifts VALUES (?, ?)");
+  if (!shift.valid()) return detail::sqliteError(db, in.path, what);
+  for (const RankInfo& r : in.ranks) {
+    shift.bind(1, r.rank);
+    shift.bind(2, in.clock.shiftNs(r.rank));
+    if (Status s = detail::runStmt(shift, db, in.path, what); !s) return s;
+  }
+  shift = detail::Stmt();
   const char* sql = kCopySql;
   while (*sql != '\0') {
     sqlite3_stmt* st = nullptr;
@@ -85,7 +81,6 @@ Status copyAttached(sqlite3* db, const InputInfo& in, const std::filesystem::pat
     if (sqlite3_prepare_v2(db, sql, -1, &st, &tail) != SQLITE_OK) return detail::sqliteError(db, in.path, what);
     if (st == nullptr) break;  // only whitespace left
     if (sqlite3_bind_parameter_count(st) >= 1) sqlite3_bind_int64(st, 1, epochShift);
-    if (sqlite3_bind_parameter_count(st) >= 2) sqlite3_bind_int(st, 2, in.aligned ? 1 : 0);
     const int rc = sqlite3_step(st);
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE && rc != SQLITE_ROW) return detail::sqliteError(db, in.path, what);
@@ -129,47 +124,45 @@ std::vector<std::filesystem::path> rankFiles(const std::filesystem::path& dir) {
   return out;
 }
 
+namespace {
+// The inputs' run id; an error if two inputs hold the same rank or belong to different runs.
+Result<std::string> checkInputs(const RunFiles& run) {
+  std::set<int> seenRanks;
+  const RunFile* first = nullptr;
+  for (const RunFile& in : run.files) {
+    for (const RankInfo& r : in.ranks)
+      if (!seenRanks.insert(r.rank).second)
+        return Status::error(in.path.string() + ": rank " + std::to_string(r.rank) +
+                             " is also in another input (merge each rank once)");
+    if (first != nullptr && !in.runId.empty() && !first->runId.empty() && in.runId != first->runId)
+      return Status::error(in.path.string() + ": belongs to run '" + in.runId + "' but " + first->path.string() +
+                           " belongs to run '" + first->runId + "' (refusing to merge files of different runs)");
+    if (first == nullptr) first = &in;
+  }
+  std::string runId;
+  for (const RunFile& in : run.files)
+    if (runId.empty()) runId = in.runId;
+  return runId;
+}
+
+}  // namespace
+
 Result<MergeStats> merge(std::span<const std::filesystem::path> inputs, const std::filesystem::path& output) {
   if (inputs.empty()) return Status::error(output.string() + ": nothing to merge (no input files)");
   std::error_code ec;
-  std::vector<InputInfo> infos;
-  std::set<int> seenRanks;
-  for (const auto& path : inputs) {
+  for (const auto& path : inputs)
     if (std::filesystem::exists(output, ec) && std::filesystem::equivalent(path, output, ec))
       return Status::error(output.string() + ": the output is also an input");
-    auto reader = Reader::open(path);
-    if (!reader) return reader.status();
-    InputInfo info;
-    info.path = path;
-    info.runId = (*reader)->metaValue(meta_keys::kRunId).value_or("");
-    info.epochNs = parseI64((*reader)->metaValue(meta_keys::kEpochUnixNs));
-    info.aligned = (*reader)->metaValue(meta_keys::kClockAligned).value_or("") == "1";
-    auto ranks = (*reader)->ranks();
-    if (!ranks) return ranks.status();
-    for (const auto& r : *ranks) {
-      if (!seenRanks.insert(r.rank).second)
-        return Status::error(path.string() + ": rank " + std::to_string(r.rank) +
-                             " is also in another input (merge each rank once)");
-      info.ranks.push_back(r.rank);
-    }
-    if (!infos.empty() && !info.runId.empty() && !infos.front().runId.empty() && info.runId != infos.front().runId)
-      return Status::error(path.string() + ": belongs to run '" + info.runId + "' but " +
-                           infos.front().path.string() + " belongs to run '" + infos.front().runId +
-                           "' (refusing to merge files of different runs)");
-    infos.push_back(std::move(info));
-  }
-
-  int64_t epoch = infos.front().epochNs;
-  std::string runId;
-  for (const auto& in : infos) {
-    epoch = std::min(epoch, in.epochNs);
-    if (runId.empty()) runId = in.runId;
-  }
+  auto run = openRunFiles(inputs, /*keepReaders=*/false);
+  if (!run) return run.status();
+  auto runId = checkInputs(*run);
+  if (!runId) return runId.status();
+  const int64_t epoch = run->epochUnixNs;
 
   const std::filesystem::path tmp = output.string() + ".tmp-" + std::to_string(::getpid());
-  auto writer = Writer::create(tmp, CreateOptions{true, runId, epoch, "merge"});
+  auto writer = Writer::create(tmp, CreateOptions{true, *runId, epoch, "merge"});
   if (!writer) return writer.status();
-  sqlite3* db = (*writer)->handle();
+  sqlite3* db = detail::Access::db(**writer);
   auto cleanup = [&](Status s) -> Result<MergeStats> {
     (void)(*writer)->close();
     std::filesystem::remove(tmp, ec);
@@ -178,14 +171,14 @@ Result<MergeStats> merge(std::span<const std::filesystem::path> inputs, const st
     return s;
   };
 
-  for (const auto& in : infos) {
+  for (const RunFile& in : run->files) {
     if (Status s = (*writer)->commit(); !s) return cleanup(s);
     detail::Stmt attach(db, "ATTACH DATABASE ? AS src");
     attach.bind(1, fileUri(in.path));
     if (attach.step() != SQLITE_DONE) return cleanup(detail::sqliteError(db, in.path, "cannot attach for merge"));
     attach = detail::Stmt();
     Status s = detail::exec(db, in.path, "BEGIN");
-    if (s) s = copyAttached(db, in, output, in.epochNs - epoch);
+    if (s) s = copyAttached(db, in, output);
     if (s) s = detail::exec(db, output, "COMMIT");
     else (void)detail::exec(db, in.path, "ROLLBACK");
     (void)detail::exec(db, in.path, "DETACH DATABASE src");
@@ -197,7 +190,7 @@ Result<MergeStats> merge(std::span<const std::filesystem::path> inputs, const st
   if (Status s = detail::exec(db, output, "PRAGMA journal_mode = DELETE"); !s) return cleanup(s);
 
   MergeStats stats;
-  stats.ranks = static_cast<int>(seenRanks.size());
+  for (const RunFile& in : run->files) stats.ranks += static_cast<int>(in.ranks.size());
   {
     detail::Stmt count(db, "SELECT (SELECT count(*) FROM spans), (SELECT count(*) FROM collectives)");
     if (count.valid() && count.step() == SQLITE_ROW) {

@@ -39,6 +39,23 @@ struct Where {
   }
 };
 
+constexpr const char* kSpanColumns =
+    "SELECT rank, thread, kind, name, begin_ns, dur_ns, step, layer, phase, correlation FROM spans";
+
+// The current row of a kSpanColumns statement.
+void readSpan(Stmt& st, SpanRow& r) {
+  r.rank = st.i32(0);
+  r.thread = st.i32(1);
+  r.kind = static_cast<SpanKind>(st.i32(2));
+  r.name = static_cast<uint32_t>(st.i64(3));
+  r.beginNs = st.i64(4);
+  r.durNs = st.i64(5);
+  r.step = st.i32(6);
+  r.layer = st.i32(7);
+  r.phase = static_cast<Phase>(st.i32(8));
+  r.correlation = st.optI64(9);
+}
+
 // Runs `sql` and calls `row` for each result row. Any SQLite failure becomes an error naming the file.
 template <class RowFn>
 Status query(sqlite3* db, const std::filesystem::path& path, const std::string& sql, const Where* where, RowFn&& row,
@@ -111,6 +128,28 @@ Result<std::unique_ptr<Reader>> Reader::open(const std::filesystem::path& path) 
 
 Status Reader::error(std::string_view what) const {
   return detail::sqliteError(db_, path_, what);
+}
+
+void Reader::preferMemoryMap() { (void)detail::exec(db_, path_, "PRAGMA mmap_size = 68719476736"); }
+
+void Reader::setBusyTimeout(int ms) { sqlite3_busy_timeout(db_, ms); }
+
+bool Reader::hasIndex(std::string_view index) {
+  Stmt st(db_, "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = ?");
+  if (!st.valid()) return false;
+  st.bind(1, index);
+  return st.step() == SQLITE_ROW && st.i64(0) > 0;
+}
+
+Status Reader::forEachString(const std::function<void(uint32_t id, std::string_view value)>& callback) {
+  return query(
+      db_, path_, "SELECT id, value FROM strings ORDER BY id", nullptr,
+      [&](Stmt& st) {
+        const int64_t id = st.i64(0);
+        if (id >= 0 && id <= (int64_t{1} << 31)) callback(static_cast<uint32_t>(id), st.view(1));
+        return true;
+      },
+      "table 'strings'");
 }
 
 Result<std::map<std::string, std::string>> Reader::meta() {
@@ -219,26 +258,48 @@ Status Reader::forEachSpan(const SpanQuery& q, const std::function<bool(const Sp
   if (q.toNs) w.add("begin_ns < ?", *q.toNs);
   if (q.step) w.add("step = ?", *q.step);
   if (q.kind) w.add("kind = ?", static_cast<int64_t>(*q.kind));
-  const std::string sql =
-      "SELECT rank, thread, kind, name, begin_ns, dur_ns, step, layer, phase, correlation FROM spans" + w.sql +
-      " ORDER BY rank, begin_ns";
+  const std::string sql = std::string(kSpanColumns) + w.sql + " ORDER BY rank, begin_ns";
   SpanRow r;
   return query(
       db_, path_, sql, &w,
       [&](Stmt& st) {
-        r.rank = st.i32(0);
-        r.thread = st.i32(1);
-        r.kind = static_cast<SpanKind>(st.i32(2));
-        r.name = static_cast<uint32_t>(st.i64(3));
-        r.beginNs = st.i64(4);
-        r.durNs = st.i64(5);
-        r.step = st.i32(6);
-        r.layer = st.i32(7);
-        r.phase = static_cast<Phase>(st.i32(8));
-        r.correlation = st.optI64(9);
+        readSpan(st, r);
         return callback(r);
       },
       "table 'spans'");
+}
+
+Status Reader::forEachSpanInIdRange(int64_t fromId, int64_t toId, const std::function<bool(const SpanRow&)>& callback) {
+  Where w;
+  w.add("id >= ?", fromId);
+  w.add("id < ?", toId);
+  SpanRow r;
+  return query(
+      db_, path_, std::string(kSpanColumns) + w.sql, &w,
+      [&](Stmt& st) {
+        readSpan(st, r);
+        return callback(r);
+      },
+      "table 'spans'");
+}
+
+Result<IdRange> Reader::spanIdRange() {
+  // Two queries: SQLite answers min(id) and max(id) from the rowid b-tree only when each stands alone (together they
+  // scan a whole index).
+  IdRange range;
+  auto one = [&](const char* sql, int64_t& end) {
+    return query(
+        db_, path_, sql, nullptr,
+        [&](Stmt& st) {
+          if (!st.isNull(0)) end = st.i64(0);
+          return false;
+        },
+        "table 'spans'");
+  };
+  if (Status s = one("SELECT min(id) FROM spans", range.first); !s) return s;
+  if (Status s = one("SELECT max(id) FROM spans", range.last); !s) return s;
+  if (range.last < range.first) return IdRange{};
+  return range;
 }
 
 Result<std::vector<SpanRow>> Reader::spans(const SpanQuery& q) {
@@ -342,50 +403,81 @@ Result<std::vector<GradStatRow>> Reader::gradStats(const GradQuery& q) {
       "table 'grad_stats'");
 }
 
+namespace {
+constexpr const char* kStepStatColumns =
+    "SELECT rank, step, loss, lr, grad_norm, loss_scale, tokens, begin_ns, end_ns, skipped FROM step_stats";
+
+StepStatRow readStepStat(Stmt& st) {
+  StepStatRow r;
+  r.rank = st.i32(0);
+  r.step = st.i32(1);
+  r.loss = st.optF64(2);
+  r.lr = st.optF64(3);
+  r.gradNorm = st.optF64(4);
+  r.lossScale = st.optF64(5);
+  r.tokens = st.optI64(6);
+  r.beginNs = st.optI64(7);
+  r.endNs = st.optI64(8);
+  r.skipped = st.i64(9) != 0;
+  return r;
+}
+}  // namespace
+
 Result<std::vector<StepStatRow>> Reader::stepStats() {
-  return collect<StepStatRow>(
-      db_, path_,
-      "SELECT rank, step, loss, lr, grad_norm, loss_scale, tokens, begin_ns, end_ns, skipped"
-      " FROM step_stats ORDER BY step, rank",
-      nullptr,
-      [&](Stmt& st) {
-        StepStatRow r;
-        r.rank = st.i32(0);
-        r.step = st.i32(1);
-        r.loss = st.optF64(2);
-        r.lr = st.optF64(3);
-        r.gradNorm = st.optF64(4);
-        r.lossScale = st.optF64(5);
-        r.tokens = st.optI64(6);
-        r.beginNs = st.optI64(7);
-        r.endNs = st.optI64(8);
-        r.skipped = st.i64(9) != 0;
-        return r;
-      },
-      "table 'step_stats'");
+  return collect<StepStatRow>(db_, path_, std::string(kStepStatColumns) + " ORDER BY step, rank", nullptr,
+                              readStepStat, "table 'step_stats'");
 }
 
-Result<std::vector<AlertRow>> Reader::alerts() {
-  return collect<AlertRow>(
+Result<std::vector<StepStatRow>> Reader::latestStepStats(int n) {
+  return collect<StepStatRow>(db_, path_,
+                              std::string(kStepStatColumns) + " ORDER BY step DESC LIMIT " + std::to_string(n),
+                              nullptr, readStepStat, "table 'step_stats'");
+}
+
+Result<LatestIds> Reader::latestIds() {
+  LatestIds ids;
+  Status s = query(
       db_, path_,
-      "SELECT id, rank, step, ts_ns, severity, kind, layer, param, message, evidence FROM alerts"
-      " ORDER BY ts_ns, id",
-      nullptr,
+      "SELECT (SELECT coalesce(max(id), 0) FROM spans), (SELECT coalesce(max(id), 0) FROM collectives)", nullptr,
       [&](Stmt& st) {
-        AlertRow a;
-        a.id = st.i64(0);
-        a.rank = st.i32(1);
-        a.step = st.i32(2);
-        a.tsNs = st.i64(3);
-        a.severity = st.text(4);
-        a.kind = st.text(5);
-        a.layer = st.i32(6);
-        a.param = st.text(7);
-        a.message = st.text(8);
-        a.evidence = st.text(9);
-        return a;
+        ids = LatestIds{st.i64(0), st.i64(1)};
+        return false;
       },
-      "table 'alerts'");
+      "tables 'spans' and 'collectives'");
+  if (!s) return s;
+  return ids;
+}
+
+namespace {
+constexpr const char* kAlertColumns =
+    "SELECT id, rank, step, ts_ns, severity, kind, layer, param, message, evidence FROM alerts";
+
+AlertRow readAlert(Stmt& st) {
+  AlertRow a;
+  a.id = st.i64(0);
+  a.rank = st.i32(1);
+  a.step = st.i32(2);
+  a.tsNs = st.i64(3);
+  a.severity = st.text(4);
+  a.kind = st.text(5);
+  a.layer = st.i32(6);
+  a.param = st.text(7);
+  a.message = st.text(8);
+  a.evidence = st.text(9);
+  return a;
+}
+}  // namespace
+
+Result<std::vector<AlertRow>> Reader::alerts() {
+  return collect<AlertRow>(db_, path_, std::string(kAlertColumns) + " ORDER BY ts_ns, id", nullptr, readAlert,
+                           "table 'alerts'");
+}
+
+Result<std::vector<AlertRow>> Reader::alertsSince(int64_t id) {
+  Where w;
+  w.add("id > ?", id);
+  return collect<AlertRow>(db_, path_, std::string(kAlertColumns) + w.sql + " ORDER BY id", &w, readAlert,
+                           "table 'alerts'");
 }
 
 Result<std::vector<CounterRow>> Reader::counters() {

@@ -10,9 +10,18 @@
 #include <string_view>
 #include <vector>
 
+#include "tpscope/tracedb/reader.h"
 #include "tpscope/tracedb/status.h"
+#include "tpscope/tracedb/writer.h"
 
 namespace tpscope::tracedb::detail {
+
+// The connection behind a Reader or Writer, for tracedb's own code (query.cpp, merge.cpp, rank_file.cpp). Public
+// headers hand out no SQLite handle.
+struct Access {
+  static sqlite3* db(Reader& r) { return r.db_; }
+  static sqlite3* db(Writer& w) { return w.db_; }
+};
 
 // "<file>: <what>: <sqlite message>", with the OS's reason after an I/O error, a full disk or a file that cannot
 // be opened ("unable to open database file (Permission denied)"): SQLite's own words do not say which.
@@ -57,6 +66,10 @@ class Stmt {
   int i32(int col) { return sqlite3_column_int(stmt_, col); }
   double f64(int col) { return sqlite3_column_double(stmt_, col); }
   bool isNull(int col) { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
+  std::string_view view(int col) {
+    const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, col));
+    return p ? std::string_view(p, static_cast<size_t>(sqlite3_column_bytes(stmt_, col))) : std::string_view();
+  }
   std::string text(int col) {
     const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, col));
     return p ? std::string(p, static_cast<size_t>(sqlite3_column_bytes(stmt_, col))) : std::string();

@@ -154,6 +154,13 @@ Result<std::unique_ptr<Writer>> Writer::create(const std::filesystem::path& path
   if (Status s = w->setMeta(meta_keys::kSource, options.source); !s) return abandon(s);
   if (Status s = w->setMeta(meta_keys::kTool, "tpscope " TPSCOPE_VERSION_STRING); !s) return abandon(s);
   if (Status s = w->commit(); !s) return abandon(s);
+  if (options.bulkLoad) {
+    if (Status s = detail::exec(db, path,
+                                "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA cache_size = -32768");
+        !s)
+      return abandon(Status::error("cannot configure the file for a bulk load: " + s.message()));
+    w->bulkLoad_ = true;
+  }
   return w;
 }
 
@@ -374,6 +381,8 @@ Status Writer::addRecorderStats(const RecorderStatsRow& r) {
   return detail::runStmt(st, db_, path_, "cannot write table 'recorder_stats'");
 }
 
+int64_t Writer::lastRowId() const { return sqlite3_last_insert_rowid(db_); }
+
 Status Writer::createIndexes() {
   if (Status s = commit(); !s) return s;
   return detail::createIndexes(db_, path_);
@@ -383,6 +392,7 @@ Status Writer::close() {
   if (db_ == nullptr) return Status::ok();
   Status s = commit();
   stmts_.reset();
+  if (s && bulkLoad_) s = detail::exec(db_, path_, "PRAGMA journal_mode = WAL");
   if (s) s = detail::exec(db_, path_, "PRAGMA wal_checkpoint(TRUNCATE)");
   if (sqlite3_close(db_) != SQLITE_OK && s) s = Status::error(path_.string() + ": cannot close the trace file");
   db_ = nullptr;

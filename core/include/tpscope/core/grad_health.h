@@ -12,20 +12,27 @@
 
 namespace tpscope::core {
 
-// Column order of the stats tensors.
-enum GradHealthColumn : int { kL2Norm = 0, kMaxAbs = 1, kNanCount = 2, kInfCount = 3 };
+// Stats of P tensors, on their device. The counts stay integers from the tensor to the trace row: fp32 counts exactly
+// only up to 2^24 elements, and a vocabulary shard is larger.
+struct GradHealthStats {
+  at::Tensor values;  // [P, 2] fp32, columns GradHealthColumn: L2 norm, max |g|
+  at::Tensor counts;  // [P, 2] int64, columns GradCountColumn: NaN count, Inf count
+  bool defined() const { return values.defined(); }
+};
+enum GradHealthColumn : int { kL2Norm = 0, kMaxAbs = 1 };
+enum GradCountColumn : int { kNanCount = 0, kInfCount = 1 };
 
 // Segment description for a flat buffer holding tensors of `numels` back to back: their lengths, int64 [P] on the
 // host. Build once and reuse.
 at::Tensor gradHealthSegments(const std::vector<int64_t>& numels);
-// Stats [P, 4] fp32 on the buffer's device for the P tensors laid out in `flat` (fp32 or bf16). No host sync.
-at::Tensor gradHealthFlat(const at::Tensor& flat, const at::Tensor& segments, int64_t count);
-// Same for separate tensors (concatenated first; undefined tensors count as empty). No host sync.
-at::Tensor gradHealth(const std::vector<at::Tensor>& grads);
+// Stats of the P tensors laid out in `flat` (fp32 or bf16), on the buffer's device. No host sync.
+GradHealthStats gradHealthFlat(const at::Tensor& flat, const at::Tensor& segments, int64_t count);
+// Same for separate tensors (undefined tensors count as empty). No host sync.
+GradHealthStats gradHealth(const std::vector<at::Tensor>& grads);
 
-// Copies `stats` [P, 4] to the host (the one sync of the step) as one row per parameter, named by `names` (the
-// rows view those strings: keep them alive) — for `sink.gradStats` and the health rules alike.
+// Copies `stats` to the host (the one sync of the step) as one row per parameter, named by `names` (the rows view
+// those strings: keep them alive) — for `sink.gradStats` and the health rules alike.
 std::vector<probes::GradStat> gradStatsOnHost(const std::vector<std::string>& names, const std::vector<int>& layers,
-                                              const std::vector<int64_t>& numels, const at::Tensor& stats);
+                                              const std::vector<int64_t>& numels, const GradHealthStats& stats);
 
 }  // namespace tpscope::core

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "tpscope/core/communicator.h"
+#include "tpscope/core/grad_health.h"
 
 namespace tpscope::core {
 
@@ -30,8 +31,8 @@ class GradReducer {
 
   // Call before the last micro-batch's backward. `captureHealth`: record gradient health before reducing.
   void beginLastMicrobatch(bool captureHealth);
-  // Call after the last backward. Returns gradient health [P, 4] in parameter order when captured (else undefined).
-  at::Tensor finish();
+  // Call after the last backward. Returns gradient health in parameter order when captured (else undefined).
+  GradHealthStats finish();
   size_t bucketCount() const noexcept;
 
  private:

@@ -1,5 +1,5 @@
-// The analyses the viewer shows (probes/analysis), run once per loaded run: findings (diagnose), the per-rank/step
-// time breakdown, collective statistics and stragglers, and the desync report.
+// The analyses the viewer shows, from ONE analysis::diagnose() per loaded run: its findings and the reports it drew
+// them from (the per-rank/step time breakdown, collective statistics and stragglers, the desync report).
 //
 // A single trace file is analysed in place. A capture folder of rank files (a capture in progress) is merged into
 // a temporary run file first (tracedb::merge), which is removed afterwards.

@@ -1,9 +1,9 @@
 // Everything the viewer shows about one run, loaded into plain structs: a merged run file (run.db), one rank file, or
 // a capture folder (DIR/rank-*.db, a capture in progress; DIR/run.db wins when it exists).
 //
-// Time base: ns. Rank files of a folder are aligned the way `tpscope merge` does it (merge.h): a rank's times move by
-// (its file's epoch - the earliest epoch) + its clock offset, unless the file says clock_aligned=1. Strings of
-// several files are re-interned into one table (TimelineData::strings).
+// Time base: ns. Rank files of a folder are aligned by tracedb::openRunFiles, the function `tpscope merge` uses
+// (run_files.h): a rank's times move by (its file's epoch - the earliest epoch) + its clock offset, unless the file
+// says clock_aligned=1. Strings of several files are re-interned into one table (TimelineData::strings).
 //
 // Threading: loadRun() is blocking and may run on any thread (it opens its own readers); the result is immutable and
 // shared between threads. Errors come back as a message naming the file; nothing throws.

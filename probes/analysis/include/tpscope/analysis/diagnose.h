@@ -18,14 +18,22 @@
 //                        step exceeds what the analytic TP model of the engine expects (collectives.h, TpModelCheck)
 //                        by more than tpExcessPct % (the model cannot explain the communication).
 // A failing analysis (e.g. a damaged table) does not stop the others: its error is returned in `errors`, named.
+// The reports the findings were drawn from come back in `reports` (compute once, hand down): the viewer shows them
+// instead of running the analyses a second time.
 // Threading: uses `reader` from the calling thread only.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include <optional>
+
 #include "tpscope/analysis/anomalies.h"
+#include "tpscope/analysis/breakdown.h"
+#include "tpscope/analysis/collectives.h"
+#include "tpscope/analysis/desync.h"
 #include "tpscope/analysis/finding.h"
+#include "tpscope/analysis/run_info.h"
 #include "tpscope/tracedb/reader.h"
 
 namespace tpscope::analysis {
@@ -43,8 +51,18 @@ struct DiagnoseOptions {
   int maxFindingsPerKind = 20;  // the rest of a kind are counted in DiagnoseResult::omitted
 };
 
+// What diagnose() computed on the way to its findings; an analysis that failed (see DiagnoseResult::errors) or did
+// not run is absent.
+struct DiagnoseReports {
+  std::optional<RunInfo> info;
+  std::optional<Breakdown> breakdown;
+  std::optional<CollectiveAnalysis> collectives;
+  std::optional<DesyncReport> desync;
+};
+
 struct DiagnoseResult {
   std::vector<Finding> findings;    // sorted, most severe first
+  DiagnoseReports reports;
   std::vector<std::string> errors;  // analyses that failed, "<analysis>: <message naming the file>"
   std::vector<std::pair<std::string, int64_t>> omitted;  // kind name → findings left out by maxFindingsPerKind
 };

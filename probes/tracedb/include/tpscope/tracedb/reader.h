@@ -6,6 +6,10 @@
 // Untrusted files are opened read-only with SQLite's defensive settings, no extension loading, trusted_schema off.
 //
 // Threading: one Reader per thread (SQLite connections are not shared); open a second Reader for a worker thread.
+//
+// The Reader is the only way into a trace file for reading: typed rows here, the caller's own SELECTs through
+// tracedb::Query (query.h), several files of one run with their clocks aligned through openRunFiles (run_files.h).
+// No SQLite handle is handed out.
 #pragma once
 
 #include <filesystem>
@@ -22,6 +26,10 @@
 struct sqlite3;
 
 namespace tpscope::tracedb {
+
+namespace detail {
+struct Access;
+}
 
 struct SpanQuery {
   std::optional<int> rank;
@@ -48,6 +56,20 @@ struct TimeRange {
   int64_t endNs = 0;
 };
 
+// Row ids of a table, both ends included.
+struct IdRange {
+  int64_t first = 0;
+  int64_t last = -1;
+  bool empty() const { return last < first; }
+};
+
+// The newest row ids of the tables a live rank file grows in (0: none yet). A reader polling a file under recording
+// sees progress when they grow.
+struct LatestIds {
+  int64_t span = 0;
+  int64_t collective = 0;
+};
+
 class Reader {
  public:
   static Result<std::unique_ptr<Reader>> open(const std::filesystem::path& path);
@@ -71,6 +93,10 @@ class Reader {
   // Streams spans ordered by (rank, begin_ns) without materialising them. The callback returns false to stop.
   Status forEachSpan(const SpanQuery& query, const std::function<bool(const SpanRow&)>& callback);
   Result<std::vector<SpanRow>> spans(const SpanQuery& query = {});
+  // Spans with id in [fromId, toId), in id order (the order they were written; in a merged file (rank, thread,
+  // begin)). Cheaper than forEachSpan for a parallel scan of a whole file: no sort, one B-tree range per worker.
+  Status forEachSpanInIdRange(int64_t fromId, int64_t toId, const std::function<bool(const SpanRow&)>& callback);
+  Result<IdRange> spanIdRange();  // empty if there are no spans
   Result<int64_t> spanCount();
   Result<TimeRange> timeRange();  // over spans and collectives
 
@@ -78,15 +104,29 @@ class Reader {
   Result<std::vector<GradStatRow>> gradStats(const GradQuery& query = {});            // by step, rank, layer
   Result<std::vector<StepStatRow>> stepStats();                                       // by step, rank
   Result<std::vector<AlertRow>> alerts();                                             // by time
+  Result<std::vector<AlertRow>> alertsSince(int64_t id);                              // id > `id`, by id
+  Result<std::vector<StepStatRow>> latestStepStats(int n);                            // n newest steps, newest first
+  Result<LatestIds> latestIds();
   Result<std::vector<CounterRow>> counters();                                         // by name, rank, time
   Result<std::vector<RecorderStatsRow>> recorderStats();
 
-  // The raw read-only connection, for SQL queries (tpscope sql). Writes are refused by SQLite (query_only).
-  sqlite3* handle() { return db_; }
+  // Every interned string with its id, in id order.
+  Status forEachString(const std::function<void(uint32_t id, std::string_view value)>& callback);
+  // True when the index exists (the query indexes of indexes.sql: merged and imported files have them).
+  bool hasIndex(std::string_view index);
+
+  // Lets SQLite read the file through a memory map (no copy per page read): large scans are ~10 % cheaper. Harmless
+  // where mmap is unavailable (SQLite falls back to read()).
+  void preferMemoryMap();
+  // How long a read waits for a writer's lock before it fails (open() sets 2 s). A poller of a live rank file sets a
+  // short one and tries again at its next poll.
+  void setBusyTimeout(int ms);
+
   // Formats an SQLite failure as "<file>: <what>: <sqlite message>".
   Status error(std::string_view what) const;
 
  private:
+  friend struct detail::Access;
   Reader(std::filesystem::path path, sqlite3* db, int version);
   Status loadStrings();
 

@@ -23,6 +23,7 @@ inline constexpr std::string_view kConfig = "config";               // the train
 inline constexpr std::string_view kTool = "tool";                   // "tpscope 0.1.0", "tpscope import kineto", ...
 inline constexpr std::string_view kSource = "source";               // "capture", "merge", "kineto", ...
 inline constexpr std::string_view kHostCpusPrefix = "host_cpus.";   // + host name: its logical CPUs (recorder)
+inline constexpr std::string_view kCaptureExit = "capture_exit";    // a rank file: its exit as the launcher saw it
 }  // namespace meta_keys
 
 // Values of threads.kind: what a lane of the timeline is.

@@ -20,11 +20,19 @@ struct sqlite3;
 
 namespace tpscope::tracedb {
 
+namespace detail {
+struct Access;
+}
+
 struct CreateOptions {
   bool overwrite = false;       // replace an existing file (else: error if it exists)
   std::string runId;            // meta 'run_id'
   int64_t epochUnixNs = 0;      // meta 'epoch_unix_ns'
   std::string source = "capture";
+  // A file written once into a temporary path and renamed when complete (an import): no journal and no syncs while
+  // writing, a larger page cache (a crash leaves the temporary file, never a damaged trace). close() restores WAL
+  // mode, as in every trace file.
+  bool bulkLoad = false;
 };
 
 class Writer {
@@ -57,15 +65,17 @@ class Writer {
   Status addAlert(const AlertRow& a);
   Status addCounter(const CounterRow& c);
   Status addRecorderStats(const RecorderStatsRow& r);
+  // The row id of the last row inserted. After addSpans the batch's ids are consecutive and end here, so a caller
+  // can refer to the spans it just wrote (the recorder's host-span references for GPU correlation).
+  int64_t lastRowId() const;
 
   // Creates the query indexes (merge and import call it; the recorder does not, to keep ingest fast).
   Status createIndexes();
   // Commits, checkpoints the WAL into the main file and closes. Further calls fail.
   Status close();
 
-  sqlite3* handle() { return db_; }
-
  private:
+  friend struct detail::Access;
   struct Statements;
   Writer(std::filesystem::path path, sqlite3* db);
   Status ensureTransaction();
@@ -75,6 +85,7 @@ class Writer {
   sqlite3* db_ = nullptr;
   std::unique_ptr<Statements> stmts_;
   bool inTransaction_ = false;
+  bool bulkLoad_ = false;
 };
 
 }  // namespace tpscope::tracedb
