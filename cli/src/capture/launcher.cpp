@@ -32,6 +32,7 @@
 #include "tpscope/probes/tcp_store.h"
 #include "tpscope/tracedb/merge.h"
 #include "tpscope/tracedb/reader.h"
+#include "tpscope/version.h"
 
 extern char** environ;
 
