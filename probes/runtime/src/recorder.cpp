@@ -181,8 +181,7 @@ void Recorder::alert(const Alert& a) noexcept {
     tracedb::AlertRow row;
     row.rank = options_.rank.rank;
     row.step = a.step >= 0 ? a.step : currentStep();
-    static constexpr const char* kSeverity[] = {"info", "warning", "error", "critical"};
-    row.severity = kSeverity[static_cast<int>(a.severity) & 3];
+    row.severity.assign(severityName(a.severity));
     row.kind.assign(a.kind);
     row.layer = a.layer;
     row.param.assign(a.param);

@@ -38,7 +38,7 @@ enum class SpanKind : uint8_t {
 inline constexpr int kSpanKindCount = 12;
 std::string_view spanKindName(SpanKind kind);
 enum class Phase : uint8_t { None = 0, Forward = 1, Backward = 2, Optimizer = 3, Data = 4, Checkpoint = 5, Other = 6 };
-std::string_view phaseName(Phase phase);
+std::string_view phaseName(Phase phase);  // the probe API's names (probes::phaseName): "fwd", "bwd", ...
 
 enum class CollectiveState : uint8_t { Scheduled = 0, Started = 1, Completed = 2, TimedOut = 3, Failed = 4 };
 std::string_view collectiveStateName(CollectiveState state);  // "scheduled", "started", "completed", "timed_out", "failed"
@@ -133,7 +133,7 @@ struct AlertRow {
   int rank = 0;
   int step = -1;
   int64_t tsNs = 0;
-  std::string severity = "warning";  // "info", "warning", "error", "critical"
+  std::string severity = "warning";  // a name of the one scale, tpscope/probes/severity.h: "critical" ... "info"
   std::string kind;
   int layer = -1;
   std::string param;
