@@ -192,6 +192,21 @@ int writeProcesses(EventSink& sink, const RunTables& t) {
   return static_cast<int>(rankSet.size());
 }
 
+// A complete ("X") event up to its name's value: {"ph":"X","pid":..,"tid":..,"ts":..,"dur":..,"name":
+std::string& beginSlice(EventSink& sink, int rank, int64_t tid, int64_t tsNs, int64_t durNs) {
+  std::string& o = sink.begin();
+  o += "{\"ph\":\"X\",\"pid\":";
+  appendInt(o, pidOf(rank));
+  o += ",\"tid\":";
+  appendInt(o, tid);
+  o += ",\"ts\":";
+  appendMicros(o, tsNs);
+  o += ",\"dur\":";
+  appendMicros(o, durNs);
+  o += ",\"name\":";
+  return o;
+}
+
 // "step":S,"layer":L,"phase":"P" — where in training a span or collective happened.
 void appendPlace(std::string& o, int step, int layer, tracedb::Phase phase) {
   o += "\"step\":";
@@ -208,16 +223,7 @@ using StepEnds = std::map<std::pair<int, int>, int64_t>;  // (rank, step) -> end
 // Spans, streamed from the database; records where each step's last span ends.
 Status writeSpans(EventSink& sink, tracedb::Reader& reader, ChromeExportStats& stats, StepEnds& stepEnd) {
   return reader.forEachSpan({}, [&](const tracedb::SpanRow& r) {
-    std::string& o = sink.begin();
-    o += "{\"ph\":\"X\",\"pid\":";
-    appendInt(o, pidOf(r.rank));
-    o += ",\"tid\":";
-    appendInt(o, r.thread);
-    o += ",\"ts\":";
-    appendMicros(o, r.beginNs);
-    o += ",\"dur\":";
-    appendMicros(o, r.durNs);
-    o += ",\"name\":";
+    std::string& o = beginSlice(sink, r.rank, r.thread, r.beginNs, r.durNs);
     appendJsonString(o, reader.string(r.name));
     o += ",\"cat\":\"";
     o += tracedb::spanKindName(r.kind);
@@ -282,16 +288,7 @@ std::vector<Placed> placeCollectives(EventSink& sink, const std::vector<tracedb:
 
 void writeCollectiveSlice(EventSink& sink, const Placed& p) {
   const auto& c = *p.row;
-  std::string& o = sink.begin();
-  o += "{\"ph\":\"X\",\"pid\":";
-  appendInt(o, pidOf(c.rank));
-  o += ",\"tid\":";
-  appendInt(o, p.tid);
-  o += ",\"ts\":";
-  appendMicros(o, p.ts);
-  o += ",\"dur\":";
-  appendMicros(o, p.dur);
-  o += ",\"name\":";
+  std::string& o = beginSlice(sink, c.rank, p.tid, p.ts, p.dur);
   appendJsonString(o, c.op);
   o += ",\"cat\":\"collective\",\"args\":{\"group\":";
   appendJsonString(o, c.group);
