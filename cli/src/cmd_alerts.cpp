@@ -3,9 +3,10 @@
 #include <nlohmann/json.hpp>
 
 #include <iostream>
+#include <map>
 
 #include "command.h"
-#include "text.h"
+#include "findings_text.h"
 #include "tpscope/analysis/finding.h"
 
 namespace tpscope::cli {
@@ -16,12 +17,6 @@ struct AlertsArgs {
   bool json = false;
   std::string minSeverity = "info";
 };
-
-// Alerts use the probes' severity names; unknown ones sort as warnings.
-int rankOf(const std::string& severity) {
-  auto s = analysis::parseSeverity(severity);
-  return static_cast<int>(s.value_or(analysis::Severity::Warning));
-}
 
 void addAlerts(CLI::App& app, Context& ctx) {
   auto args = std::make_shared<AlertsArgs>();
@@ -43,11 +38,12 @@ void addAlerts(CLI::App& app, Context& ctx) {
       ctx.exitCode = kExitBadInput;
       return;
     }
-    const int limit = rankOf(args->minSeverity);
+    const analysis::Severity limit = analysis::storedSeverity(args->minSeverity);
+    auto shown = [&](const tracedb::AlertRow& a) { return analysis::storedSeverity(a.severity) <= limit; };
     if (args->json) {
       nlohmann::ordered_json list = nlohmann::ordered_json::array();
       for (const auto& a : *alerts) {
-        if (rankOf(a.severity) > limit) continue;
+        if (!shown(a)) continue;
         nlohmann::ordered_json j;
         j["rank"] = a.rank;
         j["step"] = a.step;
@@ -64,16 +60,16 @@ void addAlerts(CLI::App& app, Context& ctx) {
       std::cout << list.dump(2) << "\n";
       return;
     }
-    Table t({"step", "rank", "severity", "kind", "layer", "param", "message"}, "rrllrll");
-    int shown = 0;
+    std::map<int, std::string> hosts;
+    if (auto ranks = reader->ranks())
+      for (const auto& r : *ranks) hosts[r.rank] = r.host;
+    int printed = 0;
     for (const auto& a : *alerts) {
-      if (rankOf(a.severity) > limit) continue;
-      ++shown;
-      t.add({std::to_string(a.step), std::to_string(a.rank), a.severity, a.kind,
-             a.layer >= 0 ? std::to_string(a.layer) : "-", a.param.empty() ? "-" : a.param, a.message});
+      if (!shown(a)) continue;
+      ++printed;
+      std::cout << alertText(a, hosts[a.rank]) << "\n";
     }
-    if (shown == 0) std::cout << "no alerts\n";
-    else t.print(std::cout);
+    if (printed == 0) std::cout << "no alerts\n";
   });
 }
 

@@ -5,6 +5,7 @@
 
 #include "command.h"
 #include "text.h"
+#include "tpscope/version.h"
 #include "tpscope/analysis/anomalies.h"
 #include "tpscope/analysis/html_report.h"
 #include "tpscope/analysis/json_output.h"

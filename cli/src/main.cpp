@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "command.h"
+#include "tpscope/version.h"
 
 int main(int argc, char** argv) {
   using namespace tpscope::cli;

@@ -15,7 +15,7 @@ namespace tpscope::core {
 
 namespace probes = ::tpscope::probes;
 
-const char* phaseName(probes::Phase phase) noexcept {
+const char* callsitePhaseWord(probes::Phase phase) noexcept {
   switch (phase) {
     case probes::Phase::Forward: return "forward";
     case probes::Phase::Backward: return "backward";
@@ -29,8 +29,9 @@ const char* phaseName(probes::Phase phase) noexcept {
 }
 
 std::string describeCallsite(const Callsite& site, probes::Phase phase, const char* op) {
-  if (site.layer >= 0) return fmt::format("layer {} {} {} {}", site.layer, site.what, phaseName(phase), op);
-  return fmt::format("{} {} {}", site.what, phaseName(phase), op);
+  if (site.layer >= 0)
+    return fmt::format("layer {} {} {} {}", site.layer, site.what, callsitePhaseWord(phase), op);
+  return fmt::format("{} {} {}", site.what, callsitePhaseWord(phase), op);
 }
 
 namespace {

@@ -120,6 +120,32 @@ struct Trainer::Impl {
       if (p.param.grad().defined()) p.param.mutable_grad().mul_(1.0 / lossScale);
   }
 
+  // The model's loss on one micro-batch (moved to the device), under autocast when the config asks for bf16/fp16.
+  at::Tensor forward(at::Tensor ids, at::Tensor targets) {
+    const TrainConfig& c = cfg;
+    at::Tensor loss;
+    if (device.is_cuda()) {
+      ids = ids.to(device, /*non_blocking=*/true);
+      targets = targets.to(device, /*non_blocking=*/true);
+    }
+    if ((c.bf16 || c.fp16) && device.is_cuda()) {
+      at::autocast::set_autocast_gpu_dtype(c.fp16 ? at::kHalf : at::kBFloat16);
+      at::autocast::set_enabled(true);
+      loss = model->forward(ids, targets);
+      at::autocast::set_enabled(false);
+      at::autocast::clear_cache();
+    } else if (c.bf16) {
+      at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+      at::autocast::set_cpu_enabled(true);
+      loss = model->forward(ids, targets);
+      at::autocast::set_cpu_enabled(false);
+      at::autocast::clear_cache();
+    } else {
+      loss = model->forward(ids, targets);
+    }
+    return loss;
+  }
+
   void reduceSequenceParallel() {
     if (!sp || spReplicated.empty()) return;
     torch::NoGradGuard ng;
@@ -259,26 +285,7 @@ StepMetrics Trainer::trainStep(int64_t step) {
       }
       const bool last = micro + 1 == c.grad_accum;
       m.activations.setMicroBatch(static_cast<int>(micro));
-      at::Tensor loss;
-      if (m.device.is_cuda()) {
-        ids = ids.to(m.device, /*non_blocking=*/true);
-        targets = targets.to(m.device, /*non_blocking=*/true);
-      }
-      if ((c.bf16 || c.fp16) && m.device.is_cuda()) {
-        at::autocast::set_autocast_gpu_dtype(c.fp16 ? at::kHalf : at::kBFloat16);
-        at::autocast::set_enabled(true);
-        loss = m.model->forward(ids, targets);
-        at::autocast::set_enabled(false);
-        at::autocast::clear_cache();
-      } else if (c.bf16) {
-        at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
-        at::autocast::set_cpu_enabled(true);
-        loss = m.model->forward(ids, targets);
-        at::autocast::set_cpu_enabled(false);
-        at::autocast::clear_cache();
-      } else {
-        loss = m.model->forward(ids, targets);
-      }
+      at::Tensor loss = m.forward(ids, targets);
       if (last) m.reducer->beginLastMicrobatch(watch);
       // Dynamic loss scaling: the gradients come out `lossScale` times too large (no fp16 underflow) until unscaled.
       (loss * (lossScale / static_cast<double>(c.grad_accum))).backward();

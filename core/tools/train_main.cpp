@@ -86,27 +86,34 @@ void stopRecording(const char* reason) {
 #endif
 }
 
-int run(int argc, char** argv) {
-  CLI::App app{"tpscope-train: one rank of a tensor-parallel GPT training run (see docs/config.md)"};
+// The command line: what run() needs from it.
+struct TrainArgs {
   std::string configPath, metricsPath, resume;
   int tp = 1, dp = 1;
   std::optional<int64_t> steps;
   std::vector<std::string> sets;
   std::map<std::string, std::string> shortcuts;
-  app.add_option("--config", configPath, "JSON config file (samples/configs/tiny.json, ...)")->required();
-  app.add_option("--tp", tp, "tensor-parallel size")->check(CLI::PositiveNumber);
-  app.add_option("--dp", dp, "data-parallel size")->check(CLI::PositiveNumber);
-  app.add_option("--steps", steps, "number of optimizer steps");
-  app.add_option("--metrics-jsonl", metricsPath, "write one JSON object per step (rank 0)");
-  app.add_option("--resume", resume, "checkpoint root (uses 'latest') or step folder to resume from");
-  app.add_option("--set", sets, "override any config key: --set key=value (value is JSON)");
-  // capture: fault injection and health policy (docs/capture.md); passed on as TPSCOPE_INJECT / TPSCOPE_HEALTH.
   std::vector<std::string> injects;
   std::string onNonfinite, health;
-  app.add_option("--inject", injects, "inject a fault (repeatable), e.g. nan:rank=1,step=3")->allow_extra_args(false);
-  app.add_option("--on-nonfinite", onNonfinite, "policy on NaN/Inf: warn, skip-step, stop");
-  app.add_option("--health", health, "health-rule options, e.g. grad_spike=stop");
+};
+
+// Parses the command line into `args`; returns an exit status when the program must stop (--help, a bad flag).
+std::optional<int> parseArgs(int argc, char** argv, TrainArgs& args) {
+  CLI::App app{"tpscope-train: one rank of a tensor-parallel GPT training run (see docs/config.md)"};
+  app.add_option("--config", args.configPath, "JSON config file (samples/configs/tiny.json, ...)")->required();
+  app.add_option("--tp", args.tp, "tensor-parallel size")->check(CLI::PositiveNumber);
+  app.add_option("--dp", args.dp, "data-parallel size")->check(CLI::PositiveNumber);
+  app.add_option("--steps", args.steps, "number of optimizer steps");
+  app.add_option("--metrics-jsonl", args.metricsPath, "write one JSON object per step (rank 0)");
+  app.add_option("--resume", args.resume, "checkpoint root (uses 'latest') or step folder to resume from");
+  app.add_option("--set", args.sets, "override any config key: --set key=value (value is JSON)");
+  // capture: fault injection and health policy (docs/capture.md); passed on as TPSCOPE_INJECT / TPSCOPE_HEALTH.
+  app.add_option("--inject", args.injects, "inject a fault (repeatable), e.g. nan:rank=1,step=3")
+      ->allow_extra_args(false);
+  app.add_option("--on-nonfinite", args.onNonfinite, "policy on NaN/Inf: warn, skip-step, stop");
+  app.add_option("--health", args.health, "health-rule options, e.g. grad_spike=stop");
   // Shorthands for the common keys: --<key with dashes> VALUE.
+  auto& shortcuts = args.shortcuts;
   for (const char* key : {"lr",         "seed",      "micro_batch_size", "grad_accum",
                           "warmup",     "clip",      "dropout",          "label_smoothing",
                           "threads",    "timeout_s", "corpus",           "checkpoint_dir",
@@ -133,25 +140,66 @@ int run(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? kExitOk : kExitConfig;
   }
+  return std::nullopt;
+}
 
-  core::TrainConfig cfg = core::TrainConfig::fromFile(configPath);
-  for (auto& [k, v] : shortcuts) cfg.set(k, v.empty() ? "true" : v);
-  for (const auto& s : sets) {
+// The config file with the command line's overrides, validated; --inject and --health passed on to the engine
+// through the environment (TPSCOPE_INJECT, TPSCOPE_HEALTH).
+core::TrainConfig configFrom(const TrainArgs& args) {
+  core::TrainConfig cfg = core::TrainConfig::fromFile(args.configPath);
+  for (auto& [k, v] : args.shortcuts) cfg.set(k, v.empty() ? "true" : v);
+  for (const auto& s : args.sets) {
     const auto eq = s.find('=');
     if (eq == std::string::npos) throw core::ConfigError(fmt::format("--set {}: expected key=value", s));
     cfg.set(s.substr(0, eq), s.substr(eq + 1));
   }
-  if (steps) cfg.set("steps", std::to_string(*steps));
-  cfg.validate(tp, dp);
-  if (!injects.empty()) {
+  if (args.steps) cfg.set("steps", std::to_string(*args.steps));
+  cfg.validate(args.tp, args.dp);
+  if (!args.injects.empty()) {
     std::string all = std::getenv("TPSCOPE_INJECT") != nullptr ? std::getenv("TPSCOPE_INJECT") : "";
-    for (const auto& i : injects) all += (all.empty() ? "" : ";") + i;
+    for (const auto& i : args.injects) all += (all.empty() ? "" : ";") + i;
     setenv("TPSCOPE_INJECT", all.c_str(), 1);
   }
-  if (!onNonfinite.empty() || !health.empty()) {
-    std::string h = onNonfinite.empty() ? health : "nonfinite=" + onNonfinite + (health.empty() ? "" : "," + health);
+  if (!args.onNonfinite.empty() || !args.health.empty()) {
+    const std::string& health = args.health;
+    std::string h =
+        args.onNonfinite.empty() ? health : "nonfinite=" + args.onNonfinite + (health.empty() ? "" : "," + health);
     setenv("TPSCOPE_HEALTH", h.c_str(), 1);
   }
+  return cfg;
+}
+
+// Rank 0's report of one step: a log line every log_every steps (and the last), a --metrics-jsonl object.
+void reportStep(int64_t step, const core::StepMetrics& s, const core::TrainConfig& cfg, const TrainArgs& args,
+                std::ofstream& metrics) {
+  if ((cfg.log_every > 0 && step % cfg.log_every == 0) || step == cfg.steps)
+    fmt::print("step {}/{} loss {:.6f} lr {:.3e} grad_norm {:.4f} tokens/s {:.0f} step_time {:.4f}s{}{}\n", step,
+               cfg.steps, s.loss, s.lr, s.gradNorm, s.tokensPerS, s.stepTimeS,
+               s.lossScale != 1.0 ? fmt::format(" loss_scale {:g}", s.lossScale) : "",
+               s.skipped ? " (update skipped)" : "");
+  if (metrics.is_open()) {
+    nlohmann::json j{{"step", step},
+                     {"loss", s.loss},
+                     {"lr", s.lr},
+                     {"grad_norm", s.gradNorm},
+                     {"tokens_per_s", s.tokensPerS},
+                     {"step_time_s", s.stepTimeS},
+                     {"step_cpu_s", s.stepCpuS},
+                     {"tokens", s.tokens},
+                     {"loss_scale", s.lossScale},
+                     {"skipped", s.skipped},
+                     {"tp", args.tp},
+                     {"dp", args.dp}};
+    metrics << j.dump() << "\n" << std::flush;
+  }
+  std::fflush(stdout);
+}
+
+int run(int argc, char** argv) {
+  TrainArgs args;
+  if (std::optional<int> rc = parseArgs(argc, argv, args)) return *rc;
+  const core::TrainConfig cfg = configFrom(args);
+  const int tp = args.tp, dp = args.dp;
 
 #if TPSCOPE_TRAIN_WITH_RUNTIME
   if (auto st = tpscope::probes::startFromEnvironment(); !st)
@@ -177,14 +225,14 @@ int run(int argc, char** argv) {
   const bool lead = mesh->rank() == 0;
   core::Trainer trainer(cfg, *mesh);
   int64_t first = 1;
-  if (!resume.empty()) {
-    first = trainer.loadCheckpoint(resume) + 1;
-    if (lead) fmt::print("resumed from {} at step {}\n", resume, first - 1);
+  if (!args.resume.empty()) {
+    first = trainer.loadCheckpoint(args.resume) + 1;
+    if (lead) fmt::print("resumed from {} at step {}\n", args.resume, first - 1);
   }
   std::ofstream metrics;
-  if (lead && !metricsPath.empty()) {
-    metrics.open(metricsPath, std::ios::app);
-    if (!metrics) throw core::ConfigError(fmt::format("cannot write --metrics-jsonl {}", metricsPath));
+  if (lead && !args.metricsPath.empty()) {
+    metrics.open(args.metricsPath, std::ios::app);
+    if (!metrics) throw core::ConfigError(fmt::format("cannot write --metrics-jsonl {}", args.metricsPath));
   }
   if (lead)
     fmt::print(
@@ -198,29 +246,7 @@ int run(int argc, char** argv) {
         cfg.corpusPath());
   for (int64_t step = first; step <= cfg.steps; ++step) {
     core::StepMetrics s = trainer.trainStep(step);
-    if (lead) {
-      if ((cfg.log_every > 0 && step % cfg.log_every == 0) || step == cfg.steps)
-        fmt::print("step {}/{} loss {:.6f} lr {:.3e} grad_norm {:.4f} tokens/s {:.0f} step_time {:.4f}s{}{}\n", step,
-                   cfg.steps, s.loss, s.lr, s.gradNorm, s.tokensPerS, s.stepTimeS,
-                   s.lossScale != 1.0 ? fmt::format(" loss_scale {:g}", s.lossScale) : "",
-                   s.skipped ? " (update skipped)" : "");
-      if (metrics.is_open()) {
-        nlohmann::json j{{"step", step},
-                         {"loss", s.loss},
-                         {"lr", s.lr},
-                         {"grad_norm", s.gradNorm},
-                         {"tokens_per_s", s.tokensPerS},
-                         {"step_time_s", s.stepTimeS},
-                         {"step_cpu_s", s.stepCpuS},
-                         {"tokens", s.tokens},
-                         {"loss_scale", s.lossScale},
-                         {"skipped", s.skipped},
-                         {"tp", tp},
-                         {"dp", dp}};
-        metrics << j.dump() << "\n" << std::flush;
-      }
-      std::fflush(stdout);
-    }
+    if (lead) reportStep(step, s, cfg, args, metrics);
     const bool periodic = cfg.save_every > 0 && step % cfg.save_every == 0;
     if (!cfg.checkpoint_dir.empty() && (periodic || step == cfg.steps)) trainer.saveCheckpoint(step);
   }

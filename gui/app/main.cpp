@@ -3,12 +3,13 @@
 #include <QCommandLineParser>
 
 #include "main_window.h"
+#include "tpscope/version.h"
 
 int main(int argc, char** argv) {
   QApplication app(argc, argv);
   QApplication::setOrganizationName("tpscope");
   QApplication::setApplicationName("tpscope-gui");
-  QApplication::setApplicationVersion("0.1.0");
+  QApplication::setApplicationVersion(QStringLiteral(TPSCOPE_VERSION));
   QCommandLineParser parser;
   parser.setApplicationDescription("tpscope trace viewer");
   parser.addHelpOption();

@@ -84,16 +84,29 @@ void TimelinePainter::paint(QPainter& p, const QSize& size, const Frame* frame) 
                run ? QString("This run has no spans.") : QString("Open a run: File → Open, or drop a run file here."));
     return;
   }
-  const TimelineData& t = *run->timeline;
   const int width = size.width();
   const int top = TimelineLayout::kRulerHeight;
   QFont small = p.font();
   small.setPointSizeF(std::max(6.0, small.pointSizeF() - 1.5));
   p.setFont(small);
-  const QFontMetrics fm(small);
 
   p.save();
   p.setClipRect(QRect(TimelineLayout::kLabelWidth, top, width - TimelineLayout::kLabelWidth, size.height() - top));
+  paintSpans(p, size, frame);
+  paintSelection(p);
+  paintCollectives(p, size);
+  paintRange(p, size);
+  p.restore();
+  paintLaneLabels(p, size);
+  paintRuler(p, size);
+}
+
+// The lanes' background and the frame's spans (clipped to the timeline area by the caller).
+void TimelinePainter::paintSpans(QPainter& p, const QSize& size, const Frame* frame) const {
+  const TimelineData& t = *run->timeline;
+  const int width = size.width();
+  const int top = TimelineLayout::kRulerHeight;
+  const QFontMetrics fm(p.font());
   // Spans are batched by colour and drawn with one drawRects() per colour (the raster engine's fast path); labels
   // follow on top.
   std::vector<std::pair<QRgb, std::vector<QRect>>> batches;
@@ -161,7 +174,11 @@ void TimelinePainter::paint(QPainter& p, const QSize& size, const Frame* frame) 
                fm.horizontalAdvance(text) <= room ? text : fm.elidedText(text, Qt::ElideRight, room));
   }
   p.setBrush(Qt::NoBrush);
-  // The selected span.
+}
+
+// The selected span, outlined.
+void TimelinePainter::paintSelection(QPainter& p) const {
+  const TimelineData& t = *run->timeline;
   if (t.contains(selectedSpan)) {
     const LaneRow& r = t.row(selectedSpan);
     const int y = laneY(selectedSpan.lane) + selectedSpan.row * TimelineLayout::kRowHeight;
@@ -171,7 +188,11 @@ void TimelinePainter::paint(QPainter& p, const QSize& size, const Frame* frame) 
     p.setBrush(Qt::NoBrush);
     p.drawRect(QRectF(x0, y, x1 - x0, TimelineLayout::kRowHeight));
   }
-  paintCollectives(p, size);
+}
+
+// The measured time range, shaded, with its duration.
+void TimelinePainter::paintRange(QPainter& p, const QSize& size) const {
+  const int top = TimelineLayout::kRulerHeight;
   if (range) {
     const double x0 = xOf(range->first), x1 = xOf(range->second);
     p.fillRect(QRectF(x0, top, x1 - x0, size.height() - top), palette::kSelection);
@@ -184,9 +205,13 @@ void TimelinePainter::paint(QPainter& p, const QSize& size, const Frame* frame) 
     p.setPen(Qt::white);
     p.drawText(box, Qt::AlignCenter, text);
   }
-  p.restore();
+}
 
-  // Lane labels.
+// The lane labels, left of the timeline.
+void TimelinePainter::paintLaneLabels(QPainter& p, const QSize& size) const {
+  const TimelineData& t = *run->timeline;
+  const int width = size.width();
+  const int top = TimelineLayout::kRulerHeight;
   p.fillRect(QRect(0, top, TimelineLayout::kLabelWidth, size.height() - top), QColor(24, 25, 29));
   p.setPen(palette::kText);
   for (size_t l = 0; l < t.lanes().size(); ++l) {
@@ -198,7 +223,6 @@ void TimelinePainter::paint(QPainter& p, const QSize& size, const Frame* frame) 
     p.drawLine(0, y0 + layout->laneHeight[l] - 1, width, y0 + layout->laneHeight[l] - 1);
     p.setPen(palette::kText);
   }
-  paintRuler(p, size);
 }
 
 void TimelinePainter::paintRuler(QPainter& p, const QSize& size) const {

@@ -65,6 +65,11 @@ struct TimelinePainter {
 
  private:
   void paintRuler(QPainter& p, const QSize& size) const;
+  // The steps of paint(), in its order.
+  void paintSpans(QPainter& p, const QSize& size, const Frame* frame) const;
+  void paintSelection(QPainter& p) const;
+  void paintRange(QPainter& p, const QSize& size) const;
+  void paintLaneLabels(QPainter& p, const QSize& size) const;
   void paintCollectives(QPainter& p, const QSize& size) const;
   int laneY(int lane) const;
   int laneOfRecord(const tracedb::CollectiveRow& c) const;

@@ -74,6 +74,8 @@ class RecordedAllReduce {
 
 }  // namespace
 
+// One function on purpose (~100 lines): the sample shows a training loop instrumented with the probes in the order
+// a reader meets it, from setup to the last step.
 int main(int argc, char** argv) {
   int steps = 20, hidden = 64;
   for (int i = 1; i + 1 < argc; i += 2) {

@@ -67,8 +67,7 @@ void expectWorkerPasses(const std::string& scenario, int world, std::vector<std:
   args.insert(args.end(), extra.begin(), extra.end());
   auto rs = runRanks(kWorker, args, world, dir, kDeadline);
   for (const auto& r : rs) {
-    EXPECT_EQ(r.exitCode, 0) << describe(rs);
-    EXPECT_EQ(r.output.find("FAIL"), std::string::npos) << describe(rs);
+    EXPECT_EQ(r.exitCode, 0) << describe(rs);  // the worker's gtest run: 0 = every check passed
   }
 }
 
@@ -180,8 +179,7 @@ TEST(Communicator, RecordsEveryCollectiveThroughTheProbes) {
   const fs::path dir = scratchDir("recording");
   auto rs = runRanks(kWorker, {"recording", kTiny}, 2, dir, kDeadline);
   for (const auto& r : rs) {
-    EXPECT_EQ(r.exitCode, 0) << describe(rs);
-    EXPECT_EQ(r.output.find("FAIL"), std::string::npos) << describe(rs);
+    EXPECT_EQ(r.exitCode, 0) << describe(rs);  // the worker's gtest run: 0 = every check passed
   }
   auto sig = [](const std::string& out) {
     auto p = out.find("SIGNATURE ");

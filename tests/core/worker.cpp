@@ -1,5 +1,7 @@
-// tpscope_core_test_worker <scenario> [args]: one rank of a multi-process core test, launched by the gtest
-// launcher (multiproc_test.cpp) with torchrun's environment. Prints what it checked; exit 0 = pass.
+// tpscope_core_test_worker <scenario> [args] [gtest flags]: one rank of a multi-process core test, launched by the
+// gtest launcher (multiproc_test.cpp) with torchrun's environment. Each scenario is a GoogleTest test (CoreWorker.*)
+// run inside the rank, so a failed check is a gtest failure with its message and the exit status says pass (0) or
+// fail (1); the launcher reads the exit status, never the output.
 //   layers        every TP layer at TP = WORLD_SIZE against the TP=1 layer built in this process (fp32, no dropout)
 //   ce_known      vocab-parallel cross entropy against hand-computed values (with and without label smoothing)
 //   recording     collectives, spans, gradient health and step stats through a fake probes Sink (runs 2 steps of
@@ -7,6 +9,7 @@
 //   timeout       rank 0 all-reduces alone; its error must name group, seq and op
 //   grad_health   per-parameter gradient health (L2, max|g|, NaN, Inf) against known answers
 //   blas          a matmul must run on an optimized BLAS (OpenBLAS), checked in /proc/self/maps
+#include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -29,17 +32,14 @@ namespace probes = tpscope::probes;
 
 namespace {
 
-int g_failures = 0;
+std::string g_configPath;  // the recording scenario's config file (argv[2])
 
 int worldSize() {
   const char* w = std::getenv("WORLD_SIZE");
   return w != nullptr ? std::atoi(w) : 1;
 }
 
-void check(bool ok, const std::string& what) {
-  std::printf("%s %s\n", ok ? "ok  " : "FAIL", what.c_str());
-  if (!ok) ++g_failures;
-}
+void check(bool ok, const std::string& what) { EXPECT_TRUE(ok) << what; }
 
 // Relative error: max |a - b| / max(max |b|, 1e-12).
 double relErr(const at::Tensor& a, const at::Tensor& b) {
@@ -99,7 +99,7 @@ void compareModule(const std::string& name, torch::nn::Module& ref, torch::nn::M
   }
 }
 
-int scenarioLayers() {
+void scenarioLayers() {
   auto mesh = core::Mesh::fromEnvironment({.tp = worldSize(), .dp = 1});
   core::Communicator& tp = mesh->tpGroup();
   auto solo = core::Communicator::solo("ref", mesh->rank());
@@ -207,10 +207,9 @@ int scenarioLayers() {
       }
     }
   }
-  return g_failures == 0 ? 0 : 1;
 }
 
-int scenarioCeKnown() {
+void scenarioCeKnown() {
   auto mesh = core::Mesh::fromEnvironment({.tp = worldSize(), .dp = 1});
   core::Communicator& tp = mesh->tpGroup();
   const int r = tp.rank(), n = tp.size();
@@ -237,7 +236,6 @@ int scenarioCeKnown() {
     g1[0] -= (1 - eps);
     checkClose(lb.grad(), torch::stack({g0, g1}).chunk(n, 1)[r], "CE known gradient eps=" + std::to_string(eps), 1e-6);
   }
-  return g_failures == 0 ? 0 : 1;
 }
 
 // A probes Sink that keeps what it is told, for the recording scenario.
@@ -286,7 +284,7 @@ class FakeSink final : public probes::Sink {
   bool gradOk = true;
 };
 
-int scenarioRecording(const std::string& configPath) {
+void scenarioRecording(const std::string& configPath) {
   const int world = worldSize();
   auto mesh = core::Mesh::fromEnvironment({.tp = world, .dp = 1});
   static FakeSink sink;
@@ -333,10 +331,9 @@ int scenarioRecording(const std::string& configPath) {
         "spans: step, data, per-layer forward and backward, clipping, optimizer (" + std::to_string(spans) + ")");
   // Every rank must have seen the same collectives in the same order (compared by the launcher).
   std::printf("SIGNATURE %zu\n", std::hash<std::string>{}(sig.str()));
-  return g_failures == 0 ? 0 : 1;
 }
 
-int scenarioTimeout() {
+[[noreturn]] void scenarioTimeout() {
   core::MeshOptions mo;
   mo.tp = worldSize();
   mo.timeout = std::chrono::milliseconds(3000);
@@ -354,9 +351,9 @@ int scenarioTimeout() {
   std::_Exit(1);
 }
 
-int scenarioTimeoutChecked() {
+void scenarioTimeoutChecked() {
   try {
-    return scenarioTimeout();
+    scenarioTimeout();
   } catch (const core::CollectiveError& e) {
     const std::string m = e.what();
     std::printf("error: %s\n", m.c_str());
@@ -366,11 +363,11 @@ int scenarioTimeoutChecked() {
     check(m.find("all_reduce") != std::string::npos, "error names the op");
     check(m.find("layer 2 test lonely forward all-reduce") != std::string::npos, "error names the callsite");
     std::fflush(stdout);
-    std::_Exit(g_failures == 0 ? 0 : 1);
+    std::_Exit(::testing::Test::HasFailure() ? 1 : 0);
   }
 }
 
-int scenarioGradHealth() {
+void scenarioGradHealth() {
   // Known answers: [3, 4] -> norm 5, max 4; [-7] -> 7, 7; NaN and Inf counted; an undefined grad is all zeros.
   const double inf = std::numeric_limits<double>::infinity();
   std::vector<at::Tensor> grads{torch::tensor({3.0, 4.0}), torch::tensor({-7.0}), at::Tensor(),
@@ -392,10 +389,9 @@ int scenarioGradHealth() {
       tpscope::core::gradHealthFlat(flat, tpscope::core::gradHealthSegments({2, 1}), 2);
   checkClose(st2.values, st.values.narrow(0, 0, 2), "flat bf16 buffer gives the same stats", 1e-6);
   check(at::equal(st2.counts, st.counts.narrow(0, 0, 2)), "flat bf16 buffer gives the same counts");
-  return g_failures == 0 ? 0 : 1;
 }
 
-int scenarioBlas() {
+void scenarioBlas() {
   at::Tensor a = torch::randn({256, 256}), b = torch::randn({256, 256});
   at::Tensor c = torch::mm(a, b);
   (void)c.sum().item<float>();
@@ -403,36 +399,33 @@ int scenarioBlas() {
   std::string line;
   bool openblas = false;
   while (std::getline(maps, line)) openblas |= line.find("libopenblas") != std::string::npos;
-  if (!openblas)
-    std::printf("FAIL no libopenblas in /proc/self/maps after a matmul: LibTorch runs on the reference BLAS "
-                "(~10x slower). Install libopenblas0-openmp (apt-get install libopenblas0-openmp).\n");
-  else
-    std::printf("ok   matmul runs on OpenBLAS\n");
-  return openblas ? 0 : 1;
+  EXPECT_TRUE(openblas) << "no libopenblas in /proc/self/maps after a matmul: LibTorch runs on the reference BLAS "
+                           "(~10x slower). Install libopenblas0-openmp (apt-get install libopenblas0-openmp).";
 }
+
+TEST(CoreWorker, Layers) { scenarioLayers(); }
+TEST(CoreWorker, CeKnown) { scenarioCeKnown(); }
+TEST(CoreWorker, Recording) { scenarioRecording(g_configPath); }
+TEST(CoreWorker, Timeout) { scenarioTimeoutChecked(); }
+TEST(CoreWorker, GradHealth) { scenarioGradHealth(); }
+TEST(CoreWorker, Blas) { scenarioBlas(); }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: %s layers|ce_known|recording CONFIG|timeout|blas\n", argv[0]);
+  ::testing::InitGoogleTest(&argc, argv);  // takes the --gtest_* flags out of argv
+  static const std::map<std::string, std::string> kTests = {
+      {"layers", "Layers"}, {"ce_known", "CeKnown"}, {"recording", "Recording"},
+      {"timeout", "Timeout"}, {"grad_health", "GradHealth"}, {"blas", "Blas"}};
+  const auto test = argc >= 2 ? kTests.find(argv[1]) : kTests.end();
+  if (test == kTests.end() || (test->first == "recording" && argc < 3)) {
+    std::fprintf(stderr, "usage: %s layers|ce_known|recording CONFIG|timeout|grad_health|blas\n", argv[0]);
     return 2;
   }
+  if (argc >= 3) g_configPath = argv[2];
   at::set_num_threads(1);
-  const std::string s = argv[1];
-  int rc = 2;
-  try {
-    if (s == "layers") rc = scenarioLayers();
-    else if (s == "ce_known") rc = scenarioCeKnown();
-    else if (s == "recording" && argc > 2) rc = scenarioRecording(argv[2]);
-    else if (s == "timeout") rc = scenarioTimeoutChecked();
-    else if (s == "blas") rc = scenarioBlas();
-    else if (s == "grad_health") rc = scenarioGradHealth();
-    else std::fprintf(stderr, "unknown scenario %s\n", s.c_str());
-  } catch (const std::exception& e) {
-    std::printf("FAIL exception: %s\n", e.what());
-    rc = 1;
-  }
+  GTEST_FLAG_SET(filter, "CoreWorker." + test->second);
+  const int rc = RUN_ALL_TESTS();
   std::fflush(stdout);
   return rc;
 }

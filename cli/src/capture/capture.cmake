@@ -1,5 +1,4 @@
 # Link dependencies of `tpscope capture` (cli/src/cmd_capture.cpp + cli/src/capture/*.cpp, compiled into `tpscope`
 # by cli/CMakeLists.txt, which includes this file). The recorder runtime is linked for its TcpKvServer (the ranks'
 # clock-alignment store) only; tpscope_fault_spec validates --inject/--health. Never LibTorch.
-include(${PROJECT_SOURCE_DIR}/core/fault_spec.cmake)
 target_link_libraries(tpscope PRIVATE tpscope::probes_runtime tpscope::fault_spec fmt::fmt)

@@ -24,6 +24,7 @@
 #include "capture/progress_display.h"
 #include "capture/rank_process.h"
 #include "capture/run_poller.h"
+#include "findings_text.h"
 #include "tpscope/analysis/diagnose.h"
 #include "tpscope/analysis/html_report.h"
 #include "tpscope/core/fault_spec.h"
@@ -32,6 +33,7 @@
 #include "tpscope/tracedb/merge.h"
 #include "tpscope/tracedb/rank_file.h"
 #include "tpscope/tracedb/reader.h"
+#include "tpscope/version.h"
 
 extern char** environ;
 
@@ -200,40 +202,22 @@ std::string rankExitReason(const ExitStatus& s, bool stoppedByCapture, const std
   }
 }
 
-std::string upper(std::string_view s) {
-  std::string out(s);
-  for (auto& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return out;
-}
-
-// One finding in the story's layout:
-//   CRITICAL nan_origin  rank 1 (tp 1, dp 0, host h)  step 3  layer 0
-//            message / details
-std::string formatFinding(const analysis::Finding& f, const std::map<int, tracedb::RankInfo>& ranks) {
-  std::string head = fmt::format("{:<8} {}", upper(analysis::severityName(f.severity)),
-                                 analysis::findingKindName(f.kind));
-  if (f.rank >= 0) {
-    head += fmt::format("  rank {}", f.rank);
-    if (auto it = ranks.find(f.rank); it != ranks.end())
-      head += fmt::format(" (tp {}, dp {}, host {})", it->second.tpRank, it->second.dpRank, it->second.host);
-  }
-  if (f.collective) head += fmt::format("  group {} seq {}", f.collective->group, f.collective->seq);
-  if (f.step >= 0) head += fmt::format("  step {}", f.step);
-  if (f.layer >= 0) head += fmt::format("  layer {}", f.layer);
-  std::string out = head + "\n         " + f.message + "\n";
-  for (const auto& d : f.details) out += "         " + d + "\n";
-  return out;
+// The shared layout of findings and alerts (findings_text.h); capture prints them one by one.
+std::string formatFinding(const analysis::Finding& f, const std::map<int, tracedb::RankInfo>& /*ranks*/) {
+  return findingText(f);  // the message names the rank and its place where it matters
 }
 
 std::string formatAlert(const LiveAlert& a) {
-  std::string where = fmt::format("rank {}", a.rank);
-  if (!a.host.empty()) where += fmt::format(" (host {})", a.host);
-  if (a.step >= 0) where += fmt::format("  step {}", a.step);
-  if (a.layer >= 0) where += fmt::format("  layer {}", a.layer);
-  if (!a.param.empty()) where += fmt::format("  {}", a.param);
-  std::string out = fmt::format("ALERT {} {}  {}\n      {}", upper(a.severity), a.kind, where, a.message);
-  if (!a.evidence.empty() && a.evidence != "{}") out += "\n      evidence " + a.evidence;
-  return out;
+  tracedb::AlertRow row;
+  row.rank = a.rank;
+  row.step = a.step;
+  row.layer = a.layer;
+  row.severity = a.severity;
+  row.kind = a.kind;
+  row.param = a.param;
+  row.message = a.message;
+  row.evidence = a.evidence;
+  return alertText(row, a.host);
 }
 
 std::optional<int> configInt(const fs::path& config, const char* key) {

@@ -60,7 +60,7 @@ void FindingsModel::setRun(RunPtr run, AnalysisPtr analysis) {
   if (run_) {
     for (const tracedb::AlertRow& a : run_->alerts) {
       Item it;
-      it.severity = static_cast<int>(analysis::parseSeverity(a.severity).value_or(analysis::Severity::Warning));
+      it.severity = static_cast<int>(analysis::storedSeverity(a.severity));
       it.kind = QString::fromStdString(a.kind);
       it.message = QString::fromStdString(a.message);
       it.details = "param: " + QString::fromStdString(a.param) + "\nevidence: " + QString::fromStdString(a.evidence);

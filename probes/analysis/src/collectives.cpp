@@ -74,139 +74,131 @@ struct GroupOpAccum {
   std::string dtype;
 };
 
-}  // namespace
-
-CollectiveAnalysis detail::analyzeCollectives(const detail::CollectiveTable& table, const RunInfo& info) {
-  CollectiveAnalysis out;
-  std::map<std::pair<std::string, std::string>, GroupOpAccum> accums;
+// What the pass over the collectives accumulates: per (group, op), per rank, per collective.
+struct Accumulation {
+  std::map<std::pair<std::string, std::string>, GroupOpAccum> accums;  // (group, op)
   std::unordered_map<int, RankStraggling> straggling;
   std::unordered_map<int, double> waitVariance;  // σ²_r of the significance test
   std::set<int> allSteps;
   std::vector<CollectiveArrival> arrivals;
+  int64_t decided = 0, undecided = 0;
+};
 
-  std::unordered_map<int, int64_t> uncertainty;
-  for (const auto& r : info.ranks) uncertainty[r.rank] = r.clockUncertaintyNs;
-
-  const int64_t modelElements = info.model && info.model->complete()
-                                    ? info.model->microBatchSize * info.model->seqLen * info.model->hidden
-                                    : 0;
-
+// One collective: the ranks' records of one (group, seq).
+struct OneCollective {
   std::string group, op, dtype;
-  int64_t seq = INT64_MIN;
+  int64_t seq = 0;
   std::vector<Record> recs;
+};
 
-  auto flush = [&]() {
-    if (recs.empty()) return;
-    const tracedb::GroupInfo* g = info.group(group);
-    const int n = g && !g->ranks.empty() ? static_cast<int>(g->ranks.size()) : static_cast<int>(recs.size());
-    GroupOpAccum& acc = accums[{group, op}];
-    acc.stats.group = group;
-    acc.stats.op = op;
-    acc.stats.groupSize = n;
-    if (acc.dtype.empty()) acc.dtype = dtype;
+// Who arrived last and who waited for whom, when the arrival skew exceeds the two ranks' clock uncertainty (else
+// undecided). Every member gets a straggling entry either way; fills the collective's arrival when decided.
+void attributeWaiting(const std::vector<Record>& recs, int64_t maxArr, int lastRank, int64_t skew, int64_t clock,
+                      Accumulation& a, CollectiveArrival& arrival) {
+  for (const Record& r : recs) a.straggling[r.rank].rank = r.rank;
+  if (skew <= clock) {
+    ++a.undecided;
+    return;
+  }
+  int64_t totalWait = 0;
+  for (const Record& r : recs) {
+    RankStraggling& rs = a.straggling[r.rank];
+    ++rs.collectives;
+    const int64_t w = maxArr - r.enqueue;
+    rs.waitedNs += w;
+    totalWait += w;
+  }
+  const double w = static_cast<double>(totalWait), pLast = 1.0 / static_cast<double>(recs.size());
+  for (const Record& r : recs) {
+    a.straggling[r.rank].expectedWaitNs += w * pLast;
+    a.waitVariance[r.rank] += w * w * pLast * (1 - pLast);
+  }
+  RankStraggling& last = a.straggling[lastRank];
+  ++last.lastCount;
+  last.causedWaitNs += totalWait;
+  arrival.lastRank = lastRank;
+  arrival.totalWaitNs = totalWait;
+  ++a.decided;
+}
 
-    int64_t maxBytes = 0, maxNumel = 0;
-    int64_t minArr = INT64_MAX, maxArr = INT64_MIN;
-    int lastRank = -1, firstRank = -1;
-    int64_t minDur = INT64_MAX, sumDur = 0, completed = 0;
-    int step = -1;
-    for (const Record& r : recs) {
-      maxBytes = std::max(maxBytes, r.bytes);
-      maxNumel = std::max(maxNumel, r.numel);
-      if (r.enqueue > maxArr || (r.enqueue == maxArr && r.rank < lastRank)) {
-        maxArr = r.enqueue;
-        lastRank = r.rank;
-      }
-      if (r.enqueue < minArr) {
-        minArr = r.enqueue;
-        firstRank = r.rank;
-      }
-      if (r.end) {
-        const int64_t d = std::max<int64_t>(0, *r.end - r.start.value_or(r.enqueue));
-        minDur = std::min(minDur, d);
-        sumDur += d;
-        ++completed;
-      }
-      if (r.step >= 0) step = r.step;
-    }
-    if (step >= 0) {
-      acc.steps.insert(step);
-      allSteps.insert(step);
-    }
-    const int64_t skew = maxArr - minArr;
-    CollectiveArrival arrival{group, seq, op, step, -1, skew, 0, completed ? minDur : 0};
-    if (recs.size() >= 2) {
-      const int64_t clock = uncertainty[firstRank] + uncertainty[lastRank];
-      const bool decided = skew > clock;
-      int64_t totalWait = 0;
-      for (const Record& r : recs) {
-        RankStraggling& rs = straggling[r.rank];
-        rs.rank = r.rank;
-        if (decided) {
-          ++rs.collectives;
-          const int64_t w = maxArr - r.enqueue;
-          rs.waitedNs += w;
-          totalWait += w;
-        }
-      }
-      if (decided) {
-        const double w = static_cast<double>(totalWait), pLast = 1.0 / static_cast<double>(recs.size());
-        for (const Record& r : recs) {
-          straggling[r.rank].expectedWaitNs += w * pLast;
-          waitVariance[r.rank] += w * w * pLast * (1 - pLast);
-        }
-        RankStraggling& last = straggling[lastRank];
-        ++last.lastCount;
-        last.causedWaitNs += totalWait;
-        arrival.lastRank = lastRank;
-        arrival.totalWaitNs = totalWait;
-        ++out.stragglers.decided;
-      } else {
-        ++out.stragglers.undecided;
-      }
-    }
-    arrivals.push_back(arrival);
+// Adds one collective to its (group, op) statistics and to the straggler accounting.
+void accumulate(const OneCollective& c, const RunInfo& info, const std::unordered_map<int, int64_t>& uncertainty,
+                int64_t modelElements, Accumulation& a) {
+  const std::vector<Record>& recs = c.recs;
+  const tracedb::GroupInfo* g = info.group(c.group);
+  const int n = g && !g->ranks.empty() ? static_cast<int>(g->ranks.size()) : static_cast<int>(recs.size());
+  GroupOpAccum& acc = a.accums[{c.group, c.op}];
+  acc.stats.group = c.group;
+  acc.stats.op = c.op;
+  acc.stats.groupSize = n;
+  if (acc.dtype.empty()) acc.dtype = c.dtype;
 
-    if (completed == 0) {
-      ++acc.stats.incomplete;
-    } else {
-      const int64_t size = op == "all_gather" || op == "allgather" ? maxBytes * n : maxBytes;
-      CollectiveStats& s = acc.stats;
-      if (s.count == 0 || minDur < s.minLatencyNs) s.minLatencyNs = minDur;
-      s.maxLatencyNs = std::max(s.maxLatencyNs, minDur);
-      ++s.count;
-      s.bytes += size;
-      s.totalNs += sumDur / completed;
-      s.latencyNs += minDur;
-      s.maxSkewNs = std::max(s.maxSkewNs, skew);
-      acc.skewSum += skew;
-      ++acc.skewCount;
-      const bool gather = op == "all_gather" || op == "allgather";
-      if (modelElements > 0 && (gather ? maxNumel * n : maxNumel) == modelElements) {
-        ++acc.modelSized;
-        acc.modelSizedBytes += size;
-      }
-      ++acc.sizeHistogram[maxBytes];
+  int64_t maxBytes = 0, maxNumel = 0;
+  int64_t minArr = INT64_MAX, maxArr = INT64_MIN;
+  int lastRank = -1, firstRank = -1;
+  int64_t minDur = INT64_MAX, sumDur = 0, completed = 0;
+  int step = -1;
+  for (const Record& r : recs) {
+    maxBytes = std::max(maxBytes, r.bytes);
+    maxNumel = std::max(maxNumel, r.numel);
+    if (r.enqueue > maxArr || (r.enqueue == maxArr && r.rank < lastRank)) {
+      maxArr = r.enqueue;
+      lastRank = r.rank;
     }
-    recs.clear();
-  };
-
-  table.forEachCollective([&](size_t b, size_t e) {
-    const detail::CollectiveRecord& first = table.rows[b];
-    group = table.str(first.group);
-    seq = first.seq;
-    op = table.str(first.op);
-    dtype = table.str(first.dtype);
-    for (size_t i = b; i < e; ++i) {
-      const detail::CollectiveRecord& c = table.rows[i];
-      recs.push_back(Record{c.rank, c.bytes, c.numel, c.enqueueNs,
-                            c.hasStart() ? std::optional<int64_t>(c.startNs) : std::nullopt,
-                            c.hasEnd() ? std::optional<int64_t>(c.endNs) : std::nullopt, c.step});
+    if (r.enqueue < minArr) {
+      minArr = r.enqueue;
+      firstRank = r.rank;
     }
-    flush();
-  });
+    if (r.end) {
+      const int64_t d = std::max<int64_t>(0, *r.end - r.start.value_or(r.enqueue));
+      minDur = std::min(minDur, d);
+      sumDur += d;
+      ++completed;
+    }
+    if (r.step >= 0) step = r.step;
+  }
+  if (step >= 0) {
+    acc.steps.insert(step);
+    a.allSteps.insert(step);
+  }
+  const int64_t skew = maxArr - minArr;
+  CollectiveArrival arrival{c.group, c.seq, c.op, step, -1, skew, 0, completed ? minDur : 0};
+  if (recs.size() >= 2) {
+    auto clockOf = [&](int rank) {
+      auto it = uncertainty.find(rank);
+      return it == uncertainty.end() ? int64_t{0} : it->second;
+    };
+    attributeWaiting(recs, maxArr, lastRank, skew, clockOf(firstRank) + clockOf(lastRank), a, arrival);
+  }
+  a.arrivals.push_back(arrival);
 
-  for (auto& [key, acc] : accums) {
+  if (completed == 0) {
+    ++acc.stats.incomplete;
+    return;
+  }
+  const bool gather = c.op == "all_gather" || c.op == "allgather";
+  const int64_t size = gather ? maxBytes * n : maxBytes;
+  CollectiveStats& st = acc.stats;
+  if (st.count == 0 || minDur < st.minLatencyNs) st.minLatencyNs = minDur;
+  st.maxLatencyNs = std::max(st.maxLatencyNs, minDur);
+  ++st.count;
+  st.bytes += size;
+  st.totalNs += sumDur / completed;
+  st.latencyNs += minDur;
+  st.maxSkewNs = std::max(st.maxSkewNs, skew);
+  acc.skewSum += skew;
+  ++acc.skewCount;
+  if (modelElements > 0 && (gather ? maxNumel * n : maxNumel) == modelElements) {
+    ++acc.modelSized;
+    acc.modelSizedBytes += size;
+  }
+  ++acc.sizeHistogram[maxBytes];
+}
+
+// Per (group, op): steps, mean skew, algorithm and bus bandwidth.
+std::vector<CollectiveStats> finishStats(Accumulation& a, const RunInfo& info) {
+  std::vector<CollectiveStats> out;
+  for (auto& [key, acc] : a.accums) {
     CollectiveStats& st = acc.stats;
     st.steps = static_cast<int64_t>(acc.steps.size());
     st.meanSkewNs = acc.skewCount ? acc.skewSum / acc.skewCount : 0;
@@ -215,29 +207,38 @@ CollectiveAnalysis detail::analyzeCollectives(const detail::CollectiveTable& tab
     // (n−1)/n, of the message per rank).
     if (auto it = info.emulatedOps.find(canonicalOp(st.op)); it != info.emulatedOps.end()) st.emulatedBy = it->second;
     st.busbwGbps = st.algbwGbps * busBandwidthFactor(st.emulatedBy.empty() ? st.op : st.emulatedBy, st.groupSize);
-    out.stats.push_back(st);
+    out.push_back(st);
   }
+  return out;
+}
 
-  // Stragglers.
-  for (auto& [rank, rs] : straggling) {
-    const double sigma = std::sqrt(waitVariance[rank]);
+// Stragglers: each rank's one-sided significance of the waiting it caused, most waiting first; the 20 collectives
+// with the most total waiting.
+void finishStragglers(Accumulation& a, CollectiveAnalysis& out) {
+  out.stragglers.decided = a.decided;
+  out.stragglers.undecided = a.undecided;
+  for (auto& [rank, rs] : a.straggling) {
+    const double sigma = std::sqrt(a.waitVariance[rank]);
     rs.z = sigma > 0 ? (static_cast<double>(rs.causedWaitNs) - rs.expectedWaitNs) / sigma : 0.0;
     rs.pValue = 0.5 * std::erfc(rs.z / std::sqrt(2.0));
     out.stragglers.ranks.push_back(rs);
   }
-  std::sort(out.stragglers.ranks.begin(), out.stragglers.ranks.end(), [](const auto& a, const auto& b) {
-    return a.causedWaitNs != b.causedWaitNs ? a.causedWaitNs > b.causedWaitNs : a.rank < b.rank;
+  std::sort(out.stragglers.ranks.begin(), out.stragglers.ranks.end(), [](const auto& x, const auto& y) {
+    return x.causedWaitNs != y.causedWaitNs ? x.causedWaitNs > y.causedWaitNs : x.rank < y.rank;
   });
-  out.stragglers.steps = static_cast<int64_t>(allSteps.size());
-  std::sort(arrivals.begin(), arrivals.end(), [](const auto& a, const auto& b) {
-    return a.totalWaitNs != b.totalWaitNs ? a.totalWaitNs > b.totalWaitNs
-                                          : std::tie(a.group, a.seq) < std::tie(b.group, b.seq);
+  out.stragglers.steps = static_cast<int64_t>(a.allSteps.size());
+  std::vector<CollectiveArrival>& arrivals = a.arrivals;
+  std::sort(arrivals.begin(), arrivals.end(), [](const auto& x, const auto& y) {
+    return x.totalWaitNs != y.totalWaitNs ? x.totalWaitNs > y.totalWaitNs
+                                          : std::tie(x.group, x.seq) < std::tie(y.group, y.seq);
   });
   if (arrivals.size() > 20) arrivals.resize(20);
   out.worst = std::move(arrivals);
+}
 
-  // TP model check: the collectives of "tp-*" groups, per group and step.
-  TpModelCheck& tp = out.tp;
+// TP model check: the collectives of "tp-*" groups, per group and step, against what the model predicts.
+TpModelCheck checkTpModel(const Accumulation& a, const RunInfo& info) {
+  TpModelCheck tp;
   if (info.model) {
     tp.model = *info.model;
     tp.haveModel = info.model->complete();
@@ -248,7 +249,7 @@ CollectiveAnalysis detail::analyzeCollectives(const detail::CollectiveTable& tab
   int n = 0;
   std::map<int64_t, int64_t> sizes;
   std::string tpDtype;
-  for (auto& [key, acc] : accums) {
+  for (auto& [key, acc] : a.accums) {
     if (groupClass(key.first) != "tp") continue;
     tpGroups.insert(key.first);
     if (tpDtype.empty()) tpDtype = acc.dtype;
@@ -297,6 +298,38 @@ CollectiveAnalysis detail::analyzeCollectives(const detail::CollectiveTable& tab
                  std::llround(tp.measuredAllGatherPerStep) == tp.expectedAllGatherPerStep &&
                  std::llround(tp.measuredReduceScatterPerStep) == tp.expectedReduceScatterPerStep;
   }
+  return tp;
+}
+
+}  // namespace
+
+CollectiveAnalysis detail::analyzeCollectives(const detail::CollectiveTable& table, const RunInfo& info) {
+  std::unordered_map<int, int64_t> uncertainty;
+  for (const auto& r : info.ranks) uncertainty[r.rank] = r.clockUncertaintyNs;
+  const int64_t modelElements = info.model && info.model->complete()
+                                    ? info.model->microBatchSize * info.model->seqLen * info.model->hidden
+                                    : 0;
+  Accumulation a;
+  OneCollective c;
+  table.forEachCollective([&](size_t b, size_t e) {
+    const detail::CollectiveRecord& first = table.rows[b];
+    c.group = table.str(first.group);
+    c.seq = first.seq;
+    c.op = table.str(first.op);
+    c.dtype = table.str(first.dtype);
+    c.recs.clear();
+    for (size_t i = b; i < e; ++i) {
+      const detail::CollectiveRecord& r = table.rows[i];
+      c.recs.push_back(Record{r.rank, r.bytes, r.numel, r.enqueueNs,
+                              r.hasStart() ? std::optional<int64_t>(r.startNs) : std::nullopt,
+                              r.hasEnd() ? std::optional<int64_t>(r.endNs) : std::nullopt, r.step});
+    }
+    if (!c.recs.empty()) accumulate(c, info, uncertainty, modelElements, a);
+  });
+  CollectiveAnalysis out;
+  out.stats = finishStats(a, info);
+  finishStragglers(a, out);
+  out.tp = checkTpModel(a, info);
   return out;
 }
 

@@ -270,15 +270,21 @@ std::string spanText(const LastSpan& s) {
 
 }  // namespace
 
-std::vector<Finding> desyncFindings(const DesyncReport& report, const RunInfo& info) {
-  std::vector<Finding> out;
-  // Where each rank is blocked: a hang whose missing ranks all wait in another stuck collective is a consequence.
-  std::map<int, const GroupDesync*> waitingIn;
+namespace {
+
+using RankGroups = std::map<int, const GroupDesync*>;
+
+// Where each rank is blocked (waitingIn), and the first stuck collective each rank is missing from (firstMissing):
+// the one it reached first a step earlier (its own clock: program order), else the one its peers reached first
+// (their clocks, and 2 cores shared by 4 ranks can reorder two nearly simultaneous arrivals).
+struct Blocked {
+  RankGroups waitingIn, firstMissing;
+};
+
+Blocked whereRanksAreBlocked(const DesyncReport& report) {
+  Blocked b;
   for (const GroupDesync& g : report.groups)
-    for (int r : g.waitingRanks) waitingIn.emplace(r, &g);
-  // ... and the first stuck collective each rank is missing from: the one it reached first a step earlier (its own
-  // clock: program order), else the one its peers reached first (their clocks, and 2 cores shared by 4 ranks can
-  // reorder two nearly simultaneous arrivals).
+    for (int r : g.waitingRanks) b.waitingIn.emplace(r, &g);
   auto firstArrival = [](const GroupDesync& g) {
     int64_t t = INT64_MAX;
     for (const auto& r : g.stuckRecords) t = std::min(t, r.enqueueNs);
@@ -289,141 +295,171 @@ std::vector<Finding> desyncFindings(const DesyncReport& report, const RunInfo& i
       if (p.rank == rank) return p.previousStepEnqueueNs;
     return std::nullopt;
   };
-  auto reachedBefore = [&](const GroupDesync& a, const GroupDesync& b, int rank) {
-    const auto pa = previousStep(a, rank), pb = previousStep(b, rank);
-    if (pa && pb && a.stuckRecords.front().step == b.stuckRecords.front().step) return *pa < *pb;
-    return firstArrival(a) < firstArrival(b);
+  auto reachedBefore = [&](const GroupDesync& x, const GroupDesync& y, int rank) {
+    const auto px = previousStep(x, rank), py = previousStep(y, rank);
+    if (px && py && x.stuckRecords.front().step == y.stuckRecords.front().step) return *px < *py;
+    return firstArrival(x) < firstArrival(y);
   };
-  std::map<int, const GroupDesync*> firstMissing;
   for (const GroupDesync& g : report.groups)
     for (int r : g.missingRanks) {
-      auto [it, fresh] = firstMissing.emplace(r, &g);
+      auto [it, fresh] = b.firstMissing.emplace(r, &g);
       if (!fresh && reachedBefore(g, *it->second, r)) it->second = &g;
     }
-  for (const GroupDesync& g : report.groups) {
-    const std::string members = formatRanks(g.members);
-    if (g.stuckSeq) {
-      Finding fd;
-      fd.kind = FindingKind::Hang;
-      fd.severity = Severity::Critical;
-      const MemberRecord* sample = g.stuckRecords.empty() ? nullptr : &g.stuckRecords.front();
-      fd.collective = CollectiveRef{g.group, *g.stuckSeq, sample ? sample->op : ""};
-      fd.rank = g.missingRanks.empty() ? -1 : g.missingRanks.front();
-      fd.step = sample ? sample->step : -1;
-      fd.layer = sample ? sample->layer : -1;
-      fd.ranks = g.missingRanks;
-      const std::string where = sample && !sample->callsite.empty() ? ": " + sample->callsite : "";
-      fd.message = "group " + g.group + " (ranks " + members + ") seq " + std::to_string(*g.stuckSeq) + where;
-      if (!g.waitingRanks.empty())
-        fd.details.push_back(rankList(g.waitingRanks) + " entered it and never completed it");
-      if (g.stuckState != MatchState::FullyMatched && g.stuckState != MatchState::StateMismatch &&
-          g.stuckState != MatchState::Undecided)
-        fd.details.push_back(std::string("the ranks that entered it disagree: ") + matchStateName(g.stuckState));
-      for (const MemberRecord& r : g.stuckRecords) {
-        fd.cite("collectives", {f("rank", int64_t{r.rank}), f("group_name", g.group), f("seq", *g.stuckSeq)});
-        if (!r.callsite.empty() && sample && r.callsite != sample->callsite)
-          fd.details.push_back("rank " + std::to_string(r.rank) + " was at: " + r.callsite);
-      }
-      for (int m : g.missingRanks) {
-        const auto& mp = *std::find_if(g.progress.begin(), g.progress.end(), [&](const auto& p) { return p.rank == m; });
-        std::string line = "rank " + std::to_string(m) + " never entered it: ";
-        line += mp.lastEnqueued > 0 ? "its last collective is seq " + std::to_string(mp.lastEnqueued)
-                                    : "it recorded no collective in this group";
-        if (mp.lastRecord && !mp.lastRecord->callsite.empty()) line += " (" + mp.lastRecord->callsite + ")";
-        if (mp.lastSpan) line += "; its last span: " + spanText(*mp.lastSpan);
-        fd.details.push_back(line);
-        if (mp.lastEnqueued > 0)
-          fd.cite("collectives", {f("rank", int64_t{m}), f("group_name", g.group), f("seq", mp.lastEnqueued)});
-        if (mp.lastSpan)
-          fd.cite("spans", {f("rank", int64_t{m}), f("begin_ns", mp.lastSpan->beginNs), f("name", mp.lastSpan->name)});
-      }
-      bool secondary = !g.missingRanks.empty();
-      for (int m : g.missingRanks) {
-        auto it = waitingIn.find(m);
-        if (it != waitingIn.end() && it->second != &g) {
-          fd.details.push_back("rank " + std::to_string(m) + " is itself waiting in group " + it->second->group +
-                               " seq " + std::to_string(*it->second->stuckSeq));
-          continue;
-        }
-        const GroupDesync* earlier = firstMissing[m];
-        if (earlier != &g) {
-          fd.details.push_back("rank " + std::to_string(m) + " already failed to enter group " + earlier->group +
-                               " seq " + std::to_string(*earlier->stuckSeq) + ", which the others reached earlier");
-          continue;
-        }
-        secondary = false;
-      }
-      if (secondary) {
-        fd.severity = Severity::Error;
-        fd.details.push_back("a consequence of the hang it waits on, not a cause");
-      }
-      fd.number("stuck_seq", *g.stuckSeq);
-      fd.number("secondary", int64_t{secondary});
-      fd.number("missing_ranks", static_cast<int64_t>(g.missingRanks.size()));
-      fd.number("waiting_ranks", static_cast<int64_t>(g.waitingRanks.size()));
-      fd.number("match_state", std::string(matchStateName(g.stuckState)));
-      if (!g.missingRanks.empty()) fd.message += " — " + rankList(g.missingRanks) + " never entered it";
-      out.push_back(std::move(fd));
+  return b;
+}
+
+// What each missing rank of a stuck collective last did, as detail lines and cited rows.
+void describeMissingRanks(const GroupDesync& g, Finding& fd) {
+  for (int m : g.missingRanks) {
+    const auto& mp = *std::find_if(g.progress.begin(), g.progress.end(), [&](const auto& p) { return p.rank == m; });
+    std::string line = "rank " + std::to_string(m) + " never entered it: ";
+    line += mp.lastEnqueued > 0 ? "its last collective is seq " + std::to_string(mp.lastEnqueued)
+                                : "it recorded no collective in this group";
+    if (mp.lastRecord && !mp.lastRecord->callsite.empty()) line += " (" + mp.lastRecord->callsite + ")";
+    if (mp.lastSpan) line += "; its last span: " + spanText(*mp.lastSpan);
+    fd.details.push_back(line);
+    if (mp.lastEnqueued > 0)
+      fd.cite("collectives", {f("rank", int64_t{m}), f("group_name", g.group), f("seq", mp.lastEnqueued)});
+    if (mp.lastSpan)
+      fd.cite("spans", {f("rank", int64_t{m}), f("begin_ns", mp.lastSpan->beginNs), f("name", mp.lastSpan->name)});
+  }
+}
+
+// A hang is secondary (a consequence, graded error) when every rank missing from it is itself waiting in another
+// stuck collective, or already failed to enter one the others reached earlier. Adds the detail lines that say so.
+bool isSecondaryHang(const GroupDesync& g, const Blocked& blocked, Finding& fd) {
+  bool secondary = !g.missingRanks.empty();
+  for (int m : g.missingRanks) {
+    auto it = blocked.waitingIn.find(m);
+    if (it != blocked.waitingIn.end() && it->second != &g) {
+      fd.details.push_back("rank " + std::to_string(m) + " is itself waiting in group " + it->second->group +
+                           " seq " + std::to_string(*it->second->stuckSeq));
+      continue;
     }
+    const GroupDesync* earlier = blocked.firstMissing.at(m);
+    if (earlier != &g) {
+      fd.details.push_back("rank " + std::to_string(m) + " already failed to enter group " + earlier->group +
+                           " seq " + std::to_string(*earlier->stuckSeq) + ", which the others reached earlier");
+      continue;
+    }
+    secondary = false;
+  }
+  return secondary;
+}
+
+// The hang finding of a group stuck at g.stuckSeq.
+Finding hangFinding(const GroupDesync& g, const Blocked& blocked) {
+  Finding fd;
+  fd.kind = FindingKind::Hang;
+  fd.severity = Severity::Critical;
+  const MemberRecord* sample = g.stuckRecords.empty() ? nullptr : &g.stuckRecords.front();
+  fd.collective = CollectiveRef{g.group, *g.stuckSeq, sample ? sample->op : ""};
+  fd.rank = g.missingRanks.empty() ? -1 : g.missingRanks.front();
+  fd.step = sample ? sample->step : -1;
+  fd.layer = sample ? sample->layer : -1;
+  fd.ranks = g.missingRanks;
+  const std::string where = sample && !sample->callsite.empty() ? ": " + sample->callsite : "";
+  fd.message =
+      "group " + g.group + " (ranks " + formatRanks(g.members) + ") seq " + std::to_string(*g.stuckSeq) + where;
+  if (!g.waitingRanks.empty()) fd.details.push_back(rankList(g.waitingRanks) + " entered it and never completed it");
+  if (g.stuckState != MatchState::FullyMatched && g.stuckState != MatchState::StateMismatch &&
+      g.stuckState != MatchState::Undecided)
+    fd.details.push_back(std::string("the ranks that entered it disagree: ") + matchStateName(g.stuckState));
+  for (const MemberRecord& r : g.stuckRecords) {
+    fd.cite("collectives", {f("rank", int64_t{r.rank}), f("group_name", g.group), f("seq", *g.stuckSeq)});
+    if (!r.callsite.empty() && sample && r.callsite != sample->callsite)
+      fd.details.push_back("rank " + std::to_string(r.rank) + " was at: " + r.callsite);
+  }
+  describeMissingRanks(g, fd);
+  const bool secondary = isSecondaryHang(g, blocked, fd);
+  if (secondary) {
+    fd.severity = Severity::Error;
+    fd.details.push_back("a consequence of the hang it waits on, not a cause");
+  }
+  fd.number("stuck_seq", *g.stuckSeq);
+  fd.number("secondary", int64_t{secondary});
+  fd.number("missing_ranks", static_cast<int64_t>(g.missingRanks.size()));
+  fd.number("waiting_ranks", static_cast<int64_t>(g.waitingRanks.size()));
+  fd.number("match_state", std::string(matchStateName(g.stuckState)));
+  if (!g.missingRanks.empty()) fd.message += " — " + rankList(g.missingRanks) + " never entered it";
+  return fd;
+}
+
+// The odd ones out of a mismatched collective: the ranks whose record differs from the majority. On a tie (two
+// ranks that disagree): those whose size changed since the same call site a step before, when that tells one
+// variant from the others; else all but the first variant. Sorted.
+std::vector<int> oddRanks(const SeqMismatch& m, const std::map<std::string, std::vector<int>>& byDesc) {
+  size_t most = 0;
+  for (auto& [d, rs] : byDesc) most = std::max(most, rs.size());
+  std::vector<int> odd;
+  for (auto& [d, rs] : byDesc)
+    if (rs.size() < most || byDesc.size() == 1) odd.insert(odd.end(), rs.begin(), rs.end());
+  if (odd.empty()) {
+    std::vector<int> changed;
+    size_t changedVariants = 0;
+    for (auto& [d, rs] : byDesc) {
+      bool variantChanged = false;
+      for (const auto& r : m.records)
+        if (std::find(rs.begin(), rs.end(), r.rank) != rs.end() && r.previousNumel && *r.previousNumel != r.numel)
+          variantChanged = true;
+      if (variantChanged) {
+        ++changedVariants;
+        changed.insert(changed.end(), rs.begin(), rs.end());
+      }
+    }
+    if (changedVariants > 0 && changedVariants < byDesc.size()) {
+      odd = changed;
+    } else {
+      for (auto it = std::next(byDesc.begin()); it != byDesc.end(); ++it)
+        odd.insert(odd.end(), it->second.begin(), it->second.end());
+    }
+  }
+  std::sort(odd.begin(), odd.end());
+  return odd;
+}
+
+// The desync finding of one mismatched (group, seq): critical when it is the stuck one.
+Finding desyncFinding(const GroupDesync& g, const SeqMismatch& m) {
+  Finding fd;
+  fd.kind = FindingKind::Desync;
+  const bool isStuck = g.stuckSeq && *g.stuckSeq == m.seq;
+  fd.severity = isStuck ? Severity::Critical : Severity::Error;
+  std::map<std::string, std::vector<int>> byDesc;
+  for (const auto& r : m.records) byDesc[describeRecord(r)].push_back(r.rank);
+  const std::vector<int> odd = oddRanks(m, byDesc);
+  fd.rank = odd.empty() ? -1 : odd.front();
+  fd.ranks = odd;
+  const MemberRecord& first = m.records.front();
+  fd.collective = CollectiveRef{g.group, m.seq, first.op};
+  fd.step = first.step;
+  fd.layer = first.layer;
+  fd.message = std::string(matchStateName(m.state)) + " in group " + g.group + " seq " + std::to_string(m.seq) + ": " +
+               rankList(odd) + " disagree" + (odd.size() > 1 ? "" : "s") + " with the others";
+  for (auto& [d, rs] : byDesc) {
+    std::string cs;
+    for (const auto& r : m.records)
+      if (r.rank == rs.front() && !r.callsite.empty()) cs = " at " + r.callsite;
+    fd.details.push_back(rankList(rs) + ": " + d + cs);
+  }
+  for (const auto& r : m.records)
+    fd.cite("collectives", {f("rank", int64_t{r.rank}), f("group_name", g.group), f("seq", m.seq)});
+  fd.number("match_state", std::string(matchStateName(m.state)));
+  fd.number("mismatched_seqs_in_group", g.mismatchCount);
+  return fd;
+}
+
+}  // namespace
+
+std::vector<Finding> desyncFindings(const DesyncReport& report, const RunInfo& info) {
+  std::vector<Finding> out;
+  const Blocked blocked = whereRanksAreBlocked(report);
+  for (const GroupDesync& g : report.groups) {
+    if (g.stuckSeq) out.push_back(hangFinding(g, blocked));
     for (const SeqMismatch& m : g.mismatches) {
       if (m.state == MatchState::FullyMatched || m.state == MatchState::Undecided ||
           m.state == MatchState::StateMismatch)
         continue;
-      Finding fd;
-      fd.kind = FindingKind::Desync;
-      const bool isStuck = g.stuckSeq && *g.stuckSeq == m.seq;
-      fd.severity = isStuck ? Severity::Critical : Severity::Error;
-      // The odd one out: the rank whose record differs from the majority.
-      std::map<std::string, std::vector<int>> byDesc;
-      for (const auto& r : m.records) byDesc[describeRecord(r)].push_back(r.rank);
-      size_t most = 0;
-      for (auto& [d, rs] : byDesc) most = std::max(most, rs.size());
-      std::vector<int> odd;
-      for (auto& [d, rs] : byDesc)
-        if (rs.size() < most || byDesc.size() == 1) odd.insert(odd.end(), rs.begin(), rs.end());
-      if (odd.empty()) {
-        // A tie (two ranks that disagree): the odd ones are those whose size changed since the same call site a step
-        // before, when that tells one variant from the others; else all but the first variant.
-        std::vector<int> changed;
-        size_t changedVariants = 0;
-        for (auto& [d, rs] : byDesc) {
-          bool variantChanged = false;
-          for (const auto& r : m.records)
-            if (std::find(rs.begin(), rs.end(), r.rank) != rs.end() && r.previousNumel && *r.previousNumel != r.numel)
-              variantChanged = true;
-          if (variantChanged) {
-            ++changedVariants;
-            changed.insert(changed.end(), rs.begin(), rs.end());
-          }
-        }
-        if (changedVariants > 0 && changedVariants < byDesc.size()) {
-          odd = changed;
-        } else {
-          for (auto it = std::next(byDesc.begin()); it != byDesc.end(); ++it)
-            odd.insert(odd.end(), it->second.begin(), it->second.end());
-        }
-      }
-      std::sort(odd.begin(), odd.end());
-      fd.rank = odd.empty() ? -1 : odd.front();
-      fd.ranks = odd;
-      const MemberRecord& first = m.records.front();
-      fd.collective = CollectiveRef{g.group, m.seq, first.op};
-      fd.step = first.step;
-      fd.layer = first.layer;
-      fd.message = std::string(matchStateName(m.state)) + " in group " + g.group + " seq " + std::to_string(m.seq) +
-                   ": " + rankList(odd) + " disagree" +
-                   (odd.size() > 1 ? "" : "s") + " with the others";
-      for (auto& [d, rs] : byDesc) {
-        std::string cs;
-        for (const auto& r : m.records)
-          if (r.rank == rs.front() && !r.callsite.empty()) cs = " at " + r.callsite;
-        fd.details.push_back(rankList(rs) + ": " + d + cs);
-      }
-      for (const auto& r : m.records)
-        fd.cite("collectives", {f("rank", int64_t{r.rank}), f("group_name", g.group), f("seq", m.seq)});
-      fd.number("match_state", std::string(matchStateName(m.state)));
-      fd.number("mismatched_seqs_in_group", g.mismatchCount);
-      out.push_back(std::move(fd));
+      out.push_back(desyncFinding(g, m));
     }
   }
   (void)info;

@@ -7,19 +7,10 @@
 namespace tpscope::analysis {
 
 namespace {
-constexpr std::array<std::string_view, 4> kSeverityNames = {"critical", "error", "warning", "info"};
-constexpr std::array<std::string_view, 10> kKindNames = {"nan_origin", "inf_origin", "grad_spike",  "loss_spike",
-                                                         "replica_divergence", "desync", "hang", "straggler",
-                                                         "crash",      "comm_overhead"};
+constexpr std::array<std::string_view, kFindingKindCount> kKindNames = {
+    "nan_origin", "inf_origin", "grad_spike", "loss_spike", "replica_divergence",
+    "desync",     "hang",       "straggler",  "crash",      "comm_overhead"};
 }  // namespace
-
-std::string_view severityName(Severity severity) { return kSeverityNames.at(static_cast<size_t>(severity)); }
-
-std::optional<Severity> parseSeverity(std::string_view name) {
-  for (size_t i = 0; i < kSeverityNames.size(); ++i)
-    if (kSeverityNames[i] == name) return static_cast<Severity>(i);
-  return std::nullopt;
-}
 
 std::string_view findingKindName(FindingKind kind) { return kKindNames.at(static_cast<size_t>(kind)); }
 

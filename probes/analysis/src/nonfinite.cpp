@@ -11,11 +11,13 @@
 #include "evidence_util.h"
 #include "tpscope/tracedb/query.h"
 #include "tpscope/analysis/collectives.h"
+#include "tpscope/probes/alert_kinds.h"
 #include "tpscope/probes/nonfinite_order.h"
 
 namespace tpscope::analysis {
 
 using tracedb::Query;
+using tracedb::Phase;
 
 namespace {
 
@@ -38,8 +40,8 @@ std::string phaseFromAlert(const std::string& kind, const std::string& evidence)
   if (j.is_object()) {
     if (auto it = j.find("phase"); it != j.end() && it->is_string()) return it->get<std::string>();
   }
-  if (kind.find("activation") != std::string::npos) return "fwd";
-  if (kind.find("grad") != std::string::npos) return "bwd";
+  if (kind.find("activation") != std::string::npos) return std::string(tracedb::phaseName(Phase::Forward));
+  if (kind.find("grad") != std::string::npos) return std::string(tracedb::phaseName(Phase::Backward));
   return "";
 }
 
@@ -56,7 +58,9 @@ struct Coll {
   int64_t seq;
   std::string op;
   int64_t enqueue, done;
-  int step, phase, layer;
+  int step;
+  Phase phase;
+  int layer;
   std::string dtype;
 };
 
@@ -73,13 +77,14 @@ bool carriesValues(const Coll& c) {
 // of the receiver turns non-finite, so its own gradient or activation records must show it. A DP gradient bucket or
 // an optimizer-phase collective (clip norm, loss mean, replica check) carries reduced gradients or scalars, which
 // the receiver's pre-reduction gradient records never see: only its step statistics (global norm, loss) or a later
-// step can show them. Phase 0 (unknown) is consistent with either.
+// step can show them. Phase::None (unknown) is consistent with either.
 bool consistentCarrier(const Coll& c, const NonFiniteEvent& receiverFirst) {
   if (receiverFirst.step > c.step) return true;  // the value is in the receiver's state from then on
-  const bool activationCarrier = (c.phase == 1 || c.phase == 2) && groupClass(c.group) != "dp";
-  const bool stateCarrier = c.phase != 1 && !activationCarrier;
+  const bool activationCarrier =
+      (c.phase == Phase::Forward || c.phase == Phase::Backward) && groupClass(c.group) != "dp";
+  const bool stateCarrier = c.phase != Phase::Forward && !activationCarrier;
   const bool receiverInPass = receiverFirst.source != "step_stats";
-  if (c.phase == 0) return true;
+  if (c.phase == Phase::None) return true;
   return receiverInPass ? activationCarrier : stateCarrier;
 }
 
@@ -100,7 +105,7 @@ tracedb::Result<NonFiniteReport> analyzeNonFinite(tracedb::Reader& reader, const
       e.step = r.i32(1);
       e.param = r.text(2);
       e.layer = r.i32(3);
-      e.phase = "bwd";
+      e.phase = tracedb::phaseName(Phase::Backward);
       e.nanCount = r.i64(4);
       e.infCount = r.i64(5);
       e.numel = r.i64(6);
@@ -109,10 +114,10 @@ tracedb::Result<NonFiniteReport> analyzeNonFinite(tracedb::Reader& reader, const
     if (!s) return s;
   }
   {
-    Query q(reader,
-            "SELECT rank, step, layer, param, ts_ns, kind, evidence FROM alerts WHERE kind LIKE 'nonfinite%'"
-            " OR kind LIKE 'nan%' OR kind LIKE 'inf%'",
-            "table 'alerts'");
+    const std::string sql = "SELECT rank, step, layer, param, ts_ns, kind, evidence FROM alerts WHERE kind LIKE '" +
+                            std::string(probes::alert_kinds::kNonfinitePrefix) +
+                            "%' OR kind LIKE 'nan%' OR kind LIKE 'inf%'";
+    Query q(reader, sql, "table 'alerts'");
     auto s = q.each([&](Query& r) {
       NonFiniteEvent e;
       e.source = "alerts";
@@ -124,13 +129,15 @@ tracedb::Result<NonFiniteReport> analyzeNonFinite(tracedb::Reader& reader, const
       e.phase = phaseFromAlert(kind, evidence);
       // An activation alert carries the time the output was produced; a gradient alert the time the rule checked
       // (after the reductions): only a bound on when the rank held it, not the moment it was born.
-      if (e.phase == "bwd") e.boundNs = r.i64(4);
+      if (e.phase == tracedb::phaseName(Phase::Backward)) e.boundNs = r.i64(4);
       else e.tsNs = r.i64(4);
       e.nanCount = jsonCount(evidence, "nan_count");
       e.infCount = jsonCount(evidence, "inf_count");
       e.numel = jsonCount(evidence, "numel");
       if (e.nanCount == 0 && e.infCount == 0) {
-        if (kind.find("inf") != std::string::npos && kind.find("nonfinite") == std::string::npos) e.infCount = 1;
+        const bool infKind = kind.find("inf") != std::string::npos &&
+                             kind.find(probes::alert_kinds::kNonfinitePrefix) == std::string::npos;
+        if (infKind) e.infCount = 1;
         else e.nanCount = 1;
       }
       if (e.step >= 0) events.push_back(std::move(e));
@@ -220,8 +227,8 @@ tracedb::Result<NonFiniteReport> analyzeNonFinite(tracedb::Reader& reader, const
             "table 'collectives'");
     q.bind(1, int64_t{origin.step}).bind(2, int64_t{origin.step} + 1);
     auto s = q.each([&](Query& r) {
-      colls.push_back(Coll{r.i32(0), r.text(1), r.i64(2), r.text(3), r.i64(4), r.i64(5), r.i32(6), r.i32(7),
-                           r.i32(8), r.text(9)});
+      colls.push_back(Coll{r.i32(0), r.text(1), r.i64(2), r.text(3), r.i64(4), r.i64(5), r.i32(6),
+                           static_cast<Phase>(r.i32(7)), r.i32(8), r.text(9)});
     });
     if (!s) return s;
   }
@@ -236,10 +243,11 @@ tracedb::Result<NonFiniteReport> analyzeNonFinite(tracedb::Reader& reader, const
         if (c.rank == origin.rank && c.step == origin.step && pred(c)) return &c;
       return nullptr;
     };
-    const bool bwd = origin.phase == "bwd";
-    const Coll* pick =
-        firstOf([&](const Coll& c) { return bwd && c.phase == 2 && (origin.layer < 0 || c.layer <= origin.layer); });
-    if (!pick) pick = firstOf([&](const Coll& c) { return !bwd || c.phase == 2; });
+    const bool bwd = origin.phase == tracedb::phaseName(Phase::Backward);
+    const Coll* pick = firstOf([&](const Coll& c) {
+      return bwd && c.phase == Phase::Backward && (origin.layer < 0 || c.layer <= origin.layer);
+    });
+    if (!pick) pick = firstOf([&](const Coll& c) { return !bwd || c.phase == Phase::Backward; });
     if (!pick) pick = firstOf([](const Coll&) { return true; });
     if (pick) t0 = pick->enqueue;
   }

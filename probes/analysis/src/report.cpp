@@ -43,7 +43,9 @@ tracedb::Result<PhaseProfile> profilePhases(tracedb::Reader& reader, const Repor
   // (kind, phase) → per rank intervals; unions per rank so nested spans count once.
   std::map<std::pair<int, int>, std::map<int, std::vector<Interval>>> byKey;
   {
-    Query q(reader, "SELECT kind, phase, rank, begin_ns, dur_ns FROM spans WHERE kind != 4", "table 'spans'");
+    const std::string sql = "SELECT kind, phase, rank, begin_ns, dur_ns FROM spans WHERE kind != " +
+                            std::to_string(static_cast<int>(tracedb::SpanKind::Step));  // steps contain the phases
+    Query q(reader, sql, "table 'spans'");
     auto s = q.each([&](Query& row) {
       const int64_t b = row.i64(3);
       byKey[{row.i32(0), row.i32(1)}][row.i32(2)].emplace_back(b, b + row.i64(4));

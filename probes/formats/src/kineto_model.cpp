@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <limits>
+#include <optional>
 #include <unordered_map>
 
 #include "kineto_names.h"
@@ -238,359 +239,383 @@ TensorArg largestTensorArg(std::string_view dims, std::string_view types) {
   return best;
 }
 
-Result<RankModel> buildRankModel(const KinetoFile& file, int rank, const InternFn& intern) {
-  RankModel m;
-  m.rank = rank;
-  m.skipped = file.skipped;
-  const int64_t base = file.baseTimeNs.value_or(0);
-  const std::vector<RawSpan>& spans = file.spans;
-  const int n = static_cast<int>(spans.size());
+namespace {
 
-  // Correlation ids: from args, else from the ac2g flow event bound to the span (same lane and ts). Kineto writes
-  // both for runtime and GPU events; the flows matter for traces whose args lack "correlation".
-  std::vector<int64_t> corr(n);
-  {
-    std::unordered_map<FlowKey, int64_t, FlowKeyHash> flowAt;
-    bool needFlows = false;
-    for (int i = 0; i < n && !needFlows; ++i)
-      needFlows = spans[i].correlation < 0 && (spans[i].cat == Cat::CudaRuntime || spans[i].cat == Cat::Kernel ||
-                                               spans[i].cat == Cat::GpuMemcpy || spans[i].cat == Cat::GpuMemset);
-    if (needFlows) {
-      flowAt.reserve(file.flows.size());
-      for (const RawFlow& f : file.flows) flowAt.emplace(FlowKey{f.lane, f.tsNs}, f.id);
-    }
-    for (int i = 0; i < n; ++i) {
-      corr[i] = spans[i].correlation;
-      if (corr[i] < 0 && !flowAt.empty()) {
-        auto it = flowAt.find(FlowKey{spans[i].lane, spans[i].tsNs});
-        if (it != flowAt.end()) {
-          ++m.flowsUsed;
-          corr[i] = it->second;
-        }
-      }
-    }
-  }
+// Per span of the file, indexed like KinetoFile::spans: what each pass of buildRankModel decides about it.
+struct SpanFacts {
+  std::vector<int64_t> corr;  // correlation id, -1 if none
+  std::vector<char> gpu;      // on a GPU lane
+  std::vector<int> thread;    // lane id (tracedb thread)
+  std::vector<SpanKind> kind;
+  std::vector<Phase> phase;
+  std::vector<int> step;
+};
 
-  // Lanes: host threads dense from 0 (main threads first, string lanes last); GPU streams by (device, stream).
-  std::vector<char> gpu(n);
-  std::vector<int> thread(n, 0);
-  bool anyGpu = false;
-  int minDevice = std::numeric_limits<int>::max();
-  {
-    std::unordered_map<LaneKey, int, LaneKeyHash> hostLanes;
-    std::unordered_map<LaneKey, int, LaneKeyHash> gpuLanes;  // (device, stream)
-    std::vector<LaneKey> hostKeys, gpuKeys;
-    for (int i = 0; i < n; ++i) {
-      const RawSpan& s = spans[i];
-      gpu[i] = isGpuCategory(s.cat) || (s.cat == Cat::Other && s.device >= 0 && s.stream >= 0);
-      if (gpu[i]) {
-        LaneKey k{s.device >= 0 ? s.device : s.lane.pid, s.stream >= 0 ? s.stream : s.lane.tid};
-        if (gpuLanes.emplace(k, 0).second) gpuKeys.push_back(k);
-      } else if (hostLanes.emplace(s.lane, 0).second) {
-        hostKeys.push_back(s.lane);
-      }
-    }
-    std::sort(hostKeys.begin(), hostKeys.end(), [](const LaneKey& a, const LaneKey& b) {
-      auto key = [](const LaneKey& k) { return std::tuple(k.pid < 0 || k.tid < 0, k.tid != k.pid, k.pid, k.tid); };
-      return key(a) < key(b);
-    });
-    auto laneText = [&](int64_t id) -> std::string {
-      if (id >= 0) return std::to_string(id);
-      const size_t idx = static_cast<size_t>(-id - 1);
-      return idx < file.laneStrings.size() ? file.laneStrings[idx] : std::string();
-    };
-    for (size_t t = 0; t < hostKeys.size(); ++t) {
-      hostLanes[hostKeys[t]] = static_cast<int>(t);
-      tracedb::ThreadInfo info;
-      info.rank = rank;
-      info.thread = static_cast<int>(t);
-      info.kind = tracedb::thread_kinds::kCpu;
-      auto named = file.threadNames.find(hostKeys[t]);
-      if (named != file.threadNames.end()) info.name = named->second;
-      else if (hostKeys[t].tid < 0 && !laneText(hostKeys[t].tid).empty()) info.name = laneText(hostKeys[t].tid);
-      else if (hostKeys[t].tid < 0) info.name = "lane '" + laneText(hostKeys[t].pid) + "'";
-      else info.name = "thread " + std::to_string(hostKeys[t].tid);
-      m.threads.push_back(std::move(info));
-    }
-    std::sort(gpuKeys.begin(), gpuKeys.end(),
-              [](const LaneKey& a, const LaneKey& b) { return std::pair(a.pid, a.tid) < std::pair(b.pid, b.tid); });
-    bool multiDevice = false;
-    for (const LaneKey& k : gpuKeys) multiDevice = multiDevice || k.pid != gpuKeys.front().pid;
-    int overflow = 0;
-    for (const LaneKey& k : gpuKeys) {
-      const bool small = k.pid >= 0 && k.pid < 89 && k.tid >= 0 && k.tid < kGpuLaneBase;
-      const int id = small ? static_cast<int>(kGpuLaneBase * (k.pid + 1) + k.tid) : kGpuLaneOverflow + overflow++;
-      gpuLanes[k] = id;
-      tracedb::ThreadInfo info;
-      info.rank = rank;
-      info.thread = id;
-      info.kind = tracedb::thread_kinds::kCudaStream;
-      info.name = (multiDevice ? "gpu " + laneText(k.pid) + " " : std::string()) + "stream " + laneText(k.tid);
-      m.threads.push_back(std::move(info));
-      anyGpu = true;
-      if (k.pid >= 0) minDevice = std::min(minDevice, static_cast<int>(k.pid));
-    }
-    for (int i = 0; i < n; ++i) {
-      const RawSpan& s = spans[i];
-      thread[i] = gpu[i] ? gpuLanes[LaneKey{s.device >= 0 ? s.device : s.lane.pid, s.stream >= 0 ? s.stream : s.lane.tid}]
-                         : hostLanes[s.lane];
-    }
-    for (const LaneKey& k : hostKeys)
-      if (k.pid >= 0) {
-        m.info.pid = k.pid;
-        break;
-      }
-  }
-
-  // Host spans: nesting per lane gives phases, collective groups (an outermost collective op and the collective
-  // ops inside it) and the correlation ids launched from inside a collective.
-  std::vector<SpanKind> kind(n, SpanKind::Other);
-  std::vector<Phase> phase(n, Phase::None);
-  std::vector<int> step(n, -1);
+// What the host pass hands the GPU pass and the collective pass.
+struct HostLinks {
   std::vector<Group> groups;
   std::unordered_map<int64_t, GroupLink> corrToGroup, extToGroup;
   std::unordered_map<int64_t, int> corrToHost;
-  std::vector<StepRange> steps;
-  {
-    std::vector<int> order;
-    order.reserve(n);
-    for (int i = 0; i < n; ++i)
-      if (!gpu[i]) order.push_back(i);
-    std::sort(order.begin(), order.end(), [&](int a, int b) {
-      if (thread[a] != thread[b]) return thread[a] < thread[b];
-      if (spans[a].tsNs != spans[b].tsNs) return spans[a].tsNs < spans[b].tsNs;
-      if (spans[a].durNs != spans[b].durNs) return spans[a].durNs > spans[b].durNs;
-      return a < b;
-    });
-    std::vector<int> ctx(n, -1);       // group of the nearest collective op at or above the span
-    std::vector<int> ctxDepth(n, 0);   // how many of that group's ops are at or above the span
-    std::vector<int> stack;
-    int lane = -1;
-    for (int i : order) {
-      const RawSpan& s = spans[i];
-      if (thread[i] != lane) {
-        stack.clear();
-        lane = thread[i];
-      }
-      while (!stack.empty() && spans[stack.back()].tsNs + spans[stack.back()].durNs <= s.tsNs) stack.pop_back();
-      const int parent = stack.empty() ? -1 : stack.back();
+  std::vector<StepRange> steps;  // sorted by begin
+};
 
-      if (startsWith(s.name, "autograd::engine::evaluate_function")) phase[i] = Phase::Backward;
-      else if (startsWith(s.name, "Optimizer.")) phase[i] = Phase::Optimizer;
-      else if (parent >= 0) phase[i] = phase[parent];
-
-      const CollectiveMeta* meta = s.meta >= 0 ? &file.metas[s.meta] : nullptr;
-      const bool hasCollMeta = meta && isCollectiveMeta(*meta);
-      const bool notCollective = hasCollMeta && isNonCollectiveCommName(meta->name);
-      const bool collectiveOp = !notCollective && (hasCollMeta || isCollectiveOpName(s.name));
-      ctx[i] = parent >= 0 ? ctx[parent] : -1;
-      ctxDepth[i] = parent >= 0 ? ctxDepth[parent] : 0;
-      if (collectiveOp) {
-        if (ctx[i] < 0) {
-          ctx[i] = static_cast<int>(groups.size());
-          groups.emplace_back();
-        }
-        ++ctxDepth[i];
-        Group& group = groups[ctx[i]];
-        group.host.push_back(i);
-        if (ctxDepth[i] > group.innermostDepth) {
-          group.innermost = i;
-          group.innermostDepth = ctxDepth[i];
-        }
-        if (s.externalId >= 0) extToGroup[s.externalId] = GroupLink{ctx[i], ctxDepth[i]};
-      }
-      if (corr[i] >= 0) {
-        corrToHost[corr[i]] = i;
-        if (ctx[i] >= 0) corrToGroup[corr[i]] = GroupLink{ctx[i], ctxDepth[i]};
-      }
-
-      if (notCollective) kind[i] = SpanKind::Wait;
-      else if (collectiveOp) kind[i] = SpanKind::Comm;
-      else {
-        switch (s.cat) {
-          case Cat::CpuOp:
-          case Cat::UserAnnotation:
-          case Cat::PythonFunction:
-            if (auto st = profilerStep(s.name)) {
-              kind[i] = SpanKind::Step;
-              steps.push_back(StepRange{s.tsNs, s.tsNs + s.durNs, *st});
-            } else if (startsWith(s.name, "Optimizer.")) {
-              kind[i] = SpanKind::Optimizer;
-            } else if (startsWith(s.name, "enumerate(DataLoader)")) {
-              kind[i] = SpanKind::Data;
-            } else {
-              kind[i] = SpanKind::Compute;
-            }
-            break;
-          case Cat::CudaRuntime:
-          case Cat::CudaDriver:
-            kind[i] = s.name.find("Synchronize") != std::string_view::npos ? SpanKind::Wait : SpanKind::Other;
-            break;
-          default:
-            kind[i] = SpanKind::Other;
-        }
-      }
-      stack.push_back(i);
-    }
-    std::sort(steps.begin(), steps.end(), [](const StepRange& a, const StepRange& b) { return a.begin < b.begin; });
-    for (int i : order) step[i] = stepAt(steps, spans[i].tsNs);
+// 1. Correlation ids: from args, else from the ac2g flow event bound to the span (same lane and ts). Kineto writes
+// both for runtime and GPU events; the flows matter for traces whose args lack "correlation".
+std::vector<int64_t> correlationIds(const KinetoFile& file, int64_t& flowsUsed) {
+  const std::vector<RawSpan>& spans = file.spans;
+  const int n = static_cast<int>(spans.size());
+  std::vector<int64_t> corr(n);
+  std::unordered_map<FlowKey, int64_t, FlowKeyHash> flowAt;
+  bool needFlows = false;
+  for (int i = 0; i < n && !needFlows; ++i)
+    needFlows = spans[i].correlation < 0 && (spans[i].cat == Cat::CudaRuntime || spans[i].cat == Cat::Kernel ||
+                                             spans[i].cat == Cat::GpuMemcpy || spans[i].cat == Cat::GpuMemset);
+  if (needFlows) {
+    flowAt.reserve(file.flows.size());
+    for (const RawFlow& f : file.flows) flowAt.emplace(FlowKey{f.lane, f.tsNs}, f.id);
   }
-
-  // GPU spans: linked to their host op through the correlation id (or External id), kinds, steps.
   for (int i = 0; i < n; ++i) {
-    if (!gpu[i]) continue;
+    corr[i] = spans[i].correlation;
+    if (corr[i] < 0 && !flowAt.empty()) {
+      auto it = flowAt.find(FlowKey{spans[i].lane, spans[i].tsNs});
+      if (it != flowAt.end()) {
+        ++flowsUsed;
+        corr[i] = it->second;
+      }
+    }
+  }
+  return corr;
+}
+
+// A lane id as text: the number, or the string a string lane (negative id) stands for.
+std::string laneText(const KinetoFile& file, int64_t id) {
+  if (id >= 0) return std::to_string(id);
+  const size_t idx = static_cast<size_t>(-id - 1);
+  return idx < file.laneStrings.size() ? file.laneStrings[idx] : std::string();
+}
+
+LaneKey gpuLaneKey(const RawSpan& s) {
+  return LaneKey{s.device >= 0 ? s.device : s.lane.pid, s.stream >= 0 ? s.stream : s.lane.tid};
+}
+
+// 2. Lanes: host threads dense from 0 (main threads first, string lanes last); GPU streams by (device, stream).
+// Fills facts.gpu and facts.thread, and m.threads, m.info.pid and m.info.device.
+void assignLanes(const KinetoFile& file, int rank, SpanFacts& facts, RankModel& m) {
+  const std::vector<RawSpan>& spans = file.spans;
+  const int n = static_cast<int>(spans.size());
+  facts.gpu.assign(n, 0);
+  facts.thread.assign(n, 0);
+  std::unordered_map<LaneKey, int, LaneKeyHash> hostLanes;
+  std::unordered_map<LaneKey, int, LaneKeyHash> gpuLanes;  // (device, stream)
+  std::vector<LaneKey> hostKeys, gpuKeys;
+  for (int i = 0; i < n; ++i) {
     const RawSpan& s = spans[i];
+    facts.gpu[i] = isGpuCategory(s.cat) || (s.cat == Cat::Other && s.device >= 0 && s.stream >= 0);
+    if (facts.gpu[i]) {
+      if (gpuLanes.emplace(gpuLaneKey(s), 0).second) gpuKeys.push_back(gpuLaneKey(s));
+    } else if (hostLanes.emplace(s.lane, 0).second) {
+      hostKeys.push_back(s.lane);
+    }
+  }
+  std::sort(hostKeys.begin(), hostKeys.end(), [](const LaneKey& a, const LaneKey& b) {
+    auto key = [](const LaneKey& k) { return std::tuple(k.pid < 0 || k.tid < 0, k.tid != k.pid, k.pid, k.tid); };
+    return key(a) < key(b);
+  });
+  for (size_t t = 0; t < hostKeys.size(); ++t) {
+    hostLanes[hostKeys[t]] = static_cast<int>(t);
+    tracedb::ThreadInfo info;
+    info.rank = rank;
+    info.thread = static_cast<int>(t);
+    info.kind = tracedb::thread_kinds::kCpu;
+    auto named = file.threadNames.find(hostKeys[t]);
+    if (named != file.threadNames.end()) info.name = named->second;
+    else if (hostKeys[t].tid < 0 && !laneText(file, hostKeys[t].tid).empty())
+      info.name = laneText(file, hostKeys[t].tid);
+    else if (hostKeys[t].tid < 0) info.name = "lane '" + laneText(file, hostKeys[t].pid) + "'";
+    else info.name = "thread " + std::to_string(hostKeys[t].tid);
+    m.threads.push_back(std::move(info));
+  }
+  std::sort(gpuKeys.begin(), gpuKeys.end(),
+            [](const LaneKey& a, const LaneKey& b) { return std::pair(a.pid, a.tid) < std::pair(b.pid, b.tid); });
+  bool multiDevice = false;
+  for (const LaneKey& k : gpuKeys) multiDevice = multiDevice || k.pid != gpuKeys.front().pid;
+  int overflow = 0;
+  int minDevice = std::numeric_limits<int>::max();
+  for (const LaneKey& k : gpuKeys) {
+    const bool small = k.pid >= 0 && k.pid < 89 && k.tid >= 0 && k.tid < kGpuLaneBase;
+    const int id = small ? static_cast<int>(kGpuLaneBase * (k.pid + 1) + k.tid) : kGpuLaneOverflow + overflow++;
+    gpuLanes[k] = id;
+    tracedb::ThreadInfo info;
+    info.rank = rank;
+    info.thread = id;
+    info.kind = tracedb::thread_kinds::kCudaStream;
+    info.name =
+        (multiDevice ? "gpu " + laneText(file, k.pid) + " " : std::string()) + "stream " + laneText(file, k.tid);
+    m.threads.push_back(std::move(info));
+    if (k.pid >= 0) minDevice = std::min(minDevice, static_cast<int>(k.pid));
+  }
+  for (int i = 0; i < n; ++i)
+    facts.thread[i] = facts.gpu[i] ? gpuLanes[gpuLaneKey(spans[i])] : hostLanes[spans[i].lane];
+  for (const LaneKey& k : hostKeys)
+    if (k.pid >= 0) {
+      m.info.pid = k.pid;
+      break;
+    }
+  const bool anyGpu = !gpuKeys.empty();
+  m.info.device = anyGpu && minDevice != std::numeric_limits<int>::max() ? "cuda:" + std::to_string(minDevice) : "cpu";
+}
+
+// The kind of a host span that is not a collective op; a ProfilerStep# span also adds its step range.
+SpanKind hostSpanKind(const RawSpan& s, std::vector<StepRange>& steps) {
+  switch (s.cat) {
+    case Cat::CpuOp:
+    case Cat::UserAnnotation:
+    case Cat::PythonFunction:
+      if (auto st = profilerStep(s.name)) {
+        steps.push_back(StepRange{s.tsNs, s.tsNs + s.durNs, *st});
+        return SpanKind::Step;
+      }
+      if (startsWith(s.name, "Optimizer.")) return SpanKind::Optimizer;
+      if (startsWith(s.name, "enumerate(DataLoader)")) return SpanKind::Data;
+      return SpanKind::Compute;
+    case Cat::CudaRuntime:
+    case Cat::CudaDriver:
+      return s.name.find("Synchronize") != std::string_view::npos ? SpanKind::Wait : SpanKind::Other;
+    default: return SpanKind::Other;
+  }
+}
+
+// 3. Host spans: nesting per lane gives phases, collective groups (an outermost collective op and the collective
+// ops inside it) and the correlation ids launched from inside a collective. Fills facts.kind/phase/step for host
+// spans.
+HostLinks walkHostSpans(const KinetoFile& file, SpanFacts& facts) {
+  const std::vector<RawSpan>& spans = file.spans;
+  const int n = static_cast<int>(spans.size());
+  const std::vector<int>& thread = facts.thread;
+  HostLinks links;
+  std::vector<int> order;
+  order.reserve(n);
+  for (int i = 0; i < n; ++i)
+    if (!facts.gpu[i]) order.push_back(i);
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    if (thread[a] != thread[b]) return thread[a] < thread[b];
+    if (spans[a].tsNs != spans[b].tsNs) return spans[a].tsNs < spans[b].tsNs;
+    if (spans[a].durNs != spans[b].durNs) return spans[a].durNs > spans[b].durNs;
+    return a < b;
+  });
+  std::vector<int> ctx(n, -1);      // group of the nearest collective op at or above the span
+  std::vector<int> ctxDepth(n, 0);  // how many of that group's ops are at or above the span
+  std::vector<int> stack;
+  int lane = -1;
+  for (int i : order) {
+    const RawSpan& s = spans[i];
+    if (thread[i] != lane) {
+      stack.clear();
+      lane = thread[i];
+    }
+    while (!stack.empty() && spans[stack.back()].tsNs + spans[stack.back()].durNs <= s.tsNs) stack.pop_back();
+    const int parent = stack.empty() ? -1 : stack.back();
+
+    if (startsWith(s.name, "autograd::engine::evaluate_function")) facts.phase[i] = Phase::Backward;
+    else if (startsWith(s.name, "Optimizer.")) facts.phase[i] = Phase::Optimizer;
+    else if (parent >= 0) facts.phase[i] = facts.phase[parent];
+
+    const CollectiveMeta* meta = s.meta >= 0 ? &file.metas[s.meta] : nullptr;
+    const bool hasCollMeta = meta && isCollectiveMeta(*meta);
+    const bool notCollective = hasCollMeta && isNonCollectiveCommName(meta->name);
+    const bool collectiveOp = !notCollective && (hasCollMeta || isCollectiveOpName(s.name));
+    ctx[i] = parent >= 0 ? ctx[parent] : -1;
+    ctxDepth[i] = parent >= 0 ? ctxDepth[parent] : 0;
+    if (collectiveOp) {
+      if (ctx[i] < 0) {
+        ctx[i] = static_cast<int>(links.groups.size());
+        links.groups.emplace_back();
+      }
+      ++ctxDepth[i];
+      Group& group = links.groups[ctx[i]];
+      group.host.push_back(i);
+      if (ctxDepth[i] > group.innermostDepth) {
+        group.innermost = i;
+        group.innermostDepth = ctxDepth[i];
+      }
+      if (s.externalId >= 0) links.extToGroup[s.externalId] = GroupLink{ctx[i], ctxDepth[i]};
+    }
+    if (facts.corr[i] >= 0) {
+      links.corrToHost[facts.corr[i]] = i;
+      if (ctx[i] >= 0) links.corrToGroup[facts.corr[i]] = GroupLink{ctx[i], ctxDepth[i]};
+    }
+
+    if (notCollective) facts.kind[i] = SpanKind::Wait;
+    else if (collectiveOp) facts.kind[i] = SpanKind::Comm;
+    else facts.kind[i] = hostSpanKind(s, links.steps);
+    stack.push_back(i);
+  }
+  std::sort(links.steps.begin(), links.steps.end(),
+            [](const StepRange& a, const StepRange& b) { return a.begin < b.begin; });
+  for (int i : order) facts.step[i] = stepAt(links.steps, spans[i].tsNs);
+  return links;
+}
+
+// 4. GPU spans: linked to their host op through the correlation id (or External id), kinds, steps.
+void linkGpuSpans(const KinetoFile& file, SpanFacts& facts, HostLinks& links) {
+  const std::vector<RawSpan>& spans = file.spans;
+  const int n = static_cast<int>(spans.size());
+  for (int i = 0; i < n; ++i) {
+    if (!facts.gpu[i]) continue;
+    const RawSpan& s = spans[i];
+    const int64_t corr = facts.corr[i];
     const CollectiveMeta* meta = s.meta >= 0 ? &file.metas[s.meta] : nullptr;
     const bool hasCollMeta = meta && isCollectiveMeta(*meta) && !isNonCollectiveCommName(meta->name);
     GroupLink link;
-    if (corr[i] >= 0) {
-      auto it = corrToGroup.find(corr[i]);
-      if (it != corrToGroup.end()) link = it->second;
+    if (corr >= 0) {
+      auto it = links.corrToGroup.find(corr);
+      if (it != links.corrToGroup.end()) link = it->second;
     }
-    if (link.group < 0 && (corr[i] < 0 || hasCollMeta) && s.externalId >= 0) {
-      auto it = extToGroup.find(s.externalId);
-      if (it != extToGroup.end()) link = it->second;
+    if (link.group < 0 && (corr < 0 || hasCollMeta) && s.externalId >= 0) {
+      auto it = links.extToGroup.find(s.externalId);
+      if (it != links.extToGroup.end()) link = it->second;
     }
     if (link.group < 0 && hasCollMeta) {  // the host side is missing: the kernel's metadata still identifies it
-      link.group = static_cast<int>(groups.size());
-      groups.emplace_back();
+      link.group = static_cast<int>(links.groups.size());
+      links.groups.emplace_back();
     }
     const int g = link.group;
     if (g >= 0) {
-      groups[g].gpu.push_back(i);
-      groups[g].gpuDepth.push_back(link.depth);
+      links.groups[g].gpu.push_back(i);
+      links.groups[g].gpuDepth.push_back(link.depth);
     }
     switch (s.cat) {
       case Cat::Kernel:
-        kind[i] = g >= 0 || hasCollMeta || isNcclKernelName(s.name) ? SpanKind::NcclKernel : SpanKind::Kernel;
+        facts.kind[i] = g >= 0 || hasCollMeta || isNcclKernelName(s.name) ? SpanKind::NcclKernel : SpanKind::Kernel;
         break;
-      case Cat::GpuMemcpy: kind[i] = SpanKind::Memcpy; break;
-      case Cat::GpuMemset: kind[i] = SpanKind::Memset; break;
-      default: kind[i] = SpanKind::Other;
+      case Cat::GpuMemcpy: facts.kind[i] = SpanKind::Memcpy; break;
+      case Cat::GpuMemset: facts.kind[i] = SpanKind::Memset; break;
+      default: facts.kind[i] = SpanKind::Other;
     }
-    auto host = corr[i] >= 0 ? corrToHost.find(corr[i]) : corrToHost.end();
-    if (host != corrToHost.end()) {
-      step[i] = step[host->second];
-      phase[i] = phase[host->second];
+    auto host = corr >= 0 ? links.corrToHost.find(corr) : links.corrToHost.end();
+    if (host != links.corrToHost.end()) {
+      facts.step[i] = facts.step[host->second];
+      facts.phase[i] = facts.phase[host->second];
     } else {
-      step[i] = stepAt(steps, s.tsNs);
+      facts.step[i] = stepAt(links.steps, s.tsNs);
     }
   }
+}
 
-  // Collectives: one per group.
-  std::map<std::string, tracedb::GroupInfo> groupInfos;
-  for (const PgConfig& pg : file.pgConfig) {
-    tracedb::GroupInfo gi;
-    gi.name = pg.name;
-    gi.ranks = pg.ranks;
-    gi.backend = backendFromConfig(pg.backend);
-    if (gi.backend.empty()) gi.backend = file.backend;
-    groupInfos[pg.name] = std::move(gi);
-  }
-  struct Draft {
-    CollectiveRow row;
-    int64_t metaSeq = -1;
-  };
-  std::vector<Draft> drafts;
-  pairAsyncExecutions(groups, file, thread);
-  for (const Group& g : groups) {
-    if (g.absorbed) continue;
-    const CollectiveMeta* meta = metaOf(g, file);
-    std::string op = opOf(g, meta, file);
-    if (op.empty() && !meta) {
-      // Only record_param_comms without metadata: PyTorch also emits it around waits and barriers it does not
-      // name; without metadata or an op name it cannot be told apart, so it stays a Comm span only.
-      m.skipped["record_param_comms without metadata or op name (not a collective)"]++;
+// The input tensor of a group (the schema's shape, numel and bytes are the input's): the first tensor argument of
+// the backend's op (nccl:_all_gather_base records only its input), else the largest tensor argument of any op
+// (c10d::_allgather_base_ records output and input).
+TensorArg inputTensorOf(const Group& g, const std::vector<RawSpan>& spans) {
+  TensorArg tensor;
+  for (int i : g.host) {
+    if (tensor.numel >= 0 || spans[i].name.find(':') == std::string_view::npos || startsWith(spans[i].name, "c10d::"))
       continue;
-    }
-    if (op.empty()) op = meta && !meta->name.empty() ? std::string(meta->name) : "unknown";
-
-    // The input tensor (the schema's shape, numel and bytes are the input's): the first tensor argument of the
-    // backend's op (nccl:_all_gather_base records only its input), else the largest tensor argument of any op
-    // (c10d::_allgather_base_ records output and input).
-    TensorArg tensor;
-    for (int i : g.host) {
-      if (tensor.numel >= 0 || spans[i].name.find(':') == std::string_view::npos || startsWith(spans[i].name, "c10d::"))
-        continue;
-      std::vector<TensorArg> args = tensorArgs(spans[i].inputDims, spans[i].inputTypes);
-      if (!args.empty()) tensor = std::move(args.front());
-    }
-    for (int i : g.host) {
-      if (tensor.numel >= 0) break;
-      TensorArg t = largestTensorArg(spans[i].inputDims, spans[i].inputTypes);
-      if (t.numel > tensor.numel) tensor = std::move(t);
-    }
-    Draft d;
-    CollectiveRow& c = d.row;
-    c.rank = rank;
-    c.op = std::move(op);
-    c.dtype = meta && !meta->dtype.empty() ? normalizeDtype(meta->dtype) : tensor.dtype;
-    if (c.dtype.empty() && meta && !meta->dtype.empty()) c.dtype = std::string(meta->dtype);
-    if (meta && (meta->inNelems >= 0 || meta->outNelems >= 0)) {
-      c.numel = meta->inNelems >= 0 ? meta->inNelems : meta->outNelems;
-      if (tensor.numel == c.numel) c.shape = tensor.shape;
-      else if (c.numel > 0) c.shape = {c.numel};
-    } else if (tensor.numel >= 0) {
-      c.numel = tensor.numel;
-      c.shape = tensor.shape;
-    }
-    c.bytes = c.numel * dtypeSize(c.dtype);
-    c.group = meta && !meta->pgName.empty() ? std::string(meta->pgName) : "default_pg";
-    if (meta && !meta->pgName.empty() && !groupInfos.count(c.group)) {
-      tracedb::GroupInfo gi;
-      gi.name = c.group;
-      gi.ranks = parseRankList(meta->pgRanks);
-      gi.backend = file.backend;
-      groupInfos[c.group] = std::move(gi);
-    }
-    d.metaSeq = meta ? meta->seq : -1;
-
-    // GPU time: the kernels launched by the innermost collective op that launched any (c10d::allreduce_ may
-    // launch a copy kernel before nccl:all_reduce launches the NCCL kernel; the collective is the latter).
-    int64_t kernelBegin = std::numeric_limits<int64_t>::max(), kernelEnd = std::numeric_limits<int64_t>::min();
-    int64_t gpuBegin = kernelBegin, gpuEnd = kernelEnd;
-    int kernelDepth = 0;
-    for (size_t k = 0; k < g.gpu.size(); ++k)
-      if (spans[g.gpu[k]].cat == Cat::Kernel) kernelDepth = std::max(kernelDepth, g.gpuDepth[k]);
-    for (size_t k = 0; k < g.gpu.size(); ++k) {
-      const int i = g.gpu[k];
-      if (spans[i].cat == Cat::Kernel && g.gpuDepth[k] < kernelDepth) continue;
-      const int64_t b = spans[i].tsNs, e = spans[i].tsNs + spans[i].durNs;
-      gpuBegin = std::min(gpuBegin, b);
-      gpuEnd = std::max(gpuEnd, e);
-      if (spans[i].cat == Cat::Kernel) {
-        kernelBegin = std::min(kernelBegin, b);
-        kernelEnd = std::max(kernelEnd, e);
-      }
-    }
-    const bool haveKernel = kernelEnd != std::numeric_limits<int64_t>::min();
-    const bool haveGpu = gpuEnd != std::numeric_limits<int64_t>::min();
-    if (!g.host.empty()) {
-      const int outer = g.host.front();
-      c.enqueueNs = spans[outer].tsNs + base;
-      c.thread = thread[outer];
-      c.step = step[outer];
-      c.phase = phase[outer];
-      c.callsite = std::string(spans[outer].name);
-      // Without GPU activity (Gloo, CPU traces) the collective runs for the innermost op's time.
-      const RawSpan& inner = spans[g.innermost >= 0 ? g.innermost : outer];
-      c.startNs = (haveKernel ? kernelBegin : haveGpu ? gpuBegin : inner.tsNs) + base;
-      c.endNs = (haveKernel ? kernelEnd : haveGpu ? gpuEnd : inner.tsNs + inner.durNs) + base;
-    } else {
-      const int first = g.gpu.front();
-      c.enqueueNs = (haveKernel ? kernelBegin : gpuBegin) + base;
-      c.thread = thread[first];
-      c.step = step[first];
-      c.phase = phase[first];
-      c.callsite = std::string(spans[first].name);
-      c.startNs = c.enqueueNs;
-      c.endNs = (haveKernel ? kernelEnd : gpuEnd) + base;
-    }
-    c.state = tracedb::CollectiveState::Completed;
-    drafts.push_back(std::move(d));
+    std::vector<TensorArg> args = tensorArgs(spans[i].inputDims, spans[i].inputTypes);
+    if (!args.empty()) tensor = std::move(args.front());
   }
-  // Sequence numbers per group: the metadata's when every collective of the group has a distinct one, else the
-  // order of enqueueing on this rank, 1-based like c10d's (1, 2, ...).
+  for (int i : g.host) {
+    if (tensor.numel >= 0) break;
+    TensorArg t = largestTensorArg(spans[i].inputDims, spans[i].inputTypes);
+    if (t.numel > tensor.numel) tensor = std::move(t);
+  }
+  return tensor;
+}
+
+// Times of a group's collective (absolute, ns) and the span it is attributed to (thread, step, phase, callsite).
+// GPU time: the kernels launched by the innermost collective op that launched any (c10d::allreduce_ may launch a
+// copy kernel before nccl:all_reduce launches the NCCL kernel; the collective is the latter).
+void timeCollective(const Group& g, const KinetoFile& file, const SpanFacts& facts, CollectiveRow& c) {
+  const std::vector<RawSpan>& spans = file.spans;
+  const int64_t base = file.baseTimeNs.value_or(0);
+  int64_t kernelBegin = std::numeric_limits<int64_t>::max(), kernelEnd = std::numeric_limits<int64_t>::min();
+  int64_t gpuBegin = kernelBegin, gpuEnd = kernelEnd;
+  int kernelDepth = 0;
+  for (size_t k = 0; k < g.gpu.size(); ++k)
+    if (spans[g.gpu[k]].cat == Cat::Kernel) kernelDepth = std::max(kernelDepth, g.gpuDepth[k]);
+  for (size_t k = 0; k < g.gpu.size(); ++k) {
+    const int i = g.gpu[k];
+    if (spans[i].cat == Cat::Kernel && g.gpuDepth[k] < kernelDepth) continue;
+    const int64_t b = spans[i].tsNs, e = spans[i].tsNs + spans[i].durNs;
+    gpuBegin = std::min(gpuBegin, b);
+    gpuEnd = std::max(gpuEnd, e);
+    if (spans[i].cat == Cat::Kernel) {
+      kernelBegin = std::min(kernelBegin, b);
+      kernelEnd = std::max(kernelEnd, e);
+    }
+  }
+  const bool haveKernel = kernelEnd != std::numeric_limits<int64_t>::min();
+  const bool haveGpu = gpuEnd != std::numeric_limits<int64_t>::min();
+  const int at = g.host.empty() ? g.gpu.front() : g.host.front();
+  c.thread = facts.thread[at];
+  c.step = facts.step[at];
+  c.phase = facts.phase[at];
+  c.callsite = std::string(spans[at].name);
+  if (!g.host.empty()) {
+    c.enqueueNs = spans[at].tsNs + base;
+    // Without GPU activity (Gloo, CPU traces) the collective runs for the innermost op's time.
+    const RawSpan& inner = spans[g.innermost >= 0 ? g.innermost : at];
+    c.startNs = (haveKernel ? kernelBegin : haveGpu ? gpuBegin : inner.tsNs) + base;
+    c.endNs = (haveKernel ? kernelEnd : haveGpu ? gpuEnd : inner.tsNs + inner.durNs) + base;
+  } else {
+    c.enqueueNs = (haveKernel ? kernelBegin : gpuBegin) + base;
+    c.startNs = c.enqueueNs;
+    c.endNs = (haveKernel ? kernelEnd : gpuEnd) + base;
+  }
+}
+
+struct Draft {
+  CollectiveRow row;
+  int64_t metaSeq = -1;
+};
+
+// The collective of one group, or nullopt (counted in m.skipped) when nothing names it a collective.
+std::optional<Draft> draftCollective(const Group& g, const KinetoFile& file, int rank, const SpanFacts& facts,
+                                     std::map<std::string, tracedb::GroupInfo>& groupInfos, RankModel& m) {
+  const CollectiveMeta* meta = metaOf(g, file);
+  std::string op = opOf(g, meta, file);
+  if (op.empty() && !meta) {
+    // Only record_param_comms without metadata: PyTorch also emits it around waits and barriers it does not
+    // name; without metadata or an op name it cannot be told apart, so it stays a Comm span only.
+    m.skipped["record_param_comms without metadata or op name (not a collective)"]++;
+    return std::nullopt;
+  }
+  if (op.empty()) op = meta && !meta->name.empty() ? std::string(meta->name) : "unknown";
+
+  const TensorArg tensor = inputTensorOf(g, file.spans);
+  Draft d;
+  CollectiveRow& c = d.row;
+  c.rank = rank;
+  c.op = std::move(op);
+  c.dtype = meta && !meta->dtype.empty() ? normalizeDtype(meta->dtype) : tensor.dtype;
+  if (c.dtype.empty() && meta && !meta->dtype.empty()) c.dtype = std::string(meta->dtype);
+  if (meta && (meta->inNelems >= 0 || meta->outNelems >= 0)) {
+    c.numel = meta->inNelems >= 0 ? meta->inNelems : meta->outNelems;
+    if (tensor.numel == c.numel) c.shape = tensor.shape;
+    else if (c.numel > 0) c.shape = {c.numel};
+  } else if (tensor.numel >= 0) {
+    c.numel = tensor.numel;
+    c.shape = tensor.shape;
+  }
+  c.bytes = c.numel * dtypeSize(c.dtype);
+  c.group = meta && !meta->pgName.empty() ? std::string(meta->pgName) : "default_pg";
+  if (meta && !meta->pgName.empty() && !groupInfos.count(c.group)) {
+    tracedb::GroupInfo gi;
+    gi.name = c.group;
+    gi.ranks = parseRankList(meta->pgRanks);
+    gi.backend = file.backend;
+    groupInfos[c.group] = std::move(gi);
+  }
+  d.metaSeq = meta ? meta->seq : -1;
+  timeCollective(g, file, facts, c);
+  c.state = tracedb::CollectiveState::Completed;
+  return d;
+}
+
+// Sequence numbers per group: the metadata's when every collective of the group has a distinct one, else the
+// order of enqueueing on this rank, 1-based like c10d's (1, 2, ...). A group no metadata described gets the
+// default group's ranks (or 0..world-1).
+void numberCollectives(std::vector<Draft>& drafts, const KinetoFile& file, int rank,
+                       std::map<std::string, tracedb::GroupInfo>& groupInfos, RankModel& m) {
   std::stable_sort(drafts.begin(), drafts.end(), [](const Draft& a, const Draft& b) {
     return std::tie(a.row.group, a.row.enqueueNs, *a.row.startNs) < std::tie(b.row.group, b.row.enqueueNs, *b.row.startNs);
   });
@@ -625,11 +650,36 @@ Result<RankModel> buildRankModel(const KinetoFile& file, int rank, const InternF
     }
     begin = end;
   }
+}
+
+// 5. Collectives: one per group. Fills m.collectives and m.groups.
+void buildCollectives(const KinetoFile& file, int rank, const SpanFacts& facts, HostLinks& links, RankModel& m) {
+  std::map<std::string, tracedb::GroupInfo> groupInfos;
+  for (const PgConfig& pg : file.pgConfig) {
+    tracedb::GroupInfo gi;
+    gi.name = pg.name;
+    gi.ranks = pg.ranks;
+    gi.backend = backendFromConfig(pg.backend);
+    if (gi.backend.empty()) gi.backend = file.backend;
+    groupInfos[pg.name] = std::move(gi);
+  }
+  std::vector<Draft> drafts;
+  pairAsyncExecutions(links.groups, file, facts.thread);
+  for (const Group& g : links.groups) {
+    if (g.absorbed) continue;
+    if (std::optional<Draft> d = draftCollective(g, file, rank, facts, groupInfos, m)) drafts.push_back(std::move(*d));
+  }
+  numberCollectives(drafts, file, rank, groupInfos, m);
   m.collectives.reserve(drafts.size());
   for (Draft& d : drafts) m.collectives.push_back(std::move(d.row));
   for (auto& [name, gi] : groupInfos) m.groups.push_back(std::move(gi));
+}
 
-  // Spans, with names interned once per distinct string.
+// 6. Spans, with names interned once per distinct string; counters; the rank's time range over everything.
+Status emitRows(const KinetoFile& file, int rank, const SpanFacts& facts, const InternFn& intern, RankModel& m) {
+  const std::vector<RawSpan>& spans = file.spans;
+  const int n = static_cast<int>(spans.size());
+  const int64_t base = file.baseTimeNs.value_or(0);
   std::unordered_map<std::string_view, uint32_t> names;
   m.spans.reserve(n);
   int64_t lo = std::numeric_limits<int64_t>::max(), hi = std::numeric_limits<int64_t>::min();
@@ -643,14 +693,14 @@ Result<RankModel> buildRankModel(const KinetoFile& file, int rank, const InternF
     }
     tracedb::SpanRow row;
     row.rank = rank;
-    row.thread = thread[i];
-    row.kind = kind[i];
+    row.thread = facts.thread[i];
+    row.kind = facts.kind[i];
     row.name = it->second;
     row.beginNs = s.tsNs + base;
     row.durNs = s.durNs;
-    row.step = step[i];
-    row.phase = phase[i];
-    if (corr[i] >= 0) row.correlation = corr[i];
+    row.step = facts.step[i];
+    row.phase = facts.phase[i];
+    if (facts.corr[i] >= 0) row.correlation = facts.corr[i];
     lo = std::min(lo, row.beginNs);
     hi = std::max(hi, row.beginNs + row.durNs);
     m.spans.push_back(row);
@@ -672,13 +722,32 @@ Result<RankModel> buildRankModel(const KinetoFile& file, int rank, const InternF
   if (lo > hi) lo = hi = base;
   m.minNs = lo;
   m.maxNs = hi;
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<RankModel> buildRankModel(const KinetoFile& file, int rank, const InternFn& intern) {
+  RankModel m;
+  m.rank = rank;
+  m.skipped = file.skipped;
+  const size_t n = file.spans.size();
+  SpanFacts facts;
+  facts.corr = correlationIds(file, m.flowsUsed);
+  assignLanes(file, rank, facts, m);
+  facts.kind.assign(n, SpanKind::Other);
+  facts.phase.assign(n, Phase::None);
+  facts.step.assign(n, -1);
+  HostLinks links = walkHostSpans(file, facts);
+  linkGpuSpans(file, facts, links);
+  buildCollectives(file, rank, facts, links, m);
+  if (Status st = emitRows(file, rank, facts, intern, m); !st) return st;
 
   tracedb::RankInfo& info = m.info;
   info.rank = rank;
   info.worldSize = file.worldSize.value_or(1);
-  info.device = anyGpu && minDevice != std::numeric_limits<int>::max() ? "cuda:" + std::to_string(minDevice) : "cpu";
-  info.startNs = lo;
-  info.endNs = hi;
+  info.startNs = m.minNs;
+  info.endNs = m.maxNs;
   return m;
 }
 

@@ -128,7 +128,8 @@ uint64_t Recorder::collectiveEnqueued(const CollectiveDesc& desc, uint64_t enque
   const int step = desc.step >= 0 ? desc.step : currentStep();
   try {
     return ring_.enqueue(desc, enqueueTicks, e ? static_cast<int>(e->threadId) : 0, step);
-  } catch (...) {
+  } catch (...) {  // an allocation failed: the collective is lost, and counted
+    recordsDroppedFailed_.fetch_add(1, std::memory_order_relaxed);
     return 0;
   }
 }
@@ -140,17 +141,21 @@ void Recorder::collectiveState(uint64_t handle, CollectiveState state, uint64_t 
 
 void Recorder::gradStats(int step, std::span<const GradStat> stats) noexcept {
   if (!started()) return;
+  size_t handled = 0;  // queued or counted as dropped
   try {
     std::lock_guard lock(recordsMutex_);
     for (const GradStat& g : stats) {
       if (records_.size() >= options_.recordQueue) {
         ++recordsDroppedQueue_;
+        ++handled;
         continue;
       }
       records_.grads.push_back(tracedb::GradStatRow{options_.rank.rank, step, std::string(g.param), g.layer, g.l2Norm,
                                                     g.maxAbs, g.nanCount, g.infCount, g.numel});
+      ++handled;
     }
-  } catch (...) {
+  } catch (...) {  // an allocation failed: the rows not queued are lost, and counted
+    recordsDroppedFailed_.fetch_add(static_cast<int64_t>(stats.size() - handled), std::memory_order_relaxed);
   }
 }
 
@@ -163,7 +168,8 @@ void Recorder::stepStat(const StepStat& stat) noexcept {
       return;
     }
     records_.steps.push_back(RawStepStat{stat, options_.rank.rank});
-  } catch (...) {
+  } catch (...) {  // an allocation failed: the record is lost, and counted
+    recordsDroppedFailed_.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
@@ -174,8 +180,7 @@ void Recorder::alert(const Alert& a) noexcept {
     tracedb::AlertRow row;
     row.rank = options_.rank.rank;
     row.step = a.step >= 0 ? a.step : currentStep();
-    static constexpr const char* kSeverity[] = {"info", "warning", "error", "critical"};
-    row.severity = kSeverity[static_cast<int>(a.severity) & 3];
+    row.severity.assign(severityName(a.severity));
     row.kind.assign(a.kind);
     row.layer = a.layer;
     row.param.assign(a.param);
@@ -187,7 +192,8 @@ void Recorder::alert(const Alert& a) noexcept {
       return;
     }
     records_.alerts.push_back(RawAlert{std::move(row), ticks});
-  } catch (...) {
+  } catch (...) {  // an allocation failed: the record is lost, and counted
+    recordsDroppedFailed_.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
@@ -200,7 +206,8 @@ void Recorder::counter(std::string_view name, double value, uint64_t ticks) noex
       return;
     }
     records_.counters.push_back(RawCounter{std::string(name), value, ticks});
-  } catch (...) {
+  } catch (...) {  // an allocation failed: the record is lost, and counted
+    recordsDroppedFailed_.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
@@ -250,6 +257,17 @@ tracedb::Status Recorder::start(const RuntimeOptions& options) {
     options_.runId = rank.host + "-" + std::to_string(rank.pid) + "-" + std::to_string(clock_.epochUnixNs());
   }
 
+  if (tracedb::Status s = openRankFile(); !s) return s;
+  resetSession();
+  if (tracedb::Status s = startFlusher(); !s) return s;
+  if (clockStore_ && rank.worldSize > 1) startClockThread();
+  return tracedb::Status::ok();
+}
+
+// The rank file, created with its first transaction: what a reader needs even if the process dies before the first
+// flush (meta, the ranks row). Leaves no file behind when that transaction fails. Under lifecycleMutex_.
+tracedb::Status Recorder::openRankFile() {
+  tracedb::RankInfo& rank = options_.rank;
   path_ = options_.outDir / ("rank-" + std::to_string(rank.rank) + ".db");
   tracedb::CreateOptions create;
   create.overwrite = options_.overwrite;
@@ -267,39 +285,40 @@ tracedb::Status Recorder::start(const RuntimeOptions& options) {
   rank.clockOffsetNs = 0;
   rank.clockUncertaintyNs = 0;
 
-  // First transaction: what a reader needs even if the process dies before the first flush.
-  {
-    std::vector<std::pair<std::string, std::string>> meta = {
-        {"run_id", options_.runId},
-        {"epoch_unix_ns", std::to_string(clock_.epochUnixNs())},
-        {"tool", options_.tool},
-        {"source", "capture"},
-        {"recorder.tick_source", clock_.source()},
-        {"recorder.ticks_per_ns", std::to_string(clock_.ticksPerNs())},
-        {"recorder.span_cost_ps", std::to_string(perSpanCostPs_)},
-        {"recorder.flush_interval_ms", std::to_string(options_.flushInterval.count())},
-        // How many ranks share a host's cores decides what a lagging rank means (analysis: stragglers).
-        {std::string(tracedb::meta_keys::kHostCpusPrefix) + rank.host,
-         std::to_string(std::max(1u, std::thread::hardware_concurrency()))},
-    };
-    tracedb::Status s = writer_->begin();
-    for (const auto& [k, v] : meta) {
-      if (s) s = writer_->setMeta(k, v);
-    }
-    if (s) s = writer_->putRank(rank);
-    if (s) s = writer_->commit();
-    if (!s) {
-      // A file without its first transaction (no ranks row) is not a trace of this rank: leave none behind.
-      writer_.reset();
-      std::error_code ec;
-      for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path_.string() + suffix, ec);
-      return s;
-    }
+  namespace keys = tracedb::meta_keys;
+  const std::vector<std::pair<std::string, std::string>> meta = {
+      {std::string(keys::kRunId), options_.runId},
+      {std::string(keys::kEpochUnixNs), std::to_string(clock_.epochUnixNs())},
+      {std::string(keys::kTool), options_.tool},
+      {std::string(keys::kSource), "capture"},
+      {"recorder.tick_source", clock_.source()},
+      {"recorder.ticks_per_ns", std::to_string(clock_.ticksPerNs())},
+      {"recorder.span_cost_ps", std::to_string(perSpanCostPs_)},
+      {"recorder.flush_interval_ms", std::to_string(options_.flushInterval.count())},
+      // How many ranks share a host's cores decides what a lagging rank means (analysis: stragglers).
+      {std::string(keys::kHostCpusPrefix) + rank.host, std::to_string(std::max(1u, std::thread::hardware_concurrency()))},
+  };
+  tracedb::Status s = writer_->begin();
+  for (const auto& [k, v] : meta) {
+    if (s) s = writer_->setMeta(k, v);
   }
+  if (s) s = writer_->putRank(rank);
+  if (s) s = writer_->commit();
+  if (!s) {
+    // A file without its first transaction (no ranks row) is not a trace of this rank: leave none behind.
+    writer_.reset();
+    std::error_code ec;
+    for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path_.string() + suffix, ec);
+  }
+  return s;
+}
 
+// Every piece of session state back to empty for the new file; events left in a buffer from before this session
+// are not this file's. Under lifecycleMutex_, before the flusher starts.
+void Recorder::resetSession() {
   {
     std::lock_guard lock(stateMutex_);
-    rankInfo_ = rank;
+    rankInfo_ = options_.rank;
     rankDirty_ = false;
     pendingMeta_.clear();
     pendingGroups_.clear();
@@ -313,6 +332,7 @@ tracedb::Status Recorder::start(const RuntimeOptions& options) {
     records_.clear();
     recordsDroppedQueue_ = 0;
   }
+  recordsDroppedFailed_.store(0, std::memory_order_relaxed);
   {
     std::lock_guard lock(controlMutex_);
     flushRequested_ = flushDone_ = 0;
@@ -332,15 +352,15 @@ tracedb::Status Recorder::start(const RuntimeOptions& options) {
   failedFlushes_ = 0;
   lastFlushError_.clear();
   ++session_;
-  {
-    // Events left in a buffer from before this session are not this file's.
-    std::lock_guard lock(registryMutex_);
-    for (auto& e : entries_) {
-      e->buffer->tail.store(e->buffer->head.load(std::memory_order_acquire), std::memory_order_release);
-      e->droppedSeen = e->buffer->dropped.load(std::memory_order_relaxed);
-    }
+  std::lock_guard lock(registryMutex_);
+  for (auto& e : entries_) {
+    e->buffer->tail.store(e->buffer->head.load(std::memory_order_acquire), std::memory_order_release);
+    e->droppedSeen = e->buffer->dropped.load(std::memory_order_relaxed);
   }
+}
 
+// The flusher thread (with the dump signals blocked), the signal handlers and the exit hook; then recording is on.
+tracedb::Status Recorder::startFlusher() {
   wakeFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   signalState().finalRequested.store(false);
   signalState().done.store(signalState().requested.load());
@@ -363,8 +383,6 @@ tracedb::Status Recorder::start(const RuntimeOptions& options) {
   detail::g_sink.store(this, std::memory_order_release);
   started_.store(true, std::memory_order_release);
   detail::g_recording.store(true, std::memory_order_release);
-
-  if (clockStore_ && rank.worldSize > 1) startClockThread();
   return tracedb::Status::ok();
 }
 
@@ -631,47 +649,75 @@ void Recorder::flusherMain() {
   }
 }
 
+void FlushTally::check(const tracedb::Status& s) {
+  if (!s && firstError.empty()) firstError = s.message();
+}
+
+void FlushTally::count(const tracedb::Status& s) {
+  check(s);
+  (s ? recordsWritten : recordsDropped)++;
+}
+
+// One flush: one transaction with everything recorded since the last one, then the participants' rows, then the
+// recorder_stats row. Flusher thread only. The clock's lock is held while this thread converts ticks (released
+// before the participants, which may convert).
 void Recorder::flushOnce(bool final, std::string_view finalReason) {
   const int64_t t0 = monotonicNow();
   const int64_t cpu0 = threadCpuNow();
-  // Conversions of this flush happen under the clock's lock (released before the participants, which may convert).
   std::unique_lock clockLock(clock_.lock());
   clock_.recalibrate();
-  tracedb::Writer& w = *writer_;
-  const int rank = options_.rank.rank;
-  int64_t spansWritten = 0, spansDropped = 0, recordsWritten = 0, recordsDropped = 0;
-  bool wroteSomething = false;
-  std::string firstError;
-  auto check = [&](const tracedb::Status& s) {
-    if (!s && firstError.empty()) firstError = s.message();
-  };
-
-  // Buffers and lanes whose threads rows this file lacks.
-  std::vector<BufferEntry*> entries;
+  FlushTally tally;
   std::vector<tracedb::ThreadInfo> threadRows;
-  {
-    std::lock_guard lock(registryMutex_);
-    entries.reserve(entries_.size());
-    for (auto& e : entries_) {
-      entries.push_back(e.get());
-      if (e->threadRowSession != session_) {
-        e->threadRowSession = session_;
-        threadRows.push_back(tracedb::ThreadInfo{rank, static_cast<int>(e->threadId), "cpu", e->name});
-      }
-    }
-    for (Lane& l : lanes_) {
-      if (l.threadRowSession != session_) {
-        l.threadRowSession = session_;
-        threadRows.push_back(tracedb::ThreadInfo{rank, static_cast<int>(l.threadId), l.kind, l.name});
-      }
+  const std::vector<BufferEntry*> entries = snapshotBuffers(threadRows);
+  tally.check(writer_->begin());
+  for (const auto& t : threadRows) tally.check(writer_->putThread(t));
+  std::vector<BufferEntry*> retired;
+  drainSpans(entries, tally, retired);
+  std::vector<RawCounter> clockCounters;
+  writeSessionState(final, finalReason, tally, clockCounters);
+  writeCollectives(tally);
+  writeQueuedRecords(clockCounters, tally);
+  clockLock.unlock();
+  runParticipants(final, tally);
+  RecorderStats s = commitWithStats(t0, final, tally);
+  s.flushCpuNsTotal += threadCpuNow() - cpu0;
+  if (!tally.firstError.empty()) {
+    // Logged once per distinct reason: a full disk fails every flush, four times a second. `tpscope capture` reads
+    // these lines from the rank's log to say that the trace is incomplete.
+    if (tally.firstError != lastFlushError_) logLine("flush to " + path_.string() + " failed: " + tally.firstError);
+    lastFlushError_ = tally.firstError;
+    ++failedFlushes_;
+  }
+  freeRetired(retired);
+  publishStats(s);
+}
+
+// 1. Buffers and lanes whose threads rows this file lacks.
+std::vector<BufferEntry*> Recorder::snapshotBuffers(std::vector<tracedb::ThreadInfo>& threadRows) {
+  const int rank = options_.rank.rank;
+  std::vector<BufferEntry*> entries;
+  std::lock_guard lock(registryMutex_);
+  entries.reserve(entries_.size());
+  for (auto& e : entries_) {
+    entries.push_back(e.get());
+    if (e->threadRowSession != session_) {
+      e->threadRowSession = session_;
+      threadRows.push_back(tracedb::ThreadInfo{rank, static_cast<int>(e->threadId), "cpu", e->name});
     }
   }
+  for (Lane& l : lanes_) {
+    if (l.threadRowSession != session_) {
+      l.threadRowSession = session_;
+      threadRows.push_back(tracedb::ThreadInfo{rank, static_cast<int>(l.threadId), l.kind, l.name});
+    }
+  }
+  return entries;
+}
 
-  check(w.begin());
-  for (const auto& t : threadRows) check(w.putThread(t));
-
-  // Spans, one buffer at a time (a drained chunk is at most one ring: 64 Ki rows).
-  std::vector<BufferEntry*> retired;
+// 2. Spans, one buffer at a time (a drained chunk is at most one ring: 64 Ki rows). Buffers of exited threads go
+// to `retired` once drained.
+void Recorder::drainSpans(const std::vector<BufferEntry*>& entries, FlushTally& tally,
+                          std::vector<BufferEntry*>& retired) {
   bool wantRefs;
   {
     std::lock_guard lock(participantsMutex_);
@@ -681,69 +727,78 @@ void Recorder::flushOnce(bool final, std::string_view finalReason) {
   for (BufferEntry* e : entries) {
     ThreadBuffer& b = *e->buffer;
     const bool isRetired = b.retired.load(std::memory_order_acquire);
-    const uint64_t head = b.head.load(std::memory_order_acquire);
-    const uint64_t tail = b.tail.load(std::memory_order_relaxed);
-    const size_t n = static_cast<size_t>(head - tail);
-    if (n > 0) {
-      rows_.resize(n);
-      const Site* lastSite = nullptr;
-      uint32_t lastName = 0;
-      for (size_t i = 0; i < n; ++i) {
-        const SpanEvent& ev = b.events[(tail + i) & (ThreadBuffer::kCapacity - 1)];
-        if (ev.site != lastSite) {
-          auto it = siteNames_.find(ev.site);
-          if (it == siteNames_.end()) {
-            auto id = w.intern(ev.site->name != nullptr ? ev.site->name : "");
-            check(id.status());
-            it = siteNames_.emplace(ev.site, id ? *id : 0).first;
-          }
-          lastSite = ev.site;
-          lastName = it->second;
-        }
-        tracedb::SpanRow& r = rows_[i];
-        r.rank = rank;
-        r.thread = static_cast<int>(e->threadId);
-        r.kind = static_cast<tracedb::SpanKind>(ev.site->kind);
-        r.name = lastName;
-        r.beginNs = clock_.ticksToFile(ev.t0);
-        r.durNs = std::max<int64_t>(0, clock_.ticksToFile(ev.t1) - r.beginNs);
-        r.step = ev.step;
-        r.layer = ev.layer;
-        r.phase = static_cast<tracedb::Phase>(ev.site->phase);
-        r.correlation.reset();
-      }
-      b.tail.store(head, std::memory_order_release);
-      const tracedb::Status s = w.addSpans(std::span<const tracedb::SpanRow>(rows_.data(), n));
-      check(s);
-      if (s) {
-        spansWritten += static_cast<int64_t>(n);
-        if (wantRefs) {
-          const int64_t last = w.lastRowId();
-          const int64_t first = last - static_cast<int64_t>(n) + 1;
-          for (size_t i = 0; i < n; ++i) {
-            const tracedb::SpanRow& r = rows_[i];
-            hostRefs_.push_back(HostSpanRef{first + static_cast<int64_t>(i), e->threadId,
-                                            static_cast<SpanKind>(r.kind), r.beginNs, r.endNs(), r.step,
-                                            static_cast<int16_t>(r.layer), static_cast<Phase>(r.phase)});
-          }
-        }
-      } else {
-        spansDropped += static_cast<int64_t>(n);
-      }
-      wroteSomething = true;
-    }
+    drainBuffer(*e, wantRefs, tally);
     const uint64_t d = b.dropped.load(std::memory_order_relaxed);
-    spansDropped += static_cast<int64_t>(d - e->droppedSeen);
+    tally.spansDropped += static_cast<int64_t>(d - e->droppedSeen);
     e->droppedSeen = d;
     if (isRetired) retired.push_back(e);
   }
+}
 
-  // Rank, meta, groups, clock counters.
+// The spans of one buffer as rows (names interned once per site), written; their row ids kept for participants.
+void Recorder::drainBuffer(BufferEntry& e, bool wantRefs, FlushTally& tally) {
+  tracedb::Writer& w = *writer_;
+  const int rank = options_.rank.rank;
+  ThreadBuffer& b = *e.buffer;
+  const uint64_t head = b.head.load(std::memory_order_acquire);
+  const uint64_t tail = b.tail.load(std::memory_order_relaxed);
+  const size_t n = static_cast<size_t>(head - tail);
+  if (n == 0) return;
+  rows_.resize(n);
+  const Site* lastSite = nullptr;
+  uint32_t lastName = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const SpanEvent& ev = b.events[(tail + i) & (ThreadBuffer::kCapacity - 1)];
+    if (ev.site != lastSite) {
+      auto it = siteNames_.find(ev.site);
+      if (it == siteNames_.end()) {
+        auto id = w.intern(ev.site->name != nullptr ? ev.site->name : "");
+        tally.check(id.status());
+        it = siteNames_.emplace(ev.site, id ? *id : 0).first;
+      }
+      lastSite = ev.site;
+      lastName = it->second;
+    }
+    tracedb::SpanRow& r = rows_[i];
+    r.rank = rank;
+    r.thread = static_cast<int>(e.threadId);
+    r.kind = static_cast<tracedb::SpanKind>(ev.site->kind);
+    r.name = lastName;
+    r.beginNs = clock_.ticksToFile(ev.t0);
+    r.durNs = std::max<int64_t>(0, clock_.ticksToFile(ev.t1) - r.beginNs);
+    r.step = ev.step;
+    r.layer = ev.layer;
+    r.phase = static_cast<tracedb::Phase>(ev.site->phase);
+    r.correlation.reset();
+  }
+  b.tail.store(head, std::memory_order_release);
+  const tracedb::Status s = w.addSpans(std::span<const tracedb::SpanRow>(rows_.data(), n));
+  tally.check(s);
+  tally.wroteSomething = true;
+  if (!s) {
+    tally.spansDropped += static_cast<int64_t>(n);
+    return;
+  }
+  tally.spansWritten += static_cast<int64_t>(n);
+  if (!wantRefs) return;
+  const int64_t last = w.lastRowId();
+  const int64_t first = last - static_cast<int64_t>(n) + 1;
+  for (size_t i = 0; i < n; ++i) {
+    const tracedb::SpanRow& r = rows_[i];
+    hostRefs_.push_back(HostSpanRef{first + static_cast<int64_t>(i), e.threadId, static_cast<SpanKind>(r.kind),
+                                    r.beginNs, r.endNs(), r.step, static_cast<int16_t>(r.layer),
+                                    static_cast<Phase>(r.phase)});
+  }
+}
+
+// 3. Rank, meta, groups; hands back the clock counters queued since the last flush.
+void Recorder::writeSessionState(bool final, std::string_view finalReason, FlushTally& tally,
+                                 std::vector<RawCounter>& clockCounters) {
+  tracedb::Writer& w = *writer_;
   tracedb::RankInfo rankInfo;
   bool rankDirty;
   std::vector<std::pair<std::string, std::string>> meta;
   std::vector<tracedb::GroupInfo> groups;
-  std::vector<RawCounter> clockCounters;
   {
     std::lock_guard lock(stateMutex_);
     if (final) {
@@ -758,27 +813,32 @@ void Recorder::flushOnce(bool final, std::string_view finalReason) {
     groups.swap(pendingGroups_);
     clockCounters.swap(clockCounters_);
   }
-  if (rankDirty) check(w.putRank(rankInfo));
-  for (const auto& [k, v] : meta) check(w.setMeta(k, v));
+  if (rankDirty) tally.check(w.putRank(rankInfo));
+  for (const auto& [k, v] : meta) tally.check(w.setMeta(k, v));
   std::vector<tracedb::GroupInfo> ringGroups;
   ring_.takeDirty(&collectives_, &ringGroups);
-  for (const auto& g : ringGroups) check(w.putGroup(g));
-  for (const auto& g : groups) check(w.putGroup(g));  // explicit ones (with a backend) win
-  wroteSomething |= rankDirty || !meta.empty() || !groups.empty() || !ringGroups.empty();
+  for (const auto& g : ringGroups) tally.check(w.putGroup(g));
+  for (const auto& g : groups) tally.check(w.putGroup(g));  // explicit ones (with a backend) win
+  tally.wroteSomething |= rankDirty || !meta.empty() || !groups.empty() || !ringGroups.empty();
+}
 
-  // Collectives whose state changed.
+// 4. Collectives whose state changed (taken from the ring by writeSessionState).
+void Recorder::writeCollectives(FlushTally& tally) {
   for (CollectiveSnapshot& c : collectives_) {
-    c.row.rank = rank;
+    c.row.rank = options_.rank.rank;
     c.row.enqueueNs = clock_.ticksToFile(c.enqueueTicks);
     c.row.startNs = c.startTicks ? std::optional<int64_t>(clock_.ticksToFile(c.startTicks)) : std::nullopt;
     c.row.endNs = c.endTicks ? std::optional<int64_t>(clock_.ticksToFile(c.endTicks)) : std::nullopt;
-    const tracedb::Status s = w.upsertCollective(c.row);
-    check(s);
-    (s ? recordsWritten : recordsDropped)++;
+    tally.count(writer_->upsertCollective(c.row));
   }
-  wroteSomething |= !collectives_.empty();
+  tally.wroteSomething |= !collectives_.empty();
+}
 
-  // Queued records.
+// 5. Queued records: gradient stats, step stats, alerts, counters; the records the Sink dropped (queue full, or
+// an allocation that failed) are counted here.
+void Recorder::writeQueuedRecords(const std::vector<RawCounter>& clockCounters, FlushTally& tally) {
+  tracedb::Writer& w = *writer_;
+  const int rank = options_.rank.rank;
   recordsLocal_.clear();
   int64_t queueDrops;
   {
@@ -787,12 +847,9 @@ void Recorder::flushOnce(bool final, std::string_view finalReason) {
     queueDrops = recordsDroppedQueue_;
     recordsDroppedQueue_ = 0;
   }
-  recordsDropped += queueDrops;
-  auto count = [&](const tracedb::Status& s) {
-    check(s);
-    (s ? recordsWritten : recordsDropped)++;
-  };
-  for (const auto& g : recordsLocal_.grads) count(w.addGradStat(g));
+  const int64_t sinkFailures = recordsDroppedFailed_.exchange(0, std::memory_order_relaxed);
+  tally.recordsDropped += queueDrops + sinkFailures;
+  for (const auto& g : recordsLocal_.grads) tally.count(w.addGradStat(g));
   for (const auto& st : recordsLocal_.steps) {
     tracedb::StepStatRow row;
     row.rank = st.rank;
@@ -805,49 +862,50 @@ void Recorder::flushOnce(bool final, std::string_view finalReason) {
     if (st.stat.t0 != 0) row.beginNs = clock_.ticksToFile(st.stat.t0);
     if (st.stat.t1 != 0) row.endNs = clock_.ticksToFile(st.stat.t1);
     row.skipped = st.stat.skipped;
-    count(w.putStepStat(row));
+    tally.count(w.putStepStat(row));
   }
   for (auto& a : recordsLocal_.alerts) {
     a.row.tsNs = clock_.ticksToFile(a.ticks);
-    count(w.addAlert(a.row));
+    tally.count(w.addAlert(a.row));
   }
   for (const auto& c : recordsLocal_.counters) {
-    count(w.addCounter(tracedb::CounterRow{rank, c.name, clock_.ticksToFile(c.ticks), c.value}));
+    tally.count(w.addCounter(tracedb::CounterRow{rank, c.name, clock_.ticksToFile(c.ticks), c.value}));
   }
   for (const auto& c : clockCounters) {
-    check(w.addCounter(tracedb::CounterRow{rank, c.name, clock_.ticksToFile(c.ticks), c.value}));
+    tally.check(w.addCounter(tracedb::CounterRow{rank, c.name, clock_.ticksToFile(c.ticks), c.value}));
   }
-  wroteSomething |= recordsLocal_.size() > 0 || queueDrops > 0 || !clockCounters.empty();
+  tally.wroteSomething |= recordsLocal_.size() > 0 || queueDrops > 0 || sinkFailures > 0 || !clockCounters.empty();
+}
 
-  clockLock.unlock();
+// 6. Sources that add rows (CUPTI).
+void Recorder::runParticipants(bool final, FlushTally& tally) {
+  std::lock_guard lock(participantsMutex_);
+  if (participants_.empty()) return;
+  int64_t pRecW = 0, pRecD = 0, pSpanW = 0, pSpanD = 0;
+  FlushContext ctx{*writer_, options_.rank.rank, final, hostRefs_, &pRecW, &pRecD, &pSpanW, &pSpanD};
+  for (FlushParticipant* p : participants_) p->onFlush(ctx);
+  tally.recordsWritten += pRecW;
+  tally.recordsDropped += pRecD;
+  tally.spansWritten += pSpanW;
+  tally.spansDropped += pSpanD;
+  tally.wroteSomething |= (pRecW + pRecD + pSpanW + pSpanD) > 0;
+}
 
-  // Sources that add rows (CUPTI).
-  {
-    std::lock_guard lock(participantsMutex_);
-    if (!participants_.empty()) {
-      int64_t pRecW = 0, pRecD = 0, pSpanW = 0, pSpanD = 0;
-      FlushContext ctx{w, rank, final, hostRefs_, &pRecW, &pRecD, &pSpanW, &pSpanD};
-      for (FlushParticipant* p : participants_) p->onFlush(ctx);
-      recordsWritten += pRecW;
-      recordsDropped += pRecD;
-      spansWritten += pSpanW;
-      spansDropped += pSpanD;
-      wroteSomething |= (pRecW + pRecD + pSpanW + pSpanD) > 0;
-    }
-  }
-
+// 7. The session's counters with this flush added, a recorder_stats row when anything happened (or a heartbeat is
+// due), and the commit. Returns the counters to publish.
+RecorderStats Recorder::commitWithStats(int64_t t0, bool final, FlushTally& tally) {
   const int64_t nowMono = monotonicNow();
   const bool heartbeat = nowMono - lastCommitMono_ >= kHeartbeatNs;
-  const bool commitStats = wroteSomething || heartbeat || final || spansDropped > 0;
+  const bool commitStats = tally.wroteSomething || heartbeat || final || tally.spansDropped > 0;
   RecorderStats s;
   {
     std::lock_guard lock(statsMutex_);
     s = stats_;
   }
-  s.spansWritten += spansWritten;
-  s.spansDropped += spansDropped;
-  s.recordsWritten += recordsWritten;
-  recordsDroppedCum_ += recordsDropped;
+  s.spansWritten += tally.spansWritten;
+  s.spansDropped += tally.spansDropped;
+  s.recordsWritten += tally.recordsWritten;
+  recordsDroppedCum_ += tally.recordsDropped;
   s.recordsDropped = recordsDroppedCum_ + ring_.dropped();
   if (commitStats) {
     ++s.flushes;
@@ -855,7 +913,7 @@ void Recorder::flushOnce(bool final, std::string_view finalReason) {
     s.flushNsTotal += flushNs;
     s.flushNsMax = std::max(s.flushNsMax, flushNs);
     tracedb::RecorderStatsRow row;
-    row.rank = rank;
+    row.rank = options_.rank.rank;
     row.tsNs = clock_.nowFile();
     row.spansWritten = s.spansWritten;
     row.spansDropped = s.spansDropped;
@@ -865,29 +923,25 @@ void Recorder::flushOnce(bool final, std::string_view finalReason) {
     row.flushNsMax = s.flushNsMax;
     row.flushNsTotal = s.flushNsTotal;
     row.probeOverheadNs = (s.spansWritten + s.spansDropped) * perSpanCostPs_ / 1000;
-    check(w.addRecorderStats(row));
+    tally.check(writer_->addRecorderStats(row));
     lastCommitMono_ = nowMono;
   }
-  check(w.commit());
-  s.flushCpuNsTotal += threadCpuNow() - cpu0;
-  if (!firstError.empty()) {
-    // Logged once per distinct reason: a full disk fails every flush, four times a second. `tpscope capture` reads
-    // these lines from the rank's log to say that the trace is incomplete.
-    if (firstError != lastFlushError_) logLine("flush to " + path_.string() + " failed: " + firstError);
-    lastFlushError_ = firstError;
-    ++failedFlushes_;
-  }
+  tally.check(writer_->commit());
+  return s;
+}
 
-  // Buffers of exited threads, now drained.
-  if (!retired.empty()) {
-    std::lock_guard lock(registryMutex_);
-    for (BufferEntry* e : retired) {
-      delete e->buffer;
-      entries_.erase(std::remove_if(entries_.begin(), entries_.end(), [&](const auto& p) { return p.get() == e; }),
-                     entries_.end());
-    }
+// 8. Buffers of exited threads, now drained.
+void Recorder::freeRetired(const std::vector<BufferEntry*>& retired) {
+  if (retired.empty()) return;
+  std::lock_guard lock(registryMutex_);
+  for (BufferEntry* e : retired) {
+    delete e->buffer;
+    entries_.erase(std::remove_if(entries_.begin(), entries_.end(), [&](const auto& p) { return p.get() == e; }),
+                   entries_.end());
   }
+}
 
+void Recorder::publishStats(const RecorderStats& s) {
   std::lock_guard lock(statsMutex_);
   stats_.spansWritten = s.spansWritten;
   stats_.spansDropped = s.spansDropped;

@@ -73,6 +73,15 @@ struct PendingRecords {
   }
 };
 
+// What one flush wrote and dropped, and its first error (flusher thread only).
+struct FlushTally {
+  int64_t spansWritten = 0, spansDropped = 0, recordsWritten = 0, recordsDropped = 0;
+  bool wroteSomething = false;
+  std::string firstError;
+  void check(const tracedb::Status& s);  // keeps the first error
+  void count(const tracedb::Status& s);  // check, and one record written or dropped
+};
+
 class Recorder final : public Sink {
  public:
   static Recorder& instance();
@@ -115,7 +124,23 @@ class Recorder final : public Sink {
   Recorder() = default;
   BufferEntry* entryForThisThread() noexcept;
   void flusherMain();
+  // The steps of start(), in its order (under lifecycleMutex_).
+  tracedb::Status openRankFile();
+  void resetSession();
+  tracedb::Status startFlusher();
   void flushOnce(bool final, std::string_view finalReason);
+  // The steps of flushOnce, in its order (flusher thread; the clock's lock held up to runParticipants).
+  std::vector<BufferEntry*> snapshotBuffers(std::vector<tracedb::ThreadInfo>& threadRows);
+  void drainSpans(const std::vector<BufferEntry*>& entries, FlushTally& tally, std::vector<BufferEntry*>& retired);
+  void drainBuffer(BufferEntry& e, bool wantRefs, FlushTally& tally);
+  void writeSessionState(bool final, std::string_view finalReason, FlushTally& tally,
+                         std::vector<RawCounter>& clockCounters);
+  void writeCollectives(FlushTally& tally);
+  void writeQueuedRecords(const std::vector<RawCounter>& clockCounters, FlushTally& tally);
+  void runParticipants(bool final, FlushTally& tally);
+  RecorderStats commitWithStats(int64_t t0, bool final, FlushTally& tally);
+  void freeRetired(const std::vector<BufferEntry*>& retired);
+  void publishStats(const RecorderStats& s);
   bool anyBufferHalfFull();
   void runClockAlignment(const std::string& tag, std::chrono::milliseconds timeout, bool atStart);
   void joinClockThread();
@@ -158,6 +183,7 @@ class Recorder final : public Sink {
   std::mutex recordsMutex_;
   PendingRecords records_;
   int64_t recordsDroppedQueue_ = 0;
+  std::atomic<int64_t> recordsDroppedFailed_{0};  // records a Sink call lost to an exception (bad_alloc), any thread
 
   std::mutex controlMutex_;
   std::condition_variable controlCv_;

@@ -2,6 +2,8 @@
 
 #include <array>
 
+#include "tpscope/probes/probes.h"
+
 namespace tpscope::tracedb {
 
 std::string_view spanKindName(SpanKind kind) {
@@ -12,12 +14,10 @@ std::string_view spanKindName(SpanKind kind) {
   return i < kNames.size() ? kNames[i] : std::string_view("unknown");
 }
 
-std::string_view phaseName(Phase phase) {
-  static constexpr std::array<std::string_view, 7> kNames = {"none", "fwd", "bwd", "optimizer", "data",
-                                                             "checkpoint", "other"};
-  const auto i = static_cast<size_t>(phase);
-  return i < kNames.size() ? kNames[i] : std::string_view("unknown");
-}
+// The names are the probe API's (one table); the numbering is the same, checked here.
+static_assert(static_cast<int>(Phase::Backward) == static_cast<int>(probes::Phase::Backward) &&
+              static_cast<int>(Phase::Other) == static_cast<int>(probes::Phase::Other));
+std::string_view phaseName(Phase phase) { return probes::phaseName(static_cast<probes::Phase>(phase)); }
 
 namespace {
 constexpr std::array<std::string_view, 5> kStateNames = {"scheduled", "started", "completed", "timed_out", "failed"};

@@ -9,6 +9,7 @@
 
 #include "schema.h"
 #include "sqlite_util.h"
+#include "tpscope/version.h"
 
 namespace tpscope::tracedb {
 
@@ -152,7 +153,7 @@ Result<std::unique_ptr<Writer>> Writer::create(const std::filesystem::path& path
   if (Status s = w->setMeta(meta_keys::kRunId, options.runId); !s) return abandon(s);
   if (Status s = w->setMeta(meta_keys::kEpochUnixNs, std::to_string(options.epochUnixNs)); !s) return abandon(s);
   if (Status s = w->setMeta(meta_keys::kSource, options.source); !s) return abandon(s);
-  if (Status s = w->setMeta(meta_keys::kTool, "tpscope " TPSCOPE_VERSION_STRING); !s) return abandon(s);
+  if (Status s = w->setMeta(meta_keys::kTool, tpscope::kToolName); !s) return abandon(s);
   if (Status s = w->commit(); !s) return abandon(s);
   if (options.bulkLoad) {
     if (Status s = detail::exec(db, path,

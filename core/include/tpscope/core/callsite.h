@@ -17,6 +17,8 @@ struct Callsite {
 // "layer 3 attention output RowParallel forward all-reduce"; `op` is the logical op ("all-reduce").
 std::string describeCallsite(const Callsite& site, probes::Phase phase, const char* op);
 
-const char* phaseName(probes::Phase phase) noexcept;
+// The word for a phase in a callsite description ("forward", "backward", ...; the stored names are
+// probes::phaseName's "fwd", "bwd").
+const char* callsitePhaseWord(probes::Phase phase) noexcept;
 
 }  // namespace tpscope::core

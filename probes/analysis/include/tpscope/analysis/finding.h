@@ -15,12 +15,16 @@
 #include <variant>
 #include <vector>
 
+#include "tpscope/probes/severity.h"
+
 namespace tpscope::analysis {
 
-// Ordered most severe first (sorting by the enum value puts critical findings on top).
-enum class Severity : uint8_t { Critical = 0, Error = 1, Warning = 2, Info = 3 };
-std::string_view severityName(Severity severity);  // "critical", "error", "warning", "info"
-std::optional<Severity> parseSeverity(std::string_view name);
+// The one severity scale (tpscope/probes/severity.h), ordered most severe first: sorting by the enum value puts
+// critical findings on top.
+using probes::Severity;
+using probes::severityName;   // "critical", "error", "warning", "info"
+using probes::parseSeverity;
+using probes::storedSeverity;  // an alert's stored name; unknown names grade as warnings
 
 enum class FindingKind : uint8_t {
   NanOrigin,          // first NaN: (step, rank, layer, param/phase), told apart from ranks that only received it
@@ -34,6 +38,7 @@ enum class FindingKind : uint8_t {
   Crash,              // a rank that exited by crash/signal, or whose records stop early
   CommOverhead,       // exposed (non-overlapped) communication above a threshold of step time
 };
+inline constexpr size_t kFindingKindCount = 10;
 std::string_view findingKindName(FindingKind kind);  // "nan_origin", "inf_origin", "grad_spike", ...
 std::optional<FindingKind> parseFindingKind(std::string_view name);
 

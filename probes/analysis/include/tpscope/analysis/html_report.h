@@ -38,7 +38,7 @@ struct TimelineOptions {
 
 struct HtmlReportOptions {
   std::string title;      // shown in the heading; default: the run file's name
-  std::string generator;  // "tpscope 0.1.0", shown in the footer
+  std::string generator;  // "tpscope <version>" (tpscope::kToolName), shown in the footer
   TimelineOptions timeline;
 };
 

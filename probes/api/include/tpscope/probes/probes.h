@@ -13,10 +13,13 @@
 //    flushes ("record raw, convert later").
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <span>
 #include <string_view>
+
+#include "tpscope/probes/severity.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <x86intrin.h>
@@ -48,8 +51,15 @@ enum class SpanKind : uint8_t {
   Wait = 11,       // host blocked waiting (sync, store, barrier outside the communicator)
 };
 
-// Stored as integers (spans.phase, collectives.phase); names in the `phases` table.
+// Stored as integers (spans.phase, collectives.phase); names in the `phases` table, which are phaseName's.
 enum class Phase : uint8_t { None = 0, Forward = 1, Backward = 2, Optimizer = 3, Data = 4, Checkpoint = 5, Other = 6 };
+inline constexpr std::array<std::string_view, 7> kPhaseNames = {"none", "fwd",        "bwd",  "optimizer",
+                                                                "data", "checkpoint", "other"};
+// "none", "fwd", "bwd", "optimizer", "data", "checkpoint", "other"; "unknown" for a value out of range.
+constexpr std::string_view phaseName(Phase phase) {
+  const auto i = static_cast<size_t>(phase);
+  return i < kPhaseNames.size() ? kPhaseNames[i] : std::string_view("unknown");
+}
 
 // Flight-recorder states of a collective (collectives.state).
 enum class CollectiveState : uint8_t { Scheduled = 0, Started = 1, Completed = 2, TimedOut = 3, Failed = 4 };
@@ -150,11 +160,9 @@ struct StepStat {
   bool skipped = false;   // the update was dropped (non-finite policy)
 };
 
-enum class Severity : uint8_t { Info = 0, Warning = 1, Error = 2, Critical = 3 };
-
 struct Alert {
-  Severity severity = Severity::Warning;
-  std::string_view kind;      // "nonfinite_grad", "nonfinite_activation", "grad_spike", "loss_spike", ...
+  Severity severity = Severity::Warning;  // severity.h: the one scale
+  std::string_view kind;      // one of alert_kinds (alert_kinds.h)
   int step = -1;
   int layer = -1;
   std::string_view param;     // parameter or phase where it shows

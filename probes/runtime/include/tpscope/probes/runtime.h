@@ -28,6 +28,7 @@
 #include "tpscope/probes/probes.h"
 #include "tpscope/tracedb/records.h"
 #include "tpscope/tracedb/status.h"
+#include "tpscope/version.h"
 
 namespace tpscope::probes {
 
@@ -81,7 +82,7 @@ struct RuntimeOptions {
   std::shared_ptr<KvStore> clockStore; // if set: clock alignment at start (background) and at stop()
   ClockAlignOptions clock;
   std::chrono::milliseconds clockEndTimeout{5'000};  // the alignment at stop() waits at most this per wait
-  std::string tool = "tpscope 0.1.0";  // meta tool
+  std::string tool = std::string(kToolName);  // meta tool
 };
 
 // The options a launcher passes through the environment, or nullopt when TPSCOPE_OUT is unset or empty:

@@ -20,7 +20,7 @@ inline constexpr std::string_view kRunId = "run_id";
 inline constexpr std::string_view kEpochUnixNs = "epoch_unix_ns";   // wall-clock ns of time 0 in this file
 inline constexpr std::string_view kClockAligned = "clock_aligned";  // "1": ranks' offsets already applied (merged)
 inline constexpr std::string_view kConfig = "config";               // the training config, JSON
-inline constexpr std::string_view kTool = "tool";                   // "tpscope 0.1.0", "tpscope import kineto", ...
+inline constexpr std::string_view kTool = "tool";                   // "tpscope <version>", "tpscope import kineto", ...
 inline constexpr std::string_view kSource = "source";               // "capture", "merge", "kineto", ...
 inline constexpr std::string_view kHostCpusPrefix = "host_cpus.";   // + host name: its logical CPUs (recorder)
 inline constexpr std::string_view kCaptureExit = "capture_exit";    // a rank file: its exit as the launcher saw it
@@ -40,7 +40,7 @@ enum class SpanKind : uint8_t {
 inline constexpr int kSpanKindCount = 12;
 std::string_view spanKindName(SpanKind kind);
 enum class Phase : uint8_t { None = 0, Forward = 1, Backward = 2, Optimizer = 3, Data = 4, Checkpoint = 5, Other = 6 };
-std::string_view phaseName(Phase phase);
+std::string_view phaseName(Phase phase);  // the probe API's names (probes::phaseName): "fwd", "bwd", ...
 
 enum class CollectiveState : uint8_t { Scheduled = 0, Started = 1, Completed = 2, TimedOut = 3, Failed = 4 };
 std::string_view collectiveStateName(CollectiveState state);  // "scheduled", "started", "completed", "timed_out", "failed"
@@ -135,7 +135,7 @@ struct AlertRow {
   int rank = 0;
   int step = -1;
   int64_t tsNs = 0;
-  std::string severity = "warning";  // "info", "warning", "error", "critical"
+  std::string severity = "warning";  // a name of the one scale, tpscope/probes/severity.h: "critical" ... "info"
   std::string kind;
   int layer = -1;
   std::string param;

@@ -1,5 +1,6 @@
 #include "tpscope/core/health_rules.h"
 
+#include "tpscope/probes/alert_kinds.h"
 #include "tpscope/probes/nonfinite_order.h"
 
 #include <fmt/format.h>
@@ -14,6 +15,8 @@
 #include <vector>
 
 namespace tpscope::core {
+
+namespace alert_kinds = probes::alert_kinds;
 
 namespace {
 
@@ -218,7 +221,7 @@ StepAction HealthRules::checkGradients(int step, std::span<const probes::GradSta
                         {"numel", first->numel},        {"params_affected", affected},
                         {"nan_total", nan},             {"inf_total", inf},
                         {"policy", healthPolicyName(options_.nonfinite)}};
-      raise(probes::Severity::Critical, "nonfinite_grad", step, first->layer, first->param,
+      raise(probes::Severity::Critical, alert_kinds::kNonfiniteGrad, step, first->layer, first->param,
             fmt::format("non-finite gradient before reduction: {} ({} NaN, {} Inf in {} elements){}", first->param,
                         first->nanCount, first->infCount, first->numel,
                         affected > 1 ? fmt::format("; {} parameters affected", affected) : std::string()),
@@ -238,7 +241,7 @@ StepAction HealthRules::checkGradients(int step, std::span<const probes::GradSta
     for (const auto& g : stats)
       if (top == nullptr || g.l2Norm > top->l2Norm) top = &g;
     if (top != nullptr) ev["top_param"] = top->param;
-    raise(probes::Severity::Warning, "grad_spike", step, top != nullptr ? top->layer : -1,
+    raise(probes::Severity::Warning, alert_kinds::kGradSpike, step, top != nullptr ? top->layer : -1,
           top != nullptr ? top->param : std::string_view(),
           fmt::format("gradient norm {:.4g} is {:.1f}x the median {:.4g} of the last {} steps", norm,
                       median > 0 ? norm / median : 0.0, median, gradBase_.size()),
@@ -260,13 +263,13 @@ StepAction HealthRules::checkActivation(int step, const ActivationFault& fault) 
   const bool firstOfRun = startsBadRun(lastNonfiniteActStep_, step);
   if (options_.nonfinite == HealthPolicy::Off) return StepAction::Continue;
   if (!firstOfRun) return actionOf(options_.nonfinite);
-  nlohmann::json ev{{"phase", "fwd"},
+  nlohmann::json ev{{"phase", std::string(probes::phaseName(probes::Phase::Forward))},
                     {"where", fault.where},
                     {"micro_batch", fault.microBatch},
                     {"value", nonfiniteName(fault.value)},
                     {std::isnan(fault.value) ? "nan_count" : "inf_count", 1},
                     {"policy", healthPolicyName(options_.nonfinite)}};
-  raise(probes::Severity::Critical, "nonfinite_activation", step, fault.layer, fault.where,
+  raise(probes::Severity::Critical, alert_kinds::kNonfiniteActivation, step, fault.layer, fault.where,
         fmt::format("{} is {} in the forward pass (micro-batch {}): the first non-finite output of this rank's step",
                     fault.where, nonfiniteName(fault.value), fault.microBatch),
         ev.dump(), fault.ticks);
@@ -281,8 +284,10 @@ StepAction HealthRules::checkLoss(int step, double localLoss) {
     // Already named by the forward output it came from (checkActivation this step), or a repeat of a bad run.
     if (!firstOfRun || lastNonfiniteActStep_ == step) return actionOf(options_.nonfinite);
     nlohmann::json ev{
-        {"phase", "fwd"}, {"loss", nonfiniteName(localLoss)}, {"policy", healthPolicyName(options_.nonfinite)}};
-    raise(probes::Severity::Critical, "nonfinite_activation", step, -1, "loss",
+        {"phase", std::string(probes::phaseName(probes::Phase::Forward))},
+        {"loss", nonfiniteName(localLoss)},
+        {"policy", healthPolicyName(options_.nonfinite)}};
+    raise(probes::Severity::Critical, alert_kinds::kNonfiniteActivation, step, -1, "loss",
           fmt::format("this rank's loss is {} before the DP reduction: the forward pass produced a non-finite value",
                       localLoss),
           ev.dump());
@@ -293,7 +298,7 @@ StepAction HealthRules::checkLoss(int step, double localLoss) {
     pendingUnhealthy_ = true;
     nlohmann::json ev{{"loss", localLoss}, {"median", median}, {"mad", mad}, {"baseline_steps", lossBase_.size()},
                       {"factor", options_.lossSpike.factor}, {"policy", healthPolicyName(options_.lossSpike.policy)}};
-    raise(probes::Severity::Warning, "loss_spike", step, -1, "loss",
+    raise(probes::Severity::Warning, alert_kinds::kLossSpike, step, -1, "loss",
           fmt::format("loss {:.4g} is {:.1f}x the median {:.4g} of the last {} steps", localLoss,
                       median > 0 ? localLoss / median : 0.0, median, lossBase_.size()),
           ev.dump());
@@ -317,7 +322,7 @@ StepAction HealthRules::checkReplicas(int step, double minNorm, double maxNorm, 
   nlohmann::json ev{{"min_grad_norm", minNorm}, {"max_grad_norm", maxNorm}, {"relative_difference", rel},
                     {"rtol", options_.replicaRtol}, {"dp_size", dpSize},
                     {"policy", healthPolicyName(options_.replica)}};
-  raise(probes::Severity::Error, "replica_divergence", step, -1, "",
+  raise(probes::Severity::Error, alert_kinds::kReplicaDivergence, step, -1, "",
         fmt::format("DP replicas disagree after the gradient reduction: grad norm {:.8g} vs {:.8g} (relative {:.2e})",
                     minNorm, maxNorm, rel),
         ev.dump());
@@ -334,7 +339,7 @@ StepAction HealthRules::agree(int step, StepAction agreed) {
       nlohmann::json ev{{"skipped_steps", std::vector<int>(skipped_.begin(), skipped_.end())},
                         {"skip_window", options_.skipWindow},
                         {"skip_max", options_.skipMax}};
-      raise(probes::Severity::Critical, "too_many_skipped_steps", step, -1, "",
+      raise(probes::Severity::Critical, alert_kinds::kTooManySkippedSteps, step, -1, "",
             fmt::format("{} steps skipped within {} steps (at most {} allowed): stopping", skipped_.size(),
                         options_.skipWindow, options_.skipMax),
             ev.dump());
