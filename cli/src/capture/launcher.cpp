@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "capture/progress_display.h"
+#include "capture/python_program.h"
 #include "capture/rank_process.h"
 #include "capture/run_poller.h"
 #include "tpscope/analysis/diagnose.h"
@@ -382,6 +383,10 @@ int runCapture(const CaptureOptions& o, std::FILE* out, std::FILE* err, bool tty
     argv = o.program;
     argv.front() = prog.string();
   }
+  std::map<std::string, std::string> programEnv;  // a Python program: PYTHONPATH with the tpscope package
+  std::string pythonNote, pythonError;
+  if (!defaultProgram && !instrumentPythonProgram(argv, o.self, &programEnv, &pythonNote, &pythonError))
+    return bad(pythonError);
   std::vector<core::FaultSpec> faults;
   for (const auto& text : o.inject) {
     std::string error;
@@ -447,6 +452,7 @@ int runCapture(const CaptureOptions& o, std::FILE* out, std::FILE* err, bool tty
   fmt::print(out, "capture: {} ranks (tp {} x dp {}) → {}\n  {}\n", o.nproc, tp, dp, dir.string(), command);
   if (!faults.empty()) fmt::print(out, "  inject: {}\n", core::formatFaultList(faults));
   if (!healthText.empty()) fmt::print(out, "  health: {}\n", healthText);
+  if (!pythonNote.empty()) fmt::print(out, "  python: {}\n", pythonNote);
   std::fflush(out);
 
   // ---- 3. spawn -------------------------------------------------------------------------------------------------
@@ -467,7 +473,10 @@ int runCapture(const CaptureOptions& o, std::FILE* out, std::FILE* err, bool tty
         {"TPSCOPE_CLOCK_STORE", fmt::format("127.0.0.1:{}", store->port())},
         {"TPSCOPE_INJECT", core::formatFaultList(faults)},
         {"TPSCOPE_HEALTH", healthText},
+        {"TPSCOPE_TP", std::to_string(tp)},
+        {"TPSCOPE_DP", std::to_string(dp)},
     };
+    set.insert(programEnv.begin(), programEnv.end());
     if (std::getenv("OMP_NUM_THREADS") == nullptr) set["OMP_NUM_THREADS"] = "1";
     std::string error;
     auto p = RankProcess::spawn(r, argv, rankEnvironment(set), logs / fmt::format("rank-{}.log", r), &error);
