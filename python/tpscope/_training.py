@@ -1,7 +1,8 @@
 """Steps, losses, gradient health and the live health rules of a Python training loop.
 
 * The step: the first optimizer whose step() is called is the training's; each of its step() calls ends a step
-  (step_stats row, "train step" span from the step's first root-module forward — or the previous step's end — to the
+  (step_stats row — grad_norm NULL, see _training_step; the rank's own norm is the counter local_grad_norm —
+  "train step" span from the step's first root-module forward — or the previous step's end — to the
   end of step()), and the next step begins. Other optimizers' step() calls are recorded as optimizer spans only.
 * The loss: torch.autograd.backward (which Tensor.backward calls) on a one-element tensor; its value is read once
   (one host sync, which the loss's .item() in most loops pays anyway). Each backward() is also a "backward" span.
@@ -185,7 +186,12 @@ def _training_step(optimizer, original, args, kwargs):
     begin = _step.t0 or t0
     _native.emit_span(_site("train step", K.SPAN_STEP, K.PHASE_NONE), begin, t1, -1)
     lr = optimizer.param_groups[0].get("lr", 0.0) if optimizer.param_groups else 0.0
-    _native.step_stat(step, loss, float(lr), grad_norm, 1.0, _step.tokens, begin, t1, action != K.ACTION_CONTINUE)
+    # step_stats.grad_norm is the global norm after reduction, equal on every rank; a hook cannot know which
+    # parameters are sharded and which replicated, so it stays NaN (NULL) and the rank's own norm is a counter.
+    if not math.isnan(grad_norm):  # a NaN counter is dropped by the recorder (and counted as a loss)
+        _native.counter("local_grad_norm", grad_norm)
+    _native.step_stat(step, loss, float(lr), float("nan"), 1.0, _step.tokens, begin, t1,
+                      action != K.ACTION_CONTINUE)
     if action == K.ACTION_STOP:
         _native.flush()
         sys.stderr.write("tpscope: stopped at step %d: every rank agreed to stop on non-finite values "
