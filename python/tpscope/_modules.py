@@ -105,14 +105,23 @@ def param_name(p):
 
 
 def _tensors(x, depth=0):
+    """The tensors in a module's inputs or output: a tensor, or tensors in (nested) tuples, lists and dicts."""
+    if isinstance(x, torch.Tensor):
+        return (x,)
+    if isinstance(x, tuple) and all(isinstance(v, torch.Tensor) for v in x):
+        return x  # the common case: forward(*tensors)
+    return tuple(_nested_tensors(x, depth))
+
+
+def _nested_tensors(x, depth):
     if isinstance(x, torch.Tensor):
         yield x
     elif depth < 3 and isinstance(x, (list, tuple)):
         for v in x:
-            yield from _tensors(v, depth + 1)
+            yield from _nested_tensors(v, depth + 1)
     elif depth < 3 and isinstance(x, dict):
         for v in x.values():
-            yield from _tensors(v, depth + 1)
+            yield from _nested_tensors(v, depth + 1)
 
 
 def _pre_hook(module, inputs):

@@ -6,8 +6,9 @@
   end of step()), and the next step begins. Other optimizers' step() calls are recorded as optimizer spans only.
 * The loss: torch.autograd.backward (which Tensor.backward calls) on a one-element tensor; its value is read once
   (one host sync, which the loss's .item() in most loops pays anyway). Each backward() is also a "backward" span.
-* Before the training optimizer's step(): per-parameter gradient health of its parameters — L2 norm and max |g| of
-  every gradient in two batched device passes (torch._foreach_norm), read back in one sync; NaN/Inf counts only for
+* Before the training optimizer's step(): per-parameter gradient health of its parameters — L2 norm of every gradient
+  in one batched device pass (torch._foreach_norm), max |g| from one aminmax pass per gradient, read back in one
+  sync; NaN/Inf counts only for
   gradients whose norm is not finite (as the engine does). These are the step's grad_stats rows.
 * The live rules are core's HealthRules through the binding (TPSCOPE_HEALTH, `tpscope capture --health`): the first
   non-finite module output of the step (_modules' sums, checked when the loss's backward() is called), the loss, the
@@ -123,14 +124,16 @@ def _grad_health(optimizer, step):
     grads = [p.grad.detach() for p in params]
     try:
         norms = torch._foreach_norm(grads)
-        maxes = torch._foreach_norm(grads, float("inf"))
     except (AttributeError, RuntimeError, TypeError):
         norms = [g.norm() for g in grads]
-        maxes = [g.abs().max() for g in grads]
+    # max |g| from one aminmax pass per gradient: _foreach_norm(grads, inf) takes 9 ms where this takes 1 ms on the
+    # sample's 3.3 M gradient elements (one core), as the engine found for ATen's inf-norm.
+    extremes = [torch.stack(g.aminmax()) for g in grads]
     try:
-        l2, mx = torch.stack([torch.stack(norms).double(), torch.stack(maxes).double()]).tolist()
+        l2, mx = torch.stack([torch.stack(norms).double(), torch.stack(extremes).abs().amax(1).double()]).tolist()
     except RuntimeError:  # gradients on several devices
-        l2, mx = [float(n) for n in norms], [float(m) for m in maxes]
+        l2 = [float(n) for n in norms]
+        mx = [float(e.abs().max()) for e in extremes]
     names, layers, rows = [], [], []
     for i, p in enumerate(params):
         nan = inf = 0
