@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """`tpscope capture -- python3 samples/python/tp_train.py` at TP=2, and what the diagnosis says (label multiproc).
 
-    capture_test.py --case healthy|nan|hang --tpscope BIN --python PY --sample tp_train.py --work DIR
+    capture_test.py --case healthy|nan|stop|hang --tpscope BIN --python PY --sample tp_train.py --work DIR
 
 healthy  exit 0; every kind of record is there (module spans in both phases, TP collectives with their per-group
          sequence numbers, grad_stats, step_stats, rank coordinates); the diagnosis has nothing of warning or worse
 nan      rank 1 puts a NaN into layer 1's MLP activation at step 3; the row-parallel all-reduce spreads it to rank 0:
          nan_origin names rank 1, step 3, layer 1 (from the nonfinite_activation alert's time, not a guess)
+stop     the same NaN under --on-nonfinite stop: every rank votes (an int64 all-reduce over world each step), stops
+         at step 3 with status 5, the step recorded as skipped
 hang     rank 1 leaves out layer 0's MLP all-reduce at step 3 and blocks: capture's watchdog stops the run (exit 3);
          the hang names rank 1 and (tp-0, seq 18): 8 TP all-reduces per step at 2 layers, the 2nd of step 3
 """
@@ -119,6 +121,23 @@ def check_nan(args):
         fail("nonfinite_activation alerts (by time): %s" % alerts, log)
 
 
+def check_stop(args):
+    out = os.path.join(args.work, "run")
+    log = capture(args, out, ["--on-nonfinite", "stop"], ["--nan-at", "1:3:1"], 5)
+    run = os.path.join(out, "run.db")
+    db = sqlite3.connect("file:%s?mode=ro" % run, uri=True)
+    steps = rows(db, "SELECT rank, max(step), sum(skipped) FROM step_stats GROUP BY rank")
+    if steps != [(0, 3, 1), (1, 3, 1)]:
+        fail("step_stats (rank, last step, skipped): %s, expected both ranks to stop at step 3" % steps, log)
+    votes = rows(db, "SELECT rank, count(*), min(dtype), max(dtype) FROM collectives WHERE group_name = 'world' "
+                     "AND callsite LIKE 'tpscope health vote%' GROUP BY rank")
+    if votes != [(0, 3, "int64", "int64"), (1, 3, "int64", "int64")]:
+        fail("health votes: %s" % votes, log)
+    origin = [f for f in diagnose(args, run) if f["kind"] == "nan_origin"]
+    if not origin or (origin[0].get("rank"), origin[0].get("step")) != (1, 3):
+        fail("nan_origin: %s" % origin, log)
+
+
 def check_hang(args):
     out = os.path.join(args.work, "run")
     log = capture(args, out, ["--hang-timeout", "6"], ["--skip-allreduce", "1:3:0"], 3)
@@ -138,14 +157,14 @@ def check_hang(args):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--case", choices=["healthy", "nan", "hang"], required=True)
+    p.add_argument("--case", choices=["healthy", "nan", "stop", "hang"], required=True)
     p.add_argument("--tpscope", required=True)
     p.add_argument("--python", required=True)
     p.add_argument("--sample", required=True)
     p.add_argument("--work", required=True)
     args = p.parse_args()
     os.makedirs(args.work, exist_ok=True)
-    {"healthy": check_healthy, "nan": check_nan, "hang": check_hang}[args.case](args)
+    {"healthy": check_healthy, "nan": check_nan, "stop": check_stop, "hang": check_hang}[args.case](args)
     print("PASS python_capture_%s" % args.case)
 
 
