@@ -10,16 +10,18 @@ Forward span: pre-hook to forward hook, kind compute, phase forward.
 
 Backward span, without changing the module's inputs or outputs (no BackwardHook wrapping, so in-place ops on
 module outputs keep working): it begins when autograd reaches the node that produced the module's output (a node
-pre-hook) and ends when the last autograd node the module's forward created has run (node post-hooks). The module's
+pre-hook) and ends when the last autograd node the module's forward created has run (post-hooks on the region's
+exit nodes). The module's
 nodes are found when its forward returns, by walking the graph back from its outputs until the nodes of its inputs or
 nodes that an earlier module owns; a submodule's region is walked once, by the submodule, and its parent waits for
 its span instead of its nodes, so the walk costs O(nodes) per forward pass whatever the nesting. Spans whose last
 node never runs (a branch that needs no gradient) end at the last node that did, when backward() returns.
 
-Non-finite check: the sum of each module's first floating-point output, with the time it was produced, kept on the
-device until the loss's backward() (one host sync per step in _training), so the first non-finite output in forward
-order — and when it was produced — is known. Only while gradients are enabled (training), at most _ACT_LIMIT per
-step.
+Non-finite check: the sum of each leaf module's first floating-point output (a module with submodules mostly returns
+a child's output or a residual sum of them, which the next leaf sees: each value is summed about once), with the
+time it was produced, kept on the device until the loss's backward() (one host sync per step in _training), so the
+first non-finite output in forward order — and when it was produced — is known. Only while gradients are enabled
+(training), at most _ACT_LIMIT per step.
 """
 
 import re
@@ -43,11 +45,12 @@ def layer_of(name):
 
 
 class ModuleInfo:
-    __slots__ = ("name", "layer", "fwd_site", "bwd_site", "qualified")
+    __slots__ = ("name", "layer", "fwd_site", "bwd_site", "qualified", "leaf")
 
-    def __init__(self, name, qualified):
+    def __init__(self, name, qualified, leaf=True):
         self.name = name
         self.layer = layer_of(name)
+        self.leaf = leaf  # no submodules: its output is computed here (watched for non-finite values)
         self.fwd_site = _native.site(name, K.SPAN_COMPUTE, K.PHASE_FORWARD)
         self.bwd_site = _native.site(name, K.SPAN_COMPUTE, K.PHASE_BACKWARD)
         self.qualified = qualified
@@ -91,7 +94,7 @@ def _index_root(root):
         known = _infos.get(id(sub))
         if known is not None and known[1].qualified:
             continue
-        _infos[id(sub)] = (sub, ModuleInfo(qual or root_name, bool(qual)))
+        _infos[id(sub)] = (sub, ModuleInfo(qual or root_name, bool(qual), next(sub.children(), None) is None))
     for qual, p in root.named_parameters():
         known = _params.get(id(p))
         if known is None or known[0] is not p:
@@ -134,7 +137,8 @@ def _pre_hook(module, inputs):
         if not stack:
             _index_root(module)
         else:
-            _infos[id(module)] = (module, ModuleInfo(stack[-1].info.name + "." + type(module).__name__, False))
+            _infos[id(module)] = (module, ModuleInfo(stack[-1].info.name + "." + type(module).__name__, False,
+                                                     next(module.children(), None) is None))
         entry = _infos[id(module)]
     if not stack and on_root_forward is not None:
         on_root_forward(inputs)
@@ -155,7 +159,8 @@ def _post_hook(module, inputs, output):
     info = call.info
     _native.span_end(info.fwd_site, call.t0, info.layer)
     if torch.is_grad_enabled():
-        _watch_output(info, output)
+        if info.leaf:
+            _watch_output(info, output)
         _attach_backward(call, inputs, output)
     if not stack:
         _end_root_call()
@@ -233,9 +238,19 @@ def _walk(rec, outs, stops):
         _claims[node] = rec
         if type(node).__name__ == "AccumulateGrad":
             continue
-        node.register_hook(lambda grad_inputs, grad_outputs, rec=rec: _node_done(rec))
-        rec.pending += 1
-        todo.extend(f for f, _ in node.next_functions)
+        # Only the region's exit nodes are hooked (an edge out of its own nodes: to an input, a leaf, an earlier or
+        # a child region, or none at all): every own node runs before some exit node it leads to, so the last exit
+        # node to run is the last own node to run — with a fraction of the hooks.
+        edges = node.next_functions
+        leaves = not edges
+        for f, _ in edges:
+            if f is None or f in stops or _claims.get(f, rec) is not rec or type(f).__name__ == "AccumulateGrad":
+                leaves = True
+            if f is not None:
+                todo.append(f)  # a child's region is linked, an input's or earlier region's becomes the frontier
+        if leaves:
+            node.register_hook(lambda grad_inputs, grad_outputs, rec=rec: _node_done(rec))
+            rec.pending += 1
     rec.frontier = frontier
 
 
