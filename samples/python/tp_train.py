@@ -239,7 +239,8 @@ def main():
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
     p.add_argument("--timeout", type=float, default=120, help="process-group timeout, seconds")
-    p.add_argument("--metrics-jsonl", help="rank 0 appends one JSON object per step (step, loss, step_time_s)")
+    p.add_argument("--metrics-jsonl", help="rank 0 appends one JSON object per step (step, loss, step_time_s, "
+                   "step_cpu_s: the process's CPU time, every thread)")
     p.add_argument("--nan-at", help="RANK:STEP[:LAYER] — one NaN in that layer's MLP activation")
     p.add_argument("--skip-allreduce", help="RANK:STEP[:LAYER] — leave out that layer's MLP all-reduce and block")
     args = p.parse_args()
@@ -277,7 +278,7 @@ def main():
               % (world, tp, dp, args.layers, args.hidden, args.steps), flush=True)
     for step in range(1, args.steps + 1):
         step_now[0] = step
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         tokens, targets = batch(args, dp_rank, step)
         logits = model(tokens)
         loss = F.cross_entropy(logits.reshape(-1, args.vocab), targets.reshape(-1))
@@ -293,12 +294,12 @@ def main():
                 g.copy_(flat[offset:offset + g.numel()].view_as(g))
                 offset += g.numel()
         optimizer.step()
-        elapsed = time.perf_counter() - t0
+        elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
         value = loss.item()
         if rank == 0:
             print("step %d/%d loss %.4f step_time %.4fs" % (step, args.steps, value, elapsed), flush=True)
             if metrics:
-                metrics.write(json.dumps({"step": step, "loss": value, "step_time_s": elapsed}) + "\n")
+                metrics.write(json.dumps({"step": step, "loss": value, "step_time_s": elapsed, "step_cpu_s": cpu}) + "\n")
                 metrics.flush()
     dist.barrier()
     dist.destroy_process_group()
