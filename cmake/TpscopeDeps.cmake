@@ -61,8 +61,10 @@ if(TPSCOPE_WITH_PYTHON)
   if(NOT Python3_Development.Module_FOUND)
     list(APPEND _py_missing python3-dev)
   endif()
-  find_package(pybind11 CONFIG QUIET)
-  if(NOT pybind11_FOUND)
+  # pybind11's CMake package is looked for only once that interpreter is found: without it, pybind11 goes looking for
+  # a Python of its own (a pyenv shim on PATH) and stops the configure with its own error.
+  find_path(TPSCOPE_PYBIND11_INCLUDE pybind11/pybind11.h)
+  if(NOT TPSCOPE_PYBIND11_INCLUDE)
     list(APPEND _py_missing pybind11-dev)
   endif()
   if(Python3_Interpreter_FOUND)
@@ -82,6 +84,7 @@ if(TPSCOPE_WITH_PYTHON)
                         "${_py_missing} (./scripts/setup does), or pass -DTPSCOPE_PYTHON=<python with torch>, or build "
                         "without it: -DTPSCOPE_WITH_PYTHON=OFF")
   endif()
+  find_package(pybind11 CONFIG REQUIRED)
   set(TPSCOPE_HAVE_PYTHON ON)
 endif()
 
