@@ -44,6 +44,50 @@ if(TPSCOPE_WITH_CUDA)  # AUTO and ON
   endif()
 endif()
 
+# The Python package is built for ONE interpreter, the one whose PyTorch it instruments: Debian's /usr/bin/python3
+# (python3-torch lives in its dist-packages) unless -DTPSCOPE_PYTHON=<interpreter> says otherwise — not whatever
+# python3 comes first on PATH (a pyenv or venv without torch).
+set(TPSCOPE_HAVE_PYTHON OFF)
+if(TPSCOPE_WITH_PYTHON)
+  if(NOT TPSCOPE_PYTHON AND EXISTS /usr/bin/python3)
+    set(TPSCOPE_PYTHON /usr/bin/python3)
+  endif()
+  set(TPSCOPE_PYTHON "${TPSCOPE_PYTHON}" CACHE FILEPATH "Python interpreter the tpscope package is built and tested for")
+  set(_py_missing "")
+  if(TPSCOPE_PYTHON)
+    set(Python3_EXECUTABLE "${TPSCOPE_PYTHON}")
+    find_package(Python3 QUIET COMPONENTS Interpreter Development.Module)
+  endif()
+  if(NOT Python3_Development.Module_FOUND)
+    list(APPEND _py_missing python3-dev)
+  endif()
+  # pybind11's CMake package is looked for only once that interpreter is found: without it, pybind11 goes looking for
+  # a Python of its own (a pyenv shim on PATH) and stops the configure with its own error.
+  find_path(TPSCOPE_PYBIND11_INCLUDE pybind11/pybind11.h)
+  if(NOT TPSCOPE_PYBIND11_INCLUDE)
+    list(APPEND _py_missing pybind11-dev)
+  endif()
+  if(Python3_Interpreter_FOUND)
+    execute_process(COMMAND ${Python3_EXECUTABLE} -c "import torch, torch.distributed; print(torch.__version__)"
+                    OUTPUT_VARIABLE TPSCOPE_PYTHON_TORCH_VERSION OUTPUT_STRIP_TRAILING_WHITESPACE
+                    RESULT_VARIABLE _py_torch ERROR_QUIET)
+    if(NOT _py_torch EQUAL 0)
+      list(APPEND _py_missing python3-torch)
+    endif()
+  else()
+    list(APPEND _py_missing python3 python3-torch)
+  endif()
+  if(_py_missing)
+    list(JOIN _py_missing " " _py_missing)
+    message(FATAL_ERROR "TPSCOPE_WITH_PYTHON=ON but the Python package cannot be built for '${TPSCOPE_PYTHON}' (it needs "
+                        "pybind11, the Python headers and PyTorch importable there). Install the Debian packages "
+                        "${_py_missing} (./scripts/setup does), or pass -DTPSCOPE_PYTHON=<python with torch>, or build "
+                        "without it: -DTPSCOPE_WITH_PYTHON=OFF")
+  endif()
+  find_package(pybind11 CONFIG REQUIRED)
+  set(TPSCOPE_HAVE_PYTHON ON)
+endif()
+
 set(TPSCOPE_HAVE_QT OFF)
 if(TPSCOPE_BUILD_GUI)
   find_package(Qt6 6.2 QUIET COMPONENTS Core Gui Widgets Charts Test)

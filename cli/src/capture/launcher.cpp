@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "capture/progress_display.h"
+#include "capture/python_program.h"
 #include "capture/rank_process.h"
 #include "capture/run_poller.h"
 #include "findings_text.h"
@@ -327,6 +328,8 @@ class CaptureSession {
   std::optional<int> layers_, totalSteps_;
   std::vector<core::FaultSpec> faults_;
   std::string healthText_;
+  std::map<std::string, std::string> programEnv_;  // a Python program: PYTHONPATH with the tpscope package
+  std::string pythonNote_;
   // prepare
   fs::path dir_, logs_, runFile_;
   std::unique_ptr<probes::TcpKvServer> store_;
@@ -388,6 +391,8 @@ std::optional<int> CaptureSession::resolveCommand() {
     if (prog.empty()) return bad(fmt::format("program '{}' not found or not executable", o_.program.front()));
     argv_ = o_.program;
     argv_.front() = prog.string();
+    std::string pythonError;
+    if (!instrumentPythonProgram(argv_, o_.self, &programEnv_, &pythonNote_, &pythonError)) return bad(pythonError);
     return std::nullopt;
   }
   if (o_.config.empty()) return bad("--config FILE is required to run tpscope-train (or give -- PROGRAM ARGS...)");
@@ -483,6 +488,7 @@ std::optional<int> CaptureSession::startStoreAndAnnounce() {
   fmt::print(out_, "capture: {} ranks (tp {} x dp {}) → {}\n  {}\n", o_.nproc, tp_, dp_, dir_.string(), command_);
   if (!faults_.empty()) fmt::print(out_, "  inject: {}\n", core::formatFaultList(faults_));
   if (!healthText_.empty()) fmt::print(out_, "  health: {}\n", healthText_);
+  if (!pythonNote_.empty()) fmt::print(out_, "  python: {}\n", pythonNote_);
   std::fflush(out_);
   return std::nullopt;
 }
@@ -505,7 +511,10 @@ std::optional<int> CaptureSession::spawn() {
         {"TPSCOPE_CLOCK_STORE", fmt::format("127.0.0.1:{}", store_->port())},
         {"TPSCOPE_INJECT", core::formatFaultList(faults_)},
         {"TPSCOPE_HEALTH", healthText_},
+        {"TPSCOPE_TP", std::to_string(tp_)},
+        {"TPSCOPE_DP", std::to_string(dp_)},
     };
+    set.insert(programEnv_.begin(), programEnv_.end());
     if (std::getenv("OMP_NUM_THREADS") == nullptr) set["OMP_NUM_THREADS"] = "1";
     std::string error;
     auto p = RankProcess::spawn(r, argv_, rankEnvironment(set), logOf(r), &error);

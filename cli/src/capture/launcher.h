@@ -9,7 +9,8 @@
 //     loopback (clock alignment, TPSCOPE_CLOCK_STORE) and picks a free MASTER_PORT.
 //  3. Spawns the ranks (posix_spawn, each in its own process group, output to DIR/logs/rank-K.log) with
 //     MASTER_ADDR=127.0.0.1 MASTER_PORT RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE TPSCOPE_OUT TPSCOPE_RUN_ID
-//     TPSCOPE_EPOCH_NS TPSCOPE_CLOCK_STORE [TPSCOPE_INJECT TPSCOPE_HEALTH], OMP_NUM_THREADS=1 unless set.
+//     TPSCOPE_EPOCH_NS TPSCOPE_CLOCK_STORE TPSCOPE_TP TPSCOPE_DP [TPSCOPE_INJECT TPSCOPE_HEALTH], OMP_NUM_THREADS=1
+//     unless set. A Python interpreter running a script is run through tpscope.run (python_program.h).
 //  4. Polls the rank files read-only every `pollMs` (progress, live alerts) and reaps the ranks.
 //     Watchdog: no new span, collective or step on any rank for `hangTimeoutS` (at least `startupTimeoutS` until
 //     every rank has finished a step) → stop (hang). A rank that fails

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -201,7 +202,9 @@ void Recorder::counter(std::string_view name, double value, uint64_t ticks) noex
   if (!started()) return;
   try {
     std::lock_guard lock(recordsMutex_);
-    if (records_.size() >= options_.recordQueue) {
+    // counters.value is NOT NULL and SQLite stores NaN as NULL: one NaN would fail the whole flush's transaction.
+    // It is dropped and counted instead (±Inf is stored as it is).
+    if (records_.size() >= options_.recordQueue || std::isnan(value)) {
       ++recordsDroppedQueue_;
       return;
     }

@@ -1,0 +1,414 @@
+#!/usr/bin/env python3
+"""The accuracy benchmark: does tpscope name the right fault, and nothing on a healthy run?
+
+A seeded, randomised campaign of real captures (tpscope capture of tpscope-train, tiny config, loopback Gloo):
+
+  single    every --inject kind x {TP2, TP4, TP2xDP2} x {fwd, bwd} where the kind has a placement, at random ranks
+            (rank 0 included), steps and layers
+  compound  two faults in one run (slow + nan, delay + hang, nan + a later nan, slow + crash): the cause that stops
+            or corrupts the run must be diagnose's first finding, the other must be found too
+  healthy   random seeds, configs (sequence parallelism, activation checkpointing, gradient accumulation, bf16) and
+            layouts: any finding of warning or above is a false alarm
+
+Scores, per kind: top-1 localisation (diagnose's first finding of warning or above has the right kind, rank, step,
+and layer or (group, seq) where the kind has one), recall (a matching finding anywhere), precision (of the primary
+findings of warning or above that map to a fault kind, the share that match an injected fault), false findings per
+healthy run, and the time from the fault to the first live alert (the alerts table: the first alert's time minus
+the start of the injected step on the faulty rank). Writes results.json and results.md into --out.
+
+Usage: python3 bench/accuracy/run_accuracy.py --build build [--runs 320] [--seed 1] [--out bench-out/accuracy]
+       [--only single|compound|healthy] [--jobs 1]
+Targets (issue #11): >= 99 % top-1 on single faults, >= 90 % cause-first on compound faults, 0 warnings on healthy
+runs, median time to first alert <= 2 s for nan/inf/mismatch.
+"""
+import argparse
+import json
+import os
+import random
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LAYOUTS = {"tp2": (2, 2, 1), "tp4": (4, 4, 1), "tp2dp2": (4, 2, 2)}
+PLACED = {"nan", "inf", "hang", "mismatch"}  # kinds with a forward/backward placement
+KINDS = ["nan", "inf", "spike", "hang", "mismatch", "slow", "delay", "crash"]
+FINDING_KIND = {"nan_origin": "nan", "inf_origin": "inf", "grad_spike": "spike", "hang": "hang",
+                "desync": "mismatch", "straggler": "slow|delay", "crash": "crash"}
+LOUD = ("warning", "error", "critical")
+
+
+def tp_group(rank, tp):
+    return f"tp-{rank // tp}"
+
+
+class Case:
+    def __init__(self, name, layout, faults, steps, config=None, healthy=False):
+        self.name, self.layout, self.faults, self.steps = name, layout, faults, steps
+        self.config = config or {}
+        self.healthy = healthy
+
+    def to_json(self):
+        return {"name": self.name, "layout": self.layout, "faults": self.faults, "steps": self.steps,
+                "config": self.config}
+
+
+def fault(kind, rank, step=None, layer=None, phase=None, **extra):
+    f = {"kind": kind, "rank": rank}
+    if step is not None:
+        f["step"] = step
+    if layer is not None:
+        f["layer"] = layer
+    if phase is not None:
+        f["phase"] = phase
+    f.update(extra)
+    return f
+
+
+def spec_of(f):
+    k = f["kind"]
+    parts = [f"rank={f['rank']}"]
+    if k in ("nan", "inf", "hang", "mismatch", "spike", "crash"):
+        parts.append(f"step={f['step']}")
+    if k in ("nan", "inf"):
+        parts.append(f"layer={f['layer']}")
+    if "phase" in f:
+        parts.append(f"phase={f['phase']}")
+    if k == "spike":
+        parts.append("factor=1000")
+    if k in ("slow", "delay"):
+        parts.append(f"ms={f['ms']}")
+    return k + ":" + ",".join(parts)
+
+
+def single_fault(rng, kind, layout, phase, layers=2):
+    nproc = LAYOUTS[layout][0]
+    rank = rng.randrange(nproc)
+    if kind == "spike":
+        step = rng.randrange(10, 13)  # the per-parameter baseline needs 8 earlier steps
+        return fault(kind, rank, step), step + 2
+    if kind in ("slow", "delay"):
+        return fault(kind, rank, ms=100 if kind == "slow" else 20), rng.randrange(4, 7)
+    step = rng.randrange(2, 6)
+    if kind in ("nan", "inf"):
+        return fault(kind, rank, step, rng.randrange(layers), phase), step + 2
+    if kind == "hang":
+        return fault(kind, rank, step, phase=phase), step + 2
+    if kind == "mismatch":
+        return fault(kind, rank, step, phase=phase), step + 1
+    return fault(kind, rank, step), step + 2  # crash
+
+
+def make_cases(rng, runs):
+    single, compound, healthy = [], [], []
+    # Single faults: the full matrix, repeated with fresh random placements until its share of the runs is filled.
+    matrix = [(k, lay, ph) for lay in LAYOUTS for k in KINDS for ph in (["fwd", "bwd"] if k in PLACED else [None])]
+    n_single = max(len(matrix), int(runs * 0.6))
+    i = 0
+    while len(single) < n_single:
+        kind, lay, ph = matrix[i % len(matrix)]
+        f, steps = single_fault(rng, kind, lay, ph)
+        single.append(Case(f"single-{len(single):03d}-{kind}{'-' + ph if ph else ''}-{lay}", lay, [f], steps))
+        i += 1
+    # Compound faults: two ranks, the second fault the one that stops or corrupts the run.
+    pairs = ["slow+nan", "delay+hang", "nan+nan", "slow+crash"]
+    n_compound = max(len(pairs) * 3, int(runs * 0.2))
+    while len(compound) < n_compound:
+        pair = pairs[len(compound) % len(pairs)]
+        lay = rng.choice(list(LAYOUTS))
+        nproc = LAYOUTS[lay][0]
+        a, b = rng.sample(range(nproc), 2)
+        if pair == "slow+nan":
+            s = rng.randrange(3, 6)
+            fs, steps = [fault("slow", a, ms=100), fault("nan", b, s, rng.randrange(2), rng.choice(["fwd", "bwd"]))], s + 2
+        elif pair == "delay+hang":
+            s = rng.randrange(3, 6)
+            fs, steps = [fault("delay", a, ms=20), fault("hang", b, s, phase=rng.choice(["fwd", "bwd"]))], s + 2
+        elif pair == "nan+nan":
+            s = rng.randrange(2, 4)
+            fs = [fault("nan", a, s, rng.randrange(2), "bwd"), fault("nan", b, s + 2, rng.randrange(2), "bwd")]
+            steps = s + 4
+        else:
+            s = rng.randrange(3, 6)
+            fs, steps = [fault("slow", a, ms=100), fault("crash", b, s)], s + 2
+        compound.append(Case(f"compound-{len(compound):03d}-{pair}-{lay}", lay, fs, steps))
+    # Healthy runs.
+    n_healthy = max(50, runs - len(single) - len(compound))
+    variants = [{}, {"sequence_parallel": True}, {"activation_checkpointing": True}, {"grad_accum": 2}, {"bf16": True},
+                {"sequence_parallel": True, "activation_checkpointing": True}]
+    for h in range(n_healthy):
+        lay = rng.choice(list(LAYOUTS))
+        cfg = dict(rng.choice(variants))
+        cfg["seed"] = rng.randrange(1, 1_000_000)
+        healthy.append(Case(f"healthy-{h:03d}-{lay}", lay, [], rng.randrange(8, 21), cfg, healthy=True))
+    return single, compound, healthy
+
+
+def write_config(case, tmp):
+    with open(os.path.join(ROOT, "samples", "configs", "tiny.json")) as f:
+        cfg = json.load(f)
+    cfg["corpus"] = os.path.join(ROOT, "samples", "corpus")
+    cfg.update(case.config)
+    path = os.path.join(tmp, "config.json")
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    return path
+
+
+def run_case(case, build, workdir):
+    out = os.path.join(workdir, case.name)
+    os.makedirs(workdir, exist_ok=True)
+    nproc, tp, dp = LAYOUTS[case.layout]
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = write_config(case, tmp)
+        argv = [os.path.join(build, "cli", "tpscope"), "capture", "--nproc", str(nproc), "--tp", str(tp), "--dp",
+                str(dp), "--config", cfg, "--steps", str(case.steps), "--out", out, "--hang-timeout", "2", "--grace",
+                "1"]
+        for f in case.faults:
+            argv += ["--inject", spec_of(f)]
+        t = time.monotonic()
+        cap = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
+        wall = time.monotonic() - t
+    db = os.path.join(out, "run.db")
+    result = {"case": case.to_json(), "capture_status": cap.returncode, "capture_s": round(wall, 2)}
+    if not os.path.exists(db):
+        result["error"] = "no run.db: " + cap.stdout.decode(errors="replace")[-800:]
+        return result
+    d = subprocess.run([os.path.join(build, "cli", "tpscope"), "diagnose", db, "--json"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=120)
+    try:
+        result["findings"] = json.loads(d.stdout)["findings"]
+    except (ValueError, KeyError):
+        result["error"] = "diagnose: " + d.stderr.decode(errors="replace")[-800:]
+        return result
+    result["alert_latency_s"] = alert_latency(db, case)
+    result["expected"] = [expected_collective(db, case, f) for f in case.faults]
+    return result
+
+
+def alert_latency(db, case):
+    """Seconds from the start of the injected step on the faulty rank to the first alert at or after it."""
+    timed = [f for f in case.faults if f["kind"] in ("nan", "inf", "mismatch")]
+    if not timed:
+        return None
+    f = timed[0]
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        row = con.execute("SELECT begin_ns FROM step_stats WHERE rank = ? AND step = ?", (f["rank"], f["step"])).fetchone()
+        if row is None or row[0] is None:  # the step never finished: its first span
+            row = con.execute("SELECT min(begin_ns) FROM spans WHERE rank = ? AND step = ?",
+                              (f["rank"], f["step"])).fetchone()
+        if row is None or row[0] is None:
+            return None
+        first = con.execute("SELECT min(ts_ns) FROM alerts WHERE ts_ns >= ? AND severity IN ('error', 'critical')",
+                            (row[0],)).fetchone()
+        return None if first[0] is None else (first[0] - row[0]) / 1e9
+    finally:
+        con.close()
+
+
+def expected_collective(db, case, f):
+    """For hang and mismatch, the (group, seq) the finding must name, from the records."""
+    tp = LAYOUTS[case.layout][1]
+    if f["kind"] not in ("hang", "mismatch"):
+        return None
+    group = tp_group(f["rank"], tp)
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        if f["kind"] == "hang":
+            last = con.execute("SELECT max(seq) FROM collectives WHERE rank = ? AND group_name = ?",
+                               (f["rank"], group)).fetchone()[0]
+            return {"group": group, "seq": (last or 0) + 1}
+        row = con.execute(
+            "SELECT a.seq FROM collectives a JOIN collectives b ON a.rank = b.rank AND a.group_name = b.group_name"
+            " AND a.callsite = b.callsite AND b.step = ? WHERE a.rank = ? AND a.step = ? AND a.group_name = ?"
+            " AND a.numel = b.numel + 1 ORDER BY a.seq LIMIT 1", (f["step"] - 1, f["rank"], f["step"], group)).fetchone()
+        return {"group": group, "seq": row[0]} if row else None
+    finally:
+        con.close()
+
+
+def primary(findings):
+    """Findings of warning or above that are causes (not marked secondary)."""
+    out = []
+    for x in findings:
+        if x["severity"] not in LOUD:
+            continue
+        nums = x.get("evidence", {}).get("numbers", {})
+        if str(nums.get("secondary", 0)) in ("1", "1.0"):
+            continue
+        out.append(x)
+    return out
+
+
+def matches(x, f, expected):
+    """Does finding x localise fault f exactly?"""
+    k = f["kind"]
+    if FINDING_KIND.get(x["kind"], "") not in (k, "slow|delay") or (x["kind"] == "straggler") != (k in ("slow", "delay")):
+        return False
+    if x.get("rank") != f["rank"]:
+        return False
+    if k in ("nan", "inf", "hang", "mismatch", "spike") and x.get("step") != f["step"]:
+        return False
+    if k == "crash" and not (x.get("step", -1) < f["step"]):
+        return False
+    if k in ("nan", "inf") and x.get("layer") != f["layer"]:
+        return False
+    if k in ("hang", "mismatch"):
+        c = x.get("collective") or {}
+        if expected is None or c.get("group") != expected["group"] or c.get("seq") != expected["seq"]:
+            return False
+    return True
+
+
+def score(results):
+    per_kind = {}
+    healthy_false, healthy_runs, compound_first, compound_both, compound_runs = [], 0, 0, 0, 0
+    latencies = {}
+    misses = []
+    fp_by_kind = {}
+    for r in results:
+        case = r["case"]
+        if "error" in r:
+            misses.append({"case": case["name"], "why": r["error"][:300]})
+            if case["faults"]:
+                for f in case["faults"]:
+                    per_kind.setdefault(f["kind"], {"runs": 0, "top1": 0, "recall": 0})["runs"] += 1
+            continue
+        loud = primary(r["findings"])
+        if not case["faults"]:
+            healthy_runs += 1
+            healthy_false.append(len(loud))
+            if loud:
+                misses.append({"case": case["name"], "why": "healthy run: " + "; ".join(
+                    f"{x['severity']} {x['kind']} rank {x.get('rank')}: {x['message']}" for x in loud)[:400]})
+            for x in loud:
+                fp_by_kind[x["kind"]] = fp_by_kind.get(x["kind"], 0) + 1
+            continue
+        faults, expected = case["faults"], r["expected"]
+        matched_findings = set()
+        for i, f in enumerate(faults):
+            for j, x in enumerate(loud):
+                if matches(x, f, expected[i]):
+                    matched_findings.add(j)
+        for j, x in enumerate(loud):
+            if j not in matched_findings and x["kind"] in FINDING_KIND:
+                fp_by_kind[x["kind"]] = fp_by_kind.get(x["kind"], 0) + 1
+        if len(faults) == 1:
+            f = faults[0]
+            k = per_kind.setdefault(f["kind"], {"runs": 0, "top1": 0, "recall": 0})
+            k["runs"] += 1
+            top = loud[0] if loud else None
+            if top is not None and matches(top, f, expected[0]):
+                k["top1"] += 1
+            else:
+                misses.append({"case": case["name"], "spec": spec_of(f), "why": "top finding: " + (
+                    f"{top['kind']} rank {top.get('rank')} step {top.get('step')} layer {top.get('layer')} "
+                    f"{top.get('collective')}" if top else "none")})
+            if any(matches(x, f, expected[0]) for x in loud):
+                k["recall"] += 1
+            if r.get("alert_latency_s") is not None:
+                latencies.setdefault(f["kind"], []).append(r["alert_latency_s"])
+        else:
+            compound_runs += 1
+            cause = faults[-1]  # the fault that stops or corrupts the run
+            if f"{faults[0]['kind']}+{faults[1]['kind']}" == "nan+nan":
+                cause = faults[0]  # the earlier NaN is the origin; the later one a second origin
+            if loud and matches(loud[0], cause, expected[faults.index(cause)]):
+                compound_first += 1
+            else:
+                misses.append({"case": case["name"], "spec": " + ".join(spec_of(f) for f in faults),
+                               "why": "first finding: " + (f"{loud[0]['kind']} rank {loud[0].get('rank')} step "
+                                                           f"{loud[0].get('step')}" if loud else "none")})
+            if all(any(matches(x, f, expected[i]) for x in loud) for i, f in enumerate(faults)):
+                compound_both += 1
+    table = {}
+    for kind, k in sorted(per_kind.items()):
+        name = "straggler" if kind in ("slow", "delay") else {v: kk for kk, v in FINDING_KIND.items()}.get(kind, kind)
+        tp = k["recall"]
+        fp = fp_by_kind.get(name, 0)
+        table[kind] = {"runs": k["runs"], "top1_pct": 100.0 * k["top1"] / max(1, k["runs"]),
+                       "recall_pct": 100.0 * k["recall"] / max(1, k["runs"]),
+                       "precision_pct": 100.0 * tp / max(1, tp + fp),
+                       "median_alert_s": statistics.median(latencies[kind]) if kind in latencies else None}
+    singles = sum(k["runs"] for k in per_kind.values())
+    return {
+        "single": {"runs": singles, "top1_pct": 100.0 * sum(k["top1"] for k in per_kind.values()) / max(1, singles),
+                   "by_kind": table},
+        "compound": {"runs": compound_runs, "cause_first_pct": 100.0 * compound_first / max(1, compound_runs),
+                     "both_found_pct": 100.0 * compound_both / max(1, compound_runs)},
+        "healthy": {"runs": healthy_runs, "false_findings": sum(healthy_false),
+                    "runs_with_false_findings": sum(1 for n in healthy_false if n),
+                    "per_run": sum(healthy_false) / max(1, healthy_runs)},
+        "false_findings_by_kind": fp_by_kind,
+        "misses": misses,
+    }
+
+
+def markdown(s, meta):
+    lines = [f"# Accuracy benchmark — {meta['date']}, {meta['machine']}", "",
+             f"{meta['runs']} real captures (seed {meta['seed']}), {meta['wall_min']:.1f} min wall.", "",
+             "| kind | runs | top-1 | recall | precision | median time to first alert |", "|---|---|---|---|---|---|"]
+    for kind, k in s["single"]["by_kind"].items():
+        lat = f"{k['median_alert_s']:.2f} s" if k["median_alert_s"] is not None else "—"
+        lines.append(f"| {kind} | {k['runs']} | {k['top1_pct']:.1f} % | {k['recall_pct']:.1f} % | "
+                     f"{k['precision_pct']:.1f} % | {lat} |")
+    lines += ["", f"Single faults: {s['single']['runs']} runs, top-1 {s['single']['top1_pct']:.1f} % (target ≥ 99 %).",
+              f"Compound faults: {s['compound']['runs']} runs, cause first {s['compound']['cause_first_pct']:.1f} % "
+              f"(target ≥ 90 %), both found {s['compound']['both_found_pct']:.1f} %.",
+              f"Healthy runs: {s['healthy']['runs']}, findings of warning or above: {s['healthy']['false_findings']} "
+              f"in {s['healthy']['runs_with_false_findings']} runs (target 0).", ""]
+    if s["misses"]:
+        lines += ["## Misses", ""] + [f"- {m['case']}: {m.get('spec', '')} — {m['why']}" for m in s["misses"]]
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--runs", type=int, default=320)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench-out", "accuracy"))
+    ap.add_argument("--only", choices=["single", "compound", "healthy"])
+    ap.add_argument("--jobs", type=int, default=1, help="captures at once (each runs 2-4 ranks; 1 on 2 cores)")
+    ap.add_argument("--limit", type=int, help="run only the first N cases of the selection (a quick look)")
+    a = ap.parse_args()
+    rng = random.Random(a.seed)
+    single, compound, healthy = make_cases(rng, a.runs)
+    cases = {"single": single, "compound": compound, "healthy": healthy}.get(a.only) or single + compound + healthy
+    if a.limit:
+        cases = cases[:a.limit]
+    os.makedirs(a.out, exist_ok=True)
+    work = os.path.join(a.out, "runs")
+    t0 = time.monotonic()
+    results = []
+
+    def one(c):
+        try:
+            return run_case(c, a.build, work)
+        except subprocess.TimeoutExpired:
+            return {"case": c.to_json(), "error": "timed out"}
+
+    with ThreadPoolExecutor(max_workers=a.jobs) as pool:
+        for i, r in enumerate(pool.map(one, cases)):
+            results.append(r)
+            n = len(primary(r.get("findings", [])))
+            print(f"[{i + 1}/{len(cases)}] {r['case']['name']}: {n} findings >= warning"
+                  f"{' ERROR ' + r['error'][:120] if 'error' in r else ''}", flush=True)
+    s = score(results)
+    meta = {"date": time.strftime("%Y-%m-%d"), "machine": f"{os.cpu_count()}-core {os.uname().sysname}",
+            "runs": len(results), "seed": a.seed, "wall_min": (time.monotonic() - t0) / 60}
+    with open(os.path.join(a.out, "results.json"), "w") as f:
+        json.dump({"meta": meta, "score": s, "results": results}, f, indent=1)
+    md = markdown(s, meta)
+    with open(os.path.join(a.out, "results.md"), "w") as f:
+        f.write(md)
+    print(md)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""What recording costs a Python training step, measured inside one process so that other load on the machine hits
+both sides alike: samples/python/tp_train.py's model (one rank, TP = 1), hooks installed, trained in blocks of
+--block steps that alternate recording ON (tpscope.start(): every span, grad health, step stats, alerts into a rank
+file) and OFF (tpscope.stop(): the hooks stay installed and return after one check). The first step of each block is
+dropped. Reported: median wall and CPU time per step of each side (CPU: the process, every thread — the recorder's
+flusher included — and the main thread alone), ON vs OFF, and the fastest step of each side (on a shared machine the
+least disturbed estimate of what a step costs).
+
+OFF is not an uninstrumented run: the installed hooks still cost a Python call per module call. run_overhead.py
+compares against a plain process (no tpscope at all) but needs a quiet machine to resolve a few percent.
+
+Usage: PYTHONPATH=<build>/python /usr/bin/python3 bench/python/overhead_in_process.py [--blocks 10] [--block 4]
+       [-- tp_train.py model arguments]
+"""
+import argparse
+import datetime
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "samples", "python"))
+
+
+def main():
+    argv = sys.argv[1:]
+    model_args = ["--layers", "4", "--hidden", "256", "--heads", "8", "--seq", "64", "--batch", "8"]
+    if "--" in argv:
+        model_args = argv[argv.index("--") + 1:]
+        argv = argv[:argv.index("--")]
+    p = argparse.ArgumentParser()
+    p.add_argument("--blocks", type=int, default=10)
+    p.add_argument("--block", type=int, default=4)
+    args = p.parse_args(argv)
+
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    import tpscope
+    import tp_train
+
+    out = tempfile.mkdtemp(prefix="tpscope-overhead-")
+    os.environ["TPSCOPE_OUT"] = out
+    for k in ("RANK", "WORLD_SIZE", "TPSCOPE_CLOCK_STORE"):
+        os.environ.pop(k, None)
+    tpscope.instrument()
+    torch.set_num_threads(1)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=0, world_size=1,
+                            timeout=datetime.timedelta(seconds=60))
+    sample = tp_train.argparse.ArgumentParser()
+    for name, default in (("--layers", 2), ("--hidden", 128), ("--heads", 4), ("--seq", 32), ("--batch", 8),
+                          ("--vocab", 256), ("--seed", 1234)):
+        sample.add_argument(name, type=int, default=default)
+    margs = sample.parse_args(model_args)
+    group = dist.new_group([0])
+    model = tp_train.TinyGPT(margs, 1, group, {})
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    times = {True: [], False: []}
+    step = 0
+    for b in range(2 * args.blocks):
+        on = b % 2 == 0
+        if on:
+            tpscope.start()
+        for i in range(args.block):
+            step += 1
+            t0, c0, m0 = time.perf_counter(), time.process_time(), time.thread_time()
+            tokens, targets = tp_train.batch(margs, 0, step)
+            loss = F.cross_entropy(model(tokens).reshape(-1, margs.vocab), targets.reshape(-1))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            loss.item()
+            sample_ = (time.perf_counter() - t0, time.process_time() - c0, time.thread_time() - m0)
+            if i > 0:
+                times[on].append(sample_)
+        if on:
+            tpscope.stop()
+    med = {on: [statistics.median(x[k] for x in times[on]) * 1e3 for k in range(3)] for on in (True, False)}
+    low = {on: [min(x[k] for x in times[on]) * 1e3 for k in range(3)] for on in (True, False)}
+    print("model: %s; %d blocks of %d steps per side (first of each dropped)" % (" ".join(model_args), args.blocks,
+                                                                                 args.block))
+    for on in (True, False):
+        print("%-13s wall %.2f ms  process CPU %.2f ms  main thread CPU %.2f ms per step"
+              % ("recording ON" if on else "OFF (hooked)", *med[on]))
+    print("ON vs OFF: wall %+.2f %%, process CPU %+.2f %%, main thread CPU %+.2f %% (medians)"
+          % tuple((med[True][k] / med[False][k] - 1) * 100 for k in range(3)))
+    print("fastest steps: ON %.2f / OFF %.2f ms main thread CPU (%+.2f %%, %+.2f ms): the least disturbed estimate"
+          % (low[True][2], low[False][2], (low[True][2] / low[False][2] - 1) * 100, low[True][2] - low[False][2]))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

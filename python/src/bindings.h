@@ -1,0 +1,18 @@
+// tpscope._native: the Python binding of the probe recorder (probes/runtime) and the live health rules
+// (core/health_rules.h). A thin layer: every record goes through the same Sink as the C++ engine's, so Python and
+// C++ ranks write the same rows at the same cost per record; nothing is re-implemented on the Python side.
+//
+// Threading: every function may be called from any Python thread; none releases the GIL (each call is far shorter
+// than a GIL hand-over) and none throws except where documented (bad arguments from Python: ValueError/TypeError).
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace tpscope::python {
+
+// start/stop, rank info, meta, groups, steps, ticks, span sites and spans, collectives, step stats, alerts, counters.
+void bindRecorder(pybind11::module_& m);
+// class Health: HealthRules + the grad_stats rows it checks.
+void bindHealth(pybind11::module_& m);
+
+}  // namespace tpscope::python

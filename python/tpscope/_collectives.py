@@ -1,0 +1,230 @@
+"""Every torch.distributed collective and point-to-point call, recorded as a flight-recorder record.
+
+The choke point is `ProcessGroup` itself: the functional API (`dist.all_reduce(t, group=g, async_op=...)`,
+`all_gather`, `reduce_scatter`, `broadcast`, `barrier`, `send`/`recv`, `isend`/`irecv`, ...) and code that calls a
+group's methods directly both end in one of its methods, so each call is recorded exactly once, whatever path led
+there. Each record carries the group (named by _rank), a per-group sequence number (1-based, identical on every
+member that issues the same calls), the logical op, dtype, shape and bytes of the input, the call site in model terms
+("layers.1.mlp.fc2 forward all-reduce"), and enqueue (= start: c10d enqueues and starts in one call) and completion
+times. The returned Work is wrapped so that its wait() — which the functional API calls for a synchronous op, and the
+program for async_op=True — records the completion and a Comm span for the time the thread was blocked, as the C++
+Communicator does.
+
+Point-to-point calls are recorded in a two-member group per pair, `<group>:p2p-<lo>-<hi>`, with op `send_recv` on
+both sides (the call site says which way), so the send and the receive of one message share (group, seq).
+
+Not seen here: collectives that C++ code issues on a ProcessGroup without going through Python — DDP's bucketed
+gradient all-reduces (its Reducer), and PyTorch 2.x functional collectives (torch.distributed._functional_collectives)
+that dispatch as ops. recv_anysource (no known peer) is not recorded.
+"""
+
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+from . import _native, _rank
+from ._native import kinds as K
+from ._state import PHASE_NAMES, STATE
+
+# ProcessGroup method -> (logical op, index of the positional argument holding the input tensors; None: no payload)
+_COLLECTIVES = {
+    "allreduce": ("all_reduce", 0),
+    "allreduce_coalesced": ("all_reduce", 0),
+    "broadcast": ("broadcast", 0),
+    "reduce": ("reduce", 0),
+    "allgather": ("all_gather", 1),
+    "_allgather_base": ("all_gather", 1),
+    "allgather_coalesced": ("all_gather", 1),
+    "gather": ("gather", 1),
+    "scatter": ("scatter", 0),
+    "reduce_scatter": ("reduce_scatter", 1),
+    "_reduce_scatter_base": ("reduce_scatter", 1),
+    "alltoall": ("all_to_all", 1),
+    "alltoall_base": ("all_to_all", 1),
+    "barrier": ("barrier", None),
+    "monitored_barrier": ("barrier", None),
+}
+_P2P = {"send": "send to", "recv": "recv from"}
+_DISPLAY = {"all_reduce": "all-reduce", "all_gather": "all-gather", "reduce_scatter": "reduce-scatter",
+            "all_to_all": "all-to-all", "send_recv": "send/recv"}
+
+_seq = {}          # group name -> last sequence number issued
+_comm_sites = {}   # (op, phase) -> site id of the blocked-in-collective span
+FAILURES = []      # (group, seq, op, state) of collectives that timed out or failed, for tpscope.run's exit status
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_OWN_DIR = os.path.dirname(__file__)
+
+
+class _Issue:
+    __slots__ = ("handle", "group", "seq", "op", "layer", "phase", "done")
+
+    def __init__(self, handle, group, seq, op, layer, phase):
+        self.handle, self.group, self.seq, self.op = handle, group, seq, op
+        self.layer, self.phase, self.done = layer, phase, False
+
+
+def _dtype(t):
+    return str(t.dtype).replace("torch.", "")
+
+
+def _payload(x):
+    """(dtype, shape, bytes) of a call's input: a tensor; a list of tensors (the first one's dtype and shape, the
+    bytes of all); or a list of such lists (reduce_scatter's inputs: shape [n, *chunk])."""
+    if isinstance(x, torch.Tensor):
+        return _dtype(x), list(x.shape), x.numel() * x.element_size()
+    if isinstance(x, (list, tuple)) and x:
+        first = x[0]
+        if isinstance(first, torch.Tensor):
+            if len(x) == 1:
+                return _payload(first)
+            return _dtype(first), list(first.shape), sum(t.numel() * t.element_size() for t in x)
+        if isinstance(first, (list, tuple)) and first and isinstance(first[0], torch.Tensor):
+            return (_dtype(first[0]), [len(first)] + list(first[0].shape),
+                    sum(t.numel() * t.element_size() for t in first))
+    return "none", [], 0
+
+
+def _user_frame():
+    """file:line of the innermost frame outside torch and tpscope (the program's own call)."""
+    f = sys._getframe(1)
+    while f is not None:
+        path = f.f_code.co_filename
+        if not path.startswith(_TORCH_DIR) and not path.startswith(_OWN_DIR):
+            return "%s:%d" % (os.path.basename(path), f.f_lineno)
+        f = f.f_back
+    return ""
+
+
+def _callsite(what):
+    """(callsite text, layer, phase) of a call issued now."""
+    if STATE.callsite_override is not None:
+        text, phase = STATE.callsite_override
+        return text, -1, phase
+    phase = STATE.phase()
+    where = STATE.current_module()
+    name, layer = where if where is not None else (_user_frame(), -1)
+    return " ".join(p for p in (name, PHASE_NAMES[phase], what) if p), layer, phase
+
+
+def _next_seq(group):
+    seq = _seq.get(group, 0) + 1
+    _seq[group] = seq
+    return seq
+
+
+def _issue_collective(pg, op, args, arg_index):
+    group, ranks = _rank.name_of(pg)
+    seq = _next_seq(group)
+    dtype, shape, nbytes = _payload(args[arg_index]) if arg_index is not None and len(args) > arg_index else \
+        ("none", [], 0)
+    callsite, layer, phase = _callsite(_DISPLAY.get(op, op))
+    handle = _native.collective_enqueued(group, ranks, seq, op, dtype, shape, nbytes, callsite, layer, phase)
+    return _Issue(handle, group, seq, op, layer, phase)
+
+
+def _issue_p2p(pg, direction, args):
+    group, _ = _rank.name_of(pg)
+    me = dist.get_rank()
+    peer = args[1]
+    if pg is not dist.distributed_c10d._get_default_group():
+        peer = dist.distributed_c10d._get_global_rank(pg, peer)
+    lo, hi = min(me, peer), max(me, peer)
+    pair = "%s:p2p-%d-%d" % (group, lo, hi)
+    seq = _next_seq(pair)
+    dtype, shape, nbytes = _payload(args[0])
+    callsite, layer, phase = _callsite("%s rank %d" % (direction, peer))
+    handle = _native.collective_enqueued(pair, [lo, hi], seq, "send_recv", dtype, shape, nbytes, callsite, layer,
+                                         phase)
+    return _Issue(handle, pair, seq, "send_recv", layer, phase)
+
+
+def _fail(issue, exc):
+    text = str(exc).lower()
+    state = K.STATE_TIMED_OUT if ("timed out" in text or "timeout" in text) else K.STATE_FAILED
+    issue.done = True
+    _native.collective_state(issue.handle, state)
+    _native.flush()
+    FAILURES.append((issue.group, issue.seq, issue.op, state))
+
+
+def _comm_site(op, phase):
+    key = (op, phase)
+    site = _comm_sites.get(key)
+    if site is None:
+        site = _comm_sites[key] = _native.site(op, K.SPAN_COMM, phase, "comm")
+    return site
+
+
+class RecordedWork:
+    """A c10d Work whose wait() records the completion (and the time blocked in it). Everything else is the Work's."""
+
+    __slots__ = ("_work", "_issue")
+
+    def __init__(self, work, issue):
+        self._work = work
+        self._issue = issue
+
+    def wait(self, *args, **kwargs):
+        issue = self._issue
+        t0 = _native.ticks()
+        try:
+            result = self._work.wait(*args, **kwargs)
+        except BaseException as e:
+            if not issue.done:
+                _fail(issue, e)
+            raise
+        if not issue.done:
+            issue.done = True
+            _native.span_end(_comm_site(issue.op, issue.phase), t0, issue.layer)
+            _native.collective_state(issue.handle, K.STATE_COMPLETED)
+        return result
+
+    def __getattr__(self, name):
+        return getattr(self._work, name)
+
+
+def unwrap(work):
+    return work._work if isinstance(work, RecordedWork) else work
+
+
+def _wrap(original, issue):
+    def recorded(self, *args, **kwargs):
+        if not _native.recording():
+            return original(self, *args, **kwargs)
+        record = issue(self, args)
+        try:
+            work = original(self, *args, **kwargs)
+        except BaseException as e:
+            _fail(record, e)
+            raise
+        return RecordedWork(work, record)
+
+    recorded.__tpscope_original__ = original
+    recorded.__name__ = getattr(original, "__name__", "recorded")
+    recorded.__doc__ = getattr(original, "__doc__", None)
+    return recorded
+
+
+def install():
+    """Wraps the ProcessGroup methods (once per process)."""
+    pg_class = torch._C._distributed_c10d.ProcessGroup
+    for method, (op, arg_index) in _COLLECTIVES.items():
+        original = getattr(pg_class, method, None)
+        if original is None or hasattr(original, "__tpscope_original__"):
+            continue
+        setattr(pg_class, method,
+                _wrap(original, lambda pg, args, op=op, i=arg_index: _issue_collective(pg, op, args, i)))
+    for method, direction in _P2P.items():
+        original = getattr(pg_class, method, None)
+        if original is None or hasattr(original, "__tpscope_original__"):
+            continue
+        setattr(pg_class, method, _wrap(original, lambda pg, args, d=direction: _issue_p2p(pg, d, args)))
+    end = getattr(pg_class, "_end_coalescing", None)
+    if end is not None and not hasattr(end, "__tpscope_original__"):
+        def end_coalescing(self, reqs, *args, **kwargs):
+            return end(self, [unwrap(r) for r in reqs], *args, **kwargs)
+        end_coalescing.__tpscope_original__ = end
+        setattr(pg_class, "_end_coalescing", end_coalescing)

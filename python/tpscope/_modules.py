@@ -1,0 +1,314 @@
+"""Forward and backward spans of every nn.Module, and the outputs the non-finite check looks at.
+
+Global module hooks (torch.nn.modules.module.register_module_forward_pre_hook / _forward_hook, PyTorch >= 1.13) see
+every module call. Names: the first module called outside any other is a root; its named_modules() give every
+submodule its qualified name ("layers.3.mlp.fc1"; the root itself is named by its class), and the first purely
+numeric component of the name is the layer index (layers.3. -> 3; -1 when there is none). The same names serve the
+gradient-health rows (named_parameters of the roots).
+
+Forward span: pre-hook to forward hook, kind compute, phase forward.
+
+Backward span, without changing the module's inputs or outputs (no BackwardHook wrapping, so in-place ops on
+module outputs keep working): it begins when autograd reaches the node that produced the module's output (a node
+pre-hook) and ends when the last autograd node the module's forward created has run (post-hooks on the region's
+exit nodes). The module's
+nodes are found when its forward returns, by walking the graph back from its outputs until the nodes of its inputs or
+nodes that an earlier module owns; a submodule's region is walked once, by the submodule, and its parent waits for
+its span instead of its nodes, so the walk costs O(nodes) per forward pass whatever the nesting. Spans whose last
+node never runs (a branch that needs no gradient) end at the last node that did, when backward() returns.
+
+Non-finite check: the sum of each leaf module's first floating-point output (a module with submodules mostly returns
+a child's output or a residual sum of them, which the next leaf sees: each value is summed about once), with the
+time it was produced, kept on the device until the loss's backward() (one host sync per step in _training), so the
+first non-finite output in forward order — and when it was produced — is known. Only while gradients are enabled
+(training), at most _ACT_LIMIT per step.
+"""
+
+import re
+
+import torch
+from torch.nn.modules import module as nn_module
+
+from . import _native
+from ._native import kinds as K
+from ._state import STATE
+
+_LAYER = re.compile(r"(?:^|\.)(\d+)(?:\.|$)")
+_ACT_LIMIT = 4096
+_OPEN_LIMIT = 1 << 16
+
+
+def layer_of(name):
+    """The first purely numeric component of a qualified name ("layers.3.mlp" -> 3), else -1."""
+    match = _LAYER.search(name)
+    return int(match.group(1)) if match else -1
+
+
+class ModuleInfo:
+    __slots__ = ("name", "layer", "fwd_site", "bwd_site", "qualified", "leaf")
+
+    def __init__(self, name, qualified, leaf=True):
+        self.name = name
+        self.layer = layer_of(name)
+        self.leaf = leaf  # no submodules: its output is computed here (watched for non-finite values)
+        self.fwd_site = _native.site(name, K.SPAN_COMPUTE, K.PHASE_FORWARD)
+        self.bwd_site = _native.site(name, K.SPAN_COMPUTE, K.PHASE_BACKWARD)
+        self.qualified = qualified
+
+
+class _Call:
+    __slots__ = ("module", "info", "t0", "index")
+
+    def __init__(self, module, info, t0, index):
+        self.module, self.info, self.t0, self.index = module, info, t0, index
+
+
+class _Backward:
+    """One module call's backward span: started by its output node, ended by its own nodes and child spans."""
+
+    __slots__ = ("info", "index", "t0", "t1", "pending", "parent", "frontier", "done")
+
+    def __init__(self, info, index):
+        self.info, self.index = info, index
+        self.t0 = self.t1 = 0
+        self.pending = 0        # own hooked nodes + child spans not finished
+        self.parent = None
+        self.frontier = None    # nodes just outside this call's region (only while its root call runs)
+        self.done = False
+
+
+_infos = {}          # id(module) -> (module, ModuleInfo); the module is kept so its id is not reused
+_params = {}         # id(param) -> (param, name, layer)
+_calls = 0           # module calls so far (a call's index orders it against the others)
+_claims = {}         # autograd node -> the innermost _Backward owning it (during one root call)
+_starts = {}         # autograd node -> [_Backward] that start when it runs (during one root call)
+_root_records = []   # _Backward records of the current root call
+_open = []           # _Backward records since the last backward() returned
+_activations = []    # (output sum on the device, ticks, ModuleInfo) since the last loss
+on_root_forward = None  # set by _training: called with a root module's inputs before its forward
+
+
+def _index_root(root):
+    root_name = type(root).__name__
+    for qual, sub in root.named_modules():
+        known = _infos.get(id(sub))
+        if known is not None and known[1].qualified:
+            continue
+        _infos[id(sub)] = (sub, ModuleInfo(qual or root_name, bool(qual), next(sub.children(), None) is None))
+    for qual, p in root.named_parameters():
+        known = _params.get(id(p))
+        if known is None or known[0] is not p:
+            _params[id(p)] = (p, qual, layer_of(qual))
+
+
+def param_name(p):
+    """(qualified name, layer) of a parameter of a module seen so far, or None."""
+    entry = _params.get(id(p))
+    return (entry[1], entry[2]) if entry is not None and entry[0] is p else None
+
+
+def _tensors(x, depth=0):
+    """The tensors in a module's inputs or output: a tensor, or tensors in (nested) tuples, lists and dicts."""
+    if isinstance(x, torch.Tensor):
+        return (x,)
+    if isinstance(x, tuple) and all(isinstance(v, torch.Tensor) for v in x):
+        return x  # the common case: forward(*tensors)
+    return tuple(_nested_tensors(x, depth))
+
+
+def _nested_tensors(x, depth):
+    if isinstance(x, torch.Tensor):
+        yield x
+    elif depth < 3 and isinstance(x, (list, tuple)):
+        for v in x:
+            yield from _nested_tensors(v, depth + 1)
+    elif depth < 3 and isinstance(x, dict):
+        for v in x.values():
+            yield from _nested_tensors(v, depth + 1)
+
+
+def _pre_hook(module, inputs):
+    if not _native.recording():
+        return None
+    global _calls
+    stack = STATE.forward_stack
+    entry = _infos.get(id(module))
+    if entry is None or entry[0] is not module:
+        if not stack:
+            _index_root(module)
+        else:
+            _infos[id(module)] = (module, ModuleInfo(stack[-1].info.name + "." + type(module).__name__, False,
+                                                     next(module.children(), None) is None))
+        entry = _infos[id(module)]
+    if not stack and on_root_forward is not None:
+        on_root_forward(inputs)
+    _calls += 1
+    stack.append(_Call(module, entry[1], _native.ticks(), _calls))
+    return None
+
+
+def _post_hook(module, inputs, output):
+    stack = STATE.forward_stack
+    i = len(stack) - 1
+    while i >= 0 and stack[i].module is not module:  # a forward that raised leaves its calls behind
+        i -= 1
+    if i < 0:
+        return None
+    call = stack[i]
+    del stack[i:]
+    info = call.info
+    _native.span_end(info.fwd_site, call.t0, info.layer)
+    if torch.is_grad_enabled():
+        if info.leaf:
+            _watch_output(info, output)
+        _attach_backward(call, inputs, output)
+    if not stack:
+        _end_root_call()
+    return None
+
+
+def _watch_output(info, output):
+    if len(_activations) >= _ACT_LIMIT:
+        return
+    for t in _tensors(output):
+        if t.is_floating_point():
+            _activations.append((t.detach().sum(), _native.ticks(), info))
+            return
+
+
+def take_activations():
+    """The watched outputs since the last call, in the order they were produced."""
+    out = list(_activations)
+    _activations.clear()
+    return out
+
+
+def _attach_backward(call, inputs, output):
+    out_tensors = [t for t in _tensors(output) if t.grad_fn is not None]
+    if not out_tensors:
+        return
+    outs = [t.grad_fn for t in out_tensors]
+    rec = _Backward(call.info, call.index)
+    stops = {t.grad_fn for t in _tensors(inputs) if t.grad_fn is not None}
+    _walk(rec, outs, stops)
+    if rec.pending == 0:
+        return  # the module created no node of its own (its outputs are its inputs or views made elsewhere)
+    _root_records.append(rec)
+    _open.append(rec)
+    for t in out_tensors:
+        node = t.grad_fn
+        starts = _starts.get(node)
+        if starts is None:
+            starts = _starts[node] = []
+            if hasattr(node, "register_prehook"):
+                node.register_prehook(lambda grad_outputs, starts=starts: _start(starts))
+            else:  # PyTorch without node pre-hooks: when the output's gradient is ready, the same moment
+                t.register_hook(lambda grad, starts=starts: _start(starts))
+        if rec not in starts:
+            starts.append(rec)
+
+
+def _walk(rec, outs, stops):
+    visited = set()
+    frontier = []
+    todo = list(outs)
+    while todo:
+        node = todo.pop()
+        if node is None or node in visited:
+            continue
+        visited.add(node)
+        if node in stops:
+            frontier.append(node)
+            continue
+        owner = _claims.get(node)
+        if owner is not None:
+            if owner is rec:
+                continue
+            if owner.index < rec.index:  # an earlier module's region
+                frontier.append(node)
+                continue
+            top = owner  # a descendant's region: wait for its outermost span below this one, skip its nodes
+            while top.parent is not None and top.parent is not rec:
+                top = top.parent
+            if top.parent is None:
+                top.parent = rec
+                rec.pending += 1
+                todo.extend(top.frontier or ())
+            continue
+        _claims[node] = rec
+        if type(node).__name__ == "AccumulateGrad":
+            continue
+        # Only the region's exit nodes are hooked (an edge out of its own nodes: to an input, a leaf, an earlier or
+        # a child region, or none at all): every own node runs before some exit node it leads to, so the last exit
+        # node to run is the last own node to run — with a fraction of the hooks.
+        edges = node.next_functions
+        leaves = not edges
+        for f, _ in edges:
+            if f is None or f in stops or _claims.get(f, rec) is not rec or type(f).__name__ == "AccumulateGrad":
+                leaves = True
+            if f is not None:
+                todo.append(f)  # a child's region is linked, an input's or earlier region's becomes the frontier
+        if leaves:
+            node.register_hook(lambda grad_inputs, grad_outputs, rec=rec: _node_done(rec))
+            rec.pending += 1
+    rec.frontier = frontier
+
+
+def _end_root_call():
+    for rec in _root_records:
+        rec.frontier = None
+    _root_records.clear()
+    _claims.clear()
+    _starts.clear()
+    if len(_open) > _OPEN_LIMIT:  # forwards whose backward never came (evaluation with gradients on)
+        del _open[: len(_open) - _OPEN_LIMIT]
+
+
+def _start(records):
+    t = _native.ticks()
+    for rec in sorted(records, key=lambda r: r.index):  # outer first: the innermost ends up on top
+        if rec.t0 == 0:
+            rec.t0 = t
+            STATE.backward_stack.append(rec)
+
+
+def _node_done(rec):
+    rec.t1 = _native.ticks()
+    rec.pending -= 1
+    if rec.pending == 0:
+        _finish(rec)
+
+
+def _finish(rec):
+    while rec is not None and not rec.done:
+        rec.done = True
+        if rec.t0:
+            _native.emit_span(rec.info.bwd_site, rec.t0, max(rec.t1, rec.t0), rec.info.layer)
+            try:
+                STATE.backward_stack.remove(rec)
+            except ValueError:
+                pass
+        parent = rec.parent
+        if parent is None:
+            return
+        parent.t1 = max(parent.t1, rec.t1)
+        parent.pending -= 1
+        if parent.pending > 0:
+            return
+        rec = parent
+
+
+def backward_finished():
+    """Called when backward() returns: ends the spans whose last node did not run."""
+    now = _native.ticks()
+    for rec in _open:
+        if not rec.done and rec.t0:
+            rec.done = True
+            _native.emit_span(rec.info.bwd_site, rec.t0, max(rec.t1 or now, rec.t0), rec.info.layer)
+    _open.clear()
+    STATE.backward_stack.clear()
+
+
+def install():
+    nn_module.register_module_forward_pre_hook(_pre_hook)
+    nn_module.register_module_forward_hook(_post_hook)

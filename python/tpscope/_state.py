@@ -1,0 +1,55 @@
+"""What the instrumentation of one process shares: the training step, the phase, the module being run.
+
+One instance per process (`STATE`). Written by the training thread's hooks (module hooks, backward, optimizer step);
+read by the collective wrappers, which may run on autograd's thread during backward (on CPU that is the thread that
+called backward()). Plain attributes: the GIL serialises every access.
+"""
+
+from . import _native
+from ._native import kinds as K
+
+PHASE_NAMES = {
+    K.PHASE_NONE: "",
+    K.PHASE_FORWARD: "forward",
+    K.PHASE_BACKWARD: "backward",
+    K.PHASE_OPTIMIZER: "optimizer",
+    K.PHASE_DATA: "data",
+    K.PHASE_OTHER: "other",
+}
+
+
+class _State:
+    def __init__(self):
+        self.step = 1                 # the step spans and records belong to (1-based, as tpscope-train's)
+        self.in_backward = 0          # depth of torch.autograd.backward calls in progress
+        self.in_optimizer = 0         # depth of optimizer.step() calls in progress
+        self.forward_stack = []       # module calls in progress: [_Call], innermost last
+        self.backward_stack = []      # module backward spans started and not ended, innermost last
+        self.callsite_override = None  # (callsite, phase) for collectives tpscope itself issues (the health vote)
+
+    def phase(self):
+        if self.in_optimizer:
+            return K.PHASE_OPTIMIZER
+        if self.in_backward:
+            return K.PHASE_BACKWARD
+        if self.forward_stack:
+            return K.PHASE_FORWARD
+        return K.PHASE_NONE
+
+    def current_module(self):
+        """(qualified name, layer) of the module running now — in backward, the innermost one whose backward has
+        begun — or None outside every module."""
+        if self.in_backward and self.backward_stack:
+            info = self.backward_stack[-1].info
+            return info.name, info.layer
+        if self.forward_stack:
+            info = self.forward_stack[-1].info
+            return info.name, info.layer
+        return None
+
+    def set_step(self, step):
+        self.step = step
+        _native.set_step(step)
+
+
+STATE = _State()

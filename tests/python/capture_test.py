@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""`tpscope capture -- python3 samples/python/tp_train.py` at TP=2, and what the diagnosis says (label multiproc).
+
+    capture_test.py --case healthy|nan|stop|hang --tpscope BIN --python PY --sample tp_train.py --work DIR
+
+healthy  exit 0; every kind of record is there (module spans in both phases, TP collectives with their per-group
+         sequence numbers, grad_stats, step_stats, rank coordinates); the diagnosis has nothing of warning or worse
+nan      rank 1 puts a NaN into layer 1's MLP activation at step 3; the row-parallel all-reduce spreads it to rank 0:
+         nan_origin names rank 1, step 3, layer 1 (from the nonfinite_activation alert's time, not a guess)
+stop     the same NaN under --on-nonfinite stop: every rank votes (an int64 all-reduce over world each step), stops
+         at step 3 with status 5, the step recorded as skipped
+hang     rank 1 leaves out layer 0's MLP all-reduce at step 3 and blocks: capture's watchdog stops the run (exit 3);
+         the hang names rank 1 and (tp-0, seq 18): 8 TP all-reduces per step at 2 layers, the 2nd of step 3
+"""
+
+import argparse
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+
+STEPS, LAYERS = 6, 2
+SAMPLE_ARGS = ["--steps", str(STEPS), "--layers", str(LAYERS), "--hidden", "64", "--heads", "4", "--seq", "16"]
+
+
+def fail(message, output=""):
+    sys.stderr.write("FAIL: %s\n" % message)
+    if output:
+        sys.stderr.write("---- output ----\n%s\n" % output[-6000:])
+    sys.exit(1)
+
+
+def capture(args, out, extra, fault_args, expect_status):
+    cmd = [args.tpscope, "capture", "--nproc", "2", "--tp", "2", "--out", out] + extra + \
+          ["--", args.python, args.sample] + SAMPLE_ARGS + fault_args
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=100)
+    logs = ""
+    for r in (0, 1):
+        path = os.path.join(out, "logs", "rank-%d.log" % r)
+        if os.path.exists(path):
+            logs += "\n---- rank %d log ----\n" % r + open(path).read()[-3000:]
+    if p.returncode != expect_status:
+        fail("capture exited %d, expected %d\n%s" % (p.returncode, expect_status, " ".join(cmd)), p.stdout + logs)
+    print(p.stdout)
+    return p.stdout + logs
+
+
+def diagnose(args, run):
+    p = subprocess.run([args.tpscope, "diagnose", run, "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=60)
+    if p.returncode != 0:
+        fail("tpscope diagnose exited %d: %s" % (p.returncode, p.stderr))
+    return json.loads(p.stdout)["findings"]
+
+
+def rows(db, sql):
+    return db.execute(sql).fetchall()
+
+
+def check_healthy(args):
+    out = os.path.join(args.work, "run")
+    log = capture(args, out, [], [], 0)
+    run = os.path.join(out, "run.db")
+    db = sqlite3.connect("file:%s?mode=ro" % run, uri=True)
+    ranks = rows(db, "SELECT rank, tp_rank, tp_size, dp_size, exit_reason FROM ranks ORDER BY rank")
+    if ranks != [(0, 0, 2, 1, "ok"), (1, 1, 2, 1, "ok")]:
+        fail("ranks rows: %s" % ranks, log)
+    per_rank = rows(db, "SELECT rank, count(*), max(seq) FROM collectives WHERE group_name = 'tp-0' "
+                        "AND state = 'completed' GROUP BY rank")
+    expected_seq = STEPS * 4 * LAYERS
+    if per_rank != [(0, expected_seq, expected_seq), (1, expected_seq, expected_seq)]:
+        fail("tp-0 collectives per rank: %s, expected %d completed on each" % (per_rank, expected_seq), log)
+    sites = rows(db, "SELECT DISTINCT callsite FROM collectives WHERE group_name = 'tp-0' ORDER BY callsite")
+    want = {"layers.0.attn.proj forward all-reduce", "layers.1.mlp.fc2 forward all-reduce",
+            "layers.0.mlp.fc1 backward all-reduce", "layers.1.attn.qkv backward all-reduce"}
+    if not want <= {s for (s,) in sites}:
+        fail("call sites %s lack some of %s" % (sites, want), log)
+    shape = rows(db, "SELECT DISTINCT op, dtype, shape, bytes, layer, phase FROM collectives WHERE seq = 1 "
+                     "AND group_name = 'tp-0'")
+    if shape != [("all_reduce", "float32", "[8,16,64]", 8 * 16 * 64 * 4, 0, 1)]:
+        fail("first TP all-reduce: %s" % shape, log)
+    steps = rows(db, "SELECT rank, count(*), min(step), max(step), sum(skipped) FROM step_stats GROUP BY rank")
+    if steps != [(0, STEPS, 1, STEPS, 0), (1, STEPS, 1, STEPS, 0)]:
+        fail("step_stats per rank: %s" % steps, log)
+    losses = rows(db, "SELECT loss FROM step_stats WHERE rank = 0 ORDER BY step")
+    if not all(l is not None and 0 < l < 10 for (l,) in losses):
+        fail("losses: %s" % losses, log)
+    grads = rows(db, "SELECT count(DISTINCT param), sum(nan_count + inf_count) FROM grad_stats WHERE rank = 0")
+    if grads[0][0] < 10 or grads[0][1] != 0:
+        fail("grad_stats: %s" % grads, log)
+    layer = rows(db, "SELECT layer FROM grad_view WHERE rank = 0 AND param = 'layers.1.mlp.fc2.weight' LIMIT 1")
+    if layer != [(1,)]:
+        fail("layer of layers.1.mlp.fc2.weight: %s" % layer, log)
+    spans = rows(db, "SELECT phase, count(*) FROM span_view WHERE rank = 1 AND name = 'layers.1.mlp' GROUP BY phase")
+    if dict(spans) != {"fwd": STEPS, "bwd": STEPS}:
+        fail("spans of layers.1.mlp on rank 1: %s" % spans, log)
+    kinds = {k for (k,) in rows(db, "SELECT DISTINCT kind FROM span_view")}
+    if not {"compute", "comm", "optimizer", "step"} <= kinds:
+        fail("span kinds: %s" % kinds, log)
+    bad = [f for f in diagnose(args, run) if f["severity"] in ("warning", "error", "critical")]
+    if bad:
+        fail("a healthy run has findings: %s" % json.dumps(bad, indent=1), log)
+
+
+def check_nan(args):
+    out = os.path.join(args.work, "run")
+    log = capture(args, out, [], ["--nan-at", "1:3:1"], 0)
+    run = os.path.join(out, "run.db")
+    findings = diagnose(args, run)
+    origin = [f for f in findings if f["kind"] == "nan_origin"]
+    if not origin:
+        fail("no nan_origin finding: %s" % json.dumps(findings, indent=1), log)
+    f = origin[0]
+    if (f.get("rank"), f.get("step"), f.get("layer")) != (1, 3, 1):
+        fail("nan_origin names rank %s step %s layer %s, expected rank 1 step 3 layer 1: %s"
+             % (f.get("rank"), f.get("step"), f.get("layer"), json.dumps(f, indent=1)), log)
+    db = sqlite3.connect("file:%s?mode=ro" % run, uri=True)
+    alerts = rows(db, "SELECT rank, step, param FROM alerts WHERE kind = 'nonfinite_activation' ORDER BY ts_ns")
+    if not alerts or alerts[0] != (1, 3, "layers.1.mlp.act output"):
+        fail("nonfinite_activation alerts (by time): %s" % alerts, log)
+
+
+def check_stop(args):
+    out = os.path.join(args.work, "run")
+    log = capture(args, out, ["--on-nonfinite", "stop"], ["--nan-at", "1:3:1"], 5)
+    run = os.path.join(out, "run.db")
+    db = sqlite3.connect("file:%s?mode=ro" % run, uri=True)
+    steps = rows(db, "SELECT rank, max(step), sum(skipped) FROM step_stats GROUP BY rank")
+    if steps != [(0, 3, 1), (1, 3, 1)]:
+        fail("step_stats (rank, last step, skipped): %s, expected both ranks to stop at step 3" % steps, log)
+    votes = rows(db, "SELECT rank, count(*), min(dtype), max(dtype) FROM collectives WHERE group_name = 'world' "
+                     "AND callsite LIKE 'tpscope health vote%' GROUP BY rank")
+    if votes != [(0, 3, "int64", "int64"), (1, 3, "int64", "int64")]:
+        fail("health votes: %s" % votes, log)
+    origin = [f for f in diagnose(args, run) if f["kind"] == "nan_origin"]
+    if not origin or (origin[0].get("rank"), origin[0].get("step")) != (1, 3):
+        fail("nan_origin: %s" % origin, log)
+
+
+def check_hang(args):
+    out = os.path.join(args.work, "run")
+    log = capture(args, out, ["--hang-timeout", "6"], ["--skip-allreduce", "1:3:0"], 3)
+    run = os.path.join(out, "run.db")
+    findings = diagnose(args, run)
+    hangs = [f for f in findings if f["kind"] == "hang" and f["severity"] == "critical"]
+    if len(hangs) != 1:
+        fail("expected one critical hang: %s" % json.dumps(findings, indent=1), log)
+    h = hangs[0]
+    seq = 2 * 4 * LAYERS + 2
+    if h.get("rank") != 1 or h.get("collective", {}).get("group") != "tp-0" or h["collective"].get("seq") != seq:
+        fail("the hang names rank %s, %s; expected rank 1, tp-0 seq %d" % (h.get("rank"), h.get("collective"), seq),
+             log)
+    if "layers.0.mlp.fc2 forward all-reduce" not in h["message"]:
+        fail("the hang's message lacks the call site: %s" % h["message"], log)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--case", choices=["healthy", "nan", "stop", "hang"], required=True)
+    p.add_argument("--tpscope", required=True)
+    p.add_argument("--python", required=True)
+    p.add_argument("--sample", required=True)
+    p.add_argument("--work", required=True)
+    args = p.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    {"healthy": check_healthy, "nan": check_nan, "stop": check_stop, "hang": check_hang}[args.case](args)
+    print("PASS python_capture_%s" % args.case)
+
+
+if __name__ == "__main__":
+    main()
