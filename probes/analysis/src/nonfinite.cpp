@@ -308,7 +308,6 @@ tracedb::Result<NonFiniteReport> analyzeNonFinite(tracedb::Reader& reader, const
     if (reached.count(rank) && reached[rank].via != nullptr) out.receivers.push_back(rank);
     else out.unexplained.push_back(rank);
   }
-  (void)info;
   return out;
 }
 
