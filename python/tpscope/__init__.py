@@ -46,7 +46,7 @@ def start():
 
 def instrument():
     """Installs the hooks (once per process): ProcessGroup methods, global nn.Module hooks, torch.autograd.backward,
-    optimizer step(), init_process_group. They cost one atomic load per call while the recorder is not recording."""
+    optimizer step(), init_process_group, DistributedDataParallel's communication hook. They cost one atomic load per call while the recorder is not recording."""
     global _instrumented
     if _instrumented:
         return
@@ -54,6 +54,10 @@ def instrument():
     _collectives.install()
     _modules.install()
     _training.install()
+    import torch.distributed as dist
+    if dist.is_available():
+        from . import _ddp
+        _ddp.install()
     _instrumented = True
 
 

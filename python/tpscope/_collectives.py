@@ -13,9 +13,9 @@ Communicator does.
 Point-to-point calls are recorded in a two-member group per pair, `<group>:p2p-<lo>-<hi>`, with op `send_recv` on
 both sides (the call site says which way), so the send and the receive of one message share (group, seq).
 
-Not seen here: collectives that C++ code issues on a ProcessGroup without going through Python — DDP's bucketed
-gradient all-reduces (its Reducer), and PyTorch 2.x functional collectives (torch.distributed._functional_collectives)
-that dispatch as ops. recv_anysource (no known peer) is not recorded.
+DDP's bucketed gradient all-reduces are issued by its C++ Reducer; _ddp routes them through a communication hook so
+they pass here. Not seen: PyTorch 2.x functional collectives (torch.distributed._functional_collectives) that
+dispatch as ops without reaching a ProcessGroup method. recv_anysource (no known peer) is not recorded.
 """
 
 import os
@@ -182,8 +182,31 @@ class RecordedWork:
             _native.collective_state(issue.handle, K.STATE_COMPLETED)
         return result
 
+    def get_future(self):
+        """The Work's future, with the completion recorded when it completes: code that chains on the future (DDP's
+        communication hooks, `fut.then(...)`) never calls wait()."""
+        fut = self._work.get_future()
+        issue = self._issue
+        if not issue.done:
+            fut.add_done_callback(lambda f: _future_done(issue, f))
+        return fut
+
     def __getattr__(self, name):
         return getattr(self._work, name)
+
+
+def _future_done(issue, fut):
+    """Runs on the thread that completes the future (a backend thread): the state only, no span, as no thread of the
+    program was blocked in it."""
+    if issue.done:
+        return
+    try:
+        fut.wait()
+    except BaseException as e:  # the future holds the collective's error
+        _fail(issue, e)
+        return
+    issue.done = True
+    _native.collective_state(issue.handle, K.STATE_COMPLETED)
 
 
 def unwrap(work):

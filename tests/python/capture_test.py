@@ -7,6 +7,9 @@ healthy  exit 0; every kind of record is there (module spans in both phases, TP 
          sequence numbers, grad_stats, step_stats, rank coordinates); the diagnosis has nothing of warning or worse
 nan      rank 1 puts a NaN into layer 1's MLP activation at step 3; the row-parallel all-reduce spreads it to rank 0:
          nan_origin names rank 1, step 3, layer 1 (from the nonfinite_activation alert's time, not a guess)
+skip     the same NaN under --on-nonfinite skip-step: every rank votes, step 3's update is dropped on both ranks (the
+         step recorded as skipped, the parameters left as they were), the run goes on to its last step with finite
+         losses and exits 0
 stop     the same NaN under --on-nonfinite stop: every rank votes (an int64 all-reduce over world each step), stops
          at step 3 with status 5, the step recorded as skipped
 hang     rank 1 leaves out layer 0's MLP all-reduce at step 3 and blocks: capture's watchdog stops the run (exit 3);
@@ -121,6 +124,28 @@ def check_nan(args):
         fail("nonfinite_activation alerts (by time): %s" % alerts, log)
 
 
+def check_skip(args):
+    out = os.path.join(args.work, "run")
+    log = capture(args, out, ["--on-nonfinite", "skip-step"], ["--nan-at", "1:3:1"], 0)
+    run = os.path.join(out, "run.db")
+    db = sqlite3.connect("file:%s?mode=ro" % run, uri=True)
+    steps = rows(db, "SELECT rank, step, skipped FROM step_stats ORDER BY rank, step")
+    want = [(r, s, int(s == 3)) for r in (0, 1) for s in range(1, STEPS + 1)]
+    if steps != want:
+        fail("step_stats (rank, step, skipped): %s, expected step 3 skipped on both ranks of %d steps"
+             % (steps, STEPS), log)
+    losses = rows(db, "SELECT step, loss FROM step_stats WHERE rank = 0 AND step > 3 ORDER BY step")
+    if len(losses) != STEPS - 3 or not all(l is not None and 0 < l < 10 for _, l in losses):
+        fail("losses after the skipped step: %s (the NaN must not have reached the parameters)" % losses, log)
+    # The NaN never reached an update: every gradient after step 3 is finite.
+    later = rows(db, "SELECT count(*) FROM grad_stats WHERE step > 3 AND nan_count + inf_count > 0")
+    if later != [(0,)]:
+        fail("non-finite gradients after the skipped step: %s" % later, log)
+    origin = [f for f in diagnose(args, run) if f["kind"] == "nan_origin"]
+    if not origin or (origin[0].get("rank"), origin[0].get("step")) != (1, 3):
+        fail("nan_origin: %s" % origin, log)
+
+
 def check_stop(args):
     out = os.path.join(args.work, "run")
     log = capture(args, out, ["--on-nonfinite", "stop"], ["--nan-at", "1:3:1"], 5)
@@ -157,14 +182,15 @@ def check_hang(args):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--case", choices=["healthy", "nan", "stop", "hang"], required=True)
+    p.add_argument("--case", choices=["healthy", "nan", "skip", "stop", "hang"], required=True)
     p.add_argument("--tpscope", required=True)
     p.add_argument("--python", required=True)
     p.add_argument("--sample", required=True)
     p.add_argument("--work", required=True)
     args = p.parse_args()
     os.makedirs(args.work, exist_ok=True)
-    {"healthy": check_healthy, "nan": check_nan, "stop": check_stop, "hang": check_hang}[args.case](args)
+    {"healthy": check_healthy, "nan": check_nan, "skip": check_skip, "stop": check_stop,
+     "hang": check_hang}[args.case](args)
     print("PASS python_capture_%s" % args.case)
 
 
