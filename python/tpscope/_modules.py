@@ -238,17 +238,18 @@ def _walk(rec, outs, stops):
         _claims[node] = rec
         if type(node).__name__ == "AccumulateGrad":
             continue
-        # Only the region's exit nodes are hooked (an edge out of its own nodes: to an input, a leaf, an earlier or
-        # a child region, or none at all): every own node runs before some exit node it leads to, so the last exit
-        # node to run is the last own node to run — with a fraction of the hooks.
-        edges = node.next_functions
-        leaves = not edges
-        for f, _ in edges:
-            if f is None or f in stops or _claims.get(f, rec) is not rec or type(f).__name__ == "AccumulateGrad":
-                leaves = True
-            if f is not None:
-                todo.append(f)  # a child's region is linked, an input's or earlier region's becomes the frontier
-        if leaves:
+        # Only the sinks of the region are hooked: own nodes with no edge to another own node (their edges lead
+        # only to inputs, leaves, earlier or child regions, or nowhere). Autograd runs a node only after every node
+        # with an edge to it, so each own node runs before some sink it leads to, and the last sink to run is the
+        # last own node to run — with a fraction of the hooks (each costs a Python call to register and to run).
+        sink = True
+        for f, _ in node.next_functions:
+            if f is None:
+                continue
+            todo.append(f)  # a child's region is linked, an input's or earlier region's becomes the frontier
+            if sink and f not in stops and _claims.get(f, rec) is rec and type(f).__name__ != "AccumulateGrad":
+                sink = False
+        if sink:
             node.register_hook(lambda grad_inputs, grad_outputs, rec=rec: _node_done(rec))
             rec.pending += 1
     rec.frontier = frontier
