@@ -22,6 +22,12 @@
 
 #include "tpscope/probes/runtime.h"
 #endif
+#if TPSCOPE_TRAIN_WITH_GPU_ACTIVITY
+#include "tpscope/probes/gpu_activity.h"
+#endif
+#if TPSCOPE_HAVE_NVTX
+#include "tpscope/probes/nvtx.h"
+#endif
 
 namespace core = tpscope::core;
 
@@ -68,15 +74,30 @@ void describeRankToRecorder(core::Mesh& mesh, const core::TrainConfig& cfg) {
   info.tpSize = mesh.tp();
   info.dpRank = mesh.dpRank();
   info.dpSize = mesh.dp();
-  info.device = "cpu";
+  const bool cuda = cfg.device == "cuda";
+  info.device = cuda ? fmt::format("cuda:{}", mesh.localRank()) : "cpu";
   probes::setRankInfo(info);
   for (core::Communicator* c : {&mesh.world(), &mesh.tpGroup(), &mesh.dpGroup()})
-    probes::putGroup({c->name(), c->globalRanks(), c->size() > 1 ? "gloo" : ""});
+    probes::putGroup({c->name(), c->globalRanks(), c->size() > 1 ? (cuda ? "nccl" : "gloo") : ""});
   probes::setMeta("config", cfg.toJson());
   probes::setMeta("emulated_ops", core::Communicator::kEmulatedOps);
   if (c10d::Store* s = mesh.store()) probes::setClockStore(std::make_shared<C10dKvStore>(s));
 }
 #endif
+
+// GPU activity on device lanes (TPSCOPE_GPU_ACTIVITY: CUPTI by default on CUDA; `simulated` anywhere) and NVTX
+// ranges for every span on CUDA. The activity recorder lives until the process ends: probes::stop()'s final flush
+// pulls its last records, whichever exit path runs.
+void startDeviceProbes(bool cuda) {
+#if TPSCOPE_TRAIN_WITH_GPU_ACTIVITY
+  static std::unique_ptr<tpscope::probes::GpuActivityRecorder> gpu;
+  gpu = tpscope::probes::startGpuActivityFromEnvironment(cuda);
+#endif
+#if TPSCOPE_HAVE_NVTX
+  if (cuda) tpscope::probes::installNvtxMirror();
+#endif
+  (void)cuda;
+}
 
 void stopRecording(const char* reason) {
 #if TPSCOPE_TRAIN_WITH_RUNTIME
@@ -205,6 +226,7 @@ int run(int argc, char** argv) {
   if (auto st = tpscope::probes::startFromEnvironment(); !st)
     std::fprintf(stderr, "tpscope-train: recorder not started: %s\n", st.message().c_str());
 #endif
+  startDeviceProbes(cfg.device == "cuda");
   at::set_num_threads(static_cast<int>(cfg.threads));
   at::set_num_interop_threads(1);
 

@@ -5,6 +5,7 @@
 
 #include "test_dir.h"
 #include "tpscope/tracedb/merge.h"
+#include "tpscope/tracedb/query.h"
 #include "tpscope/tracedb/reader.h"
 #include "tpscope/tracedb/writer.h"
 
@@ -126,6 +127,49 @@ TEST(Merge, AlignsClocksByEpochAndOffset) {
   ASSERT_TRUE(spans2.isOk());
   ASSERT_EQ(spans2->size(), 3u);
   for (const auto& s : *spans2) EXPECT_EQ(s.beginNs, 1000 + shift[s.rank]);
+}
+
+// spans.correlation is a span id within the rank file (a GPU record → its launching host span); merging renumbers
+// spans, so the correlation must follow: every kernel still points at the host span it was written against.
+TEST(Merge, CorrelationFollowsRenumberedSpans) {
+  TempDir dir;
+  for (int rank = 0; rank < 2; ++rank) {
+    auto w = Writer::create(dir / ("rank-" + std::to_string(rank) + ".db"),
+                            CreateOptions{false, "r1", 10'000'000'000, "capture"});
+    ASSERT_TRUE(w.isOk()) << w.error();
+    Writer& wr = **w;
+    RankInfo info;
+    info.rank = rank;
+    info.worldSize = 2;
+    ASSERT_TRUE(wr.putRank(info));
+    // Host spans written out of (thread, begin) order, so the merge's renumbering moves them; a kernel lane (thread
+    // 65536) whose spans name their host spans by this file's ids (1..3: written first, in this order).
+    const char* hosts[] = {"late host", "early host", "middle host"};
+    const int64_t begins[] = {9000, 1000, 5000};
+    for (int i = 0; i < 3; ++i)
+      ASSERT_TRUE(wr.addSpan(SpanRow{rank, 0, SpanKind::Compute, *wr.intern(hosts[i]), begins[i], 100, 1, -1,
+                                     Phase::Forward, {}}));
+    for (int i = 0; i < 3; ++i)
+      ASSERT_TRUE(wr.addSpan(SpanRow{rank, 65536, SpanKind::Kernel,
+                                     *wr.intern(std::string("kernel of ") + hosts[i]), begins[i] + 50, 500, 1, -1,
+                                     Phase::Forward, int64_t{i + 1}}));
+    ASSERT_TRUE(wr.close());
+  }
+  ASSERT_TRUE(merge(rankFiles(dir.path()), dir / "run.db").isOk());
+  auto r = Reader::open(dir / "run.db");
+  ASSERT_TRUE(r.isOk()) << r.error();
+  Query q(**r,
+          "SELECT k.rank, kn.value, h.rank, hn.value FROM spans k JOIN strings kn ON kn.id = k.name "
+          "LEFT JOIN spans h ON h.id = k.correlation LEFT JOIN strings hn ON hn.id = h.name "
+          "WHERE k.kind = 6 ORDER BY k.rank, kn.value",
+          "kernels");
+  int n = 0;
+  ASSERT_TRUE(q.each([&](Query& row) {
+    ++n;
+    EXPECT_EQ(row.i64(0), row.i64(2)) << "a kernel points at another rank's span";
+    EXPECT_EQ(row.text(1), "kernel of " + row.text(3));
+  }));
+  EXPECT_EQ(n, 6);
 }
 
 TEST(Merge, IsIdempotent) {

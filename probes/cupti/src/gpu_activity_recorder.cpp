@@ -62,6 +62,7 @@ void GpuActivityRecorder::receive(std::span<const GpuActivity> records) {
 
 void GpuActivityRecorder::onFlush(FlushContext& ctx) noexcept {
   try {
+    if (source_) source_->observeHostSpans(ctx.hostSpans);
     if (ctx.final && source_) source_->flush();  // the last CUPTI buffers, before the file closes
     taken_.clear();
     uint64_t droppedBefore;

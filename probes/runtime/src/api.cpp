@@ -22,6 +22,7 @@ std::filesystem::path outputPath() { return Recorder::instance().outputPath(); }
 void addFlushParticipant(FlushParticipant* participant) { Recorder::instance().addParticipant(participant); }
 void removeFlushParticipant(FlushParticipant* participant) { Recorder::instance().removeParticipant(participant); }
 std::optional<uint32_t> threadIdForOsTid(int64_t tid) { return Recorder::instance().threadIdForOsTid(tid); }
+std::optional<int64_t> osTidForThreadId(uint32_t thread) { return Recorder::instance().osTidForThreadId(thread); }
 uint32_t registerLane(std::string_view kind, std::string_view name) {
   return Recorder::instance().registerLane(kind, name);
 }

@@ -560,6 +560,14 @@ std::optional<uint32_t> Recorder::threadIdForOsTid(int64_t tid) {
   return std::nullopt;
 }
 
+std::optional<int64_t> Recorder::osTidForThreadId(uint32_t thread) {
+  std::lock_guard lock(registryMutex_);
+  for (const auto& e : entries_) {
+    if (e->threadId == thread) return e->osTid;
+  }
+  return std::nullopt;
+}
+
 uint32_t Recorder::registerLane(std::string_view kind, std::string_view name) {
   std::lock_guard lock(registryMutex_);
   for (const Lane& l : lanes_) {

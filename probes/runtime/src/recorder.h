@@ -113,6 +113,7 @@ class Recorder final : public Sink {
   void addParticipant(FlushParticipant* p);
   void removeParticipant(FlushParticipant* p);
   std::optional<uint32_t> threadIdForOsTid(int64_t tid);
+  std::optional<int64_t> osTidForThreadId(uint32_t thread);
   uint32_t registerLane(std::string_view kind, std::string_view name);
   int64_t fileNsFromMonotonicNs(int64_t mono) const;
   int64_t fileNsFromTicks(uint64_t ticks) const;

@@ -20,7 +20,8 @@ namespace {
 
 // Every row of every table, with times shifted per rank by temp.shifts (FileClock::shiftNs, filled by copyAttached)
 // and strings remapped by temp.smap. Spans are written in (rank, thread, begin) order: readers that build per-lane
-// timelines then need no sort. The shift of a rank missing from src.ranks is the plain epoch difference (?1).
+// timelines then need no sort. Their ids are renumbered in that order (temp.idmap) and spans.correlation — a GPU
+// record's launching host span, an id within its file — follows its span to the new id. The shift of a rank missing from src.ranks is the plain epoch difference (?1).
 constexpr const char* kCopySql = R"SQL(
 INSERT OR IGNORE INTO main.strings(value) SELECT value FROM src.strings;
 CREATE TEMP TABLE smap(old INTEGER PRIMARY KEY, new INTEGER NOT NULL);
@@ -30,11 +31,15 @@ INSERT OR REPLACE INTO main.ranks SELECT rank, host, pid, world_size, local_rank
   end_ns + (SELECT shift FROM temp.shifts h WHERE h.rank = r.rank), exit_reason FROM src.ranks r;
 INSERT OR IGNORE INTO main.threads SELECT rank, thread, kind, name FROM src.threads;
 INSERT OR IGNORE INTO main.process_groups SELECT name, ranks, size, backend FROM src.process_groups;
-INSERT INTO main.spans(rank, thread, kind, name, begin_ns, dur_ns, step, layer, phase, correlation)
-  SELECT s.rank, s.thread, s.kind, m.new, s.begin_ns + coalesce(h.shift, ?1), s.dur_ns, s.step, s.layer, s.phase,
-         s.correlation
-  FROM src.spans s JOIN temp.smap m ON m.old = s.name LEFT JOIN temp.shifts h ON h.rank = s.rank
-  ORDER BY s.rank, s.thread, s.begin_ns;
+CREATE TEMP TABLE idmap(old INTEGER PRIMARY KEY, new INTEGER NOT NULL);
+INSERT INTO temp.idmap SELECT s.id, (SELECT coalesce(max(id), 0) FROM main.spans)
+  + row_number() OVER (ORDER BY s.rank, s.thread, s.begin_ns, s.id) FROM src.spans s;
+INSERT INTO main.spans(id, rank, thread, kind, name, begin_ns, dur_ns, step, layer, phase, correlation)
+  SELECT o.new, s.rank, s.thread, s.kind, m.new, s.begin_ns + coalesce(h.shift, ?1), s.dur_ns, s.step, s.layer,
+         s.phase, c.new
+  FROM src.spans s JOIN temp.idmap o ON o.old = s.id JOIN temp.smap m ON m.old = s.name
+  LEFT JOIN temp.shifts h ON h.rank = s.rank LEFT JOIN temp.idmap c ON c.old = s.correlation
+  ORDER BY o.new;
 INSERT OR REPLACE INTO main.collectives(rank, group_name, seq, op, dtype, shape, numel, bytes, callsite, step, layer,
   phase, thread, enqueue_ns, start_ns, end_ns, state)
   SELECT c.rank, group_name, seq, op, dtype, shape, numel, bytes, callsite, step, layer, phase, thread,
@@ -57,6 +62,7 @@ INSERT OR IGNORE INTO main.meta SELECT key, value FROM src.meta
   WHERE key NOT IN ('format', 'run_id', 'epoch_unix_ns', 'source', 'tool', 'clock_aligned');
 DROP TABLE temp.shifts;
 DROP TABLE temp.smap;
+DROP TABLE temp.idmap;
 )SQL";
 
 // Fills temp.shifts with each rank's shift, then runs kCopySql statement by statement, binding the epoch shift where it

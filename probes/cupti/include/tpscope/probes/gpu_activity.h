@@ -62,10 +62,24 @@ class GpuActivitySource {
   virtual std::string reason() const = 0;
   // Records the source itself lost (e.g. CUPTI buffers refused when the bound is reached).
   virtual uint64_t dropped() const { return 0; }
+  // The host spans of each flush, before the flush pulls the source (flusher thread). CUPTI has no use for them;
+  // the simulated device derives its activity from them.
+  virtual void observeHostSpans(std::span<const HostSpanRef> spans) { (void)spans; }
 };
 
 // The CUPTI source; with TPSCOPE_HAVE_CUDA off, a source whose enable() fails ("built without CUDA").
 std::unique_ptr<GpuActivitySource> makeCuptiSource();
+
+// A simulated device, so that the whole GPU path — launch/kernel correlation, stream lanes, NCCL kernels inside
+// their collectives, the device-lane breakdown, the viewer's device lanes — runs end to end on a machine without a
+// GPU (tests, CI). From each flush's host spans of CPU threads it derives what a CUDA engine would have launched:
+// each stretch of a compute/optimizer span's own time (outside the spans nested in it) launches one kernel
+// ("sim_<phase>_kernel", stream 7) that runs from just after the launch to the stretch's end; every comm span
+// launches "ncclDevKernel_<...>_sim" (stream 13) inside it; a data span's own time a host-to-device memcpy
+// (stream 7). Its records go through the same correlator and writer as
+// CUPTI's. Never a substitute for a GPU measurement: the device times are the host's.
+std::unique_ptr<GpuActivitySource> makeSimulatedSource();
+
 
 // ---------------------------------------------------------------------------------------------------------------
 class GpuCorrelator {
@@ -173,5 +187,13 @@ class GpuActivityRecorder final : public FlushParticipant {
   std::unordered_map<uint64_t, uint32_t> lanes_;  // (device << 32 | stream) → lane thread id
   uint64_t sourceDroppedSeen_ = 0;
 };
+
+// ---------------------------------------------------------------------------------------------------------------
+// What an engine calls once after the recorder started: reads TPSCOPE_GPU_ACTIVITY — `auto` (the default: CUPTI
+// when `deviceIsCuda`, else nothing), `cupti`, `simulated`, `off` — and starts a GpuActivityRecorder on that source.
+// Returns it (the caller keeps it alive until probes::stop(); its records are pulled by the recorder's final flush),
+// or null when nothing is to be recorded or the source is unavailable (one line on stderr says why). An unknown
+// value is reported on stderr and treated as `off`.
+std::unique_ptr<GpuActivityRecorder> startGpuActivityFromEnvironment(bool deviceIsCuda);
 
 }  // namespace tpscope::probes

@@ -32,7 +32,7 @@ struct FlushContext {
   tracedb::Writer& writer;                 // inside the flush's transaction; do not begin/commit
   int rank = 0;
   bool final = false;                      // the session's last flush: write everything still pending
-  std::span<const HostSpanRef> hostSpans;  // in thread order, by begin time within a thread
+  std::span<const HostSpanRef> hostSpans;  // grouped by thread; within a thread in ring order (by end time)
   int64_t* recordsWritten = nullptr;       // add what you wrote / dropped (recorder_stats)
   int64_t* recordsDropped = nullptr;
   int64_t* spansWritten = nullptr;
@@ -53,6 +53,8 @@ void removeFlushParticipant(FlushParticipant* participant);
 
 // Dense thread id of the thread with Linux tid `tid`, if it has recorded a span.
 std::optional<uint32_t> threadIdForOsTid(int64_t tid);
+// The inverse: the Linux tid of the CPU thread with dense id `thread`, if it has recorded a span.
+std::optional<int64_t> osTidForThreadId(uint32_t thread);
 // A lane that is not a CPU thread (e.g. kind "cuda-stream", name "cuda0 stream 7"): returns its thread id (>= 65536,
 // never a CPU thread's) and writes its threads row at the next flush. Same kind and name → same id.
 uint32_t registerLane(std::string_view kind, std::string_view name);
