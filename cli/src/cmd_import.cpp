@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "command.h"
+#include "tpscope/analysis/summary.h"
 #include "tpscope/formats/kineto_import.h"
 
 namespace tpscope::cli {
@@ -27,6 +28,9 @@ void addImport(CLI::App& app, Context& ctx) {
       return;
     }
     std::cout << stats->summary() << "\n";
+    if (tracedb::Status s = analysis::writeRunSummary(args->output); !s)
+      std::cerr << "tpscope import: warning: summaries not written (the analyses will compute them): " << s.message()
+                << "\n";
   });
 }
 

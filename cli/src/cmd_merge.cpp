@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "command.h"
+#include "tpscope/analysis/summary.h"
 #include "tpscope/tracedb/merge.h"
 
 namespace tpscope::cli {
@@ -38,6 +39,10 @@ void addMerge(CLI::App& app, Context& ctx) {
     }
     std::cout << "merged " << stats->ranks << " rank" << (stats->ranks == 1 ? "" : "s") << " (" << stats->spans
               << " spans, " << stats->collectives << " collective records) into " << args->output.string() << "\n";
+    // The per-step summaries the analyses and the viewer read first; without them the file is complete, only slower.
+    if (tracedb::Status s = analysis::writeRunSummary(args->output); !s)
+      std::cerr << "tpscope merge: warning: summaries not written (the analyses will compute them): " << s.message()
+                << "\n";
   });
 }
 

@@ -28,6 +28,7 @@
 #include "findings_text.h"
 #include "tpscope/analysis/diagnose.h"
 #include "tpscope/analysis/html_report.h"
+#include "tpscope/analysis/summary.h"
 #include "tpscope/core/fault_spec.h"
 #include "tpscope/core/health_rules.h"
 #include "tpscope/probes/tcp_store.h"
@@ -759,6 +760,9 @@ std::optional<int> CaptureSession::mergeRankFiles(const std::vector<std::pair<st
   }
   if (tracedb::Status e = tracedb::addMeta(runFile_, meta); !e)
     fmt::print(err_, "tpscope capture: warning: {}\n", e.message());
+  if (tracedb::Status e = analysis::writeRunSummary(runFile_); !e)
+    fmt::print(err_, "tpscope capture: warning: summaries not written (the analyses will compute them): {}\n",
+               e.message());
   fmt::print(out_, "merged {} rank file{} → {} ({} spans, {} collectives)\n", merged->ranks,
              merged->ranks == 1 ? "" : "s", runFile_.string(), merged->spans, merged->collectives);
   return std::nullopt;

@@ -9,7 +9,9 @@
 
 #include "device_lanes.h"
 #include "intervals.h"
+#include "tpscope/analysis/summary.h"
 #include "tpscope/tracedb/query.h"
+#include "tpscope/tracedb/summary.h"
 
 namespace tpscope::analysis {
 
@@ -321,6 +323,13 @@ unsigned workerCount(int64_t spans) {
 }  // namespace
 
 tracedb::Result<Breakdown> computeBreakdown(tracedb::Reader& reader) {
+  auto summary = tracedb::readSummary(reader, kSummaryVersion);
+  if (!summary) return summary.status();
+  if (*summary) return breakdownFromSummary(**summary);
+  return computeBreakdownFromRecords(reader);
+}
+
+tracedb::Result<Breakdown> computeBreakdownFromRecords(tracedb::Reader& reader) {
   RankMap data;
   auto devices = loadDeviceLanes(reader);
   if (!devices) return devices.status();
@@ -402,6 +411,7 @@ tracedb::Result<Breakdown> computeBreakdown(tracedb::Reader& reader) {
     if (i == 0) out.source = results[i].source;
     out.run += results[i].rank.time;
     out.ranks.push_back(results[i].rank);
+    out.ranks.back().source = results[i].source;
     out.steps.insert(out.steps.end(), results[i].steps.begin(), results[i].steps.end());
   }
   return out;

@@ -6,13 +6,11 @@
 #include <map>
 #include <set>
 
-#include "intervals.h"
+#include "tpscope/analysis/summary.h"
 #include "tpscope/tracedb/query.h"
 
 namespace tpscope::analysis {
 
-using detail::Interval;
-using detail::IntervalSet;
 using tracedb::Query;
 
 tracedb::Result<Report> buildReport(tracedb::Reader& reader) {
@@ -40,17 +38,20 @@ tracedb::Result<PhaseProfile> profilePhases(tracedb::Reader& reader, const Repor
                  ? 0.0
                  : static_cast<double>(report.breakdown.run.stepNs) / static_cast<double>(report.breakdown.steps.size());
 
-  // (kind, phase) → per rank intervals; unions per rank so nested spans count once.
-  std::map<std::pair<int, int>, std::map<int, std::vector<Interval>>> byKey;
+  // (kind, phase) → busy time summed over ranks: from the file's summaries, else from the spans.
+  std::map<std::pair<int, int>, int64_t> byKey;
   {
-    const std::string sql = "SELECT kind, phase, rank, begin_ns, dur_ns FROM spans WHERE kind != " +
-                            std::to_string(static_cast<int>(tracedb::SpanKind::Step));  // steps contain the phases
-    Query q(reader, sql, "table 'spans'");
-    auto s = q.each([&](Query& row) {
-      const int64_t b = row.i64(3);
-      byKey[{row.i32(0), row.i32(1)}][row.i32(2)].emplace_back(b, b + row.i64(4));
-    });
-    if (!s) return s;
+    auto summary = tracedb::readSummary(reader, kSummaryVersion);
+    if (!summary) return summary.status();
+    std::vector<tracedb::PhaseSummaryRow> rows;
+    if (*summary) {
+      rows = std::move((*summary)->phases);
+    } else {
+      auto computed = phaseBusyFromRecords(reader);
+      if (!computed) return computed.status();
+      rows = std::move(*computed);
+    }
+    for (const auto& r : rows) byKey[{r.kind, r.phase}] += r.busyNs;
   }
   std::map<int, std::string> kinds, phases;
   {
@@ -59,9 +60,7 @@ tracedb::Result<PhaseProfile> profilePhases(tracedb::Reader& reader, const Repor
     Query q2(reader, "SELECT id, name FROM phases", "table 'phases'");
     if (auto s = q2.each([&](Query& row) { phases[row.i32(0)] = row.text(1); }); !s) return s;
   }
-  for (auto& [key, perRank] : byKey) {
-    int64_t total = 0;
-    for (auto& [rank, iv] : perRank) total += IntervalSet(std::move(iv)).total();
+  for (const auto& [key, total] : byKey) {
     PhaseTime t;
     t.kind = kinds.count(key.first) ? kinds[key.first] : std::to_string(key.first);
     t.phase = phases.count(key.second) ? phases[key.second] : std::to_string(key.second);

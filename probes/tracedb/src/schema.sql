@@ -1,6 +1,7 @@
--- tpscope trace format, version 1. THE source of truth: compiled into the library (schema.cpp includes it) and
+-- tpscope trace format, version 2. THE source of truth: compiled into the library (schema.cpp includes it) and
 -- documented column by column in docs/schema.md. Times are ns since the file's epoch (meta 'epoch_unix_ns'),
--- sizes are bytes. PRAGMA user_version holds the format version.
+-- sizes are bytes. PRAGMA user_version holds the format version. Version 2 adds the optional summary tables, which
+-- this schema does not create: tracedb/src/summary.cpp writes them beside the records of a merged or imported file.
 CREATE TABLE meta(
   key   TEXT PRIMARY KEY,
   value TEXT NOT NULL

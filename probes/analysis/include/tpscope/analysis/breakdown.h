@@ -43,7 +43,8 @@
 // Rank and run totals sum the steps; their percentages are ratios of the sums.
 //
 // Cost: one scan of spans, threads and collectives (any order; sorted in memory), O(n log n) per rank. Works with
-// and without the query indexes.
+// and without the query indexes. A run file with summaries (written by merge, capture and import) costs one read of
+// its step_summary table instead.
 #pragma once
 
 #include <cstdint>
@@ -89,6 +90,7 @@ struct StepBreakdown {
 struct RankBreakdown {
   int rank = 0;
   Lanes lanes = Lanes::Host;  // the lanes its time was read on
+  StepSource source = StepSource::WholeRun;  // where its step windows came from
   int steps = 0;              // windows summed
   TimeShares time;
 };
@@ -100,6 +102,10 @@ struct Breakdown {
   TimeShares run;                            // sum over ranks
 };
 
+// The breakdown of the file: read from its summaries (tracedb/summary.h) when it has current ones, else computed from
+// its records. Both give the same result (summary_test checks it on real captures).
 tracedb::Result<Breakdown> computeBreakdown(tracedb::Reader& reader);
+// Always from the records (what the summaries are made of).
+tracedb::Result<Breakdown> computeBreakdownFromRecords(tracedb::Reader& reader);
 
 }  // namespace tpscope::analysis

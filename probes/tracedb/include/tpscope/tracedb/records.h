@@ -1,4 +1,4 @@
-// Plain row types of the trace format (schema version 1, probes/tracedb/src/schema.sql; docs/schema.md).
+// Plain row types of the trace format (schema version 2, probes/tracedb/src/schema.sql; docs/schema.md).
 // Times: ns since the file's epoch (meta 'epoch_unix_ns'); sizes: bytes. No SQLite types leak out of here.
 #pragma once
 
@@ -10,7 +10,7 @@
 
 namespace tpscope::tracedb {
 
-inline constexpr int kFormatVersion = 1;                 // PRAGMA user_version
+inline constexpr int kFormatVersion = 2;                 // PRAGMA user_version (2: + the summary tables)
 inline constexpr std::string_view kFormatName = "tpscope-trace";  // meta 'format'
 
 // Well-known meta keys.

@@ -1,0 +1,132 @@
+#include "tpscope/analysis/summary.h"
+
+#include <map>
+#include <string_view>
+#include <utility>
+
+#include "intervals.h"
+#include "tpscope/tracedb/query.h"
+
+namespace tpscope::analysis {
+
+using detail::Interval;
+using detail::IntervalSet;
+
+namespace {
+
+StepSource parseStepSource(std::string_view name) {
+  for (StepSource s : {StepSource::StepSpans, StepSource::StepStats, StepSource::SpanSteps, StepSource::WholeRun})
+    if (name == stepSourceName(s)) return s;
+  return StepSource::WholeRun;
+}
+
+TimeShares sharesOf(const tracedb::StepSummaryRow& r) {
+  TimeShares t;
+  t.stepNs = r.stepNs;
+  t.computeNs = r.computeNs;
+  t.commNs = r.commNs;
+  t.exposedCommNs = r.exposedCommNs;
+  t.otherNs = r.otherNs;
+  t.idleNs = r.idleNs;
+  t.memcpyNs = r.memcpyNs;
+  t.idleHostWaitNs = r.idleHostWaitNs;
+  t.idleKernelWaitNs = r.idleKernelWaitNs;
+  t.idleOtherNs = r.idleOtherNs;
+  return t;
+}
+
+tracedb::StepSummaryRow rowOf(const StepBreakdown& s) {
+  tracedb::StepSummaryRow r;
+  r.rank = s.rank;
+  r.step = s.step;
+  r.beginNs = s.beginNs;
+  r.endNs = s.endNs;
+  r.stepNs = s.time.stepNs;
+  r.computeNs = s.time.computeNs;
+  r.commNs = s.time.commNs;
+  r.exposedCommNs = s.time.exposedCommNs;
+  r.otherNs = s.time.otherNs;
+  r.idleNs = s.time.idleNs;
+  r.memcpyNs = s.time.memcpyNs;
+  r.idleHostWaitNs = s.time.idleHostWaitNs;
+  r.idleKernelWaitNs = s.time.idleKernelWaitNs;
+  r.idleOtherNs = s.time.idleOtherNs;
+  return r;
+}
+
+}  // namespace
+
+Breakdown breakdownFromSummary(const tracedb::RunSummary& summary) {
+  Breakdown out;
+  std::map<int, RankBreakdown> ranks;
+  for (const auto& r : summary.ranks) {
+    RankBreakdown& rb = ranks[r.rank];
+    rb.rank = r.rank;
+    rb.lanes = r.lanes == lanesName(Lanes::Device) ? Lanes::Device : Lanes::Host;
+    rb.source = parseStepSource(r.windowSource);
+  }
+  for (const auto& r : summary.steps) {  // by rank, then step: the order computeBreakdownFromRecords gives
+    StepBreakdown sb;
+    sb.rank = r.rank;
+    sb.step = r.step;
+    sb.beginNs = r.beginNs;
+    sb.endNs = r.endNs;
+    sb.time = sharesOf(r);
+    RankBreakdown& rb = ranks[r.rank];
+    rb.rank = r.rank;
+    rb.time += sb.time;
+    ++rb.steps;
+    out.steps.push_back(sb);
+  }
+  for (auto& [rank, rb] : ranks) {
+    if (out.ranks.empty()) out.source = rb.source;
+    out.run += rb.time;
+    out.ranks.push_back(rb);
+  }
+  return out;
+}
+
+tracedb::Result<std::vector<tracedb::PhaseSummaryRow>> phaseBusyFromRecords(tracedb::Reader& reader) {
+  // (rank, kind, phase) → intervals; unions so nested spans count once. Steps contain the phases: left out.
+  std::map<std::tuple<int, int, int>, std::vector<Interval>> byKey;
+  const std::string sql = "SELECT rank, kind, phase, begin_ns, dur_ns FROM spans WHERE kind != " +
+                          std::to_string(static_cast<int>(tracedb::SpanKind::Step));
+  tracedb::Query q(reader, sql, "table 'spans'");
+  auto s = q.each([&](tracedb::Query& row) {
+    const int64_t b = row.i64(3);
+    byKey[{row.i32(0), row.i32(1), row.i32(2)}].emplace_back(b, b + row.i64(4));
+  });
+  if (!s) return s;
+  std::vector<tracedb::PhaseSummaryRow> out;
+  out.reserve(byKey.size());
+  for (auto& [key, iv] : byKey)
+    out.push_back({std::get<0>(key), std::get<1>(key), std::get<2>(key), IntervalSet(std::move(iv)).total()});
+  return out;
+}
+
+tracedb::Result<tracedb::RunSummary> summaryFromRecords(tracedb::Reader& reader) {
+  auto b = computeBreakdownFromRecords(reader);
+  if (!b) return b.status();
+  auto phases = phaseBusyFromRecords(reader);
+  if (!phases) return phases.status();
+  tracedb::RunSummary s;
+  s.version = kSummaryVersion;
+  for (const auto& r : b->ranks) s.ranks.push_back({r.rank, lanesName(r.lanes), stepSourceName(r.source)});
+  for (const auto& st : b->steps) s.steps.push_back(rowOf(st));
+  s.phases = std::move(*phases);
+  return s;
+}
+
+tracedb::Status writeRunSummary(const std::filesystem::path& path) {
+  tracedb::RunSummary summary;
+  {
+    auto reader = tracedb::Reader::open(path);
+    if (!reader) return reader.status();
+    auto s = summaryFromRecords(**reader);
+    if (!s) return s.status();
+    summary = std::move(*s);
+  }  // the reader is closed before the file is written
+  return tracedb::writeSummary(path, summary);
+}
+
+}  // namespace tpscope::analysis
