@@ -210,6 +210,34 @@ TEST(MultiNode, HangOnOneNodeStopsBothAndIsDiagnosedFromTheMergedRun) {
   EXPECT_TRUE(named) << "no hang finding naming rank 3 on (tp-1, " << seq2 << "):\n" << d.summary() << d.json;
 }
 
+TEST(MultiNode, CrashOnNodeZeroStopsNodeOneWithTheSameStatus) {
+  const auto root = testDir("multinode-crash");
+  const auto dir0 = root / "node0", dir1 = root / "node1";
+  const int port = freePortPair();
+  ASSERT_NE(port, 0);
+  // Rank 1 (node 0) aborts at step 3. Node 1's ranks then see their DP peer gone; whichever way they end, node 1
+  // reports the job's cause — node 0's crash — and exits 4 as node 0 does.
+  const std::vector<std::string> extra = {"--inject", "crash:rank=1,step=3", "--hang-timeout", "60", "--grace", "3"};
+  const auto [n0, n1] = runTwoNodes(dir0, dir1, port, 8, extra, extra, 0);
+  EXPECT_EQ(n0.result.status, 4) << n0.result.output;
+  EXPECT_EQ(n1.result.status, 4) << n1.result.output << "\n---- node 0:\n" << n0.result.output;
+  EXPECT_TRUE(contains(n1.result.output, "node 0 stopped the job")) << n1.result.output;
+  std::printf("node 0 ended after %.1f s, node 1 after %.1f s\n", n0.seconds, n1.seconds);
+  EXPECT_LT(std::abs(n0.seconds - n1.seconds), 15.0);
+
+  const fs::path runFile = root / "run.db";
+  const RunResult m = merge({dir1, dir0}, runFile);  // folders in any order
+  ASSERT_EQ(m.status, 0) << m.output;
+  Db db(runFile);
+  EXPECT_EQ(db.integer("SELECT count(*) FROM ranks"), 4);
+  EXPECT_EQ(db.value("SELECT exit_reason FROM ranks WHERE rank = 1"), "crash: killed by signal SIGABRT");
+  EXPECT_EQ(db.integer("SELECT count(*) FROM ranks WHERE rank <> 1 AND exit_reason LIKE 'crash%'"), 0);
+  const Diagnosis d = diagnose(runFile);
+  const auto crashed = d.ofKind("crash", "critical");
+  ASSERT_EQ(crashed.size(), 1u) << d.summary();
+  EXPECT_EQ(crashed[0].rank, 1) << d.summary();
+}
+
 TEST(MultiNode, AWrongTokenIsRefused) {
   const auto root = testDir("multinode-token");
   const auto dir0 = root / "node0", dir1 = root / "node1";

@@ -710,6 +710,13 @@ void CaptureSession::reportEndedRank(const RankProcess& p) {
   const ExitStatus& s = *p.status();
   if (s.ok() || signaled_[slot(p.rank())]) return;
   const Outcome oc = outcomeOfRankExit(s);
+  // Several nodes: a rank whose collective failed is most often the echo of a peer that died on another node. That
+  // node's stop gets a moment to arrive, so that every node reports the job's first cause.
+  for (const auto until = Clock::now() + std::chrono::milliseconds(1500);
+       link_ && oc == Outcome::Hang && stop_ == Stop::None && Clock::now() < until;) {
+    pollNodes();
+    if (stop_ == Stop::None) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   std::string msg = fmt::format("rank {} (pid {}) ended: {}", p.rank(), p.pid(), s.describe());
   if (oc == Outcome::Hang) msg += " (collective timeout or failure)";
   if (oc == Outcome::NonFinite) msg += " (stopped on non-finite values)";
