@@ -3,7 +3,6 @@
 #include <charconv>
 #include <random>
 #include <sstream>
-#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
