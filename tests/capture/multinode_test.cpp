@@ -326,34 +326,31 @@ TEST(MultiNode, SlurmRanksWithoutCaptureRecordAlignAndDumpOnSigterm) {
   expectOffsetRecovered(db, 1, -kOffsetNs, "slurm");
 }
 
-#ifdef TPSCOPE_MINIMAL_TRAINER
-// Ranks with torchrun's environment and no capture, in a program that hands the recorder no store of its own
-// (samples/minimal_trainer): rank 0's runtime serves the clock store at MASTER_PORT + 1 and the ranks align
-// through it; the run id comes from torchrun's TORCHELASTIC_RUN_ID and the rendezvous address.
-TEST(MultiNode, TorchrunRanksWithoutCaptureAlignThroughRankZerosStore) {
-  const auto dir = testDir("multinode-torchrun");
+// Two ranks with torchrun's environment and no capture (no TPSCOPE_CLOCK_STORE), rank 1's clock `offsetNs` off:
+// runs `argv` (with `extraEnv`) in each to its end, merges the folder, and checks the run id (torchrun's
+// TORCHELASTIC_RUN_ID and the rendezvous address), the hosts and rank 1's recovered offset. The program hands the
+// recorder no store of its own, so the ranks align through the one rank 0's runtime serves at MASTER_PORT + 1.
+void expectTorchrunRanksAligned(const std::string& name, const std::vector<std::string>& argv,
+                                const std::map<std::string, std::string>& extraEnv, int64_t offsetNs) {
+  const auto dir = testDir("multinode-" + name);
   const int port = freePortPair();
   ASSERT_NE(port, 0);
-  constexpr int64_t kOffsetNs = 1'300'000'000;
   std::vector<pid_t> pids;
   for (int rank = 0; rank < 2; ++rank)
-    pids.push_back(startProcess({TPSCOPE_MINIMAL_TRAINER, "--steps", "20"},
-                                dir / ("rank-" + std::to_string(rank) + ".log"), [rank, port, dir] {
-                                  for (const char* v : {"TPSCOPE_RUN_ID", "TPSCOPE_EPOCH_NS", "TPSCOPE_CLOCK_STORE",
-                                                        "SLURM_JOB_ID", "SLURM_PROCID", "TPSCOPE_TOKEN"})
-                                    ::unsetenv(v);
-                                  ::setenv("RANK", std::to_string(rank).c_str(), 1);
-                                  ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
-                                  ::setenv("WORLD_SIZE", "2", 1);
-                                  ::setenv("TORCHELASTIC_RUN_ID", "job7", 1);
-                                  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
-                                  ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-                                  ::setenv("TPSCOPE_OUT", dir.c_str(), 1);
-                                  ::setenv("TPSCOPE_HOSTNAME", rank == 0 ? "torch-a" : "torch-b", 1);
-                                  if (rank == 1)
-                                    ::setenv("TPSCOPE_TEST_CLOCK_OFFSET_NS", std::to_string(kOffsetNs).c_str(), 1);
-                                  return 0;
-                                }));
+    pids.push_back(startProcess(argv, dir / ("rank-" + std::to_string(rank) + ".log"), [&, rank] {
+      for (const char* v : {"TPSCOPE_RUN_ID", "TPSCOPE_EPOCH_NS", "TPSCOPE_CLOCK_STORE", "SLURM_JOB_ID", "SLURM_PROCID",
+                            "TPSCOPE_TOKEN"})
+        ::unsetenv(v);
+      std::map<std::string, std::string> env = {
+          {"RANK", std::to_string(rank)},     {"LOCAL_RANK", std::to_string(rank)},   {"WORLD_SIZE", "2"},
+          {"TORCHELASTIC_RUN_ID", "job7"},    {"MASTER_ADDR", "127.0.0.1"},           {"MASTER_PORT", std::to_string(port)},
+          {"TPSCOPE_OUT", dir.string()},      {"TPSCOPE_HOSTNAME", rank == 0 ? "torch-a" : "torch-b"},
+          {"OMP_NUM_THREADS", "1"}};
+      if (rank == 1) env["TPSCOPE_TEST_CLOCK_OFFSET_NS"] = std::to_string(offsetNs);
+      env.insert(extraEnv.begin(), extraEnv.end());
+      for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+      return 0;
+    }));
   for (pid_t p : pids) EXPECT_EQ(waitStatus(p), 0) << readFile(dir / "rank-0.log") << readFile(dir / "rank-1.log");
   const fs::path runFile = dir / "run.db";
   const RunResult m = merge({dir}, runFile);
@@ -362,7 +359,23 @@ TEST(MultiNode, TorchrunRanksWithoutCaptureAlignThroughRankZerosStore) {
   EXPECT_EQ(db.integer("SELECT count(*) FROM ranks"), 2);
   EXPECT_EQ(db.value("SELECT value FROM meta WHERE key = 'run_id'"), "torchrun-job7-127.0.0.1:" + std::to_string(port));
   EXPECT_EQ(db.value("SELECT group_concat(host, ',') FROM (SELECT host FROM ranks ORDER BY rank)"), "torch-a,torch-b");
-  expectOffsetRecovered(db, 1, -kOffsetNs, "torchrun");
+  EXPECT_GT(db.integer("SELECT count(*) FROM collectives WHERE rank = 1"), 0);
+  expectOffsetRecovered(db, 1, -offsetNs, name.c_str());
+}
+
+#ifdef TPSCOPE_MINIMAL_TRAINER
+// A C++ program that only starts the recorder from the environment (samples/minimal_trainer).
+TEST(MultiNode, TorchrunRanksWithoutCaptureAlignThroughRankZerosStore) {
+  expectTorchrunRanksAligned("torchrun", {TPSCOPE_MINIMAL_TRAINER, "--steps", "20"}, {}, 1'300'000'000);
+}
+#endif
+
+#ifdef TPSCOPE_PYTHON_BIN
+// An unchanged PyTorch script run as torchrun would run it (-m tpscope.run), its host named by TPSCOPE_HOSTNAME.
+TEST(MultiNode, TorchrunPythonRanksWithoutCaptureAlignThroughRankZerosStore) {
+  expectTorchrunRanksAligned("torchrun-python",
+                             {TPSCOPE_PYTHON_BIN, "-m", "tpscope.run", TPSCOPE_PY_SAMPLE, "--steps", "4"},
+                             {{"PYTHONPATH", TPSCOPE_PYTHON_PATH}, {"TPSCOPE_TP", "2"}}, -900'000'000);
 }
 #endif
 
