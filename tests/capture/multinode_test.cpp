@@ -238,6 +238,55 @@ TEST(MultiNode, CrashOnNodeZeroStopsNodeOneWithTheSameStatus) {
   EXPECT_EQ(crashed[0].rank, 1) << d.summary();
 }
 
+TEST(MultiNode, BadNodeArgumentsExitTwoBeforeStartingAnything) {
+  const auto dir = testDir("multinode-badargs");
+  const auto tiny = [&](const std::vector<std::string>& more) {
+    std::vector<std::string> argv = captureArgv(dir, 2, 2, 2, 2, more);
+    return run(argv, dir.parent_path() / "multinode-badargs.log", nodeEnvironment("node-a", 0, "t"));
+  };
+  RunResult r = tiny({"--nnodes", "2", "--node-rank", "0", "--master-port", "29500"});
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "needs --master-addr")) << r.output;
+  r = tiny({"--nnodes", "2", "--node-rank", "2", "--master-addr", "127.0.0.1", "--master-port", "29500"});
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "--node-rank 2 must be between 0 and --nnodes - 1 = 1")) << r.output;
+  r = tiny({"--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1"});
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "needs --master-port")) << r.output;
+  // --tp 2 x --dp 2 = 4 ranks, but three nodes of 2 make 6.
+  r = tiny({"--nnodes", "3", "--node-rank", "1", "--master-addr", "127.0.0.1", "--master-port", "29500"});
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "the job's 6 ranks (--nnodes x --nproc)")) << r.output;
+  // --inject names global ranks: rank 3 exists in a 2 x 2 job.
+  r = tiny({"--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--master-port", "29500", "--inject",
+            "hang:rank=4,step=1"});
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "rank 4 does not exist in a job of 4 ranks")) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "rank-2.db"));
+}
+
+// Node 1 with another layout than node 0's: it refuses, and its stop ends node 0 (whose ranks had started) too.
+TEST(MultiNode, ALayoutThatDiffersFromNodeZerosStopsTheJob) {
+  const auto root = testDir("multinode-layout");
+  const auto dir0 = root / "node0", dir1 = root / "node1";
+  const int port = freePortPair();
+  ASSERT_NE(port, 0);
+  const auto t0 = Clock::now();
+  const pid_t p0 = startProcess(nodeArgv(dir0, 0, port, 3, {"--hang-timeout", "60"}), captureLog(dir0),
+                                nodeEnvironment("node-a", 0, "tok"));
+  std::vector<std::string> argv1 = captureArgv(dir1, 1, 2, 1, 3, {"--nnodes", "2", "--node-rank", "1", "--master-addr",
+                                                                  "127.0.0.1", "--master-port", std::to_string(port)});
+  const RunResult r1 = run(argv1, captureLog(dir1), nodeEnvironment("node-b", 0, "tok"));
+  EXPECT_EQ(r1.status, 2) << r1.output;
+  EXPECT_TRUE(contains(r1.output, "node 1 has --nproc 1 (2 ranks in all) but node 0 has --nproc 2 (4 ranks)"))
+      << r1.output;
+  const int status0 = waitStatus(p0);
+  const std::string out0 = readFile(captureLog(dir0));
+  EXPECT_EQ(status0, 2) << out0;
+  EXPECT_TRUE(contains(out0, "node 1 stopped the job")) << out0;
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 20.0) << out0;  // no wait for node 1's end
+}
+
 TEST(MultiNode, AWrongTokenIsRefused) {
   const auto root = testDir("multinode-token");
   const auto dir0 = root / "node0", dir1 = root / "node1";

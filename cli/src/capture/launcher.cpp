@@ -601,6 +601,7 @@ std::optional<int> CaptureSession::connectNodes() {
     const std::string why = fmt::format("node {} has --nproc {} ({} ranks in all) but node 0 has --nproc {} ({} ranks)",
                                         o_.nodeRank, o_.nproc, world_, job->nprocPerNode, job->worldSize);
     link_->postStop(kExitBadArgs, why);
+    link_->postDone(kExitBadArgs);  // node 0 need not wait for this node's ranks: there are none
     return bad(why);
   }
   runId_ = job->runId;
