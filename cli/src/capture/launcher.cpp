@@ -640,6 +640,10 @@ std::optional<int> CaptureSession::spawn() {
       for (auto& q : ranks_) q.signal(SIGKILL);
       for (auto& q : ranks_)
         while (!q.poll() && q.running()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (link_) {  // the other nodes' ranks would wait for this node's at their rendezvous
+        link_->postStop(kExitBadArgs, fmt::format("node {}: rank {} could not start: {}", o_.nodeRank, r, error));
+        link_->postDone(kExitBadArgs);
+      }
       return bad(fmt::format("rank {}: {}", r, error));
     }
     ranks_.push_back(std::move(*p));
