@@ -141,6 +141,33 @@ TEST(TcpStore, AClientSurvivesTheServerGoingAway) {
   EXPECT_FALSE(c->set("x", "y"));
 }
 
+// Set-if-absent: of clients racing for one key, exactly one value holds and every client learns it (the first stop
+// claimed on the control channel of a multi-node capture).
+TEST(TcpStore, SetIfAbsentHasOneWinner) {
+  auto s = server();
+  ASSERT_TRUE(s);
+  auto waiter = tp::TcpKvClient::connect("127.0.0.1", s->port());
+  ASSERT_TRUE(waiter);
+  std::thread wait([&] { EXPECT_TRUE(waiter->get("stop", std::chrono::seconds(5)).has_value()); });  // woken by it
+  constexpr int kClients = 8;
+  std::vector<std::string> seen(kClients);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i)
+    threads.emplace_back([&, i] {
+      auto c = tp::TcpKvClient::connect("127.0.0.1", s->port());
+      if (c) seen[i] = c->setIfAbsent("stop", "node " + std::to_string(i)).value_or("failed");
+    });
+  for (auto& t : threads) t.join();
+  wait.join();
+  ASSERT_EQ(seen[0].rfind("node ", 0), 0u) << seen[0];
+  for (const auto& v : seen) EXPECT_EQ(v, seen[0]);
+  auto c = tp::TcpKvClient::connect("127.0.0.1", s->port());
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->get("stop", std::chrono::milliseconds(100)), seen[0]);
+  EXPECT_EQ(c->setIfAbsent("other", ""), "");
+  EXPECT_EQ(s->keyCount(), 2u);
+}
+
 // A store with a token (the control channel of `tpscope capture --nnodes`): the right token gets in, a wrong one is
 // refused with a clear error and not retried, a client that presents none is dropped at its first request.
 TEST(TcpStore, TokenAdmitsOnlyTheJob) {

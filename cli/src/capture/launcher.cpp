@@ -165,6 +165,14 @@ int exitCodeOf(Outcome o) {
   return kExitFailure;
 }
 
+// The outcome behind an exit status (another node's stop carries the status).
+Outcome outcomeOfStatus(int status) {
+  for (Outcome o : {Outcome::Success, Outcome::BadArgs, Outcome::Hang, Outcome::Crash, Outcome::NonFinite,
+                    Outcome::Interrupted})
+    if (exitCodeOf(o) == status) return o;
+  return Outcome::Crash;
+}
+
 const char* outcomeName(Outcome o) {
   switch (o) {
     case Outcome::Success: return "success";
@@ -600,7 +608,7 @@ std::optional<int> CaptureSession::connectNodes() {
   if (job->worldSize != world_ || job->nprocPerNode != o_.nproc) {
     const std::string why = fmt::format("node {} has --nproc {} ({} ranks in all) but node 0 has --nproc {} ({} ranks)",
                                         o_.nodeRank, o_.nproc, world_, job->nprocPerNode, job->worldSize);
-    link_->postStop(kExitBadArgs, why);
+    link_->claimStop(kExitBadArgs, why);
     link_->postDone(kExitBadArgs);  // node 0 need not wait for this node's ranks: there are none
     return bad(why);
   }
@@ -641,7 +649,7 @@ std::optional<int> CaptureSession::spawn() {
       for (auto& q : ranks_)
         while (!q.poll() && q.running()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
       if (link_) {  // the other nodes' ranks would wait for this node's at their rendezvous
-        link_->postStop(kExitBadArgs, fmt::format("node {}: rank {} could not start: {}", o_.nodeRank, r, error));
+        link_->claimStop(kExitBadArgs, fmt::format("node {}: rank {} could not start: {}", o_.nodeRank, r, error));
         link_->postDone(kExitBadArgs);
       }
       return bad(fmt::format("rank {}: {}", r, error));
@@ -675,12 +683,25 @@ void CaptureSession::watch() {
 }
 
 void CaptureSession::beginStop(Outcome why, const std::string& whyText, const std::string& message) {
-  if (!outcome_) outcome_ = why;
-  if (stop_ != Stop::None) return;
-  if (link_ && !remoteStop_)  // the first abnormal event of the job may be ours: every node stops with it
-    link_->postStop(exitCodeOf(why), fmt::format("node {}: {}", o_.nodeRank, whyText));
+  if (stop_ != Stop::None) {
+    if (!outcome_) outcome_ = why;
+    return;
+  }
   stopWhy_ = whyText;
-  display_->message(message);
+  std::string shown = message;
+  // Several nodes: the job's first abnormal event is the first stop claimed on the control channel, whichever node
+  // saw it. When another node's claim came first, its cause is the job's (ours is likely its echo).
+  if (link_ && !remoteStop_) {
+    const auto first = link_->claimStop(exitCodeOf(why), fmt::format("node {}: {}", o_.nodeRank, whyText));
+    if (first && first->node != o_.nodeRank) {
+      remoteStop_ = true;
+      why = outcomeOfStatus(first->exitStatus);
+      stopWhy_ = first->why;
+      shown += fmt::format("\n  node {} stopped the job first ({}): that is the cause", first->node, first->why);
+    }
+  }
+  if (!outcome_) outcome_ = why;
+  display_->message(shown);
   stop_ = Stop::Dumping;
   stopAt_ = Clock::now();
   for (auto& p : ranks_) {
@@ -715,10 +736,11 @@ void CaptureSession::reportEndedRank(const RankProcess& p) {
   const ExitStatus& s = *p.status();
   if (s.ok() || signaled_[slot(p.rank())]) return;
   const Outcome oc = outcomeOfRankExit(s);
-  // Several nodes: a rank whose collective failed is most often the echo of a peer that died on another node. That
-  // node's stop gets a moment to arrive, so that every node reports the job's first cause.
+  // Several nodes: a rank that fails is often the echo of a peer lost on another node (its collective fails, or
+  // Gloo takes the process down). The node that saw the cause gets a moment to claim the stop first; every node
+  // waits the same, so the first to see a failure is the first to claim.
   for (const auto until = Clock::now() + std::chrono::milliseconds(1500);
-       link_ && oc == Outcome::Hang && stop_ == Stop::None && Clock::now() < until;) {
+       link_ && stop_ == Stop::None && Clock::now() < until;) {
     pollNodes();
     if (stop_ == Stop::None) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -772,10 +794,7 @@ void CaptureSession::pollNodes() {
   const std::optional<RemoteStop> stop = link_->pollStop(&lost);
   if (stop) {
     remoteStop_ = true;
-    Outcome why = Outcome::Crash;
-    for (Outcome o : {Outcome::BadArgs, Outcome::Hang, Outcome::Crash, Outcome::NonFinite, Outcome::Interrupted})
-      if (exitCodeOf(o) == stop->exitStatus) why = o;
-    beginStop(why, stop->why, fmt::format("node {} stopped the job ({}) — dumping and stopping this node's ranks",
+    beginStop(outcomeOfStatus(stop->exitStatus), stop->why, fmt::format("node {} stopped the job ({}) — dumping and stopping this node's ranks",
                                           stop->node, stop->why));
   } else if (lost) {
     remoteStop_ = true;
@@ -925,7 +944,13 @@ std::vector<std::pair<std::string, std::string>> CaptureSession::recordRankExits
       continue;
     }
     if (s.ok()) continue;  // the rank said "ok" itself
-    if (tracedb::Status e = tracedb::markRankExit(file, rankExitReason(s, ours, stopWhy_), s.describe()); !e)
+    // Another node's failure was the job's first cause: a rank of ours that ended before we signalled it went down
+    // with it (its peer gone), and is no cause of its own.
+    const std::string reason = remoteStop_ && !ours
+                                   ? fmt::format("stopped by the job's stop ({}); it ended first: {}", stopWhy_,
+                                                 s.describe())
+                                   : rankExitReason(s, ours, stopWhy_);
+    if (tracedb::Status e = tracedb::markRankExit(file, reason, s.describe()); !e)
       fmt::print(err_, "tpscope capture: warning: cannot record rank {}'s exit: {}\n", p.rank(), e.message());
   }
   return meta;

@@ -125,8 +125,21 @@ std::optional<JobInfo> NodeLink::helloAndReadJob(const std::string& host, std::s
   return JobInfo{runId, *e, static_cast<int>(*n), static_cast<int>(*w)};
 }
 
-void NodeLink::postStop(int exitStatus, const std::string& why) {
-  if (!lost_) client_->set(key("stop"), fmt::format("{} {} {}", exitStatus, o_.nodeRank, why));
+namespace {
+// "<exit status> <node> <why>"; nullopt when unreadable.
+std::optional<RemoteStop> parseStop(const std::string& value) {
+  std::istringstream in(value);
+  RemoteStop s;
+  if (!(in >> s.exitStatus >> s.node)) return std::nullopt;
+  std::getline(in >> std::ws, s.why);
+  return s;
+}
+}  // namespace
+
+std::optional<RemoteStop> NodeLink::claimStop(int exitStatus, const std::string& why) {
+  if (lost_) return std::nullopt;
+  const auto holds = client_->setIfAbsent(key("stop"), fmt::format("{} {} {}", exitStatus, o_.nodeRank, why));
+  return holds ? parseStop(*holds) : std::nullopt;
 }
 
 std::optional<RemoteStop> NodeLink::pollStop(bool* lost) {
@@ -138,10 +151,8 @@ std::optional<RemoteStop> NodeLink::pollStop(bool* lost) {
     return std::nullopt;
   }
   if (!value) return std::nullopt;
-  std::istringstream in(*value);
-  RemoteStop s;
-  if (!(in >> s.exitStatus >> s.node) || s.node == o_.nodeRank) return std::nullopt;  // unreadable, or our own
-  std::getline(in >> std::ws, s.why);
+  const auto s = parseStop(*value);
+  if (!s || s->node == o_.nodeRank) return std::nullopt;  // unreadable, or our own
   return s;
 }
 

@@ -9,8 +9,8 @@
 //   info         node 0: "<run id>\n<epoch ns>\n<nproc per node>\n<world size>" — every node's ranks use this run id
 //                and time origin, and a node whose layout differs refuses to start
 //   hello/<K>    node K, once connected: its host name (node 0 starts nothing until every node has said hello)
-//   stop         the node that stops the job first: "<exit status> <node> <why>"; every node polls it and stops
-//                its own ranks with the same exit status
+//   stop         the node that stops the job first: "<exit status> <node> <why>", set if absent (the first claim
+//                holds); every node polls it and stops its own ranks with the same exit status
 //   done/<K>     node K, once its ranks have ended: its exit status (node 0 keeps the store up until all are in)
 //
 // Threading: the launcher's thread only.
@@ -66,8 +66,9 @@ class NodeLink {
   // Other nodes: says hello with `host`, then reads the job node 0 published (waits up to the join timeout).
   std::optional<JobInfo> helloAndReadJob(const std::string& host, std::string* error);
 
-  // Tells every node to stop (first abnormal event on this node, or Ctrl-C here).
-  void postStop(int exitStatus, const std::string& why);
+  // Tells every node to stop (an abnormal event on this node, or Ctrl-C here) unless another node did first; returns
+  // the stop that holds — ours, or the first claim (nullopt when the channel failed).
+  std::optional<RemoteStop> claimStop(int exitStatus, const std::string& why);
   // Another node's stop, if one was posted. `lost` is set when the channel to node 0 is gone (node 0's capture
   // ended or its machine died), which stops the job as well.
   std::optional<RemoteStop> pollStop(bool* lost);

@@ -120,7 +120,7 @@ struct TcpKvServer::Impl {
     for (;;) {
       if (c.waiting || c.in.empty()) return true;
       const char op = c.in[0];
-      if (op != 'S' && op != 'G' && op != 'A') return false;
+      if (op != 'S' && op != 'G' && op != 'A' && op != 'F') return false;
       if (!c.authed && op != 'A') return false;  // the first request of a client must present the token
       if (c.in.size() < 5) return true;
       const uint32_t keyLen = getU32(c.in.data() + 1);
@@ -137,13 +137,18 @@ struct TcpKvServer::Impl {
         }
         c.authed = true;
         reply(c, kOk, nullptr);
-      } else if (op == 'S') {
+      } else if (op == 'S' || op == 'F') {
         if (arg > kMaxValue) return false;
         need += arg;
         if (c.in.size() < need) return true;
-        data.insert_or_assign(key, c.in.substr(5 + keyLen + 4, arg));
+        if (op == 'S') {
+          data.insert_or_assign(key, c.in.substr(5 + keyLen + 4, arg));
+          reply(c, kOk, nullptr);
+        } else {  // the first writer's value stays; both learn it
+          const auto [it, inserted] = data.try_emplace(key, c.in.substr(5 + keyLen + 4, arg));
+          reply(c, kOk, &it->second);
+        }
         keys.store(data.size());
-        reply(c, kOk, nullptr);
         setKeys->push_back(std::move(key));
       } else {
         auto it = data.find(key);
@@ -434,8 +439,6 @@ bool TcpKvClient::set(std::string_view key, std::string_view value) noexcept {
 std::optional<std::string> TcpKvClient::get(std::string_view key, std::chrono::milliseconds timeout) noexcept {
   if (key.size() > kMaxKey) return std::nullopt;
   try {
-    std::lock_guard lock(mutex_);
-    if (fd_ < 0) return std::nullopt;
     const auto waitMs = static_cast<uint32_t>(std::clamp<int64_t>(timeout.count(), 0, kMaxWaitMs));
     std::string msg;
     msg.push_back('G');
@@ -443,7 +446,32 @@ std::optional<std::string> TcpKvClient::get(std::string_view key, std::chrono::m
     msg.append(key);
     putU32(&msg, waitMs);
     // The server answers "missing" at its deadline; ours leaves it 5 s to do so.
-    const auto deadline = Clock::now() + std::chrono::milliseconds(waitMs) + std::chrono::seconds(5);
+    return valueRequest(msg, std::chrono::milliseconds(waitMs) + std::chrono::seconds(5));
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
+std::optional<std::string> TcpKvClient::setIfAbsent(std::string_view key, std::string_view value) noexcept {
+  if (key.size() > kMaxKey || value.size() > kMaxValue) return std::nullopt;
+  try {
+    std::string msg;
+    msg.push_back('F');
+    putU32(&msg, static_cast<uint32_t>(key.size()));
+    msg.append(key);
+    putU32(&msg, static_cast<uint32_t>(value.size()));
+    msg.append(value);
+    return valueRequest(msg, std::chrono::seconds(10));
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
+std::optional<std::string> TcpKvClient::valueRequest(const std::string& msg, std::chrono::milliseconds limit) noexcept {
+  try {
+    std::lock_guard lock(mutex_);
+    if (fd_ < 0) return std::nullopt;
+    const auto deadline = Clock::now() + limit;
     uint8_t status = kMissing;
     auto fail = [&]() -> std::optional<std::string> {
       close(fd_);

@@ -2,9 +2,9 @@
 // and of the tests. Not a general database: keys ≤ 4 KiB, values ≤ 1 MiB, at most 4096 clients, every wait bounded.
 //
 // Protocol (little-endian, one request → one reply per connection at a time):
-//   request  = op:u8 ('S' set | 'G' get | 'A' auth) key_len:u32 key [value_len:u32 value   (set)]
-//              [timeout_ms:u32 (get)] [0:u32 (auth; the key is the token)]
-//   reply    = status:u8 (0 ok, 1 timed out / missing, 2 refused) [value_len:u32 value (get, ok)]
+//   request  = op:u8 ('S' set | 'F' set if absent | 'G' get | 'A' auth) key_len:u32 key
+//              [value_len:u32 value (set, set if absent)] [timeout_ms:u32 (get)] [0:u32 (auth; the key is the token)]
+//   reply    = status:u8 (0 ok, 1 timed out / missing, 2 refused) [value_len:u32 value (get, set if absent: ok)]
 // A malformed request closes that connection; nothing else is affected.
 //
 // Token. A server started with a token (one that listens beyond loopback: `tpscope capture --nnodes`) answers a
@@ -60,6 +60,9 @@ class TcpKvClient final : public KvStore {
 
   bool set(std::string_view key, std::string_view value) noexcept override;
   std::optional<std::string> get(std::string_view key, std::chrono::milliseconds timeout) noexcept override;
+  // Sets `key` to `value` unless it is set; returns the value it holds then — ours, or the first writer's (one
+  // winner among clients racing for it). nullopt on failure.
+  std::optional<std::string> setIfAbsent(std::string_view key, std::string_view value) noexcept;
   // False once the connection failed (the server went away): every later call fails too.
   bool connected() noexcept;
 
@@ -67,6 +70,8 @@ class TcpKvClient final : public KvStore {
   explicit TcpKvClient(int fd) : fd_(fd) {}
   bool sendAll(const void* data, size_t size, std::chrono::steady_clock::time_point deadline) noexcept;
   bool recvAll(void* data, size_t size, std::chrono::steady_clock::time_point deadline) noexcept;
+  // Sends `msg` and reads a reply that carries a value (get, set if absent) within `limit`.
+  std::optional<std::string> valueRequest(const std::string& msg, std::chrono::milliseconds limit) noexcept;
   // 'A' with the token; the server's status byte (0 ok, 2 refused), or -1 when the exchange failed.
   int authenticate(std::string_view token) noexcept;
 
