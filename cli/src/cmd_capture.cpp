@@ -30,12 +30,19 @@ Watchdog: no new span, collective or step on any rank for --hang-timeout seconds
 
 Exit status:
   0    every rank finished
-  1    capture itself failed (no rank wrote a trace, the merge failed)
-  2    bad arguments, config or --inject/--health spec (also: a rank refused its config)
+  1    capture itself failed (no rank wrote a trace, the merge failed, a node did not join)
+  2    bad arguments, config or --inject/--health spec (also: a rank refused its config, a refused token)
   3    hang: no progress for --hang-timeout, or a rank's collective timed out / failed
   4    crash: a rank died (signal, abort, runtime error)
   5    the ranks stopped on non-finite values (--on-nonfinite stop, or too many skipped steps)
   130  interrupted (Ctrl-C / SIGTERM)
+
+Many nodes: one capture per node, the same arguments but --node-rank, e.g. two nodes of 4 ranks:
+  node 0: tpscope capture --nnodes 2 --node-rank 0 --master-addr node0 --master-port 29500 --nproc-per-node 4 ...
+  node 1: TPSCOPE_TOKEN=<node 0's token> tpscope capture --nnodes 2 --node-rank 1 --master-addr node0 ...
+Node 0 serves the control channel at master-port + 1 (only the job's token gets in); a hang, crash or Ctrl-C on one
+node stops every node with the same exit status. Each node writes its own ranks into its --out folder; join them
+with: tpscope merge DIR0 DIR1 ... -o run.db
 )";
 
 std::filesystem::path selfPath() {
@@ -49,7 +56,7 @@ void addCapture(CLI::App& app, Context& ctx) {
   auto steps = std::make_shared<int>(0);
   CLI::App* sub = app.add_subcommand("capture", "launch N ranks, record every rank, watch for hangs and crashes, "
                                                 "merge and diagnose");
-  sub->add_option("--nproc,-n", opts->nproc, "number of ranks")->required();
+  sub->add_option("--nproc,--nproc-per-node,-n", opts->nproc, "number of ranks (on this node)")->required();
   sub->add_option("--tp", opts->tp, "tensor-parallel size (default: nproc / dp)");
   sub->add_option("--dp", opts->dp, "data-parallel size (default: nproc / tp, else 1)");
   sub->add_option("--config", opts->config, "training config for tpscope-train (samples/configs/tiny.json, ...)");
@@ -66,6 +73,19 @@ void addCapture(CLI::App& app, Context& ctx) {
                                         "(as tpscope report RUN --html FILE)")
       ->type_name("FILE");
   sub->add_option("--grace", opts->termGraceS, "seconds between SIGTERM and SIGKILL when stopping")->default_val(5);
+  // Many nodes (torchrun's names; docs/capture.md "Many nodes").
+  sub->add_option("--nnodes", opts->nnodes, "nodes in the job (one capture per node; default 1)");
+  sub->add_option("--node-rank", opts->nodeRank, "this node's index, 0 .. nnodes-1 (global rank = node-rank x "
+                                                 "nproc + local rank)");
+  sub->add_option("--master-addr", opts->masterAddr, "node 0's address: the ranks' rendezvous (MASTER_ADDR) and "
+                                                     "the node captures' control channel");
+  sub->add_option("--master-port", opts->masterPort, "the ranks' rendezvous port (MASTER_PORT); the control "
+                                                     "channel listens on node 0 at master-port + 1");
+  sub->add_option("--token", opts->token, "the job's shared token: admits only this job's nodes and ranks to the "
+                                          "control channel (node 0 makes and prints one if none is given)")
+      ->envname("TPSCOPE_TOKEN");
+  sub->add_option("--join-timeout", opts->joinTimeoutS, "seconds the nodes wait for each other at the start")
+      ->default_val(300);
   sub->add_option("program", opts->program, "-- PROGRAM ARGS...: run this instead of tpscope-train");
   sub->footer(kCaptureFooter);
   sub->callback([&ctx, opts, steps, sub] {

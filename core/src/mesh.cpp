@@ -46,6 +46,14 @@ int envInt(const char* name, int fallback, bool required) {
   return static_cast<int>(x);
 }
 
+// torchrun's variable, or Slurm's where srun started the rank without torchrun (RANK unset, SLURM_PROCID set).
+const char* launcherVar(const char* torchrun, const char* slurm) {
+  const char* rank = std::getenv("RANK");
+  const char* procid = std::getenv("SLURM_PROCID");
+  const bool useSlurm = (rank == nullptr || *rank == '\0') && procid != nullptr && *procid != '\0';
+  return useSlurm ? slurm : torchrun;
+}
+
 }  // namespace
 
 Mesh::~Mesh() = default;
@@ -62,18 +70,21 @@ std::unique_ptr<Mesh> Mesh::single() {
 
 std::unique_ptr<Mesh> Mesh::fromEnvironment(const MeshOptions& opts) {
   if (opts.tp < 1 || opts.dp < 1) throw std::invalid_argument(fmt::format("tp={} dp={} must be >= 1", opts.tp, opts.dp));
-  const char* ws = std::getenv("WORLD_SIZE");
+  const char* worldVar = launcherVar("WORLD_SIZE", "SLURM_NTASKS");
+  const char* rankVar = launcherVar("RANK", "SLURM_PROCID");
+  const char* localVar = launcherVar("LOCAL_RANK", "SLURM_LOCALID");
+  const char* ws = std::getenv(worldVar);
   if (ws == nullptr || *ws == '\0') {
     if (opts.tp * opts.dp != 1)
       throw std::invalid_argument(fmt::format("tp={} x dp={} needs {} ranks, but WORLD_SIZE is not set: launch one "
                                               "process per rank (torchrun or tpscope capture)",
                                               opts.tp, opts.dp, opts.tp * opts.dp));
     auto m = single();
-    if (opts.cuda) m->device_ = selectGpu(envInt("LOCAL_RANK", 0, false));
+    if (opts.cuda) m->device_ = selectGpu(envInt(localVar, 0, false));
     return m;
   }
-  const int world = envInt("WORLD_SIZE", 1, true);
-  const int rank = envInt("RANK", 0, true);
+  const int world = envInt(worldVar, 1, true);
+  const int rank = envInt(rankVar, 0, true);
   if (world != opts.tp * opts.dp)
     throw std::invalid_argument(
         fmt::format("WORLD_SIZE={} but tp={} x dp={} = {}", world, opts.tp, opts.dp, opts.tp * opts.dp));
@@ -82,7 +93,7 @@ std::unique_ptr<Mesh> Mesh::fromEnvironment(const MeshOptions& opts) {
   m->rank_ = rank;
   m->tp_ = opts.tp;
   m->dp_ = opts.dp;
-  m->localRank_ = envInt("LOCAL_RANK", rank, false);
+  m->localRank_ = envInt(localVar, rank, false);
   if (opts.cuda) m->device_ = selectGpu(m->localRank_);
   if (world == 1) {
     auto s = single();

@@ -28,6 +28,8 @@ def _env_int(name, default):
 def world():
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
+    if "RANK" not in os.environ and "SLURM_PROCID" in os.environ:  # srun without torchrun
+        return _env_int("SLURM_PROCID", 0), _env_int("SLURM_NTASKS", 1)
     return _env_int("RANK", 0) if "RANK" in os.environ else 0, _env_int("WORLD_SIZE", 1)
 
 
@@ -52,7 +54,8 @@ def describe():
     device = "cpu"
     if dist.is_initialized() and dist.get_backend() == "nccl" and torch.cuda.is_available():
         device = "cuda:%d" % torch.cuda.current_device()
-    _native.set_rank_info(rank % tp, tp, rank // tp, dp, device, socket.gethostname())
+    host = os.environ.get("TPSCOPE_HOSTNAME") or socket.gethostname()  # the recorder's own rule (docs/capture.md)
+    _native.set_rank_info(rank % tp, tp, rank // tp, dp, device, host)
     if dist.is_initialized():
         name_of(dist.distributed_c10d._get_default_group())
 

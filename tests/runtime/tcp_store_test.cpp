@@ -1,4 +1,5 @@
-// The loopback key-value store: set/get, a get that waits for a later set, timeouts, many clients, bad input.
+// The loopback key-value store: set/get, a get that waits for a later set, timeouts, many clients, bad input, the
+// token of a store that listens beyond loopback.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -138,6 +139,69 @@ TEST(TcpStore, AClientSurvivesTheServerGoingAway) {
   s.reset();
   EXPECT_FALSE(c->get("x", std::chrono::milliseconds(100)).has_value());
   EXPECT_FALSE(c->set("x", "y"));
+}
+
+// Set-if-absent: of clients racing for one key, exactly one value holds and every client learns it (the first stop
+// claimed on the control channel of a multi-node capture).
+TEST(TcpStore, SetIfAbsentHasOneWinner) {
+  auto s = server();
+  ASSERT_TRUE(s);
+  auto waiter = tp::TcpKvClient::connect("127.0.0.1", s->port());
+  ASSERT_TRUE(waiter);
+  std::thread wait([&] { EXPECT_TRUE(waiter->get("stop", std::chrono::seconds(5)).has_value()); });  // woken by it
+  constexpr int kClients = 8;
+  std::vector<std::string> seen(kClients);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i)
+    threads.emplace_back([&, i] {
+      auto c = tp::TcpKvClient::connect("127.0.0.1", s->port());
+      if (c) seen[i] = c->setIfAbsent("stop", "node " + std::to_string(i)).value_or("failed");
+    });
+  for (auto& t : threads) t.join();
+  wait.join();
+  ASSERT_EQ(seen[0].rfind("node ", 0), 0u) << seen[0];
+  for (const auto& v : seen) EXPECT_EQ(v, seen[0]);
+  auto c = tp::TcpKvClient::connect("127.0.0.1", s->port());
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->get("stop", std::chrono::milliseconds(100)), seen[0]);
+  EXPECT_EQ(c->setIfAbsent("other", ""), "");
+  EXPECT_EQ(s->keyCount(), 2u);
+}
+
+// A store with a token (the control channel of `tpscope capture --nnodes`): the right token gets in, a wrong one is
+// refused with a clear error and not retried, a client that presents none is dropped at its first request.
+TEST(TcpStore, TokenAdmitsOnlyTheJob) {
+  std::string error;
+  auto s = tp::TcpKvServer::listen("127.0.0.1", 0, &error, "job-secret");
+  ASSERT_TRUE(s) << error;
+  auto good = tp::TcpKvClient::connect("127.0.0.1", s->port(), std::chrono::seconds(2), &error, "job-secret");
+  ASSERT_TRUE(good) << error;
+  EXPECT_TRUE(good->set("k", "v"));
+  EXPECT_EQ(good->get("k", std::chrono::milliseconds(100)), "v");
+
+  error.clear();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto wrong = tp::TcpKvClient::connect("127.0.0.1", s->port(), std::chrono::seconds(5), &error, "job-secreT");
+  EXPECT_FALSE(wrong);
+  EXPECT_NE(error.find("refused: wrong token"), std::string::npos) << error;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));  // refused at once, not retried
+  EXPECT_FALSE(tp::TcpKvClient::connect("127.0.0.1", s->port(), std::chrono::seconds(1), &error, "job"));
+
+  auto none = tp::TcpKvClient::connect("127.0.0.1", s->port());  // connects (TCP), presents nothing
+  ASSERT_TRUE(none);
+  EXPECT_FALSE(none->get("k", std::chrono::milliseconds(100)).has_value());
+  EXPECT_FALSE(none->connected());
+  EXPECT_FALSE(none->set("k", "overwritten"));
+  EXPECT_EQ(good->get("k", std::chrono::milliseconds(100)), "v");  // nothing the others sent got in
+  EXPECT_EQ(s->keyCount(), 1u);
+
+  // A store without a token admits a client that presents one (ranks with TPSCOPE_TOKEN on a one-node capture).
+  auto open = server();
+  ASSERT_TRUE(open);
+  auto c = tp::TcpKvClient::connect("127.0.0.1", open->port(), std::chrono::seconds(2), &error, "any");
+  ASSERT_TRUE(c) << error;
+  EXPECT_TRUE(c->set("a", "1"));
+  EXPECT_TRUE(c->connected());
 }
 
 }  // namespace

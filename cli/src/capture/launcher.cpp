@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -21,6 +22,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "capture/node_link.h"
 #include "capture/progress_display.h"
 #include "capture/python_program.h"
 #include "capture/rank_process.h"
@@ -164,6 +166,14 @@ int exitCodeOf(Outcome o) {
   return kExitFailure;
 }
 
+// The outcome behind an exit status (another node's stop carries the status).
+Outcome outcomeOfStatus(int status) {
+  for (Outcome o : {Outcome::Success, Outcome::BadArgs, Outcome::Hang, Outcome::Crash, Outcome::NonFinite,
+                    Outcome::Interrupted})
+    if (exitCodeOf(o) == status) return o;
+  return Outcome::Crash;
+}
+
 const char* outcomeName(Outcome o) {
   switch (o) {
     case Outcome::Success: return "success";
@@ -294,12 +304,15 @@ class CaptureSession {
     return kExitBadArgs;
   }
   // validate
+  std::optional<int> validateNodes();
   std::optional<int> resolveLayout();
   std::optional<int> resolveCommand();
   std::optional<int> parseFaultsAndHealth();
   // prepare
   std::optional<int> prepareFolder();
   std::optional<int> startStoreAndAnnounce();
+  std::optional<int> connectNodes();
+  bool ownsRankFile(const std::string& name) const;
   // watch
   bool reapRanks();  // false once no rank runs
   void reportEndedRank(const RankProcess& p);
@@ -308,6 +321,7 @@ class CaptureSession {
   void advanceStop();
   void beginStop(Outcome why, const std::string& whyText, const std::string& message);
   void showNewAlerts();
+  void pollNodes();
   static double secondsSince(Clock::time_point t) {
     return std::chrono::duration<double>(Clock::now() - t).count();
   }
@@ -316,13 +330,16 @@ class CaptureSession {
   std::vector<std::pair<std::string, std::string>> recordRankExits();
   std::optional<int> mergeRankFiles(const std::vector<std::pair<std::string, std::string>>& meta);
   void diagnose();
+  void finishNodes();
   fs::path logOf(int rank) const { return logs_ / fmt::format("rank-{}.log", rank); }
+  size_t slot(int rank) const { return static_cast<size_t>(rank - firstRank_); }  // this node's index of a rank
 
   const CaptureOptions& o_;
   std::FILE* out_;
   std::FILE* err_;
   bool tty_;
   // validate
+  int world_ = 0, firstRank_ = 0;  // ranks in the job; this node's first global rank
   int tp_ = 0, dp_ = 0;
   bool defaultProgram_ = false;
   std::vector<std::string> argv_;
@@ -334,6 +351,8 @@ class CaptureSession {
   // prepare
   fs::path dir_, logs_, runFile_;
   std::unique_ptr<probes::TcpKvServer> store_;
+  std::unique_ptr<NodeLink> link_;          // several nodes: the control channel (node_link.h)
+  std::string masterAddr_ = "127.0.0.1", storeAddr_, token_;
   int masterPort_ = 0;
   int64_t epochNs_ = 0;
   std::string runId_, command_;
@@ -345,6 +364,7 @@ class CaptureSession {
   Clock::time_point lastProgress_{}, lastPoll_{}, stopAt_{};
   std::optional<Outcome> outcome_;  // first abnormal event decides
   std::string stopWhy_;             // for the stopped ranks' exit reason
+  bool remoteStop_ = false;         // another node stopped the job (not posted again)
   Stop stop_ = Stop::None;
   std::vector<bool> signaled_;
   int interruptsSeen_ = 0;
@@ -360,9 +380,36 @@ std::optional<int> CaptureSession::validate() {
   if (o_.nproc < 1 || o_.nproc > 4096) return bad(fmt::format("--nproc {} must be between 1 and 4096", o_.nproc));
   if (o_.out.empty()) return bad("--out DIR is required");
   if (!(o_.hangTimeoutS > 0)) return bad(fmt::format("--hang-timeout {} must be > 0 seconds", o_.hangTimeoutS));
+  if (auto code = validateNodes()) return code;
   if (auto code = resolveLayout()) return code;
   if (auto code = resolveCommand()) return code;
   return parseFaultsAndHealth();
+}
+
+// --nnodes, --node-rank, --master-addr, --master-port, --token: the job's size and this node's place in it.
+std::optional<int> CaptureSession::validateNodes() {
+  if (o_.nnodes < 1 || o_.nnodes > 4096) return bad(fmt::format("--nnodes {} must be between 1 and 4096", o_.nnodes));
+  if (o_.nodeRank < 0 || o_.nodeRank >= o_.nnodes)
+    return bad(fmt::format("--node-rank {} must be between 0 and --nnodes - 1 = {}", o_.nodeRank, o_.nnodes - 1));
+  world_ = o_.nnodes * o_.nproc;
+  firstRank_ = o_.nodeRank * o_.nproc;
+  if (world_ > 1'000'000) return bad(fmt::format("--nnodes {} x --nproc {} is too many ranks", o_.nnodes, o_.nproc));
+  if (!o_.masterAddr.empty()) masterAddr_ = o_.masterAddr;
+  if (o_.masterPort < 0 || o_.masterPort > 65534)
+    return bad(fmt::format("--master-port {} must be between 1 and 65534 (port + 1 is the control channel)",
+                           o_.masterPort));
+  if (o_.nnodes == 1) return std::nullopt;
+  if (o_.masterAddr.empty())
+    return bad("--nnodes > 1 needs --master-addr HOST: node 0's address, the same on every node");
+  if (o_.masterPort == 0) return bad("--nnodes > 1 needs --master-port P, the same on every node");
+  if (!(o_.joinTimeoutS > 0)) return bad(fmt::format("--join-timeout {} must be > 0 seconds", o_.joinTimeoutS));
+  token_ = o_.token;
+  if (token_.empty() && o_.nodeRank > 0)
+    return bad(fmt::format("node {} needs the job's token: --token T or TPSCOPE_TOKEN=T (the one node 0 prints, or "
+                           "one you give every node)",
+                           o_.nodeRank));
+  if (token_.find_first_of(" \t\n") != std::string::npos) return bad("--token must not contain white space");
+  return std::nullopt;
 }
 
 std::optional<int> CaptureSession::resolveLayout() {
@@ -370,15 +417,17 @@ std::optional<int> CaptureSession::resolveLayout() {
   dp_ = o_.dp;
   if (tp_ < 0 || dp_ < 0) return bad("--tp and --dp must be positive");
   if (tp_ == 0 && dp_ == 0) dp_ = 1;
+  const std::string ranks = o_.nnodes > 1 ? fmt::format("the job's {} ranks (--nnodes x --nproc)", world_)
+                                          : fmt::format("--nproc {}", world_);
   if (tp_ == 0) {
-    if (o_.nproc % dp_ != 0) return bad(fmt::format("--dp {} does not divide --nproc {}", dp_, o_.nproc));
-    tp_ = o_.nproc / dp_;
+    if (world_ % dp_ != 0) return bad(fmt::format("--dp {} does not divide {}", dp_, ranks));
+    tp_ = world_ / dp_;
   } else if (dp_ == 0) {
-    if (o_.nproc % tp_ != 0) return bad(fmt::format("--tp {} does not divide --nproc {}", tp_, o_.nproc));
-    dp_ = o_.nproc / tp_;
+    if (world_ % tp_ != 0) return bad(fmt::format("--tp {} does not divide {}", tp_, ranks));
+    dp_ = world_ / tp_;
   }
-  if (tp_ * dp_ != o_.nproc)
-    return bad(fmt::format("--tp {} x --dp {} = {} ranks, but --nproc is {}", tp_, dp_, tp_ * dp_, o_.nproc));
+  if (tp_ * dp_ != world_) return bad(fmt::format("--tp {} x --dp {} = {} ranks, but {}", tp_, dp_, tp_ * dp_,
+                                                  o_.nnodes > 1 ? ranks : fmt::format("--nproc is {}", world_)));
   return std::nullopt;
 }
 
@@ -416,7 +465,7 @@ std::optional<int> CaptureSession::parseFaultsAndHealth() {
     std::string error;
     auto spec = core::parseFaultSpec(text, &error);
     if (!spec) return bad(error);
-    if (std::string why = core::checkFaultSpec(*spec, o_.nproc, layers_.value_or(0)); !why.empty()) return bad(why);
+    if (std::string why = core::checkFaultSpec(*spec, world_, layers_.value_or(0)); !why.empty()) return bad(why);
     faults_.push_back(*spec);
   }
   if (!o_.onNonfinite.empty()) {
@@ -461,32 +510,53 @@ std::optional<int> CaptureSession::prepareFolder() {
     const bool rankFile = name.starts_with("rank-") && (name.ends_with(".db") || name.ends_with(".db-wal") ||
                                                         name.ends_with(".db-shm") || name.ends_with(".db-journal"));
     const bool runFile = name == "run.db" || name == "run.db-wal" || name == "run.db-shm";
-    if (rankFile || runFile) removed += fs::remove(entry.path(), ec) ? 1 : 0;
+    if ((rankFile && ownsRankFile(name)) || runFile) removed += fs::remove(entry.path(), ec) ? 1 : 0;
   }
   for (const auto& entry : fs::directory_iterator(logs_, ec))
-    if (entry.path().filename().string().starts_with("rank-")) fs::remove(entry.path(), ec);
+    if (const std::string name = entry.path().filename().string(); name.starts_with("rank-") && ownsRankFile(name))
+      fs::remove(entry.path(), ec);
   if (removed > 0) fmt::print(out_, "replacing the previous capture in {}\n", dir_.string());
   return std::nullopt;
 }
 
+// One node: a capture folder holds every rank file of the run. Several: only this node's ranks are its to replace
+// (a folder shared by mistake keeps the other nodes' files).
+bool CaptureSession::ownsRankFile(const std::string& name) const {
+  if (o_.nnodes == 1) return true;
+  int rank = -1;
+  const char* begin = name.data() + 5;  // after "rank-"
+  const auto [end, ec] = std::from_chars(begin, name.data() + name.size(), rank);
+  return ec == std::errc() && end != begin && *end == '.' && rank >= firstRank_ && rank < firstRank_ + o_.nproc;
+}
+
 // The clock store and MASTER_PORT on loopback, the run's id and epoch; prints what is about to run.
 std::optional<int> CaptureSession::startStoreAndAnnounce() {
-  std::string storeError;
-  store_ = probes::TcpKvServer::listen("127.0.0.1", 0, &storeError);
-  if (!store_) {
-    fmt::print(err_, "tpscope capture: error: cannot start the clock store on loopback: {}\n", storeError);
-    return kExitFailure;
-  }
-  masterPort_ = freeLoopbackPort();
-  if (masterPort_ == 0) {
-    fmt::print(err_, "tpscope capture: error: no free loopback port for MASTER_PORT\n");
-    return kExitFailure;
-  }
   epochNs_ = unixNowNs();
   runId_ = fmt::format("{}-{}-{}", dir_.filename().string(), epochNs_ / 1'000'000'000, ::getpid());
+  masterPort_ = o_.masterPort;
+  if (o_.nnodes > 1) {
+    if (auto code = connectNodes()) return code;
+  } else {
+    std::string storeError;
+    store_ = probes::TcpKvServer::listen("127.0.0.1", 0, &storeError);
+    if (!store_) {
+      fmt::print(err_, "tpscope capture: error: cannot start the clock store on loopback: {}\n", storeError);
+      return kExitFailure;
+    }
+    storeAddr_ = fmt::format("127.0.0.1:{}", store_->port());
+    if (masterPort_ == 0) masterPort_ = freeLoopbackPort();
+    if (masterPort_ == 0) {
+      fmt::print(err_, "tpscope capture: error: no free loopback port for MASTER_PORT\n");
+      return kExitFailure;
+    }
+  }
 
   for (const auto& a : argv_) command_ += (command_.empty() ? "" : " ") + shellQuote(a);
-  fmt::print(out_, "capture: {} ranks (tp {} x dp {}) → {}\n  {}\n", o_.nproc, tp_, dp_, dir_.string(), command_);
+  if (o_.nnodes > 1)
+    fmt::print(out_, "capture: node {} of {}: ranks {}-{} of {} (tp {} x dp {}) → {}\n  {}\n", o_.nodeRank,
+               o_.nnodes, firstRank_, firstRank_ + o_.nproc - 1, world_, tp_, dp_, dir_.string(), command_);
+  else
+    fmt::print(out_, "capture: {} ranks (tp {} x dp {}) → {}\n  {}\n", o_.nproc, tp_, dp_, dir_.string(), command_);
   if (!faults_.empty()) fmt::print(out_, "  inject: {}\n", core::formatFaultList(faults_));
   if (!healthText_.empty()) fmt::print(out_, "  health: {}\n", healthText_);
   if (!pythonNote_.empty()) fmt::print(out_, "  python: {}\n", pythonNote_);
@@ -494,27 +564,83 @@ std::optional<int> CaptureSession::startStoreAndAnnounce() {
   return std::nullopt;
 }
 
+// Several nodes: node 0 serves the control channel and publishes the job (run id, time origin, layout); the others
+// connect with the token, say hello and take the job's run id and time origin. Nothing is started before every node
+// is in (bounded by --join-timeout).
+std::optional<int> CaptureSession::connectNodes() {
+  NodeLink::Options lo;
+  lo.nnodes = o_.nnodes;
+  lo.nodeRank = o_.nodeRank;
+  lo.masterAddr = masterAddr_;
+  lo.controlPort = o_.masterPort + 1;
+  lo.joinTimeout = std::chrono::milliseconds(static_cast<int64_t>(o_.joinTimeoutS * 1000));
+  if (token_.empty()) {
+    token_ = makeToken();
+    fmt::print(out_, "capture: the job's token is {} — give it to the other nodes (--token or TPSCOPE_TOKEN)\n",
+               token_);
+  }
+  lo.token = token_;
+  std::string error;
+  bool refused = false;
+  link_ = NodeLink::open(lo, &error, &refused);
+  if (!link_) {
+    fmt::print(err_, "tpscope capture: error: {}\n", error);
+    return refused ? kExitBadArgs : kExitFailure;
+  }
+  storeAddr_ = link_->storeAddress();
+  if (o_.nodeRank == 0) {
+    fmt::print(out_, "capture: node 0 of {}: waiting for the other nodes on {}\n", o_.nnodes, storeAddr_);
+    std::fflush(out_);
+    if (!link_->publishAndWaitForNodes(JobInfo{runId_, epochNs_, o_.nproc, world_}, &error)) {
+      fmt::print(err_, "tpscope capture: error: {}\n", error);
+      return kExitFailure;
+    }
+    return std::nullopt;
+  }
+  const char* hostEnv = std::getenv("TPSCOPE_HOSTNAME");
+  char host[256] = {};
+  if (hostEnv != nullptr && *hostEnv != '\0') std::snprintf(host, sizeof host, "%s", hostEnv);
+  else ::gethostname(host, sizeof host - 1);
+  const auto job = link_->helloAndReadJob(host, &error);
+  if (!job) {
+    fmt::print(err_, "tpscope capture: error: {}\n", error);
+    return kExitFailure;
+  }
+  if (job->worldSize != world_ || job->nprocPerNode != o_.nproc) {
+    const std::string why = fmt::format("node {} has --nproc {} ({} ranks in all) but node 0 has --nproc {} ({} ranks)",
+                                        o_.nodeRank, o_.nproc, world_, job->nprocPerNode, job->worldSize);
+    link_->claimStop(kExitBadArgs, why);
+    link_->postDone(kExitBadArgs);  // node 0 need not wait for this node's ranks: there are none
+    return bad(why);
+  }
+  runId_ = job->runId;
+  epochNs_ = job->epochNs;
+  return std::nullopt;
+}
+
 // ---- 3. spawn -------------------------------------------------------------------------------------------------------
 std::optional<int> CaptureSession::spawn() {
   interrupts_.emplace();
-  for (int r = 0; r < o_.nproc; ++r) {
+  for (int local = 0; local < o_.nproc; ++local) {
+    const int r = firstRank_ + local;
     std::map<std::string, std::string> set = {
-        {"MASTER_ADDR", "127.0.0.1"},
+        {"MASTER_ADDR", masterAddr_},
         {"MASTER_PORT", std::to_string(masterPort_)},
         {"RANK", std::to_string(r)},
-        {"WORLD_SIZE", std::to_string(o_.nproc)},
-        {"LOCAL_RANK", std::to_string(r)},
+        {"WORLD_SIZE", std::to_string(world_)},
+        {"LOCAL_RANK", std::to_string(local)},
         {"LOCAL_WORLD_SIZE", std::to_string(o_.nproc)},
-        {"GROUP_RANK", "0"},
+        {"GROUP_RANK", std::to_string(o_.nodeRank)},
         {"TPSCOPE_OUT", dir_.string()},
         {"TPSCOPE_RUN_ID", runId_},
         {"TPSCOPE_EPOCH_NS", std::to_string(epochNs_)},
-        {"TPSCOPE_CLOCK_STORE", fmt::format("127.0.0.1:{}", store_->port())},
+        {"TPSCOPE_CLOCK_STORE", storeAddr_},
         {"TPSCOPE_INJECT", core::formatFaultList(faults_)},
         {"TPSCOPE_HEALTH", healthText_},
         {"TPSCOPE_TP", std::to_string(tp_)},
         {"TPSCOPE_DP", std::to_string(dp_)},
     };
+    if (!token_.empty()) set["TPSCOPE_TOKEN"] = token_;
     set.insert(programEnv_.begin(), programEnv_.end());
     if (std::getenv("OMP_NUM_THREADS") == nullptr) set["OMP_NUM_THREADS"] = "1";
     std::string error;
@@ -523,6 +649,10 @@ std::optional<int> CaptureSession::spawn() {
       for (auto& q : ranks_) q.signal(SIGKILL);
       for (auto& q : ranks_)
         while (!q.poll() && q.running()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (link_) {  // the other nodes' ranks would wait for this node's at their rendezvous
+        link_->claimStop(kExitBadArgs, fmt::format("node {}: rank {} could not start: {}", o_.nodeRank, r, error));
+        link_->postDone(kExitBadArgs);
+      }
       return bad(fmt::format("rank {}: {}", r, error));
     }
     ranks_.push_back(std::move(*p));
@@ -534,14 +664,17 @@ std::optional<int> CaptureSession::spawn() {
 // Until every rank has ended: reap, react to Ctrl-C, poll progress and alerts (the hang watchdog), run the stop
 // sequence.
 void CaptureSession::watch() {
-  poller_.emplace(dir_, o_.nproc);
+  poller_.emplace(dir_, o_.nproc, firstRank_);
   display_.emplace(out_, tty_);
   lastProgress_ = Clock::now();
   lastPoll_ = lastProgress_ - std::chrono::hours(1);
   signaled_.assign(static_cast<size_t>(o_.nproc), false);
   while (reapRanks()) {
     handleInterrupts();
-    if (Clock::now() - lastPoll_ >= std::chrono::milliseconds(o_.pollMs)) pollProgress();
+    if (Clock::now() - lastPoll_ >= std::chrono::milliseconds(o_.pollMs)) {
+      pollProgress();
+      pollNodes();
+    }
     advanceStop();
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -551,16 +684,31 @@ void CaptureSession::watch() {
 }
 
 void CaptureSession::beginStop(Outcome why, const std::string& whyText, const std::string& message) {
-  if (!outcome_) outcome_ = why;
-  if (stop_ != Stop::None) return;
+  if (stop_ != Stop::None) {
+    if (!outcome_) outcome_ = why;
+    return;
+  }
   stopWhy_ = whyText;
-  display_->message(message);
+  std::string shown = message;
+  // Several nodes: the job's first abnormal event is the first stop claimed on the control channel, whichever node
+  // saw it. When another node's claim came first, its cause is the job's (ours is likely its echo).
+  if (link_ && !remoteStop_) {
+    const auto first = link_->claimStop(exitCodeOf(why), fmt::format("node {}: {}", o_.nodeRank, whyText));
+    if (first && first->node != o_.nodeRank) {
+      remoteStop_ = true;
+      why = outcomeOfStatus(first->exitStatus);
+      stopWhy_ = first->why;
+      shown += fmt::format("\n  node {} stopped the job first ({}): that is the cause", first->node, first->why);
+    }
+  }
+  if (!outcome_) outcome_ = why;
+  display_->message(shown);
   stop_ = Stop::Dumping;
   stopAt_ = Clock::now();
   for (auto& p : ranks_) {
     if (!p.running()) continue;
     p.signal(SIGUSR1);
-    signaled_[static_cast<size_t>(p.rank())] = true;
+    signaled_[slot(p.rank())] = true;
   }
 }
 
@@ -587,8 +735,16 @@ bool CaptureSession::reapRanks() {
 // A rank that failed on its own (not stopped by us): say so with its log's last lines and stop the others.
 void CaptureSession::reportEndedRank(const RankProcess& p) {
   const ExitStatus& s = *p.status();
-  if (s.ok() || signaled_[static_cast<size_t>(p.rank())]) return;
+  if (s.ok() || signaled_[slot(p.rank())]) return;
   const Outcome oc = outcomeOfRankExit(s);
+  // Several nodes: a rank that fails is often the echo of a peer lost on another node (its collective fails, or
+  // Gloo takes the process down). The node that saw the cause gets a moment to claim the stop first; every node
+  // waits the same, so the first to see a failure is the first to claim.
+  for (const auto until = Clock::now() + std::chrono::milliseconds(1500);
+       link_ && stop_ == Stop::None && Clock::now() < until;) {
+    pollNodes();
+    if (stop_ == Stop::None) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   std::string msg = fmt::format("rank {} (pid {}) ended: {}", p.rank(), p.pid(), s.describe());
   if (oc == Outcome::Hang) msg += " (collective timeout or failure)";
   if (oc == Outcome::NonFinite) msg += " (stopped on non-finite values)";
@@ -629,6 +785,24 @@ void CaptureSession::showNewAlerts() {
   std::vector<LiveAlert> alerts;
   if (poller_->poll(&alerts)) lastProgress_ = lastPoll_;
   for (const auto& a : alerts) display_->message(formatAlert(a));
+}
+
+// Several nodes: another node's stop (its watchdog, a failed rank, Ctrl-C there) or the loss of node 0 stops this
+// node's ranks too, with the same exit status.
+void CaptureSession::pollNodes() {
+  if (!link_ || stop_ != Stop::None) return;
+  bool lost = false;
+  const std::optional<RemoteStop> stop = link_->pollStop(&lost);
+  if (stop) {
+    remoteStop_ = true;
+    beginStop(outcomeOfStatus(stop->exitStatus), stop->why, fmt::format("node {} stopped the job ({}) — dumping and stopping this node's ranks",
+                                          stop->node, stop->why));
+  } else if (lost) {
+    remoteStop_ = true;
+    beginStop(Outcome::Crash, "lost the control channel to node 0",
+              "lost the control channel to node 0 (its capture or machine is gone) — dumping and stopping this "
+              "node's ranks");
+  }
 }
 
 // Progress, alerts, watchdog.
@@ -677,10 +851,18 @@ int CaptureSession::finish() {
   code_ = exitCodeOf(finalOutcome);
   outcomeText_ = outcomeName(finalOutcome);
   checkRecorderWrites();
+  finishNodes();
   const auto meta = recordRankExits();
   store_.reset();
+  link_.reset();
   if (auto code = mergeRankFiles(meta)) return *code;
+  if (o_.nnodes > 1)
+    fmt::print(out_, "diagnosis of node {}'s ranks alone (a hang elsewhere shows here as ranks waiting on peers):\n",
+               o_.nodeRank);
   diagnose();
+  if (o_.nnodes > 1)
+    fmt::print(out_, "{} holds node {}'s ranks; the whole job: tpscope merge {} <the other nodes' folders> -o run.db\n",
+               runFile_.string(), o_.nodeRank, dir_.string());
   if (code_ == kExitSuccess)
     fmt::print(out_, "exit status 0 (success); every rank's records are in {}\n", runFile_.string());
   else
@@ -688,6 +870,35 @@ int CaptureSession::finish() {
                traceIncomplete_ ? "what the ranks could write of their" : "every rank's", runFile_.string());
   std::fflush(out_);
   return code_;
+}
+
+// Several nodes: says this node's ranks have ended. Node 0 waits for the others (its store is their control channel
+// and clock store). A node whose own ranks all succeeded takes the job's failure from another node.
+void CaptureSession::finishNodes() {
+  if (!link_) return;
+  link_->postDone(code_);
+  std::map<int, int> done;
+  if (o_.nodeRank == 0) {
+    const double waitS = o_.dumpWaitS + o_.termGraceS + 30;
+    fmt::print(out_, "waiting (at most {:g} s) for the other nodes' ranks to end\n", waitS);
+    std::fflush(out_);
+    done = link_->waitForDone(std::chrono::milliseconds(static_cast<int64_t>(waitS * 1000)));
+    for (int k = 1; k < o_.nnodes; ++k)
+      if (!done.contains(k)) fmt::print(err_, "tpscope capture: warning: node {} did not report its end\n", k);
+  }
+  if (code_ != kExitSuccess) return;
+  bool lost = false;
+  if (const auto stop = link_->pollStop(&lost)) {
+    code_ = stop->exitStatus;
+    outcomeText_ = fmt::format("stopped by node {}: {}", stop->node, stop->why);
+    return;
+  }
+  for (const auto& [node, status] : done)
+    if (status != kExitSuccess) {
+      code_ = status;
+      outcomeText_ = fmt::format("node {} ended with exit status {}", node, status);
+      return;
+    }
 }
 
 // A rank whose recorder could not write (a full disk, a file size limit) trained on, but its trace has holes: that
@@ -718,11 +929,15 @@ std::vector<std::pair<std::string, std::string>> CaptureSession::recordRankExits
       {"capture_health", healthText_},
       {"capture_hang_timeout_s", fmt::format("{:g}", o_.hangTimeoutS)},
   };
+  if (o_.nnodes > 1) {
+    meta.emplace_back("capture_nnodes", std::to_string(o_.nnodes));
+    meta.emplace_back("capture_node_rank", std::to_string(o_.nodeRank));
+  }
   std::error_code ec;
   for (auto& p : ranks_) {
     const fs::path file = dir_ / fmt::format("rank-{}.db", p.rank());
     const ExitStatus& s = *p.status();
-    const bool ours = signaled_[static_cast<size_t>(p.rank())];
+    const bool ours = signaled_[slot(p.rank())];
     meta.emplace_back(fmt::format("capture_rank_exit:{}", p.rank()),
                       s.describe() + (ours && (s.signaled || s.code >= 128) ? " (stopped by capture)" : ""));
     if (!fs::exists(file, ec)) {
@@ -730,7 +945,13 @@ std::vector<std::pair<std::string, std::string>> CaptureSession::recordRankExits
       continue;
     }
     if (s.ok()) continue;  // the rank said "ok" itself
-    if (tracedb::Status e = tracedb::markRankExit(file, rankExitReason(s, ours, stopWhy_), s.describe()); !e)
+    // Another node's failure was the job's first cause: a rank of ours that ended before we signalled it went down
+    // with it (its peer gone), and is no cause of its own.
+    const std::string reason = remoteStop_ && !ours
+                                   ? fmt::format("stopped by the job's stop ({}); it ended first: {}", stopWhy_,
+                                                 s.describe())
+                                   : rankExitReason(s, ours, stopWhy_);
+    if (tracedb::Status e = tracedb::markRankExit(file, reason, s.describe()); !e)
       fmt::print(err_, "tpscope capture: warning: cannot record rank {}'s exit: {}\n", p.rank(), e.message());
   }
   return meta;
@@ -738,7 +959,8 @@ std::vector<std::pair<std::string, std::string>> CaptureSession::recordRankExits
 
 // DIR/rank-*.db → DIR/run.db with the capture_* meta keys. Returns the exit status when there is nothing to diagnose.
 std::optional<int> CaptureSession::mergeRankFiles(const std::vector<std::pair<std::string, std::string>>& meta) {
-  const auto files = tracedb::rankFiles(dir_);
+  auto files = tracedb::rankFiles(dir_);
+  std::erase_if(files, [this](const fs::path& f) { return !ownsRankFile(f.filename().string()); });
   if (files.empty()) {
     fmt::print(err_, "tpscope capture: error: no rank wrote a trace file in {}{}\n", dir_.string(),
                defaultProgram_ ? "" : " (does the program link the tpscope probes runtime and start it?)");

@@ -6,7 +6,9 @@
 // watch, finish):
 //  1. Validates everything it can before starting anything (sizes, config, --inject, --health, program).
 //  2. Prepares DIR: removes the previous capture's rank-*.db, run.db and logs (nothing else), runs a TcpKvServer on
-//     loopback (clock alignment, TPSCOPE_CLOCK_STORE) and picks a free MASTER_PORT.
+//     loopback (clock alignment, TPSCOPE_CLOCK_STORE) and picks a free MASTER_PORT. With several nodes, node 0 serves
+//     that store at --master-addr:--master-port + 1 instead (node_link.h: the control channel, with a token), the
+//     nodes wait for each other, and they share one run id and time origin; each removes only its own ranks' files.
 //  3. Spawns the ranks (posix_spawn, each in its own process group, output to DIR/logs/rank-K.log) with
 //     MASTER_ADDR=127.0.0.1 MASTER_PORT RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE TPSCOPE_OUT TPSCOPE_RUN_ID
 //     TPSCOPE_EPOCH_NS TPSCOPE_CLOCK_STORE TPSCOPE_TP TPSCOPE_DP [TPSCOPE_INJECT TPSCOPE_HEALTH], OMP_NUM_THREADS=1
@@ -22,6 +24,9 @@
 //     merges DIR/rank-*.db into DIR/run.db, adds meta capture_* keys, runs the diagnosis and prints it; with `html`
 //     it also writes the HTML report of run.db (analysis/html_report.h); failing that makes a successful capture
 //     exit 1.
+//  Several nodes: a stop on any node (watchdog, a failed rank, Ctrl-C) is posted on the control channel and every
+//  node stops its ranks with the same exit status; node 0 keeps the channel up until every node's ranks have ended.
+//  Each node merges its own ranks into DIR/run.db; `tpscope merge DIR0 DIR1 ...` joins the nodes' folders.
 //
 // Threading: runCapture runs on the calling thread and installs SIGINT/SIGTERM handlers for its duration.
 #pragma once
@@ -61,6 +66,14 @@ struct CaptureOptions {
   int pollMs = 250;
   int maxFindings = 12;               // printed; `tpscope diagnose` shows all
   std::filesystem::path html;         // non-empty: the HTML report of the merged run is written here
+  // Many nodes (torchrun's names; node_link.h): `nproc` ranks on THIS node, global ranks nodeRank × nproc + local
+  // rank, nnodes × nproc in the job. Node 0 serves the control channel at masterAddr:masterPort + 1.
+  int nnodes = 1;
+  int nodeRank = 0;
+  std::string masterAddr;             // "": 127.0.0.1 (required with nnodes > 1)
+  int masterPort = 0;                 // 0: a free loopback port (required with nnodes > 1)
+  std::string token;                  // the control channel's token (--token, TPSCOPE_TOKEN); node 0 makes one if ""
+  double joinTimeoutS = 300;          // how long the nodes wait for each other at the start
 };
 
 // Runs a capture; returns the exit status above. Messages go to `out` (progress, alerts, diagnosis) and `err`

@@ -9,8 +9,11 @@
 
 namespace tpscope::cli::capture {
 
-RunPoller::RunPoller(std::filesystem::path dir, int ranks)
-    : dir_(std::move(dir)), progress_(static_cast<size_t>(ranks)), readers_(static_cast<size_t>(ranks)) {}
+RunPoller::RunPoller(std::filesystem::path dir, int ranks, int firstRank)
+    : dir_(std::move(dir)),
+      firstRank_(firstRank),
+      progress_(static_cast<size_t>(ranks)),
+      readers_(static_cast<size_t>(ranks)) {}
 
 RunPoller::~RunPoller() = default;
 
@@ -39,7 +42,7 @@ bool RunPoller::pollRank(int r, std::vector<LiveAlert>* alerts) {
   auto& reader = readers_[static_cast<size_t>(r)];
   RankProgress& p = progress_[static_cast<size_t>(r)];
   if (!reader) {
-    const auto file = dir_ / ("rank-" + std::to_string(r) + ".db");
+    const auto file = dir_ / ("rank-" + std::to_string(firstRank_ + r) + ".db");
     std::error_code ec;
     if (!std::filesystem::exists(file, ec)) return false;
     auto opened = tracedb::Reader::open(file);
@@ -77,7 +80,7 @@ bool RunPoller::pollRank(int r, std::vector<LiveAlert>* alerts) {
       for (tracedb::AlertRow& row : *rows) {
         p.lastAlertId = std::max(p.lastAlertId, row.id);
         LiveAlert a;
-        a.rank = r;
+        a.rank = firstRank_ + r;
         a.host = p.host;
         a.step = row.step;
         a.layer = row.layer;

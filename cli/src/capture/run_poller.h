@@ -42,7 +42,8 @@ struct LiveAlert {
 
 class RunPoller {
  public:
-  RunPoller(std::filesystem::path dir, int ranks);
+  // Ranks firstRank .. firstRank + ranks - 1 (one node's share of a multi-node job); rank(i) is the i-th of them.
+  RunPoller(std::filesystem::path dir, int ranks, int firstRank = 0);
   ~RunPoller();
 
   // Reads every rank file once. Returns true when some rank recorded a new span, collective or step since the
@@ -60,6 +61,7 @@ class RunPoller {
   bool pollRank(int r, std::vector<LiveAlert>* alerts);
 
   std::filesystem::path dir_;
+  int firstRank_ = 0;
   std::vector<RankProgress> progress_;
   std::vector<std::unique_ptr<tracedb::Reader>> readers_;
 };

@@ -254,7 +254,7 @@ tracedb::Status Recorder::start(const RuntimeOptions& options) {
   }
   if (rank.pid == 0) rank.pid = getpid();
 
-  clock_.init(options_.epochUnixNs.value_or(-1));
+  clock_.init(options_.epochUnixNs.value_or(-1), options_.testClockOffsetNs);
   clockReady_.store(true, std::memory_order_release);
   if (options_.runId.empty()) {
     options_.runId = rank.host + "-" + std::to_string(rank.pid) + "-" + std::to_string(clock_.epochUnixNs());

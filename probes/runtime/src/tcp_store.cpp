@@ -25,7 +25,7 @@ constexpr uint32_t kMaxKey = 4096;
 constexpr uint32_t kMaxValue = 1u << 20;
 constexpr size_t kMaxClients = 4096;
 constexpr uint32_t kMaxWaitMs = 10 * 60 * 1000;
-constexpr uint8_t kOk = 0, kMissing = 1;
+constexpr uint8_t kOk = 0, kMissing = 1, kRefused = 2;
 
 using Clock = std::chrono::steady_clock;
 
@@ -45,6 +45,14 @@ void setNoDelay(int fd) {
 }
 
 std::string errnoText(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+// Compares in a time that does not depend on where the first difference is.
+bool sameToken(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
 
 // Resolves host:port to an IPv4/IPv6 address list.
 addrinfo* resolve(std::string_view host, uint16_t port, bool passive, std::string* error) {
@@ -72,6 +80,7 @@ struct TcpKvServer::Impl {
   struct Conn {
     int fd = -1;
     std::string in, out;
+    bool authed = false;   // presented the server's token (always true when the server has none)
     bool waiting = false;  // a get is pending: further requests wait
     std::string waitKey;
     Clock::time_point deadline;
@@ -84,6 +93,7 @@ struct TcpKvServer::Impl {
   std::map<std::string, std::string, std::less<>> data;
   std::atomic<size_t> keys{0};
   std::vector<Conn> conns;
+  std::string token;  // empty: every client is admitted
 
   ~Impl() {
     if (thread.joinable()) {
@@ -110,7 +120,8 @@ struct TcpKvServer::Impl {
     for (;;) {
       if (c.waiting || c.in.empty()) return true;
       const char op = c.in[0];
-      if (op != 'S' && op != 'G') return false;
+      if (op != 'S' && op != 'G' && op != 'A' && op != 'F') return false;
+      if (!c.authed && op != 'A') return false;  // the first request of a client must present the token
       if (c.in.size() < 5) return true;
       const uint32_t keyLen = getU32(c.in.data() + 1);
       if (keyLen > kMaxKey) return false;
@@ -118,13 +129,26 @@ struct TcpKvServer::Impl {
       if (c.in.size() < need) return true;
       std::string key = c.in.substr(5, keyLen);
       const uint32_t arg = getU32(c.in.data() + 5 + keyLen);
-      if (op == 'S') {
+      if (op == 'A') {
+        if (!token.empty() && !sameToken(key, token)) {
+          const char refused = static_cast<char>(kRefused);
+          [[maybe_unused]] ssize_t n = send(c.fd, &refused, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+          return false;  // closes the connection
+        }
+        c.authed = true;
+        reply(c, kOk, nullptr);
+      } else if (op == 'S' || op == 'F') {
         if (arg > kMaxValue) return false;
         need += arg;
         if (c.in.size() < need) return true;
-        data.insert_or_assign(key, c.in.substr(5 + keyLen + 4, arg));
+        if (op == 'S') {
+          data.insert_or_assign(key, c.in.substr(5 + keyLen + 4, arg));
+          reply(c, kOk, nullptr);
+        } else {  // the first writer's value stays; both learn it
+          const auto [it, inserted] = data.try_emplace(key, c.in.substr(5 + keyLen + 4, arg));
+          reply(c, kOk, &it->second);
+        }
         keys.store(data.size());
-        reply(c, kOk, nullptr);
         setKeys->push_back(std::move(key));
       } else {
         auto it = data.find(key);
@@ -170,7 +194,7 @@ struct TcpKvServer::Impl {
         const int fd = accept4(listenFd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd >= 0) {
           setNoDelay(fd);
-          conns.push_back(Conn{fd, {}, {}, false, {}, {}});
+          conns.push_back(Conn{fd, {}, {}, token.empty(), false, {}, {}});
         }
       }
       setKeys.clear();
@@ -231,8 +255,10 @@ TcpKvServer::~TcpKvServer() = default;
 uint16_t TcpKvServer::port() const { return impl_->port; }
 size_t TcpKvServer::keyCount() const { return impl_->keys.load(); }
 
-std::unique_ptr<TcpKvServer> TcpKvServer::listen(std::string_view host, uint16_t port, std::string* error) {
+std::unique_ptr<TcpKvServer> TcpKvServer::listen(std::string_view host, uint16_t port, std::string* error,
+                                                 std::string_view token) {
   auto impl = std::make_unique<Impl>();
+  impl->token.assign(token);
   addrinfo* addrs = resolve(host, port, true, error);
   if (addrs == nullptr) return nullptr;
   for (addrinfo* a = addrs; a != nullptr; a = a->ai_next) {
@@ -267,7 +293,8 @@ std::unique_ptr<TcpKvServer> TcpKvServer::listen(std::string_view host, uint16_t
 // Client
 
 std::unique_ptr<TcpKvClient> TcpKvClient::connect(std::string_view host, uint16_t port,
-                                                  std::chrono::milliseconds connectTimeout, std::string* error) {
+                                                  std::chrono::milliseconds connectTimeout, std::string* error,
+                                                  std::string_view token) {
   const auto deadline = Clock::now() + connectTimeout;
   std::string lastError = "timed out";
   for (;;) {
@@ -278,7 +305,17 @@ std::unique_ptr<TcpKvClient> TcpKvClient::connect(std::string_view host, uint16_
       if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
         freeaddrinfo(addrs);
         setNoDelay(fd);
-        return std::unique_ptr<TcpKvClient>(new TcpKvClient(fd));
+        std::unique_ptr<TcpKvClient> client(new TcpKvClient(fd));
+        if (token.empty()) return client;
+        const int status = client->authenticate(token);
+        if (status == kOk) return client;
+        if (status == kRefused) {
+          if (error) *error = std::string(host) + ":" + std::to_string(port) + ": refused: wrong token";
+          return nullptr;
+        }
+        lastError = "the server closed the connection (it wants a token, or is not a tpscope store)";
+        addrs = nullptr;  // freed above; try again until the deadline
+        break;
       }
       lastError = errnoText("connect");
       close(fd);
@@ -292,7 +329,7 @@ std::unique_ptr<TcpKvClient> TcpKvClient::connect(std::string_view host, uint16_
 }
 
 std::unique_ptr<TcpKvClient> TcpKvClient::connect(std::string_view hostPort, std::chrono::milliseconds connectTimeout,
-                                                  std::string* error) {
+                                                  std::string* error, std::string_view token) {
   const size_t colon = hostPort.rfind(':');
   unsigned port = 0;
   if (colon == std::string_view::npos || colon + 1 >= hostPort.size() ||
@@ -302,7 +339,30 @@ std::unique_ptr<TcpKvClient> TcpKvClient::connect(std::string_view hostPort, std
   }
   std::string_view host = hostPort.substr(0, colon);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  return connect(host, static_cast<uint16_t>(port), connectTimeout, error);
+  return connect(host, static_cast<uint16_t>(port), connectTimeout, error, token);
+}
+
+int TcpKvClient::authenticate(std::string_view token) noexcept {
+  if (token.size() > kMaxKey) return -1;
+  try {
+    std::lock_guard lock(mutex_);
+    std::string msg;
+    msg.push_back('A');
+    putU32(&msg, static_cast<uint32_t>(token.size()));
+    msg.append(token);
+    putU32(&msg, 0);
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    uint8_t status = kMissing;
+    if (!sendAll(msg.data(), msg.size(), deadline) || !recvAll(&status, 1, deadline)) return -1;
+    return status;
+  } catch (...) {
+    return -1;
+  }
+}
+
+bool TcpKvClient::connected() noexcept {
+  std::lock_guard lock(mutex_);
+  return fd_ >= 0;
 }
 
 TcpKvClient::~TcpKvClient() {
@@ -379,8 +439,6 @@ bool TcpKvClient::set(std::string_view key, std::string_view value) noexcept {
 std::optional<std::string> TcpKvClient::get(std::string_view key, std::chrono::milliseconds timeout) noexcept {
   if (key.size() > kMaxKey) return std::nullopt;
   try {
-    std::lock_guard lock(mutex_);
-    if (fd_ < 0) return std::nullopt;
     const auto waitMs = static_cast<uint32_t>(std::clamp<int64_t>(timeout.count(), 0, kMaxWaitMs));
     std::string msg;
     msg.push_back('G');
@@ -388,7 +446,32 @@ std::optional<std::string> TcpKvClient::get(std::string_view key, std::chrono::m
     msg.append(key);
     putU32(&msg, waitMs);
     // The server answers "missing" at its deadline; ours leaves it 5 s to do so.
-    const auto deadline = Clock::now() + std::chrono::milliseconds(waitMs) + std::chrono::seconds(5);
+    return valueRequest(msg, std::chrono::milliseconds(waitMs) + std::chrono::seconds(5));
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
+std::optional<std::string> TcpKvClient::setIfAbsent(std::string_view key, std::string_view value) noexcept {
+  if (key.size() > kMaxKey || value.size() > kMaxValue) return std::nullopt;
+  try {
+    std::string msg;
+    msg.push_back('F');
+    putU32(&msg, static_cast<uint32_t>(key.size()));
+    msg.append(key);
+    putU32(&msg, static_cast<uint32_t>(value.size()));
+    msg.append(value);
+    return valueRequest(msg, std::chrono::seconds(10));
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
+std::optional<std::string> TcpKvClient::valueRequest(const std::string& msg, std::chrono::milliseconds limit) noexcept {
+  try {
+    std::lock_guard lock(mutex_);
+    if (fd_ < 0) return std::nullopt;
+    const auto deadline = Clock::now() + limit;
     uint8_t status = kMissing;
     auto fail = [&]() -> std::optional<std::string> {
       close(fd_);

@@ -56,7 +56,7 @@ void TickClock::measure(uint64_t* ticks, int64_t* mono) const noexcept {
   }
 }
 
-void TickClock::init(int64_t epochUnixNs) {
+void TickClock::init(int64_t epochUnixNs, int64_t skewNs) {
   std::lock_guard guard(mutex_);
   fixed_.clear();
   convertedPast_ = false;
@@ -75,6 +75,7 @@ void TickClock::init(int64_t epochUnixNs) {
       monoToUnix_ = r - (m1 + (m2 - m1) / 2);
     }
   }
+  monoToUnix_ += skewNs;
   epochUnix_ = epochUnixNs >= 0 ? epochUnixNs : firstMono_ + monoToUnix_;
   monoToFile_ = monoToUnix_ - epochUnix_;
 #if TPSCOPE_TICKS_ARE_TSC

@@ -28,8 +28,9 @@ bool tscIsInvariant() noexcept;
 
 class TickClock {
  public:
-  // Takes the first anchor; spins ~1 ms for a first slope. epochUnixNs < 0: the epoch is now.
-  void init(int64_t epochUnixNs);
+  // Takes the first anchor; spins ~1 ms for a first slope. epochUnixNs < 0: the epoch is now. skewNs is added to
+  // the wall clock this rank reads (tests: a host whose clock is off, RuntimeOptions::testClockOffsetNs).
+  void init(int64_t epochUnixNs, int64_t skewNs = 0);
   std::mutex& lock() const { return mutex_; }
 
   // A fresh anchor (skipped if the last one is under 50 ms old). Caller holds lock().

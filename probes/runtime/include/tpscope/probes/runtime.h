@@ -83,11 +83,18 @@ struct RuntimeOptions {
   ClockAlignOptions clock;
   std::chrono::milliseconds clockEndTimeout{5'000};  // the alignment at stop() waits at most this per wait
   std::string tool = std::string(kToolName);  // meta tool
+  // Tests only: ns added to the wall clock this rank reads, as if its host's clock were off by that much
+  // (TPSCOPE_TEST_CLOCK_OFFSET_NS). The file's times move with it; clock alignment measures −offset.
+  int64_t testClockOffsetNs = 0;
 };
 
 // The options a launcher passes through the environment, or nullopt when TPSCOPE_OUT is unset or empty:
-//   TPSCOPE_OUT (folder, created if missing), TPSCOPE_RUN_ID, RANK, WORLD_SIZE, LOCAL_RANK (torchrun's names),
-//   TPSCOPE_EPOCH_NS, TPSCOPE_FLUSH_MS, TPSCOPE_CLOCK_STORE ("host:port" of a TcpKvServer: clock alignment).
+//   TPSCOPE_OUT (folder, created if missing), TPSCOPE_RUN_ID, RANK, WORLD_SIZE, LOCAL_RANK (torchrun's names; where
+//   RANK is unset, Slurm's SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID), TPSCOPE_EPOCH_NS, TPSCOPE_FLUSH_MS,
+//   TPSCOPE_CLOCK_STORE ("host:port" of a TcpKvServer: clock alignment; TPSCOPE_TOKEN is presented to it),
+//   TPSCOPE_HOSTNAME (the host name recorded, instead of gethostname()), TPSCOPE_TEST_CLOCK_OFFSET_NS (tests).
+//   Without TPSCOPE_RUN_ID the run id comes from the launcher (SLURM_JOB_ID.SLURM_STEP_ID, torchrun's
+//   TORCHELASTIC_RUN_ID with MASTER_ADDR:MASTER_PORT, or MASTER_ADDR:MASTER_PORT), the same on every rank of the job.
 std::optional<RuntimeOptions> optionsFromEnvironment();
 
 // Starts recording: creates the file, starts the flusher, installs the sink (detail::g_sink) and sets
