@@ -40,7 +40,9 @@ double noise(int step, uint64_t stream) {
 }
 
 // The clean gradient norm: 0.05 at step 0, ×10^0.2 a step through a 10-step warm-up, then decaying by 0.7 decades.
-double gradTrend(int s) { return s < 10 ? 0.05 * std::pow(10.0, 0.2 * s) : 5.0 * std::pow(10.0, -(s - 10) / 150.0); }
+double gradTrend(int s) {
+  return s < 10 ? 0.05 * std::pow(10.0, 0.2 * s) : 5.0 * std::pow(10.0, -(s - 10) / 150.0);
+}
 
 // Gradient spikes: ×50 (above every threshold) and ×8 (above the run-wide norm's 5, below a parameter's 10).
 double gradSpikeFactor(int s) {

@@ -136,7 +136,8 @@ std::string formatHealthOptions(const HealthOptions& o) {
 }
 
 HealthRules::HealthRules(HealthOptions options)
-    : options_(options), gradBase_(options.gradSpike.window, probes::SpikeScale::Norm),
+    : options_(options),
+      gradBase_(options.gradSpike.window, probes::SpikeScale::Norm),
       lossBase_(options.lossSpike.window, probes::SpikeScale::Level) {}
 
 bool HealthRules::startsBadRun(int& lastBadStep, int step) {
@@ -213,10 +214,14 @@ StepAction HealthRules::checkGradients(int step, std::span<const probes::GradSta
   if (v.spike) {
     pendingUnhealthy_ = true;
     const double ratio = v.baseline > 0 ? norm / v.baseline : 0.0;
-    nlohmann::json ev{{"grad_norm", norm},     {"median", v.median},
-                      {"mad_decades", v.mad},  {"baseline", v.baseline},
-                      {"ratio", ratio},        {"z", v.z},
-                      {"baseline_steps", gradBase_.size()}, {"factor", options_.gradSpike.factor},
+    nlohmann::json ev{{"grad_norm", norm},
+                      {"median", v.median},
+                      {"mad_decades", v.mad},
+                      {"baseline", v.baseline},
+                      {"ratio", ratio},
+                      {"z", v.z},
+                      {"baseline_steps", gradBase_.size()},
+                      {"factor", options_.gradSpike.factor},
                       {"policy", healthPolicyName(options_.gradSpike.policy)}};
     // The parameter with the largest norm is where the spike shows most.
     const probes::GradStat* top = nullptr;
@@ -279,8 +284,12 @@ StepAction HealthRules::checkLoss(int step, double localLoss) {
   const probes::SpikeVerdict v = isSpike(options_.lossSpike, lossBase_, step, localLoss);
   if (v.spike) {
     pendingUnhealthy_ = true;
-    nlohmann::json ev{{"loss", localLoss}, {"median", v.median}, {"mad", v.mad}, {"z", v.z},
-                      {"baseline_steps", lossBase_.size()}, {"factor", options_.lossSpike.factor},
+    nlohmann::json ev{{"loss", localLoss},
+                      {"median", v.median},
+                      {"mad", v.mad},
+                      {"z", v.z},
+                      {"baseline_steps", lossBase_.size()},
+                      {"factor", options_.lossSpike.factor},
                       {"policy", healthPolicyName(options_.lossSpike.policy)}};
     raise(probes::Severity::Warning, alert_kinds::kLossSpike, step, -1, "loss",
           fmt::format("loss {:.4g} is {:.1f}x the median {:.4g} of the last {} steps", localLoss,

@@ -187,7 +187,6 @@ Result<std::shared_ptr<const RunData>> finish(std::shared_ptr<RunData> run, std:
   return std::shared_ptr<const RunData>(std::move(run));
 }
 
-
 // The span names of every file re-interned into one table: per file, file string id → global id.
 struct SpanNames {
   std::vector<std::vector<uint32_t>> maps;

@@ -47,7 +47,6 @@ void findSpikes(const std::vector<std::pair<int, double>>& series, const Anomaly
   }
 }
 
-
 using Series = std::vector<std::pair<int, double>>;  // (step, value) in step order
 
 // The finite gradient statistics, per series and per layer.
@@ -55,7 +54,7 @@ struct GradSeries {
   std::map<std::pair<int, int64_t>, Series> byParam;      // (rank, param id) → norms
   std::map<int64_t, std::pair<std::string, int>> params;  // id → name, layer
   std::map<int, std::map<int, std::vector<double>>> layerNorms;  // layer → step → norms
-  std::map<std::pair<int, int>, double> rankStepSq;       // (rank, step) → Σ l2² over its parameters
+  std::map<std::pair<int, int>, double> rankStepSq;              // (rank, step) → Σ l2² over its parameters
 };
 
 tracedb::Result<GradSeries> readGradSeries(tracedb::Reader& reader) {
@@ -215,7 +214,8 @@ tracedb::Result<AnomalyReport> analyzeAnomalies(tracedb::Reader& reader, const R
   if (!grads) return grads.status();
   paramSpikes(*grads, options, out);
   if (auto s = stepStatAnomalies(reader, options, out); !s) return s;
-  if (reader.metaValue("grad_stats_after_reduction").value_or("") == "1") replicaDivergences(*grads, info, options, out);
+  if (reader.metaValue("grad_stats_after_reduction").value_or("") == "1")
+    replicaDivergences(*grads, info, options, out);
   layerTrends(*grads, out);
   std::sort(out.gradSpikes.begin(), out.gradSpikes.end(), [](const Spike& a, const Spike& b) {
     return std::tie(a.step, a.rank) != std::tie(b.step, b.rank) ? std::tie(a.step, a.rank) < std::tie(b.step, b.rank)

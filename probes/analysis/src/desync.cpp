@@ -98,7 +98,6 @@ MemberRecord toMember(const detail::CollectiveTable& t, const detail::Collective
   return r;
 }
 
-
 struct Progress {
   int64_t lastEnqueued = 0, lastStarted = 0, lastCompleted = 0;
   int64_t firstIncomplete = INT64_MAX;
@@ -190,8 +189,10 @@ GroupDesync groupProgress(const std::string& name, const GroupScan& scan, const 
       for (int m : gd.members) {
         auto r = std::find_if(gd.stuckRecords.begin(), gd.stuckRecords.end(),
                               [&](const MemberRecord& x) { return x.rank == m; });
-        if (r == gd.stuckRecords.end()) gd.missingRanks.push_back(m);
-        else if (!completed(*r)) gd.waitingRanks.push_back(m);
+        if (r == gd.stuckRecords.end())
+          gd.missingRanks.push_back(m);
+        else if (!completed(*r))
+          gd.waitingRanks.push_back(m);
       }
       if (gd.missingRanks.empty() && gd.waitingRanks.empty()) gd.stuckSeq.reset();  // a gap, not a hang
     }

@@ -126,16 +126,20 @@ tracedb::Status readAlertEvents(tracedb::Reader& reader, std::vector<NonFiniteEv
     e.phase = phaseFromAlert(kind, evidence);
     // An activation alert carries the time the output was produced; a gradient alert the time the rule checked
     // (after the reductions): only a bound on when the rank held it, not the moment it was born.
-    if (e.phase == tracedb::phaseName(Phase::Backward)) e.boundNs = r.i64(4);
-    else e.tsNs = r.i64(4);
+    if (e.phase == tracedb::phaseName(Phase::Backward))
+      e.boundNs = r.i64(4);
+    else
+      e.tsNs = r.i64(4);
     e.nanCount = jsonCount(evidence, "nan_count");
     e.infCount = jsonCount(evidence, "inf_count");
     e.numel = jsonCount(evidence, "numel");
     if (e.nanCount == 0 && e.infCount == 0) {
       const bool infKind = kind.find("inf") != std::string::npos &&
                            kind.find(probes::alert_kinds::kNonfinitePrefix) == std::string::npos;
-      if (infKind) e.infCount = 1;
-      else e.nanCount = 1;
+      if (infKind)
+        e.infCount = 1;
+      else
+        e.nanCount = 1;
     }
     if (e.step >= 0) events.push_back(std::move(e));
   });
@@ -314,7 +318,8 @@ tracedb::Result<NonFiniteReport> analyzeNonFinite(tracedb::Reader& reader, const
   if (auto s = readAlertEvents(reader, events); !s) return s;
   if (auto s = readStepStatEvents(reader, events, stepEnd); !s) return s;
   for (NonFiniteEvent& e : events) {
-    if (e.tsNs) e.boundNs = e.tsNs;
+    if (e.tsNs)
+      e.boundNs = e.tsNs;
     else if (!e.boundNs)
       if (auto it = stepEnd.find({e.rank, e.step}); it != stepEnd.end()) e.boundNs = it->second;
   }

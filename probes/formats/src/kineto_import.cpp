@@ -127,13 +127,13 @@ LoadedFile loadFile(const fs::path& path, size_t index) {
   return out;
 }
 
-
 // The inputs and the output can be used: some inputs, an output in an existing folder, not one of the inputs.
 Status checkPaths(std::span<const fs::path> inputs, const fs::path& output, const fs::path& dir) {
   if (inputs.empty()) return Status::error("import kineto: no input files");
   if (output.empty()) return Status::error("import kineto: no output file");
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return Status::error(output.string() + ": folder " + dir.string() + " does not exist");
+  if (!fs::is_directory(dir, ec))
+    return Status::error(output.string() + ": folder " + dir.string() + " does not exist");
   for (const fs::path& input : inputs)
     if (fs::exists(output, ec) && fs::equivalent(input, output, ec))
       return Status::error(output.string() + ": the output file is also an input; choose another output");
@@ -147,8 +147,8 @@ std::vector<LoadedFile> loadFiles(std::span<const fs::path> inputs) {
   auto work = [&] {
     for (size_t i = next++; i < inputs.size(); i = next++) loaded[i] = loadFile(inputs[i], i);
   };
-  const size_t workers = std::min<size_t>({inputs.size(), std::max(1u, std::thread::hardware_concurrency()),
-                                           kMaxLoadThreads});
+  const size_t workers =
+      std::min<size_t>({inputs.size(), std::max(1u, std::thread::hardware_concurrency()), kMaxLoadThreads});
   std::vector<std::thread> threads;
   for (size_t t = 1; t < workers; ++t) threads.emplace_back(work);
   work();
@@ -197,8 +197,8 @@ Result<InputsMeta> collectInputs(std::span<const fs::path> inputs, const std::ve
 
 // One rank's model into the output, times shifted by `epoch`; its groups merge into `groups` (the largest member
 // list of a name wins). The model's spans are released once written.
-Status writeRank(tracedb::Writer& writer, LoadedFile& f, int64_t epoch, std::map<std::string, tracedb::GroupInfo>& groups,
-                 KinetoImportStats& stats) {
+Status writeRank(tracedb::Writer& writer, LoadedFile& f, int64_t epoch,
+                 std::map<std::string, tracedb::GroupInfo>& groups, KinetoImportStats& stats) {
   kineto::RankModel& m = f.model;
   // Span names were interned per file while loading; map them to the output's string ids once per name.
   std::vector<uint32_t> nameIds;

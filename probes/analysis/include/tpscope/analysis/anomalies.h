@@ -10,8 +10,8 @@
 // and enters the window as the new level. A confirmed spike does not enter it.
 // A run-wide spike at a step where some rank's own parameters spiked is folded into those findings (one line).
 // False-alarm rate: were the residuals normal, P(z ≥ 6) ≈ 1e-9 per test; real series have heavier tails, which the
-// ratio condition (≥ 2× for the loss, ≥ 5× for the global norm, ≥ 10× for one parameter) bounds. Measured on the accuracy
-// benchmark's healthy runs (bench/accuracy, docs/diagnosis.md): the figure is there.
+// ratio condition (≥ 2× for the loss, ≥ 5× for the global norm, ≥ 10× for one parameter) bounds. Measured on the
+// accuracy benchmark's healthy runs (bench/accuracy, docs/diagnosis.md): the figure is there.
 //   grad_spike (per rank, param): over grad_stats.l2_norm, with the stricter paramMinHistory/paramRatioThreshold;
 //   reported per (rank, step), worst param first. A warning when material: it moves its rank's gradient, the
 //   rank's total norm (√Σ l2² over its parameters) that step ≥ normRatioThreshold × its median over the previous
