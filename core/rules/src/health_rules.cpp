@@ -20,25 +20,18 @@ namespace alert_kinds = probes::alert_kinds;
 
 namespace {
 
-constexpr double kMadToSigma = 1.4826;
-
-double medianOf(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  const size_t mid = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
-  double m = v[mid];
-  if (v.size() % 2 == 0) {
-    const double lower = *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid));
-    m = 0.5 * (m + lower);
-  }
-  return m;
+// The rule's thresholds as the shared spike test's (probes/spike_baseline.h): factor is the ratio, mads the z.
+probes::SpikeTest spikeTest(const SpikeRule& rule) {
+  probes::SpikeTest t;
+  t.ratio = rule.factor;
+  t.zMin = rule.mads;
+  t.minHistory = rule.warmup;
+  return t;
 }
 
-bool isSpike(const SpikeRule& rule, const RobustBaseline& base, double value, double* median, double* mad) {
-  *median = base.median();
-  *mad = base.mad();
-  if (rule.policy == HealthPolicy::Off || base.size() < rule.warmup) return false;
-  return value > rule.factor * *median && value > *median + rule.mads * kMadToSigma * *mad;
+probes::SpikeVerdict isSpike(const SpikeRule& rule, const RobustBaseline& base, int step, double value) {
+  if (rule.policy == HealthPolicy::Off) return {};
+  return base.test(step, value, spikeTest(rule));
 }
 
 }  // namespace
@@ -142,23 +135,10 @@ std::string formatHealthOptions(const HealthOptions& o) {
                      healthPolicyName(o.replica), o.replicaEvery, o.replicaRtol, o.skipWindow, o.skipMax);
 }
 
-void RobustBaseline::add(double v) {
-  values_.push_back(v);
-  while (static_cast<int>(values_.size()) > window_) values_.pop_front();
-}
-
-double RobustBaseline::median() const { return medianOf(std::vector<double>(values_.begin(), values_.end())); }
-
-double RobustBaseline::mad() const {
-  const double m = median();
-  std::vector<double> dev;
-  dev.reserve(values_.size());
-  for (double v : values_) dev.push_back(std::fabs(v - m));
-  return medianOf(std::move(dev));
-}
-
 HealthRules::HealthRules(HealthOptions options)
-    : options_(options), gradBase_(options.gradSpike.window), lossBase_(options.lossSpike.window) {}
+    : options_(options),
+      gradBase_(options.gradSpike.window, probes::SpikeScale::Norm),
+      lossBase_(options.lossSpike.window, probes::SpikeScale::Level) {}
 
 bool HealthRules::startsBadRun(int& lastBadStep, int step) {
   pendingUnhealthy_ = true;
@@ -230,12 +210,19 @@ StepAction HealthRules::checkGradients(int step, std::span<const probes::GradSta
     if (options_.nonfinite != HealthPolicy::Off) action = std::max(action, actionOf(options_.nonfinite));
     return action;
   }
-  double median = 0, mad = 0;
-  if (isSpike(options_.gradSpike, gradBase_, norm, &median, &mad)) {
+  const probes::SpikeVerdict v = isSpike(options_.gradSpike, gradBase_, step, norm);
+  if (v.spike) {
     pendingUnhealthy_ = true;
-    nlohmann::json ev{{"grad_norm", norm},         {"median", median}, {"mad", mad},
-                      {"ratio", median > 0 ? norm / median : 0.0}, {"baseline_steps", gradBase_.size()},
-                      {"factor", options_.gradSpike.factor},       {"policy", healthPolicyName(options_.gradSpike.policy)}};
+    const double ratio = v.baseline > 0 ? norm / v.baseline : 0.0;
+    nlohmann::json ev{{"grad_norm", norm},
+                      {"median", v.median},
+                      {"mad_decades", v.mad},
+                      {"baseline", v.baseline},
+                      {"ratio", ratio},
+                      {"z", v.z},
+                      {"baseline_steps", gradBase_.size()},
+                      {"factor", options_.gradSpike.factor},
+                      {"policy", healthPolicyName(options_.gradSpike.policy)}};
     // The parameter with the largest norm is where the spike shows most.
     const probes::GradStat* top = nullptr;
     for (const auto& g : stats)
@@ -243,8 +230,9 @@ StepAction HealthRules::checkGradients(int step, std::span<const probes::GradSta
     if (top != nullptr) ev["top_param"] = top->param;
     raise(probes::Severity::Warning, alert_kinds::kGradSpike, step, top != nullptr ? top->layer : -1,
           top != nullptr ? top->param : std::string_view(),
-          fmt::format("gradient norm {:.4g} is {:.1f}x the median {:.4g} of the last {} steps", norm,
-                      median > 0 ? norm / median : 0.0, median, gradBase_.size()),
+          fmt::format("gradient norm {:.4g} is {:.1f}x its baseline {:.4g} (the trend of the last {} healthy steps, "
+                      "median {:.4g}; robust z {:.1f})",
+                      norm, ratio, v.baseline, gradBase_.size(), v.median, v.z),
           ev.dump());
     action = std::max(action, actionOf(options_.gradSpike.policy));
   } else {
@@ -293,14 +281,19 @@ StepAction HealthRules::checkLoss(int step, double localLoss) {
           ev.dump());
     return actionOf(options_.nonfinite);
   }
-  double median = 0, mad = 0;
-  if (isSpike(options_.lossSpike, lossBase_, localLoss, &median, &mad)) {
+  const probes::SpikeVerdict v = isSpike(options_.lossSpike, lossBase_, step, localLoss);
+  if (v.spike) {
     pendingUnhealthy_ = true;
-    nlohmann::json ev{{"loss", localLoss}, {"median", median}, {"mad", mad}, {"baseline_steps", lossBase_.size()},
-                      {"factor", options_.lossSpike.factor}, {"policy", healthPolicyName(options_.lossSpike.policy)}};
+    nlohmann::json ev{{"loss", localLoss},
+                      {"median", v.median},
+                      {"mad", v.mad},
+                      {"z", v.z},
+                      {"baseline_steps", lossBase_.size()},
+                      {"factor", options_.lossSpike.factor},
+                      {"policy", healthPolicyName(options_.lossSpike.policy)}};
     raise(probes::Severity::Warning, alert_kinds::kLossSpike, step, -1, "loss",
           fmt::format("loss {:.4g} is {:.1f}x the median {:.4g} of the last {} steps", localLoss,
-                      median > 0 ? localLoss / median : 0.0, median, lossBase_.size()),
+                      v.median > 0 ? localLoss / v.median : 0.0, v.median, lossBase_.size()),
           ev.dump());
     return actionOf(options_.lossSpike.policy);
   }
@@ -347,8 +340,8 @@ StepAction HealthRules::agree(int step, StepAction agreed) {
   }
   // Baselines learn only from steps that every rank found healthy and that were applied.
   if (agreed == StepAction::Continue && !pendingUnhealthy_) {
-    if (pendingGradNorm_) gradBase_.add(*pendingGradNorm_);
-    if (pendingLoss_) lossBase_.add(*pendingLoss_);
+    if (pendingGradNorm_) gradBase_.add(*pendingGradNorm_, step);
+    if (pendingLoss_) lossBase_.add(*pendingLoss_, step);
   }
   pendingGradNorm_.reset();
   pendingLoss_.reset();

@@ -187,6 +187,96 @@ Result<std::shared_ptr<const RunData>> finish(std::shared_ptr<RunData> run, std:
   return std::shared_ptr<const RunData>(std::move(run));
 }
 
+// The span names of every file re-interned into one table: per file, file string id → global id.
+struct SpanNames {
+  std::vector<std::vector<uint32_t>> maps;
+  std::vector<std::string> strings{""};
+  std::unordered_map<std::string, uint32_t> ids{{"", 0}};
+};
+
+// Pass 1: the first file's meta, every file's small tables, and the span names.
+Status readTables(tracedb::RunFiles& opened, RunData& run, SpanNames& names) {
+  names.maps.resize(opened.files.size());
+  for (size_t f = 0; f < opened.files.size(); ++f) {
+    tracedb::RunFile& o = opened.files[f];
+    if (f == 0) {
+      auto meta = o.reader->meta();
+      if (!meta) return meta.status();
+      run.meta = std::move(*meta);
+    }
+    if (Status s = readSmallTables(o, run); !s) return s;
+    std::vector<uint32_t>& nameMap = names.maps[f];
+    Status s = o.reader->forEachString([&](uint32_t id, std::string_view text) {
+      if (id > (1u << 30)) return;
+      if (nameMap.size() <= id) nameMap.resize(id + 1, 0);
+      auto [it, inserted] = names.ids.emplace(std::string(text), static_cast<uint32_t>(names.strings.size()));
+      if (inserted) names.strings.emplace_back(text);
+      nameMap[id] = it->second;
+    });
+    if (!s) return s;
+  }
+  return Status::ok();
+}
+
+// The timeline of a single-file run from its cache, when a cache for this file's content is there.
+std::shared_ptr<TimelineData> cachedTimeline(const RunData& run) {
+  if (run.files.size() != 1) return nullptr;
+  const std::string key = cacheKey(run.files[0]);
+  if (key.empty()) return nullptr;
+  for (const fs::path& cache : cachePaths(run.files[0]))
+    if (auto cached = TimelineData::readCache(cache.string(), key))
+      return std::make_shared<TimelineData>(std::move(*cached));
+  return nullptr;
+}
+
+struct SpanChunk {
+  size_t file;
+  int64_t lo, hi;
+};
+
+// Each file's span id range cut into 2 × workers chunks.
+Result<std::vector<SpanChunk>> spanChunks(tracedb::RunFiles& opened, int workers) {
+  std::vector<SpanChunk> chunks;
+  for (size_t f = 0; f < opened.files.size(); ++f) {
+    auto ids = opened.files[f].reader->spanIdRange();
+    if (!ids) return ids.status();
+    if (ids->empty()) continue;
+    const int64_t lo = ids->first, hi = ids->last;
+    const int64_t n = hi - lo + 1;
+    const int parts = std::max(1, workers) * 2;
+    for (int p = 0; p < parts; ++p) {
+      const int64_t a = lo + n * p / parts, b = lo + n * (p + 1) / parts;
+      if (b > a) chunks.push_back({f, a, b});
+    }
+  }
+  return chunks;
+}
+
+// Pass 2: the chunks read in parallel (one connection per chunk); the first error wins.
+Status readSpans(const RunData& run, const tracedb::RunFiles& opened, const std::vector<SpanChunk>& chunks,
+                 const SpanNames& names, int workers, std::vector<std::vector<InputSpan>>& spans) {
+  spans.resize(chunks.size());
+  std::atomic<size_t> next{0};
+  std::mutex errorMutex;
+  Status firstError = Status::ok();
+  auto work = [&] {
+    for (size_t k; (k = next.fetch_add(1)) < chunks.size();) {
+      const SpanChunk& c = chunks[k];
+      Status st =
+          readSpanChunk(run.files[c.file], c.lo, c.hi, opened.files[c.file].clock, names.maps[c.file], spans[k]);
+      if (!st) {
+        std::lock_guard lock(errorMutex);
+        if (firstError) firstError = st;
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int w = 1; w < std::max(1, workers); ++w) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  return firstError;
+}
+
 }  // namespace
 
 Result<std::shared_ptr<const RunData>> loadRun(const fs::path& path, const LoadOptions& options) {
@@ -206,89 +296,30 @@ Result<std::shared_ptr<const RunData>> loadRun(const fs::path& path, const LoadO
   // Pass 1: open every file (clocks aligned once, tracedb/run_files.h), read the small tables.
   auto opened = tracedb::openRunFiles(run->files);
   if (!opened) return opened.status();
-  std::vector<std::vector<uint32_t>> nameMaps(opened->files.size());  // per file: file string id -> global id
-  std::vector<std::string> strings{""};
-  std::unordered_map<std::string, uint32_t> stringIds{{"", 0}};
-  for (size_t f = 0; f < opened->files.size(); ++f) {
-    tracedb::RunFile& o = opened->files[f];
-    if (f == 0) {
-      auto meta = o.reader->meta();
-      if (!meta) return meta.status();
-      run->meta = std::move(*meta);
-    }
-    if (Status s = readSmallTables(o, *run); !s) return s;
-    // Names used by spans, re-interned into the global table.
-    std::vector<uint32_t>& nameMap = nameMaps[f];
-    Status s = o.reader->forEachString([&](uint32_t id, std::string_view text) {
-      if (id > (1u << 30)) return;
-      if (nameMap.size() <= id) nameMap.resize(id + 1, 0);
-      auto [it, inserted] = stringIds.emplace(std::string(text), static_cast<uint32_t>(strings.size()));
-      if (inserted) strings.emplace_back(text);
-      nameMap[id] = it->second;
-    });
-    if (!s) return s;
-  }
-
+  SpanNames names;
+  if (Status s = readTables(*opened, *run, names); !s) return s;
   timings.tablesMs = ms(phase);
   phase = Clock::now();
 
-  if (options.useCache && run->files.size() == 1) {
-    if (const std::string key = cacheKey(run->files[0]); !key.empty())
-      for (const fs::path& cache : cachePaths(run->files[0]))
-        if (auto cached = TimelineData::readCache(cache.string(), key)) {
-          run->timelineFromCache = true;
-          timings.spansMs = ms(phase);
-          auto timeline = std::make_shared<TimelineData>(std::move(*cached));
-          if (options.timings) *options.timings = timings;
-          return finish(std::move(run), std::move(timeline));
-        }
-  }
-
-  // Pass 2: spans, each file's id range cut into chunks read in parallel (one connection per chunk).
-  struct Chunk {
-    size_t file;
-    int64_t lo, hi;
-  };
-  std::vector<Chunk> chunks;
-  for (size_t f = 0; f < opened->files.size(); ++f) {
-    auto ids = opened->files[f].reader->spanIdRange();
-    if (!ids) return ids.status();
-    if (ids->empty()) continue;
-    const int64_t lo = ids->first, hi = ids->last;
-    const int64_t n = hi - lo + 1;
-    const int parts = std::max(1, options.workers) * 2;
-    for (int p = 0; p < parts; ++p) {
-      const int64_t a = lo + n * p / parts, b = lo + n * (p + 1) / parts;
-      if (b > a) chunks.push_back({f, a, b});
+  if (options.useCache)
+    if (auto timeline = cachedTimeline(*run)) {
+      run->timelineFromCache = true;
+      timings.spansMs = ms(phase);
+      if (options.timings) *options.timings = timings;
+      return finish(std::move(run), std::move(timeline));
     }
-  }
 
-  std::vector<std::vector<InputSpan>> spans(chunks.size());
-  std::atomic<size_t> next{0};
-  std::mutex errorMutex;
-  Status firstError = Status::ok();
-  auto work = [&] {
-    for (size_t k; (k = next.fetch_add(1)) < chunks.size();) {
-      const Chunk& c = chunks[k];
-      Status st =
-          readSpanChunk(run->files[c.file], c.lo, c.hi, opened->files[c.file].clock, nameMaps[c.file], spans[k]);
-      if (!st) {
-        std::lock_guard lock(errorMutex);
-        if (firstError) firstError = st;
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int w = 1; w < std::max(1, options.workers); ++w) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
-  if (!firstError) return firstError;
+  // Pass 2: spans, each file's id range cut into chunks read in parallel.
+  auto chunks = spanChunks(*opened, options.workers);
+  if (!chunks) return chunks.status();
+  std::vector<std::vector<InputSpan>> spans;
+  if (Status s = readSpans(*run, *opened, *chunks, names, options.workers, spans); !s) return s;
   opened->files.clear();
 
   timings.spansMs = ms(phase);
   phase = Clock::now();
   auto timeline = std::make_shared<TimelineData>(
-      TimelineData::build(std::move(spans), std::move(strings), run->threads, options.workers));
+      TimelineData::build(std::move(spans), std::move(names.strings), run->threads, options.workers));
   timings.buildMs = ms(phase);
   if (options.timings) *options.timings = timings;
   return finish(std::move(run), std::move(timeline));

@@ -98,22 +98,21 @@ MemberRecord toMember(const detail::CollectiveTable& t, const detail::Collective
   return r;
 }
 
-}  // namespace
+struct Progress {
+  int64_t lastEnqueued = 0, lastStarted = 0, lastCompleted = 0;
+  int64_t firstIncomplete = INT64_MAX;
+  size_t lastRow = 0;  // row of lastEnqueued
+};
 
-tracedb::Result<DesyncReport> detail::analyzeDesync(tracedb::Reader& reader, const RunInfo& info,
-                                                    const detail::CollectiveTable& table) {
-  DesyncReport out;
-  struct Progress {
-    int64_t lastEnqueued = 0, lastStarted = 0, lastCompleted = 0;
-    int64_t firstIncomplete = INT64_MAX;
-    size_t lastRow = 0;  // row of lastEnqueued
-  };
-  struct GroupScan {
-    std::map<int, Progress> byRank;
-    std::vector<int64_t> mismatched;            // seqs whose members disagree on op/size/dtype
-    std::map<int64_t, std::pair<size_t, size_t>> rowsOf;  // seq → row range, for the seqs we need again
-    size_t firstRow = SIZE_MAX, endRow = 0;                // the group's rows
-  };
+struct GroupScan {
+  std::map<int, Progress> byRank;
+  std::vector<int64_t> mismatched;                      // seqs whose members disagree on op/size/dtype
+  std::map<int64_t, std::pair<size_t, size_t>> rowsOf;  // seq → row range, for the seqs we need again
+  size_t firstRow = SIZE_MAX, endRow = 0;               // the group's rows
+};
+
+// One pass over the collectives: per group, each member's progress and the seqs whose members disagree.
+std::map<std::string, GroupScan> scanGroups(const detail::CollectiveTable& table) {
   std::map<std::string, GroupScan> scans;
   table.forEachCollective([&](size_t b, size_t e) {
     const detail::CollectiveRecord& first = table.rows[b];
@@ -138,106 +137,136 @@ tracedb::Result<DesyncReport> detail::analyzeDesync(tracedb::Reader& reader, con
     g.firstRow = std::min(g.firstRow, b);
     g.endRow = std::max(g.endRow, e);
   });
-  auto recordsOf = [&](const GroupScan& g, int64_t seq) {
-    std::vector<MemberRecord> recs;
-    auto it = g.rowsOf.find(seq);
-    if (it != g.rowsOf.end())
-      for (size_t i = it->second.first; i < it->second.second; ++i) recs.push_back(toMember(table, table.rows[i]));
-    return recs;
-  };
+  return scans;
+}
 
-  for (auto& [name, scan] : scans) {
-    auto& byRank = scan.byRank;
-    GroupDesync gd;
-    gd.group = name;
-    if (const auto* g = info.group(name)) gd.members = g->ranks;
-    for (auto& [rank, p] : byRank)
-      if (std::find(gd.members.begin(), gd.members.end(), rank) == gd.members.end()) gd.members.push_back(rank);
-    // Members this file holds nothing of (one rank's own file, a partial merge) cannot be judged.
-    std::erase_if(gd.members, [&](int m) { return info.rank(m) == nullptr && !byRank.count(m); });
-    std::sort(gd.members.begin(), gd.members.end());
+std::vector<MemberRecord> recordsOf(const detail::CollectiveTable& table, const GroupScan& g, int64_t seq) {
+  std::vector<MemberRecord> recs;
+  auto it = g.rowsOf.find(seq);
+  if (it != g.rowsOf.end())
+    for (size_t i = it->second.first; i < it->second.second; ++i) recs.push_back(toMember(table, table.rows[i]));
+  return recs;
+}
 
-    int64_t maxEnqueued = 0;
-    int64_t stuck = INT64_MAX;
-    for (int m : gd.members) {
-      MemberProgress mp;
-      mp.rank = m;
-      auto it = byRank.find(m);
-      if (it != byRank.end()) {
-        mp.lastEnqueued = it->second.lastEnqueued;
-        mp.lastStarted = it->second.lastStarted;
-        mp.lastCompleted = it->second.lastCompleted;
-        mp.lastRecord = toMember(table, table.rows[it->second.lastRow]);
-        stuck = std::min(stuck, std::min(it->second.firstIncomplete, it->second.lastEnqueued + 1));
-      } else {
-        stuck = std::min<int64_t>(stuck, 1);
-      }
-      maxEnqueued = std::max(maxEnqueued, mp.lastEnqueued);
-      gd.progress.push_back(mp);
+// A group's members, their progress, and the first seq some member has not completed (where the group is stuck),
+// with the members missing from it and those waiting in it.
+GroupDesync groupProgress(const std::string& name, const GroupScan& scan, const RunInfo& info,
+                          const detail::CollectiveTable& table) {
+  const auto& byRank = scan.byRank;
+  GroupDesync gd;
+  gd.group = name;
+  if (const auto* g = info.group(name)) gd.members = g->ranks;
+  for (auto& [rank, p] : byRank)
+    if (std::find(gd.members.begin(), gd.members.end(), rank) == gd.members.end()) gd.members.push_back(rank);
+  // Members this file holds nothing of (one rank's own file, a partial merge) cannot be judged.
+  std::erase_if(gd.members, [&](int m) { return info.rank(m) == nullptr && !byRank.count(m); });
+  std::sort(gd.members.begin(), gd.members.end());
+
+  int64_t maxEnqueued = 0;
+  int64_t stuck = INT64_MAX;
+  for (int m : gd.members) {
+    MemberProgress mp;
+    mp.rank = m;
+    auto it = byRank.find(m);
+    if (it != byRank.end()) {
+      mp.lastEnqueued = it->second.lastEnqueued;
+      mp.lastStarted = it->second.lastStarted;
+      mp.lastCompleted = it->second.lastCompleted;
+      mp.lastRecord = toMember(table, table.rows[it->second.lastRow]);
+      stuck = std::min(stuck, std::min(it->second.firstIncomplete, it->second.lastEnqueued + 1));
+    } else {
+      stuck = std::min<int64_t>(stuck, 1);
     }
-    if (stuck != INT64_MAX && stuck <= maxEnqueued) {
-      auto recs = recordsOf(scan, stuck);
-      if (!recs.empty()) {
-        gd.stuckSeq = stuck;
-        gd.stuckRecords = std::move(recs);
-        gd.stuckState = classify(gd.stuckRecords);
-        for (int m : gd.members) {
-          auto r = std::find_if(gd.stuckRecords.begin(), gd.stuckRecords.end(),
-                                [&](const MemberRecord& x) { return x.rank == m; });
-          if (r == gd.stuckRecords.end()) gd.missingRanks.push_back(m);
-          else if (!completed(*r)) gd.waitingRanks.push_back(m);
-        }
-        if (gd.missingRanks.empty() && gd.waitingRanks.empty()) gd.stuckSeq.reset();  // a gap, not a hang
+    maxEnqueued = std::max(maxEnqueued, mp.lastEnqueued);
+    gd.progress.push_back(mp);
+  }
+  if (stuck != INT64_MAX && stuck <= maxEnqueued) {
+    auto recs = recordsOf(table, scan, stuck);
+    if (!recs.empty()) {
+      gd.stuckSeq = stuck;
+      gd.stuckRecords = std::move(recs);
+      gd.stuckState = classify(gd.stuckRecords);
+      for (int m : gd.members) {
+        auto r = std::find_if(gd.stuckRecords.begin(), gd.stuckRecords.end(),
+                              [&](const MemberRecord& x) { return x.rank == m; });
+        if (r == gd.stuckRecords.end())
+          gd.missingRanks.push_back(m);
+        else if (!completed(*r))
+          gd.waitingRanks.push_back(m);
       }
+      if (gd.missingRanks.empty() && gd.waitingRanks.empty()) gd.stuckSeq.reset();  // a gap, not a hang
     }
-    for (MemberProgress& mp : gd.progress) {
-      const bool missing = std::find(gd.missingRanks.begin(), gd.missingRanks.end(), mp.rank) != gd.missingRanks.end();
-      if (!missing) continue;
-      if (const MemberRecord& s = gd.stuckRecords.front(); s.step > 0 && !s.callsite.empty()) {
-        Query q(reader,
-                "SELECT min(enqueue_ns) FROM collectives"
-                " WHERE rank = ? AND group_name = ? AND callsite = ? AND step = ?",
-                "table 'collectives'");
-        q.bind(1, int64_t{mp.rank}).bind(2, std::string_view(gd.group)).bind(3, std::string_view(s.callsite));
-        q.bind(4, int64_t{s.step - 1});
-        auto st = q.each([&](Query& row) {
-          if (!row.isNull(0)) mp.previousStepEnqueueNs = row.i64(0);
-        });
-        if (!st) return st;
-      }
+  }
+  return gd;
+}
+
+// For each member missing from the stuck collective: when it entered the same call site one step earlier, and the
+// last span it recorded (what it was doing instead).
+tracedb::Status addMissingRankContext(tracedb::Reader& reader, GroupDesync& gd) {
+  for (MemberProgress& mp : gd.progress) {
+    const bool missing = std::find(gd.missingRanks.begin(), gd.missingRanks.end(), mp.rank) != gd.missingRanks.end();
+    if (!missing) continue;
+    if (const MemberRecord& s = gd.stuckRecords.front(); s.step > 0 && !s.callsite.empty()) {
       Query q(reader,
-              "SELECT n.value, k.name, p.name, s.step, s.layer, s.begin_ns, s.begin_ns + s.dur_ns FROM spans s"
-              " LEFT JOIN strings n ON n.id = s.name LEFT JOIN span_kinds k ON k.id = s.kind"
-              " LEFT JOIN phases p ON p.id = s.phase WHERE s.rank = ? ORDER BY s.begin_ns DESC LIMIT 1",
-              "table 'spans'");
-      q.bind(1, int64_t{mp.rank});
-      auto s = q.each([&](Query& row) {
-        mp.lastSpan = LastSpan{row.text(0), row.text(1), row.text(2), row.i32(3), row.i32(4), row.i64(5), row.i64(6)};
+              "SELECT min(enqueue_ns) FROM collectives"
+              " WHERE rank = ? AND group_name = ? AND callsite = ? AND step = ?",
+              "table 'collectives'");
+      q.bind(1, int64_t{mp.rank}).bind(2, std::string_view(gd.group)).bind(3, std::string_view(s.callsite));
+      q.bind(4, int64_t{s.step - 1});
+      auto st = q.each([&](Query& row) {
+        if (!row.isNull(0)) mp.previousStepEnqueueNs = row.i64(0);
       });
-      if (!s) return s;
+      if (!st) return st;
     }
-    gd.mismatchCount = static_cast<int64_t>(scan.mismatched.size());
-    // (rank, call site, step) → numel of the rank's first record there, for the mismatched records' history.
-    std::map<std::tuple<int, uint32_t, int>, int64_t> firstNumel;
-    if (!scan.mismatched.empty())
-      for (size_t i = scan.firstRow; i < scan.endRow; ++i) {
-        const detail::CollectiveRecord& c = table.rows[i];
-        if (c.callsite != 0 && c.step >= 0) firstNumel.try_emplace({c.rank, c.callsite, c.step}, c.numel);
-      }
-    for (size_t i = 0; i < scan.mismatched.size() && i < 100; ++i) {
-      SeqMismatch sm;
-      sm.seq = scan.mismatched[i];
-      const auto [b, e] = scan.rowsOf.at(sm.seq);
-      for (size_t row = b; row < e; ++row) {
-        const detail::CollectiveRecord& c = table.rows[row];
-        MemberRecord r = toMember(table, c);
-        if (auto it = firstNumel.find({c.rank, c.callsite, c.step - 1}); it != firstNumel.end())
-          r.previousNumel = it->second;
-        sm.records.push_back(std::move(r));
-      }
-      sm.state = classify(sm.records);
-      gd.mismatches.push_back(std::move(sm));
+    Query q(reader,
+            "SELECT n.value, k.name, p.name, s.step, s.layer, s.begin_ns, s.begin_ns + s.dur_ns FROM spans s"
+            " LEFT JOIN strings n ON n.id = s.name LEFT JOIN span_kinds k ON k.id = s.kind"
+            " LEFT JOIN phases p ON p.id = s.phase WHERE s.rank = ? ORDER BY s.begin_ns DESC LIMIT 1",
+            "table 'spans'");
+    q.bind(1, int64_t{mp.rank});
+    auto s = q.each([&](Query& row) {
+      mp.lastSpan = LastSpan{row.text(0), row.text(1), row.text(2), row.i32(3), row.i32(4), row.i64(5), row.i64(6)};
+    });
+    if (!s) return s;
+  }
+  return tracedb::Status::ok();
+}
+
+// The group's mismatched seqs (the first 100), each member's record with the size it had one step earlier.
+void addMismatches(const GroupScan& scan, const detail::CollectiveTable& table, GroupDesync& gd) {
+  gd.mismatchCount = static_cast<int64_t>(scan.mismatched.size());
+  // (rank, call site, step) → numel of the rank's first record there, for the mismatched records' history.
+  std::map<std::tuple<int, uint32_t, int>, int64_t> firstNumel;
+  if (!scan.mismatched.empty())
+    for (size_t i = scan.firstRow; i < scan.endRow; ++i) {
+      const detail::CollectiveRecord& c = table.rows[i];
+      if (c.callsite != 0 && c.step >= 0) firstNumel.try_emplace({c.rank, c.callsite, c.step}, c.numel);
     }
+  for (size_t i = 0; i < scan.mismatched.size() && i < 100; ++i) {
+    SeqMismatch sm;
+    sm.seq = scan.mismatched[i];
+    const auto [b, e] = scan.rowsOf.at(sm.seq);
+    for (size_t row = b; row < e; ++row) {
+      const detail::CollectiveRecord& c = table.rows[row];
+      MemberRecord r = toMember(table, c);
+      if (auto it = firstNumel.find({c.rank, c.callsite, c.step - 1}); it != firstNumel.end())
+        r.previousNumel = it->second;
+      sm.records.push_back(std::move(r));
+    }
+    sm.state = classify(sm.records);
+    gd.mismatches.push_back(std::move(sm));
+  }
+}
+
+}  // namespace
+
+tracedb::Result<DesyncReport> detail::analyzeDesync(tracedb::Reader& reader, const RunInfo& info,
+                                                    const detail::CollectiveTable& table) {
+  DesyncReport out;
+  for (const auto& [name, scan] : scanGroups(table)) {
+    GroupDesync gd = groupProgress(name, scan, info, table);
+    if (auto s = addMissingRankContext(reader, gd); !s) return s;
+    addMismatches(scan, table, gd);
     out.groups.push_back(std::move(gd));
   }
   return out;

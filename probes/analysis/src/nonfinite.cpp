@@ -88,106 +88,96 @@ bool consistentCarrier(const Coll& c, const NonFiniteEvent& receiverFirst) {
   return receiverInPass ? activationCarrier : stateCarrier;
 }
 
-}  // namespace
+// 1. Non-finite values in the per-parameter gradient statistics (backward, before any reduction).
+tracedb::Status readGradEvents(tracedb::Reader& reader, std::vector<NonFiniteEvent>& events) {
+  Query q(reader,
+          "SELECT g.rank, g.step, s.value, g.layer, g.nan_count, g.inf_count, g.numel FROM grad_stats g"
+          " LEFT JOIN strings s ON s.id = g.param WHERE g.nan_count > 0 OR g.inf_count > 0",
+          "table 'grad_stats'");
+  return q.each([&](Query& r) {
+    NonFiniteEvent e;
+    e.source = "grad_stats";
+    e.rank = r.i32(0);
+    e.step = r.i32(1);
+    e.param = r.text(2);
+    e.layer = r.i32(3);
+    e.phase = tracedb::phaseName(Phase::Backward);
+    e.nanCount = r.i64(4);
+    e.infCount = r.i64(5);
+    e.numel = r.i64(6);
+    events.push_back(std::move(e));
+  });
+}
 
-tracedb::Result<NonFiniteReport> analyzeNonFinite(tracedb::Reader& reader, const RunInfo& info) {
-  NonFiniteReport out;
-  std::vector<NonFiniteEvent> events;
-  {
-    Query q(reader,
-            "SELECT g.rank, g.step, s.value, g.layer, g.nan_count, g.inf_count, g.numel FROM grad_stats g"
-            " LEFT JOIN strings s ON s.id = g.param WHERE g.nan_count > 0 OR g.inf_count > 0",
-            "table 'grad_stats'");
-    auto s = q.each([&](Query& r) {
-      NonFiniteEvent e;
-      e.source = "grad_stats";
-      e.rank = r.i32(0);
-      e.step = r.i32(1);
-      e.param = r.text(2);
-      e.layer = r.i32(3);
-      e.phase = tracedb::phaseName(Phase::Backward);
-      e.nanCount = r.i64(4);
-      e.infCount = r.i64(5);
-      e.numel = r.i64(6);
-      events.push_back(std::move(e));
-    });
-    if (!s) return s;
-  }
-  {
-    const std::string sql = "SELECT rank, step, layer, param, ts_ns, kind, evidence FROM alerts WHERE kind LIKE '" +
-                            std::string(probes::alert_kinds::kNonfinitePrefix) +
-                            "%' OR kind LIKE 'nan%' OR kind LIKE 'inf%'";
-    Query q(reader, sql, "table 'alerts'");
-    auto s = q.each([&](Query& r) {
-      NonFiniteEvent e;
-      e.source = "alerts";
-      e.rank = r.i32(0);
-      e.step = r.i32(1);
-      e.layer = r.i32(2);
-      e.param = r.text(3);
-      const std::string kind = r.text(5), evidence = r.text(6);
-      e.phase = phaseFromAlert(kind, evidence);
-      // An activation alert carries the time the output was produced; a gradient alert the time the rule checked
-      // (after the reductions): only a bound on when the rank held it, not the moment it was born.
-      if (e.phase == tracedb::phaseName(Phase::Backward)) e.boundNs = r.i64(4);
-      else e.tsNs = r.i64(4);
-      e.nanCount = jsonCount(evidence, "nan_count");
-      e.infCount = jsonCount(evidence, "inf_count");
-      e.numel = jsonCount(evidence, "numel");
-      if (e.nanCount == 0 && e.infCount == 0) {
-        const bool infKind = kind.find("inf") != std::string::npos &&
-                             kind.find(probes::alert_kinds::kNonfinitePrefix) == std::string::npos;
-        if (infKind) e.infCount = 1;
-        else e.nanCount = 1;
-      }
-      if (e.step >= 0) events.push_back(std::move(e));
-    });
-    if (!s) return s;
-  }
-  // Each rank's step windows: the latest time a record of that step can stand for (the bound of a receiver's
-  // evidence in the spread below).
-  std::map<std::pair<int, int>, int64_t> stepEnd;
-  {
-    // SQLite stores NaN as NULL. A NULL loss or grad_norm is a NaN where the rank records that column at other steps
-    // (tpscope-train always does); ±Inf is stored as it is.
-    Query q(reader,
-            "WITH has AS (SELECT rank, max(loss IS NOT NULL) AS loss, max(grad_norm IS NOT NULL) AS norm"
-            "  FROM step_stats GROUP BY rank)"
-            " SELECT s.rank, s.step, s.end_ns,"
-            " CASE WHEN abs(s.loss) > 1.7976931348623157e308 THEN 2 WHEN s.loss IS NULL AND h.loss THEN 1 ELSE 0 END,"
-            " CASE WHEN abs(s.grad_norm) > 1.7976931348623157e308 THEN 2 WHEN s.grad_norm IS NULL AND h.norm THEN 1"
-            "  ELSE 0 END"
-            " FROM step_stats s JOIN has h ON h.rank = s.rank",
-            "table 'step_stats'");
-    auto s = q.each([&](Query& r) {
-      const int rank = r.i32(0), step = r.i32(1);
-      if (!r.isNull(2)) stepEnd[{rank, step}] = r.i64(2);
-      const int loss = r.i32(3), norm = r.i32(4);
-      if (loss == 0 && norm == 0) return;
-      NonFiniteEvent e;
-      e.source = "step_stats";
-      e.rank = rank;
-      e.step = step;
-      e.param = norm != 0 ? "grad_norm" : "loss";
-      ((norm != 0 ? norm : loss) == 1 ? e.nanCount : e.infCount) = 1;
-      if (!r.isNull(2)) e.boundNs = r.i64(2);
-      events.push_back(std::move(e));
-    });
-    if (!s) return s;
-  }
-  for (NonFiniteEvent& e : events) {
-    if (e.tsNs) e.boundNs = e.tsNs;
-    else if (!e.boundNs)
-      if (auto it = stepEnd.find({e.rank, e.step}); it != stepEnd.end()) e.boundNs = it->second;
-  }
-  if (events.empty()) return out;
+// 2. The live rules' non-finite alerts (activations with the time the output was produced; gradients).
+tracedb::Status readAlertEvents(tracedb::Reader& reader, std::vector<NonFiniteEvent>& events) {
+  const std::string sql = "SELECT rank, step, layer, param, ts_ns, kind, evidence FROM alerts WHERE kind LIKE '" +
+                          std::string(probes::alert_kinds::kNonfinitePrefix) +
+                          "%' OR kind LIKE 'nan%' OR kind LIKE 'inf%'";
+  Query q(reader, sql, "table 'alerts'");
+  return q.each([&](Query& r) {
+    NonFiniteEvent e;
+    e.source = "alerts";
+    e.rank = r.i32(0);
+    e.step = r.i32(1);
+    e.layer = r.i32(2);
+    e.param = r.text(3);
+    const std::string kind = r.text(5), evidence = r.text(6);
+    e.phase = phaseFromAlert(kind, evidence);
+    // An activation alert carries the time the output was produced; a gradient alert the time the rule checked
+    // (after the reductions): only a bound on when the rank held it, not the moment it was born.
+    if (e.phase == tracedb::phaseName(Phase::Backward))
+      e.boundNs = r.i64(4);
+    else
+      e.tsNs = r.i64(4);
+    e.nanCount = jsonCount(evidence, "nan_count");
+    e.infCount = jsonCount(evidence, "inf_count");
+    e.numel = jsonCount(evidence, "numel");
+    if (e.nanCount == 0 && e.infCount == 0) {
+      const bool infKind = kind.find("inf") != std::string::npos &&
+                           kind.find(probes::alert_kinds::kNonfinitePrefix) == std::string::npos;
+      if (infKind)
+        e.infCount = 1;
+      else
+        e.nanCount = 1;
+    }
+    if (e.step >= 0) events.push_back(std::move(e));
+  });
+}
 
-  std::sort(events.begin(), events.end(), earlier);
-  // Grad stats beat step stats at equal position: the step_stats event carries no layer and sorts last anyway.
-  std::map<int, NonFiniteEvent> first;
-  for (const auto& e : events) first.try_emplace(e.rank, e);
-  for (auto& [r, e] : first) out.firstPerRank.push_back(e);
-  // The origin: the earliest event of the earliest step. A NaN at the same step beats an Inf.
+// 3. Non-finite step statistics (loss, global grad norm), and each rank's step windows: the latest time a record of
+// that step can stand for (the bound of a receiver's evidence in the spread below).
+tracedb::Status readStepStatEvents(tracedb::Reader& reader, std::vector<NonFiniteEvent>& events,
+                                   std::map<std::pair<int, int>, int64_t>& stepEnd) {
+  // SQLite stores NaN as NULL. A NULL loss or grad_norm is a NaN where the rank records that column at other steps
+  // (tpscope-train always does); ±Inf is stored as it is.
+  Query q(reader,
+          "WITH has AS (SELECT rank, max(loss IS NOT NULL) AS loss, max(grad_norm IS NOT NULL) AS norm"
+          "  FROM step_stats GROUP BY rank)"
+          " SELECT s.rank, s.step, s.end_ns,"
+          " CASE WHEN abs(s.loss) > 1.7976931348623157e308 THEN 2 WHEN s.loss IS NULL AND h.loss THEN 1 ELSE 0 END,"
+          " CASE WHEN abs(s.grad_norm) > 1.7976931348623157e308 THEN 2 WHEN s.grad_norm IS NULL AND h.norm THEN 1"
+          "  ELSE 0 END"
+          " FROM step_stats s JOIN has h ON h.rank = s.rank",
+          "table 'step_stats'");
+  return q.each([&](Query& r) {
+    const int rank = r.i32(0), step = r.i32(1);
+    if (!r.isNull(2)) stepEnd[{rank, step}] = r.i64(2);
+    const int loss = r.i32(3), norm = r.i32(4);
+    if (loss == 0 && norm == 0) return;
+    NonFiniteEvent e;
+    e.source = "step_stats";
+    e.rank = rank;
+    e.step = step;
+    e.param = norm != 0 ? "grad_norm" : "loss";
+    ((norm != 0 ? norm : loss) == 1 ? e.nanCount : e.infCount) = 1;
+    if (!r.isNull(2)) e.boundNs = r.i64(2);
+    events.push_back(std::move(e));
+  });
+}
+
+// The origin among the sorted events: the earliest event of the earliest step. A NaN at the same step beats an Inf.
+NonFiniteEvent pickOrigin(const std::vector<NonFiniteEvent>& events) {
   NonFiniteEvent origin = events.front();
   for (const auto& e : events) {
     if (e.step != origin.step) break;
@@ -196,76 +186,79 @@ tracedb::Result<NonFiniteReport> analyzeNonFinite(tracedb::Reader& reader, const
       break;
     }
   }
+  return origin;
+}
 
-  // History of the origin's parameter on its rank.
-  if (origin.source == "grad_stats") {
-    if (auto id = reader.stringId(origin.param)) {
-      Query q(reader,
-              "SELECT l2_norm FROM grad_stats WHERE rank = ? AND param = ? AND step < ? AND nan_count = 0 AND"
-              " inf_count = 0 ORDER BY step DESC LIMIT 20",
-              "table 'grad_stats'");
-      q.bind(1, int64_t{origin.rank}).bind(2, int64_t{*id}).bind(3, int64_t{origin.step});
-      std::vector<double> hist;
-      auto s = q.each([&](Query& r) { hist.push_back(r.f64(0)); });
-      if (!s) return s;
-      if (!hist.empty()) {
-        origin.prevNorm = hist.front();
-        std::vector<double> sorted = hist;
-        std::nth_element(sorted.begin(), sorted.begin() + static_cast<long>(sorted.size() / 2), sorted.end());
-        origin.medianNorm = sorted[sorted.size() / 2];
-      }
-    }
+// History of the origin's parameter on its rank: its last finite norm and the median of up to 20 before it.
+tracedb::Status addOriginHistory(tracedb::Reader& reader, NonFiniteEvent& origin) {
+  if (origin.source != "grad_stats") return tracedb::Status::ok();
+  const auto id = reader.stringId(origin.param);
+  if (!id) return tracedb::Status::ok();
+  Query q(reader,
+          "SELECT l2_norm FROM grad_stats WHERE rank = ? AND param = ? AND step < ? AND nan_count = 0 AND"
+          " inf_count = 0 ORDER BY step DESC LIMIT 20",
+          "table 'grad_stats'");
+  q.bind(1, int64_t{origin.rank}).bind(2, int64_t{*id}).bind(3, int64_t{origin.step});
+  std::vector<double> hist;
+  auto s = q.each([&](Query& r) { hist.push_back(r.f64(0)); });
+  if (!s) return s;
+  if (!hist.empty()) {
+    origin.prevNorm = hist.front();
+    std::vector<double> sorted = hist;
+    std::nth_element(sorted.begin(), sorted.begin() + static_cast<long>(sorted.size() / 2), sorted.end());
+    origin.medianNorm = sorted[sorted.size() / 2];
   }
-  out.origin = origin;
+  return tracedb::Status::ok();
+}
 
-  // Spread: collectives of the origin step and the next one.
-  std::vector<Coll> colls;
-  {
-    Query q(reader,
-            "SELECT rank, group_name, seq, op, enqueue_ns, coalesce(end_ns, start_ns, enqueue_ns), step, phase, layer,"
-            " coalesce(dtype, '') FROM collectives WHERE step BETWEEN ? AND ? ORDER BY enqueue_ns",
-            "table 'collectives'");
-    q.bind(1, int64_t{origin.step}).bind(2, int64_t{origin.step} + 1);
-    auto s = q.each([&](Query& r) {
-      colls.push_back(Coll{r.i32(0), r.text(1), r.i64(2), r.text(3), r.i64(4), r.i64(5), r.i32(6),
-                           static_cast<Phase>(r.i32(7)), r.i32(8), r.text(9)});
-    });
-    if (!s) return s;
-  }
-  // The origin time: the alert's time; else, for gradients, the first backward collective of the origin rank at
-  // the origin layer or below (backward reaches that layer then); else the first collective of the step.
-  int64_t t0 = INT64_MAX;
-  if (origin.tsNs) {
-    t0 = *origin.tsNs;
-  } else {
-    auto firstOf = [&](auto&& pred) -> const Coll* {
-      for (const Coll& c : colls)
-        if (c.rank == origin.rank && c.step == origin.step && pred(c)) return &c;
-      return nullptr;
-    };
-    const bool bwd = origin.phase == tracedb::phaseName(Phase::Backward);
-    const Coll* pick = firstOf([&](const Coll& c) {
-      return bwd && c.phase == Phase::Backward && (origin.layer < 0 || c.layer <= origin.layer);
-    });
-    if (!pick) pick = firstOf([&](const Coll& c) { return !bwd || c.phase == Phase::Backward; });
-    if (!pick) pick = firstOf([](const Coll&) { return true; });
-    if (pick) t0 = pick->enqueue;
-  }
+// The collectives of the origin step and the next one (the spread's candidates), by enqueue time.
+tracedb::Status readCollectives(tracedb::Reader& reader, int step, std::vector<Coll>& colls) {
+  Query q(reader,
+          "SELECT rank, group_name, seq, op, enqueue_ns, coalesce(end_ns, start_ns, enqueue_ns), step, phase, layer,"
+          " coalesce(dtype, '') FROM collectives WHERE step BETWEEN ? AND ? ORDER BY enqueue_ns",
+          "table 'collectives'");
+  q.bind(1, int64_t{step}).bind(2, int64_t{step} + 1);
+  return q.each([&](Query& r) {
+    colls.push_back(Coll{r.i32(0), r.text(1), r.i64(2), r.text(3), r.i64(4), r.i64(5), r.i32(6),
+                         static_cast<Phase>(r.i32(7)), r.i32(8), r.text(9)});
+  });
+}
+
+// The origin time: the alert's time; else, for gradients, the first backward collective of the origin rank at the
+// origin layer or below (backward reaches that layer then); else the first collective of the step. INT64_MAX: none.
+int64_t originTime(const NonFiniteEvent& origin, const std::vector<Coll>& colls) {
+  if (origin.tsNs) return *origin.tsNs;
+  auto firstOf = [&](auto&& pred) -> const Coll* {
+    for (const Coll& c : colls)
+      if (c.rank == origin.rank && c.step == origin.step && pred(c)) return &c;
+    return nullptr;
+  };
+  const bool bwd = origin.phase == tracedb::phaseName(Phase::Backward);
+  const Coll* pick = firstOf([&](const Coll& c) {
+    return bwd && c.phase == Phase::Backward && (origin.layer < 0 || c.layer <= origin.layer);
+  });
+  if (!pick) pick = firstOf([&](const Coll& c) { return !bwd || c.phase == Phase::Backward; });
+  if (!pick) pick = firstOf([](const Coll&) { return true; });
+  return pick ? pick->enqueue : INT64_MAX;
+}
+
+struct Arrival {
+  int64_t t = INT64_MAX;
+  const Coll* via = nullptr;
+  int from = -1;
+};
+
+// Causal search (earliest arrival over (rank, time)). A rank r reached at time t passes the value on through a
+// collective c of its own if: r entered c at or after t; c's payload can carry it (carriesValues); and for each
+// other member m: m's own records show a non-finite value (a rank that never does is not in the path), no later
+// than c completed (m's first record's bound, within the two ranks' clock uncertainty), of a kind that such a
+// carrier leaves (consistentCarrier). Each receiver keeps its earliest carrier.
+std::map<int, Arrival> searchSpread(const NonFiniteEvent& origin, int64_t t0, const std::vector<Coll>& colls,
+                                    const std::map<int, NonFiniteEvent>& first, const RunInfo& info) {
   std::map<std::pair<std::string, int64_t>, std::vector<const Coll*>> bySeq;
   for (const Coll& c : colls) bySeq[{c.group, c.seq}].push_back(&c);
   std::map<int, int64_t> slack;  // clock uncertainty per rank (merged files are aligned within it)
   for (const auto& ri : info.ranks) slack[ri.rank] = ri.clockUncertaintyNs;
-
-  // Causal search (earliest arrival over (rank, time)). A rank r reached at time t passes the value on through a
-  // collective c of its own if: r entered c at or after t; c's payload can carry it (carriesValues); and for each
-  // other member m: m's own records show a non-finite value (a rank that never does is not in the path), no later
-  // than c completed (m's first record's bound, within the two ranks' clock uncertainty), of a kind that such a
-  // carrier leaves (consistentCarrier). Each receiver keeps its earliest carrier.
-  struct Arrival {
-    int64_t t = INT64_MAX;
-    const Coll* via = nullptr;
-    int from = -1;
-  };
   std::map<int, Arrival> reached;
   reached[origin.rank] = Arrival{t0, nullptr, -1};
   using Item = std::pair<int64_t, int>;
@@ -292,7 +285,12 @@ tracedb::Result<NonFiniteReport> analyzeNonFinite(tracedb::Reader& reader, const
       }
     }
   }
-  // The hops, one per carrier, in time order.
+  return reached;
+}
+
+// The hops, one per carrier, in time order; the affected ranks the search reached (receivers) and those it did not.
+void recordSpread(std::map<int, Arrival>& reached, const std::map<int, NonFiniteEvent>& first, int originRank,
+                  NonFiniteReport& out) {
   std::map<std::tuple<int64_t, std::string, int64_t>, SpreadHop> hops;
   for (const auto& [rank, a] : reached) {
     if (a.via == nullptr) continue;
@@ -304,10 +302,43 @@ tracedb::Result<NonFiniteReport> analyzeNonFinite(tracedb::Reader& reader, const
   }
   for (auto& [key, hop] : hops) out.spread.push_back(std::move(hop));
   for (const auto& [rank, e] : first) {
-    if (rank == origin.rank) continue;
+    if (rank == originRank) continue;
     if (reached.count(rank) && reached[rank].via != nullptr) out.receivers.push_back(rank);
     else out.unexplained.push_back(rank);
   }
+}
+
+}  // namespace
+
+tracedb::Result<NonFiniteReport> analyzeNonFinite(tracedb::Reader& reader, const RunInfo& info) {
+  NonFiniteReport out;
+  std::vector<NonFiniteEvent> events;
+  std::map<std::pair<int, int>, int64_t> stepEnd;
+  if (auto s = readGradEvents(reader, events); !s) return s;
+  if (auto s = readAlertEvents(reader, events); !s) return s;
+  if (auto s = readStepStatEvents(reader, events, stepEnd); !s) return s;
+  for (NonFiniteEvent& e : events) {
+    if (e.tsNs)
+      e.boundNs = e.tsNs;
+    else if (!e.boundNs)
+      if (auto it = stepEnd.find({e.rank, e.step}); it != stepEnd.end()) e.boundNs = it->second;
+  }
+  if (events.empty()) return out;
+
+  std::sort(events.begin(), events.end(), earlier);
+  // Grad stats beat step stats at equal position: the step_stats event carries no layer and sorts last anyway.
+  std::map<int, NonFiniteEvent> first;
+  for (const auto& e : events) first.try_emplace(e.rank, e);
+  for (auto& [r, e] : first) out.firstPerRank.push_back(e);
+  NonFiniteEvent origin = pickOrigin(events);
+  if (auto s = addOriginHistory(reader, origin); !s) return s;
+  out.origin = origin;
+
+  // Spread: collectives of the origin step and the next one.
+  std::vector<Coll> colls;
+  if (auto s = readCollectives(reader, origin.step, colls); !s) return s;
+  auto reached = searchSpread(origin, originTime(origin, colls), colls, first, info);
+  recordSpread(reached, first, origin.rank, out);
   return out;
 }
 

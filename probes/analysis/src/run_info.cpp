@@ -74,13 +74,9 @@ std::optional<ModelConfig> parseModel(const std::string& text) {
   if (m.gradAccumSteps < 1) m.gradAccumSteps = 1;
   return any ? std::optional<ModelConfig>(m) : std::nullopt;
 }
-}  // namespace
 
-tracedb::Result<RunInfo> loadRunInfo(tracedb::Reader& reader) {
-  RunInfo info;
-  auto ranks = reader.ranks();
-  if (!ranks) return ranks.status();
-  info.ranks = std::move(*ranks);
+// Host CPU counts and emulated collectives from the meta table.
+void readMeta(tracedb::Reader& reader, RunInfo& info) {
   if (auto meta = reader.meta()) {
     const std::string_view prefix = tracedb::meta_keys::kHostCpusPrefix;
     for (const auto& [key, value] : *meta)
@@ -99,25 +95,19 @@ tracedb::Result<RunInfo> loadRunInfo(tracedb::Reader& reader) {
       rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
     }
   }
-  auto groups = reader.groups();
-  if (!groups) return groups.status();
-  info.groups = std::move(*groups);
+}
 
-  // Ranks and groups that only appear in records.
-  std::set<int> known;
-  for (const auto& r : info.ranks) known.insert(r.rank);
-  auto addRank = [&](int r) {
-    if (known.insert(r).second) {
-      tracedb::RankInfo ri;
-      ri.rank = r;
-      info.ranks.push_back(ri);
-    }
-  };
-  // Groups and ranks seen in the collectives, by a plain scan (DISTINCT would sort).
-  std::map<std::string, std::set<int>> seen;
-  int64_t collFirst = INT64_MAX, collLast = INT64_MIN;
-  {
-    Query q(reader, "SELECT group_name, rank, enqueue_ns, coalesce(end_ns, start_ns, enqueue_ns) FROM collectives",
+// The steps of loadRunInfo after the ranks and groups tables: ranks and groups that only appear in records, each
+// rank's span extent, and the run's time extent.
+class RunInfoLoader {
+ public:
+  RunInfoLoader(tracedb::Reader& reader, RunInfo& info) : reader_(reader), info_(info) {
+    for (const auto& r : info_.ranks) known_.insert(r.rank);
+  }
+
+  // Groups and ranks seen in the collectives, by a plain scan (DISTINCT would sort); the collectives' time extent.
+  tracedb::Status scanCollectives() {
+    Query q(reader_, "SELECT group_name, rank, enqueue_ns, coalesce(end_ns, start_ns, enqueue_ns) FROM collectives",
             "table 'collectives'");
     std::string lastGroup;
     int lastRank = INT32_MIN;
@@ -127,31 +117,81 @@ tracedb::Result<RunInfo> loadRunInfo(tracedb::Reader& reader) {
       const int r = row.i32(1);
       if (members == nullptr || g != lastGroup) {
         lastGroup.assign(g);
-        members = &seen[lastGroup];
+        members = &seen_[lastGroup];
         lastRank = INT32_MIN;
       }
       if (r != lastRank) {
         members->insert(r);
         lastRank = r;
       }
-      collFirst = std::min(collFirst, row.i64(2));
-      collLast = std::max(collLast, row.i64(3));
+      collFirst_ = std::min(collFirst_, row.i64(2));
+      collLast_ = std::max(collLast_, row.i64(3));
     });
     if (!s) return s;
-    for (const auto& [g, m] : seen)
+    for (const auto& [g, m] : seen_)
       for (int r : m) addRank(r);
+    return tracedb::Status::ok();
   }
-  {
-    Query q(reader, "SELECT DISTINCT rank FROM step_stats", "table 'step_stats'");
-    if (auto s = q.each([&](Query& row) { addRank(row.i32(0)); }); !s) return s;
+
+  tracedb::Status scanStepStatRanks() {
+    Query q(reader_, "SELECT DISTINCT rank FROM step_stats", "table 'step_stats'");
+    return q.each([&](Query& row) { addRank(row.i32(0)); });
   }
-  info.indexed = reader.hasIndex("spans_rank_begin");
-  std::map<int, RankExtent> extents;
-  if (info.indexed) {
-    // Distinct ranks of spans through the index: one probe per rank (skip-scan by hand), then its extent.
+
+  // Each rank's span extent: through the index when there is one, else one plain scan.
+  tracedb::Status readSpanExtents() {
+    info_.indexed = reader_.hasIndex("spans_rank_begin");
+    std::map<int, RankExtent> extents;
+    auto s = info_.indexed ? spanExtentsByIndex(extents) : spanExtentsByScan(extents);
+    if (!s) return s;
+    for (const auto& [r, ext] : extents) info_.spanExtents.push_back(ext);
+    std::sort(info_.ranks.begin(), info_.ranks.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+    return tracedb::Status::ok();
+  }
+
+  // Groups seen only in the collectives join the groups table's; a listed group without members gets the seen ones.
+  void mergeSeenGroups() {
+    for (auto& [name, members] : seen_) {
+      auto it = std::find_if(info_.groups.begin(), info_.groups.end(), [&](const auto& g) { return g.name == name; });
+      if (it == info_.groups.end()) {
+        info_.groups.push_back(tracedb::GroupInfo{name, std::vector<int>(members.begin(), members.end()), ""});
+      } else if (it->ranks.empty()) {
+        it->ranks.assign(members.begin(), members.end());
+      }
+    }
+    std::sort(info_.groups.begin(), info_.groups.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  }
+
+  // The run's time extent over spans, collectives and step windows.
+  tracedb::Status timeExtent() {
+    bool any = false;
+    auto take = [&](int64_t b, int64_t e) {
+      info_.beginNs = any ? std::min(info_.beginNs, b) : b;
+      info_.endNs = any ? std::max(info_.endNs, e) : e;
+      any = true;
+    };
+    for (const RankExtent& e : info_.spanExtents) take(e.firstNs, e.lastNs);
+    if (collFirst_ <= collLast_) take(collFirst_, collLast_);
+    Query q(reader_, "SELECT min(begin_ns), max(end_ns) FROM step_stats", "table 'step_stats'");
+    return q.each([&](Query& row) {
+      if (!row.isNull(0)) take(row.i64(0), row.i64(1));
+    });
+  }
+
+ private:
+  void addRank(int r) {
+    if (known_.insert(r).second) {
+      tracedb::RankInfo ri;
+      ri.rank = r;
+      info_.ranks.push_back(ri);
+    }
+  }
+
+  // Distinct ranks of spans through the index: one probe per rank (skip-scan by hand), then its extent.
+  tracedb::Status spanExtentsByIndex(std::map<int, RankExtent>& extents) {
     int64_t next = INT64_MIN;
     for (;;) {
-      Query q(reader, "SELECT rank, begin_ns FROM spans WHERE rank >= ? ORDER BY rank, begin_ns LIMIT 1",
+      Query q(reader_, "SELECT rank, begin_ns FROM spans WHERE rank >= ? ORDER BY rank, begin_ns LIMIT 1",
               "table 'spans'");
       q.bind(1, next);
       std::optional<int> found;
@@ -167,7 +207,7 @@ tracedb::Result<RunInfo> loadRunInfo(tracedb::Reader& reader) {
       RankExtent& e = extents[*found];
       e.rank = *found;
       e.firstNs = e.lastNs = first;
-      Query last(reader, "SELECT begin_ns + dur_ns, step FROM spans WHERE rank = ? ORDER BY begin_ns DESC LIMIT 256",
+      Query last(reader_, "SELECT begin_ns + dur_ns, step FROM spans WHERE rank = ? ORDER BY begin_ns DESC LIMIT 256",
                  "table 'spans'");
       last.bind(1, int64_t{*found});
       if (auto s = last.each([&](Query& row) {
@@ -178,9 +218,12 @@ tracedb::Result<RunInfo> loadRunInfo(tracedb::Reader& reader) {
         return s;
       next = int64_t{*found} + 1;
     }
-  } else {
-    // One plain scan (DISTINCT or GROUP BY would sort the whole table).
-    Query q(reader, "SELECT rank, begin_ns, dur_ns, step FROM spans", "table 'spans'");
+    return tracedb::Status::ok();
+  }
+
+  // One plain scan (DISTINCT or GROUP BY would sort the whole table).
+  tracedb::Status spanExtentsByScan(std::map<int, RankExtent>& extents) {
+    Query q(reader_, "SELECT rank, begin_ns, dur_ns, step FROM spans", "table 'spans'");
     int lastRank = INT32_MIN;
     RankExtent* e = nullptr;
     auto s = q.each([&](Query& row) {
@@ -197,40 +240,34 @@ tracedb::Result<RunInfo> loadRunInfo(tracedb::Reader& reader) {
     });
     if (!s) return s;
     for (const auto& [r, ext] : extents) addRank(r);
-  }
-  for (const auto& [r, ext] : extents) info.spanExtents.push_back(ext);
-  std::sort(info.ranks.begin(), info.ranks.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
-
-  {
-    for (auto& [name, members] : seen) {
-      auto it = std::find_if(info.groups.begin(), info.groups.end(), [&](const auto& g) { return g.name == name; });
-      if (it == info.groups.end()) {
-        info.groups.push_back(tracedb::GroupInfo{name, std::vector<int>(members.begin(), members.end()), ""});
-      } else if (it->ranks.empty()) {
-        it->ranks.assign(members.begin(), members.end());
-      }
-    }
-    std::sort(info.groups.begin(), info.groups.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+    return tracedb::Status::ok();
   }
 
-  // Time extent.
-  bool any = false;
-  auto take = [&](int64_t b, int64_t e) {
-    info.beginNs = any ? std::min(info.beginNs, b) : b;
-    info.endNs = any ? std::max(info.endNs, e) : e;
-    any = true;
-  };
-  for (const RankExtent& e : info.spanExtents) take(e.firstNs, e.lastNs);
-  if (collFirst <= collLast) take(collFirst, collLast);
-  {
-    Query q(reader,
-            "SELECT min(begin_ns), max(end_ns) FROM step_stats", "table 'step_stats'");
-    if (auto s = q.each([&](Query& row) {
-          if (!row.isNull(0)) take(row.i64(0), row.i64(1));
-        });
-        !s)
-      return s;
-  }
+  tracedb::Reader& reader_;
+  RunInfo& info_;
+  std::set<int> known_;
+  std::map<std::string, std::set<int>> seen_;  // group → ranks seen in its collectives
+  int64_t collFirst_ = INT64_MAX, collLast_ = INT64_MIN;
+};
+
+}  // namespace
+
+tracedb::Result<RunInfo> loadRunInfo(tracedb::Reader& reader) {
+  RunInfo info;
+  auto ranks = reader.ranks();
+  if (!ranks) return ranks.status();
+  info.ranks = std::move(*ranks);
+  readMeta(reader, info);
+  auto groups = reader.groups();
+  if (!groups) return groups.status();
+  info.groups = std::move(*groups);
+
+  RunInfoLoader load(reader, info);
+  if (auto s = load.scanCollectives(); !s) return s;
+  if (auto s = load.scanStepStatRanks(); !s) return s;
+  if (auto s = load.readSpanExtents(); !s) return s;
+  load.mergeSeenGroups();
+  if (auto s = load.timeExtent(); !s) return s;
   if (auto config = reader.metaValue(tracedb::meta_keys::kConfig)) info.model = parseModel(*config);
   return info;
 }

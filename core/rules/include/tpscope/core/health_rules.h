@@ -9,9 +9,12 @@
 //                         and the time it was produced (the alert carries that time, so the rank that produced a NaN
 //                         first is told from the ranks it spread to through the next all-reduce); or, when no output
 //                         was watched, this rank's own loss (before the DP reduction)
-//   grad_spike            this rank's pre-reduction gradient norm is above BOTH factor × median and
-//                         median + mads × 1.4826 × MAD of the last `window` healthy steps (after `warmup` steps)
-//   loss_spike            the same test on this rank's own loss
+//   grad_spike            this rank's pre-reduction gradient norm (√Σ l2² over its parameters) is a spike by the one
+//                         definition of probes/spike_baseline.h, on its Norm scale: on log10 norms, ≥ factor × the
+//                         Theil–Sen trend of the last `window` healthy steps (after `warmup` steps) with a robust z
+//                         of its residual ≥ mads
+//   loss_spike            the same definition on its Level scale, on this rank's own loss: ≥ factor × the median
+//                         and z = (loss − median) / (1.4826 × MAD) ≥ mads
 //   replica_divergence    DP replicas' reduced gradient norms differ by more than rtol (relative): replicas that
 //                         must be identical are not (checked every `every` steps; costs one DP all-reduce)
 // Policies: off (not checked), warn (alert only), skip-step (every rank agrees to drop the update: the trainer
@@ -37,6 +40,7 @@
 #include <string_view>
 
 #include "tpscope/probes/probes.h"
+#include "tpscope/probes/spike_baseline.h"
 
 namespace tpscope::core {
 
@@ -46,8 +50,8 @@ std::optional<HealthPolicy> parseHealthPolicy(std::string_view name);
 
 struct SpikeRule {
   HealthPolicy policy = HealthPolicy::Warn;
-  double factor = 10.0;  // value > factor × median ...
-  double mads = 6.0;     // ... and value > median + mads × 1.4826 × MAD
+  double factor = 10.0;  // value ≥ factor × baseline (SpikeTest::ratio) ...
+  double mads = 6.0;     // ... and robust z ≥ mads (SpikeTest::zMin)
   int window = 20;       // healthy steps in the baseline
   int warmup = 5;        // healthy steps needed before the rule can fire
 };
@@ -83,19 +87,9 @@ struct ActivationFault {
 // Ordered: the agreed action of a step is the maximum over ranks.
 enum class StepAction : int { Continue = 0, SkipStep = 1, Stop = 2 };
 
-// A robust running baseline: median and MAD of the last `window` accepted values.
-class RobustBaseline {
- public:
-  explicit RobustBaseline(int window) : window_(window < 1 ? 1 : window) {}
-  void add(double v);
-  int size() const { return static_cast<int>(values_.size()); }
-  double median() const;
-  double mad() const;  // median absolute deviation (not scaled)
-
- private:
-  int window_;
-  std::deque<double> values_;
-};
+// The live rules' window of one series: the previous `window` values of healthy, applied steps (spikes and skipped
+// steps never enter), tested by the one spike definition of probes/spike_baseline.h.
+using RobustBaseline = probes::SpikeWindow;
 
 class HealthRules {
  public:

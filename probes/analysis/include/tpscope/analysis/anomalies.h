@@ -1,23 +1,17 @@
 // Gradient and loss anomalies.
 //
-// Robust baseline, one definition for every series: for a series x_1..x_t (one rank's per-parameter l2 norm, the
-// run's global grad norm, or the run's loss), the baseline of step t is the median m and MAD d = median|y_i − m| of
-// the previous `window` finite values y_i (at least `minHistory`), and the robust z-score is
-// z = (y_t − m) / (1.4826 · d) (1.4826·MAD estimates σ under normality).
-//   Gradient norms are tested on y = log10(x): they are positive and move multiplicatively, so a spike is a jump in
-//   decades. d is floored at minSigmaDecades / 1.4826 (a series that barely moves does not make a small wobble a
-//   spike). A candidate (x ≥ ratioThreshold · 10^m) is judged against the series' own trend: the Theil–Sen line
-//   through the window predicts y_t, and z is the residual in units of the residuals' robust σ (same floor); a
-//   spike is z ≥ zThreshold and x ≥ ratioThreshold · 10^prediction. Warm-up and early training move norms by
-//   decades: against the trend that is ordinary, and a spike on a steep trend still stands out (a plain median
-//   baseline would both flag the trend and, its MAD widened by it, miss the spike).
-//   The loss is tested on y = x, d floored at 1e-3·|m|; a spike is z ≥ zThreshold and x ≥ ratioThreshold · m.
+// Spikes: the one definition of probes/spike_baseline.h (shared with the live rules, core/rules/health_rules.h): the
+// window of a series at step t is its previous `window` usable values that were not spikes; gradient norms are tested
+// on its Norm scale (log10, against the window's Theil–Sen trend), the loss on its Level scale (the median); a spike
+// is ≥ ratioThreshold × the baseline with a robust z ≥ zThreshold, after minHistory values.
+// On top of that causal test the analysis looks forward (the live rules cannot):
 // A spike is transient: where later steps exist, the median of the next (up to) transientSteps values must be
-// below x / ratioThreshold; a jump that stays is a level shift (early training, warm-up), shown by the layer trends.
+// below x / ratioThreshold; a jump that stays is a level shift (early training, warm-up), shown by the layer trends,
+// and enters the window as the new level. A confirmed spike does not enter it.
 // A run-wide spike at a step where some rank's own parameters spiked is folded into those findings (one line).
 // False-alarm rate: were the residuals normal, P(z ≥ 6) ≈ 1e-9 per test; real series have heavier tails, which the
-// ratio condition (≥ 2× for the global norm and the loss, ≥ 10× for one parameter) bounds. Measured on the accuracy
-// benchmark's healthy runs (bench/accuracy, docs/diagnosis.md): the figure is there.
+// ratio condition (≥ 2× for the loss, ≥ 5× for the global norm, ≥ 10× for one parameter) bounds. Measured on the
+// accuracy benchmark's healthy runs (bench/accuracy, docs/diagnosis.md): the figure is there.
 //   grad_spike (per rank, param): over grad_stats.l2_norm, with the stricter paramMinHistory/paramRatioThreshold;
 //   reported per (rank, step), worst param first. A warning when material: it moves its rank's gradient, the
 //   rank's total norm (√Σ l2² over its parameters) that step ≥ normRatioThreshold × its median over the previous
