@@ -25,8 +25,8 @@ size_t kindColumn() {
 
 std::string costText(const analysis::ChainLink& l) {
   std::vector<std::string> parts;
-  if (l.costNs >= 0) parts.push_back(fmt::format("{:.3f} ms", static_cast<double>(l.costNs) / 1e6));
-  if (l.costSteps >= 0) parts.push_back(fmt::format("{} step{}", l.costSteps, l.costSteps == 1 ? "" : "s"));
+  if (l.costNs > 0) parts.push_back(fmt::format("{:.3f} ms", static_cast<double>(l.costNs) / 1e6));
+  if (l.costSteps > 0) parts.push_back(fmt::format("{} step{}", l.costSteps, l.costSteps == 1 ? "" : "s"));
   if (parts.empty()) return "";
   return "  [costs " + fmt::format("{}", fmt::join(parts, ", ")) + "]";
 }

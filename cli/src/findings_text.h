@@ -28,7 +28,7 @@ std::string severityLabel(std::string_view severityName);
 std::string findingText(const analysis::Finding& f);
 
 // The root-cause chain (analysis/chain.h) as an indented tree, "→" before each consequence, each link's cost in
-// brackets; nothing when the chain is empty:
+// brackets (when it cost something); nothing when the chain is empty:
 //
 //   root-cause chain (1 incident):
 //   CRITICAL crash               rank 2 ... crashed  [costs 2 steps]

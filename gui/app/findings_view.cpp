@@ -15,8 +15,8 @@ constexpr int kLinkRole = Qt::UserRole + 1;  // index into links_
 
 QString costText(const analysis::ChainLink& l) {
   QStringList parts;
-  if (l.costNs >= 0) parts << QString("%1 ms").arg(static_cast<double>(l.costNs) / 1e6, 0, 'f', 3);
-  if (l.costSteps >= 0) parts << QString("%1 step%2").arg(l.costSteps).arg(l.costSteps == 1 ? "" : "s");
+  if (l.costNs > 0) parts << QString("%1 ms").arg(static_cast<double>(l.costNs) / 1e6, 0, 'f', 3);
+  if (l.costSteps > 0) parts << QString("%1 step%2").arg(l.costSteps).arg(l.costSteps == 1 ? "" : "s");
   return parts.join(", ");
 }
 

@@ -74,8 +74,8 @@ void appendLink(std::string& out, const ChainLink& l) {
   out += "</span> ";
   appendEscaped(out, l.message);
   std::string cost;
-  if (l.costNs >= 0) cost = text::ms(static_cast<double>(l.costNs)) + " ms";
-  if (l.costSteps >= 0) cost += (cost.empty() ? "" : ", ") + std::to_string(l.costSteps) + " steps";
+  if (l.costNs > 0) cost = text::ms(static_cast<double>(l.costNs)) + " ms";
+  if (l.costSteps > 0) cost += (cost.empty() ? "" : ", ") + std::to_string(l.costSteps) + " steps";
   if (!cost.empty()) {
     out += " <span class=\"where\">(costs ";
     appendEscaped(out, cost);
