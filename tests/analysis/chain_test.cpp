@@ -73,6 +73,22 @@ TEST(Chain, HealthyFindingsMakeNoChain) {
                               make(FindingKind::CommOverhead, Severity::Info, 0)};
   EXPECT_TRUE(buildChain(all).empty());
   EXPECT_TRUE(buildChain({}).empty());
+  // An info straggler (significant, not material: a rank sharing its core) with real waiting in its group: its
+  // derived links are info too, so a healthy run still has no chain (the accuracy benchmark's healthy runs).
+  Finding s = make(FindingKind::Straggler, Severity::Info, 1);
+  s.ranks = {0};
+  RunInfo info;
+  info.groups = {{"tp-0", {0, 1}, "gloo"}};
+  CollectiveAnalysis ca;
+  ca.stragglers.steps = 10;
+  RankStraggling r1;
+  r1.rank = 1;
+  r1.groups.push_back({"tp-0", 20, 15, 200'000'000, 100'000'000.0, {{3, 20'000'000}}});
+  ca.stragglers.ranks = {r1};
+  Breakdown b;
+  b.steps.resize(20);
+  b.run.stepNs = int64_t{20} * 100'000'000;
+  EXPECT_TRUE(buildChain({s}, {&info, &b, &ca, nullptr, nullptr}).empty());
 }
 
 // The crash of rank 2 causes the hang it is missing from (sized by how long the others sat in it), not the hang

@@ -194,8 +194,10 @@ double groupLagPerStep(const Ctx& x, const GroupStraggling& g) {
   return static_cast<double>(g.causedWaitNs) / static_cast<double>(n - 1) / static_cast<double>(x.steps());
 }
 
-ChainLink groupWait(const Ctx& x, int late, const GroupStraggling& g, double lagPerStep, const std::string& via) {
-  ChainLink l = derived("group_wait", Severity::Warning);
+// A derived link is as severe as the finding it derives from: an info straggler's waiting is a figure, not a fault.
+ChainLink groupWait(const Ctx& x, Severity sev, int late, const GroupStraggling& g, double lagPerStep,
+                    const std::string& via) {
+  ChainLink l = derived("group_wait", sev);
   l.rank = late;
   std::vector<int> waiters;
   for (int m : x.members(g.group))
@@ -238,7 +240,7 @@ double stragglerLinks(const Ctx& x, const Finding& fd, ChainLink& root) {
     const double perStep = groupLagPerStep(x, g);
     if (perStep <= floorNs || g.lastCount == 0) continue;
     lag = std::max(lag, perStep);
-    ChainLink gl = groupWait(x, fd.rank, g, perStep, "");
+    ChainLink gl = groupWait(x, fd.severity, fd.rank, g, perStep, "");
     // Its waiters arrive late at their next collective in their other groups.
     for (int v : x.members(g.group)) {
       if (v == fd.rank) continue;
@@ -248,14 +250,14 @@ double stragglerLinks(const Ctx& x, const Finding& fd, ChainLink& root) {
         if (std::find(own.begin(), own.end(), h.group) != own.end()) continue;
         const double vPerStep = groupLagPerStep(x, h);
         if (vPerStep <= floorNs || h.lastCount == 0) continue;
-        gl.consequences.push_back(
-            groupWait(x, v, h, vPerStep, " (held up by rank " + std::to_string(fd.rank) + " in " + g.group + ")"));
+        gl.consequences.push_back(groupWait(x, fd.severity, v, h, vPerStep,
+                                            " (held up by rank " + std::to_string(fd.rank) + " in " + g.group + ")"));
       }
     }
     root.consequences.push_back(std::move(gl));
   }
   if (lag > 0 && stepNs > lag) {
-    ChainLink st = derived("step_time", Severity::Warning);
+    ChainLink st = derived("step_time", fd.severity);
     const double pct = 100.0 * lag / (stepNs - lag);
     st.message = "step time +" + text::pct(pct) + ": " + text::ms(lag) + " ms of a mean " + text::ms(stepNs) +
                  " ms step is waiting on rank " + std::to_string(fd.rank);
