@@ -13,13 +13,16 @@ A seeded, randomised campaign of real captures (tpscope capture of tpscope-train
 Scores, per kind: top-1 localisation (diagnose's first finding of warning or above has the right kind, rank, step,
 and layer or (group, seq) where the kind has one), recall (a matching finding anywhere), precision (of the primary
 findings of warning or above that map to a fault kind, the share that match an injected fault), false findings per
-healthy run, and the time from the fault to the first live alert (the alerts table: the first alert's time minus
+healthy run, the root-cause chain's first root (diagnose --json `chain[0]`: it must localise the injected cause as
+top-1 does; on compound runs the cause that stops or corrupts the run; a healthy run's chain must be empty), and the
+time from the fault to the first live alert (the alerts table: the first alert's time minus
 the start of the injected step on the faulty rank). Writes results.json and results.md into --out.
 
 Usage: python3 bench/accuracy/run_accuracy.py --build build [--runs 320] [--seed 1] [--out bench-out/accuracy]
        [--only single|compound|healthy] [--jobs 1]
 Targets (issue #11): >= 99 % top-1 on single faults, >= 90 % cause-first on compound faults, 0 warnings on healthy
-runs, median time to first alert <= 2 s for nan/inf/mismatch.
+runs, median time to first alert <= 2 s for nan/inf/mismatch; (issue #15) the chain's root is the injected cause in
+>= 95 % of compound runs.
 """
 import argparse
 import json
@@ -181,7 +184,9 @@ def run_case(case, build, workdir):
     d = subprocess.run([os.path.join(build, "cli", "tpscope"), "diagnose", db, "--json"], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, timeout=120)
     try:
-        result["findings"] = json.loads(d.stdout)["findings"]
+        diagnosis = json.loads(d.stdout)
+        result["findings"] = diagnosis["findings"]
+        result["chain"] = diagnosis.get("chain", [])
     except (ValueError, KeyError):
         result["error"] = "diagnose: " + d.stderr.decode(errors="replace")[-800:]
         return result
@@ -265,9 +270,17 @@ def matches(x, f, expected):
     return True
 
 
+def root_text(chain):
+    if not chain:
+        return "no chain"
+    x = chain[0]
+    return f"{x['kind']} rank {x.get('rank')} step {x.get('step')} layer {x.get('layer')} {x.get('collective')}"
+
+
 def score(results):
     per_kind = {}
     healthy_false, healthy_runs, compound_first, compound_both, compound_runs = [], 0, 0, 0, 0
+    chain_root, chain_runs, healthy_chains = {"single": 0, "compound": 0}, {"single": 0, "compound": 0}, 0
     latencies = {}
     misses = []
     fp_by_kind = {}
@@ -280,8 +293,13 @@ def score(results):
                     per_kind.setdefault(f["kind"], {"runs": 0, "top1": 0, "recall": 0})["runs"] += 1
             continue
         loud = primary(r["findings"])
+        chain = r.get("chain", [])
         if not case["faults"]:
             healthy_runs += 1
+            if chain:
+                healthy_chains += 1
+                misses.append({"case": case["name"], "why": "healthy run has a chain: " + chain[0]["kind"] + " " +
+                               chain[0]["message"][:200]})
             healthy_false.append(len(loud))
             if loud:
                 misses.append({"case": case["name"], "why": "healthy run: " + "; ".join(
@@ -311,6 +329,11 @@ def score(results):
                     f"{top.get('collective')}" if top else "none")})
             if any(matches(x, f, expected[0]) for x in loud):
                 k["recall"] += 1
+            chain_runs["single"] += 1
+            if chain and matches(chain[0], f, expected[0]):
+                chain_root["single"] += 1
+            else:
+                misses.append({"case": case["name"], "spec": spec_of(f), "why": "chain root: " + root_text(chain)})
             if r.get("alert_latency_s") is not None:
                 latencies.setdefault(f["kind"], []).append(r["alert_latency_s"])
         else:
@@ -326,6 +349,12 @@ def score(results):
                                                            f"{loud[0].get('step')}" if loud else "none")})
             if all(any(matches(x, f, expected[i]) for x in loud) for i, f in enumerate(faults)):
                 compound_both += 1
+            chain_runs["compound"] += 1
+            if chain and matches(chain[0], cause, expected[faults.index(cause)]):
+                chain_root["compound"] += 1
+            else:
+                misses.append({"case": case["name"], "spec": " + ".join(spec_of(f) for f in faults),
+                               "why": "chain root: " + root_text(chain)})
     table = {}
     for kind, k in sorted(per_kind.items()):
         name = "straggler" if kind in ("slow", "delay") else {v: kk for kk, v in FINDING_KIND.items()}.get(kind, kind)
@@ -341,6 +370,11 @@ def score(results):
                    "by_kind": table},
         "compound": {"runs": compound_runs, "cause_first_pct": 100.0 * compound_first / max(1, compound_runs),
                      "both_found_pct": 100.0 * compound_both / max(1, compound_runs)},
+        "chain": {"single_runs": chain_runs["single"],
+                  "single_root_pct": 100.0 * chain_root["single"] / max(1, chain_runs["single"]),
+                  "compound_runs": chain_runs["compound"],
+                  "compound_root_pct": 100.0 * chain_root["compound"] / max(1, chain_runs["compound"]),
+                  "healthy_runs_with_chain": healthy_chains},
         "healthy": {"runs": healthy_runs, "false_findings": sum(healthy_false),
                     "runs_with_false_findings": sum(1 for n in healthy_false if n),
                     "per_run": sum(healthy_false) / max(1, healthy_runs)},
@@ -361,7 +395,12 @@ def markdown(s, meta):
               f"Compound faults: {s['compound']['runs']} runs, cause first {s['compound']['cause_first_pct']:.1f} % "
               f"(target ≥ 90 %), both found {s['compound']['both_found_pct']:.1f} %.",
               f"Healthy runs: {s['healthy']['runs']}, findings of warning or above: {s['healthy']['false_findings']} "
-              f"in {s['healthy']['runs_with_false_findings']} runs (target 0).", ""]
+              f"in {s['healthy']['runs_with_false_findings']} runs (target 0).",
+              f"Root-cause chain: the first root is the injected cause in {s['chain']['compound_root_pct']:.1f} % of "
+              f"{s['chain']['compound_runs']} compound runs (target ≥ 95 %) and "
+              f"{s['chain']['single_root_pct']:.1f} % "
+              f"of {s['chain']['single_runs']} single-fault runs; healthy runs with a chain: "
+              f"{s['chain']['healthy_runs_with_chain']} (target 0).", ""]
     if s["misses"]:
         lines += ["## Misses", ""] + [f"- {m['case']}: {m.get('spec', '')} — {m['why']}" for m in s["misses"]]
     return "\n".join(lines) + "\n"

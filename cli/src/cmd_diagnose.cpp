@@ -1,4 +1,5 @@
-// tpscope diagnose RUN [--json] [--fail-on SEVERITY]: every finding, most severe first.
+// tpscope diagnose RUN [--json] [--fail-on SEVERITY]: the root-cause chain, then every other finding, most severe
+// first.
 #include <iostream>
 
 #include "command.h"
@@ -20,10 +21,12 @@ struct DiagnoseArgs {
 
 void addDiagnose(CLI::App& app, Context& ctx) {
   auto args = std::make_shared<DiagnoseArgs>();
-  auto* cmd = app.add_subcommand("diagnose", "Every finding (NaN origin, hang, desync, crash, stragglers, spikes, "
-                                             "overhead), most severe first");
+  auto* cmd = app.add_subcommand("diagnose", "The root-cause chain (cause → consequences, each sized by what it "
+                                             "cost), then every other finding (NaN origin, hang, desync, crash, "
+                                             "stragglers, spikes, overhead), most severe first");
   cmd->add_option("run", args->run, "Run file (merged, a rank's file, or imported)")->required();
-  cmd->add_flag("--json", args->json, "Print the findings as JSON (the stable contract of docs/diagnosis.md)");
+  cmd->add_flag("--json", args->json, "Print the chain and the findings as JSON (the stable contract of "
+                                      "docs/diagnosis.md)");
   cmd->add_option("--fail-on", args->failOn, "Exit with status 7 when a finding is at or above this severity")
       ->check(CLI::IsMember({"critical", "error", "warning", "info"}));
   cmd->callback([args, &ctx]() {

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
+#include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace tpscope::cli {
 namespace {
@@ -21,7 +23,37 @@ size_t kindColumn() {
   return width;
 }
 
+std::string costText(const analysis::ChainLink& l) {
+  std::vector<std::string> parts;
+  if (l.costNs > 0) parts.push_back(fmt::format("{:.3f} ms", static_cast<double>(l.costNs) / 1e6));
+  if (l.costSteps > 0) parts.push_back(fmt::format("{} step{}", l.costSteps, l.costSteps == 1 ? "" : "s"));
+  if (parts.empty()) return "";
+  return "  [costs " + fmt::format("{}", fmt::join(parts, ", ")) + "]";
+}
+
+// One link and its consequences, each level two spaces deeper, "→" before a consequence; a finding's details
+// under its line.
+void printLink(const analysis::ChainLink& l, const std::vector<analysis::Finding>& findings, int depth,
+               std::ostream& out) {
+  const std::string indent(2 * static_cast<size_t>(depth), ' ');
+  const std::string head = indent + (depth > 0 ? "→ " : "");
+  out << fmt::format("{}{:<{}}{:<{}}{}{}\n", head, severityLabel(analysis::severityName(l.severity)), kSeverityColumn,
+                     l.kind, kindColumn(), l.message, costText(l));
+  if (l.finding >= 0 && l.finding < static_cast<int>(findings.size())) {
+    const size_t arrow = depth > 0 ? 2 : 0;  // "→ " is two columns wide (four bytes)
+    const std::string pad(indent.size() + arrow + kSeverityColumn + kindColumn(), ' ');
+    for (const auto& d : findings[static_cast<size_t>(l.finding)].details) out << pad << d << "\n";
+  }
+  for (const auto& c : l.consequences) printLink(c, findings, depth + 1, out);
+}
+
 }  // namespace
+
+void printChain(const analysis::DiagnoseResult& r, std::ostream& out) {
+  if (r.chain.empty()) return;
+  out << "root-cause chain (" << r.chain.size() << " incident" << (r.chain.size() == 1 ? "" : "s") << "):\n";
+  for (const auto& root : r.chain) printLink(root, r.findings, 0, out);
+}
 
 std::string severityLabel(std::string_view severityName) {
   std::string out(severityName);
@@ -39,10 +71,14 @@ std::string findingText(const analysis::Finding& f) {
 
 void printDiagnosis(const analysis::DiagnoseResult& r, std::ostream& out) {
   if (r.findings.empty()) out << "no findings\n";
+  printChain(r, out);
+  const std::vector<int> inChain = analysis::chainFindings(r.chain);
+  if (!r.chain.empty() && inChain.size() < r.findings.size()) out << "other findings:\n";
   std::map<analysis::Severity, int> counts;
-  for (const analysis::Finding& f : r.findings) {
+  for (size_t i = 0; i < r.findings.size(); ++i) {
+    const analysis::Finding& f = r.findings[i];
     ++counts[f.severity];
-    out << findingText(f);
+    if (!std::binary_search(inChain.begin(), inChain.end(), static_cast<int>(i))) out << findingText(f);
   }
   for (const auto& [kind, n] : r.omitted) out << "(" << n << " more " << kind << " findings left out)\n";
   for (const auto& e : r.errors) out << "analysis failed: " << e << "\n";

@@ -27,8 +27,17 @@ std::string severityLabel(std::string_view severityName);
 // One finding, ending in a newline: severity, kind, message; its details below the message.
 std::string findingText(const analysis::Finding& f);
 
-// Every finding of a diagnosis, then what was left out, the analyses that failed, and a count by severity
-// ("6 findings: 1 critical, 5 info"); "no findings" when there are none.
+// The root-cause chain (analysis/chain.h) as an indented tree, "→" before each consequence, each link's cost in
+// brackets (when it cost something); nothing when the chain is empty:
+//
+//   root-cause chain (1 incident):
+//   CRITICAL crash               rank 2 ... crashed  [costs 2 steps]
+//     → ERROR    hang            tp-1 seq 12: rank 3 waits ...  [costs 2100.000 ms]
+void printChain(const analysis::DiagnoseResult& r, std::ostream& out);
+
+// The chain first (printChain), then every finding not in it ("other findings:"), then what was left out, the
+// analyses that failed, and a count by severity of all findings ("6 findings: 1 critical, 5 info"); "no findings"
+// when there are none; without a chain, the findings alone.
 void printDiagnosis(const analysis::DiagnoseResult& r, std::ostream& out);
 
 // One alert as a rank recorded it, with the rank's host when known (""), without a final newline:

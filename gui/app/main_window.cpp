@@ -204,6 +204,7 @@ void MainWindow::onRunLoaded(RunPtr run, qint64 ms) {
                                .arg(run_->collectives.size())
                                .arg(ms)
                                .arg(follower_.following() ? " · following live" : ""));
+  freshOpen_ = !keep;
   if (!reloading_) {
     addRecent(path_);
     if (run_->live) setFollowLive(true);
@@ -226,6 +227,12 @@ void MainWindow::onAnalysisLoaded(AnalysisPtr analysis) {
       grad_->showStep(f.step);
       break;
     }
+  // A freshly opened run whose chain has a warning or worse opens on the story, not on the timeline.
+  if (freshOpen_ && chainNeedsAttention(*analysis_)) {
+    tabs_->setCurrentIndex(kFindingsTab);
+    statusBar()->showMessage("Root cause: " + QString::fromStdString(analysis_->chain.front().message));
+  }
+  freshOpen_ = false;
   if (!analysis_->errors.empty())
     statusBar()->showMessage("Some analyses failed: " + QString::fromStdString(analysis_->errors.front()));
 }

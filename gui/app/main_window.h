@@ -1,4 +1,5 @@
 // The main window: tabs Timeline / Gradient health / Communication / Desync / Findings, a details dock, span search,
+// a run whose root-cause chain has a warning or worse opens on the Findings tab (its first root cause selected),
 // File → Open (file or capture folder), recent files, drag and drop, live follow, shortcuts under Help, window state
 // kept in QSettings. A run that cannot be read shows an error dialog and keeps the previous run.
 //
@@ -75,6 +76,7 @@ class MainWindow : public QMainWindow {
   AnalysisPtr analysis_;
   QString path_, pendingPath_;
   bool reloading_ = false;
+  bool freshOpen_ = false;  // the run on screen was opened (not reloaded) and its analysis has not arrived yet
   QString lastError_;
   QTabWidget* tabs_ = nullptr;
   TimelineView* timeline_ = nullptr;

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "tpscope/gui/findings_model.h"
 #include "tpscope/gui/palette.h"
 
 namespace tpscope::gui {
@@ -99,6 +100,37 @@ void TimelinePainter::paint(QPainter& p, const QSize& size, const Frame* frame) 
   p.restore();
   paintLaneLabels(p, size);
   paintRuler(p, size);
+  paintFindingMarks(p);
+}
+
+QPointF TimelinePainter::markPoint(const FindingMark& m) const {
+  const double x = xOf(m.timeNs);
+  if (m.rank >= 0 && run && run->timeline && layout) {
+    const auto& lanes = run->timeline->lanes();
+    for (size_t l = 0; l < lanes.size(); ++l)
+      if (lanes[l].rank == m.rank) return {x, static_cast<double>(laneY(static_cast<int>(l)))};
+  }
+  return {x, static_cast<double>(TimelineLayout::kRulerHeight)};  // the whole run, or a rank without a lane
+}
+
+// Every finding's place: a downward triangle in its severity's colour whose tip is at (time, top of the rank's first
+// lane), its kind beside it for warnings and worse.
+void TimelinePainter::paintFindingMarks(QPainter& p) const {
+  if (!findingMarks) return;
+  for (const auto& m : *findingMarks) {
+    const QPointF tip = markPoint(m);
+    if (tip.x() < TimelineLayout::kLabelWidth || tip.y() < TimelineLayout::kRulerHeight) continue;
+    const QColor c = palette::severity(m.severity);
+    const QPointF tri[3] = {tip, tip + QPointF(-6, -9), tip + QPointF(6, -9)};
+    p.setPen(QPen(Qt::black, 1));
+    p.setBrush(c);
+    p.drawPolygon(tri, 3);
+    if (m.severity <= 2) {
+      p.setPen(c);
+      p.drawText(QPointF(tip.x() + 8, tip.y() - 1), m.label);
+    }
+  }
+  p.setBrush(Qt::NoBrush);
 }
 
 // The lanes' background and the frame's spans (clipped to the timeline area by the caller).
@@ -381,6 +413,17 @@ void TimelineView::setRun(RunPtr run, bool keepViewport) {
 void TimelineView::setAnalysis(AnalysisPtr analysis) {
   analysis_ = std::move(analysis);
   missing_.clear();
+  findingMarks_.clear();
+  if (analysis_ && run_) {
+    for (const auto& f : analysis_->findings) {
+      const std::string_view kind = analysis::findingKindName(f.kind);
+      EvidenceTarget t = placeOf(kind, f.rank, f.step, f.layer, f.collective);
+      placeInTime(t, *run_);
+      if (!t.timeNs) continue;
+      findingMarks_.push_back(
+          {f.rank, *t.timeNs, static_cast<int>(f.severity), QString::fromStdString(std::string(kind))});
+    }
+  }
   if (analysis_ && run_) {
     for (const auto& g : analysis_->desync.groups) {
       if (!g.stuckSeq) continue;
@@ -497,6 +540,7 @@ TimelinePainter TimelineView::painter() const {
   p.stuck = &stuck_;
   p.selected = &selected_;
   p.missing = &missing_;
+  p.findingMarks = &findingMarks_;
   return p;
 }
 

@@ -1,6 +1,7 @@
 // The timeline: a lane per rank × thread/stream (rows by nesting depth inside), a time ruler, spans coloured by kind
 // (communication by collective op), level of detail from FrameScheduler, collective highlighting with flows, the
-// stuck collectives of the run marked, range measurement, tooltips.
+// stuck collectives of the run marked, every finding's place (rank, time) marked with a triangle in its severity's
+// colour, range measurement, tooltips.
 //
 // Input (Perfetto/chrome://tracing habits): wheel or W/S zoom (around the cursor), drag or A/D pan, Shift+drag or a
 // drag on the ruler measures a range, click selects a span (a communication span selects its collective on every
@@ -59,6 +60,15 @@ struct TimelinePainter {
     QString label;
   };
   const std::vector<MissingMark>* missing = nullptr;  // ranks that never entered a stuck collective
+  struct FindingMark {
+    int rank = -1;     // -1: the whole run (marked on the ruler)
+    qint64 timeNs = 0;
+    int severity = 3;  // analysis::Severity
+    QString label;     // the finding's kind
+  };
+  const std::vector<FindingMark>* findingMarks = nullptr;  // every finding's place (rank, time)
+  // Where a finding's mark is drawn: a triangle at the top of the rank's first lane (the ruler for rank −1).
+  QPointF markPoint(const FindingMark& m) const;
 
   void paint(QPainter& p, const QSize& size, const Frame* frame) const;
   double xOf(qint64 t) const { return TimelineLayout::kLabelWidth + (t - viewport.startNs) / viewport.nsPerPx; }
@@ -71,6 +81,7 @@ struct TimelinePainter {
   void paintRange(QPainter& p, const QSize& size) const;
   void paintLaneLabels(QPainter& p, const QSize& size) const;
   void paintCollectives(QPainter& p, const QSize& size) const;
+  void paintFindingMarks(QPainter& p) const;
   int laneY(int lane) const;
   int laneOfRecord(const tracedb::CollectiveRow& c) const;
 };
@@ -102,6 +113,10 @@ class TimelineView : public QWidget {
   // Human-readable description of a span (the details panel).
   QString describeSpan(const SpanRef& ref) const;
   QString describeCollective(const CollectiveKey& key) const;
+  // The marks of the analysis' findings, one per finding placed in time (set by setAnalysis).
+  const std::vector<TimelinePainter::FindingMark>& findingMarks() const { return findingMarks_; }
+  // Where mark `m` is drawn, in widget coordinates (tests).
+  QPointF markPoint(const TimelinePainter::FindingMark& m) const { return painter().markPoint(m); }
 
  signals:
   void spanSelected(tpscope::gui::SpanRef ref);
@@ -145,6 +160,7 @@ class TimelineView : public QWidget {
   std::map<int, std::vector<const tracedb::CollectiveRow*>> collectivesByRank_;
   std::vector<const tracedb::CollectiveRow*> stuck_, selected_;
   std::vector<TimelinePainter::MissingMark> missing_;
+  std::vector<TimelinePainter::FindingMark> findingMarks_;
   // Mouse gesture state.
   enum class Drag { None, Pan, Measure } drag_ = Drag::None;
   QPoint pressPos_;

@@ -48,7 +48,7 @@ constexpr Variant kHealthy[] = {
 
 class HealthyRun : public ::testing::TestWithParam<Variant> {};
 
-// No finding of warning or worse on a healthy run, and the TP model check matches the engine: the model-sized TP
+// No finding of warning or worse (and so no root-cause chain) on a healthy run, and the TP model check matches the engine: the model-sized TP
 // collectives per step and group, counted here with SQL straight from the records, equal what report expects.
 TEST_P(HealthyRun, SaysHealthyAndTheTpModelMatches) {
   const Variant& v = GetParam();
@@ -59,6 +59,7 @@ TEST_P(HealthyRun, SaysHealthyAndTheTpModelMatches) {
   ASSERT_EQ(d.status, 0) << d.json;
   for (const auto& f : d.findings)
     EXPECT_TRUE(f.severity == "info") << "a healthy run got:\n" << d.summary();
+  EXPECT_TRUE(nlohmann::json::parse(d.json)["chain"].empty()) << "a healthy run has no root-cause chain";
 
   const RunResult rep = run({TPSCOPE_BIN, "report", "--json", (dir / "run.db").string()}, dir / "report.json");
   ASSERT_EQ(rep.status, 0) << rep.output;

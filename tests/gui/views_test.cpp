@@ -9,6 +9,7 @@
 #include <QMimeData>
 #include <QSignalSpy>
 #include <QTest>
+#include <QTreeWidget>
 #include <QUrl>
 #include <fstream>
 
@@ -41,6 +42,15 @@ QImage save(QWidget* w, const std::string& name) {
   fs::create_directories(dir);
   EXPECT_TRUE(image.save(QString::fromStdString((dir / (name + ".png")).string())));
   return image;
+}
+
+// The timeline shows, selected, a span of the NaN origin's rank and layer (where a jump to the origin lands).
+void expectOnTheNanSpan(MainWindow& window) {
+  EXPECT_EQ(window.tabs()->currentIndex(), MainWindow::kTimelineTab);
+  const SpanRef span = window.timeline()->selectedSpan();
+  ASSERT_TRUE(span.valid());
+  EXPECT_EQ(window.run()->timeline->lanes()[span.lane].rank, kNanRank);
+  EXPECT_EQ(window.run()->timeline->row(span).layer[span.index], kNanLayer);
 }
 
 class ViewsTest : public ::testing::Test {
@@ -96,6 +106,7 @@ TEST_F(ViewsTest, TimelineShowsLanesAndTheStuckCollective) {
 }
 
 TEST_F(ViewsTest, SelectingACollectiveHighlightsItOnEveryRank) {
+  window_->tabs()->setCurrentIndex(MainWindow::kTimelineTab);  // the fixture run opens on its findings
   TimelineView* t = window_->timeline();
   const auto& cs = window_->run()->collectives;
   auto first = std::find_if(cs.begin(), cs.end(), [](const auto& c) { return c.seq == 2; });
@@ -216,11 +227,7 @@ TEST_F(ViewsTest, FindingsJumpToEvidence) {
     if (f->model()->index(r, FindingsModel::kKind).data().toString() == "nan_origin") origin = r;
   ASSERT_GE(origin, 0);
   f->activate(origin);
-  EXPECT_EQ(window_->tabs()->currentIndex(), MainWindow::kTimelineTab);
-  const SpanRef span = window_->timeline()->selectedSpan();
-  ASSERT_TRUE(span.valid());
-  EXPECT_EQ(window_->run()->timeline->lanes()[span.lane].rank, kNanRank);
-  EXPECT_EQ(window_->run()->timeline->row(span).layer[span.index], kNanLayer);
+  expectOnTheNanSpan(*window_);
   f->activate(hang);
   EXPECT_EQ(window_->tabs()->currentIndex(), MainWindow::kTimelineTab);
   EXPECT_EQ(window_->timeline()->selectedCollective().seq, kStuckSeq);
@@ -236,6 +243,86 @@ TEST_F(ViewsTest, FindingsJumpToEvidence) {
     EXPECT_TRUE(hasColour(image, QRect(x - 2, r.top() + 2, 5, r.height() - 10), palette::kStuck, 25)) << c.rank;
     EXPECT_TRUE(hasColour(image, QRect(x, r.top(), 300, r.height()), palette::kHighlight, 60)) << c.rank;
   }
+}
+
+// The fixture's chain has critical roots (the NaN origin, the hang): the run opens on the findings with the chain
+// as a tree, its first root selected; double-clicking a link jumps to its evidence.
+TEST_F(ViewsTest, OpensOnTheChainAndItsLinksJumpToTheirEvidence) {
+  EXPECT_EQ(window_->tabs()->currentIndex(), MainWindow::kFindingsTab);
+  FindingsView* f = window_->findings();
+  QTreeWidget* tree = f->chain();
+  ASSERT_TRUE(tree->isVisible());
+  save(f, "findings-chain");
+  ASSERT_EQ(tree->topLevelItemCount(), static_cast<int>(window_->analysis()->chain.size()));
+  ASSERT_GE(tree->topLevelItemCount(), 2);
+  QTreeWidgetItem* origin = tree->topLevelItem(0);
+  EXPECT_EQ(origin->text(FindingsView::kChainKind), "nan_origin");
+  EXPECT_EQ(origin->text(FindingsView::kChainSeverity), "critical");
+  EXPECT_EQ(tree->currentItem(), origin);
+  QTreeWidgetItem* hang = nullptr;
+  for (int i = 0; i < tree->topLevelItemCount(); ++i)
+    if (tree->topLevelItem(i)->text(FindingsView::kChainKind) == "hang") hang = tree->topLevelItem(i);
+  ASSERT_NE(hang, nullptr);
+  // The tree mirrors the chain: each item's children are its link's consequences.
+  const auto& root = window_->analysis()->chain.front();
+  ASSERT_EQ(origin->childCount(), static_cast<int>(root.consequences.size()));
+  for (int i = 0; i < origin->childCount(); ++i)
+    EXPECT_EQ(origin->child(i)->text(FindingsView::kChainKind).toStdString(), root.consequences[i].kind);
+
+  f->activateLink(origin);
+  expectOnTheNanSpan(*window_);
+  f->activateLink(hang);
+  EXPECT_EQ(window_->timeline()->selectedCollective().group, kStuckGroup);
+  EXPECT_EQ(window_->timeline()->selectedCollective().seq, kStuckSeq);
+  for (int i = 0; i < origin->childCount(); ++i) {  // a hop lands on the collective that carried the value
+    const auto& link = root.consequences[i];
+    if (link.kind != "spread") continue;
+    f->activateLink(origin->child(i));
+    EXPECT_EQ(window_->timeline()->selectedCollective().group.toStdString(), link.collective->group);
+    EXPECT_EQ(window_->timeline()->selectedCollective().seq, link.collective->seq);
+  }
+}
+
+// Every finding's place is marked on the timeline: the NaN origin's triangle, in the critical colour, at the start
+// of rank 2's step 1 on its first lane.
+TEST_F(ViewsTest, TimelineMarksEveryFindingsPlace) {
+  window_->tabs()->setCurrentIndex(MainWindow::kTimelineTab);
+  TimelineView* t = window_->timeline();
+  t->zoomAll();
+  t->waitForFrame();
+  const QImage image = save(t, "timeline-marks");
+  const auto& marks = t->findingMarks();
+  for (const auto& fd : window_->analysis()->findings) {
+    if (fd.rank < 0 || fd.step < 0) continue;
+    EXPECT_TRUE(std::any_of(marks.begin(), marks.end(), [&](const auto& m) { return m.rank == fd.rank; }))
+        << fd.message;
+  }
+  auto origin = std::find_if(marks.begin(), marks.end(), [](const auto& m) { return m.label == "nan_origin"; });
+  ASSERT_NE(origin, marks.end());
+  EXPECT_EQ(origin->rank, kNanRank);
+  int64_t b = 0, e = 0;
+  ASSERT_TRUE(window_->run()->stepWindow(kNanRank, kNanStep, b, e));
+  EXPECT_EQ(origin->timeNs, b);
+  const QPointF tip = t->markPoint(*origin);
+  EXPECT_EQ(static_cast<int>(tip.y()), t->laneRect(window_->run()->timeline->laneOf(kNanRank, 0)).top());
+  EXPECT_TRUE(hasColour(image, QRect(static_cast<int>(tip.x()) - 1, static_cast<int>(tip.y()) - 6, 3, 3),
+                        palette::severity(0), 12));
+}
+
+// A run with no finding of warning or worse opens where the user left the window (the timeline), the chain hidden.
+TEST(ChainWindow, HealthyRunStaysOnTheTimeline) {
+  const fs::path dir = scratchDir("healthy-window");
+  ASSERT_EQ(writeRankFile(dir / "rank-0.db", 0, 1'000'000, 0, "forward"), "");
+  MainWindow window(QString::fromStdString((dir / "settings.ini").string()));
+  window.show();
+  QSignalSpy analysed(window.loader(), &RunLoader::analysisLoaded);
+  window.openPath(QString::fromStdString((dir / "rank-0.db").string()));
+  ASSERT_TRUE(analysed.wait(20000));
+  QCoreApplication::processEvents();
+  ASSERT_TRUE(window.analysis());
+  EXPECT_TRUE(window.analysis()->chain.empty());
+  EXPECT_EQ(window.tabs()->currentIndex(), MainWindow::kTimelineTab);
+  EXPECT_FALSE(window.findings()->chain()->isVisibleTo(window.findings()));
 }
 
 TEST_F(ViewsTest, BadFileShowsAnErrorDialogAndKeepsTheRun) {

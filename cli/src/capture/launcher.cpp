@@ -17,6 +17,7 @@
 #include <ctime>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -1001,6 +1002,9 @@ void CaptureSession::diagnose() {
   if (auto rs = (*reader)->ranks())
     for (auto& r : *rs) rankInfo[r.rank] = r;
   const analysis::DiagnoseResult d = analysis::diagnose(**reader);
+  std::ostringstream chain;  // the root-cause chain first, when there is one
+  printChain(d, chain);
+  fmt::print(out_, "{}", chain.str());
   int shown = 0;
   for (const auto& f : d.findings) {
     if (shown >= o_.maxFindings) break;

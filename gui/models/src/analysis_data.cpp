@@ -37,6 +37,7 @@ AnalysisData loadAnalysis(const std::vector<fs::path>& files) {
       // One diagnosis: its findings and the reports it drew them from (analysis/diagnose.h).
       auto diagnosis = analysis::diagnose(**reader);
       out.findings = std::move(diagnosis.findings);
+      out.chain = std::move(diagnosis.chain);
       out.errors = std::move(diagnosis.errors);
       analysis::DiagnoseReports& reports = diagnosis.reports;
       if (reports.info) out.info = std::move(*reports.info);

@@ -22,6 +22,64 @@ QString fieldsText(const std::vector<analysis::EvidenceField>& fields) {
 
 }  // namespace
 
+QString evidenceText(const analysis::Evidence& e) {
+  if (e.rows.empty() && e.numbers.empty()) return {};
+  QStringList lines{"evidence:"};
+  for (const auto& row : e.rows) lines << "  " + QString::fromStdString(row.table) + " {" + fieldsText(row.key) + "}";
+  if (e.rowsOmitted > 0) lines << QString("  … %1 more rows").arg(e.rowsOmitted);
+  if (!e.numbers.empty()) lines << "  " + fieldsText(e.numbers);
+  return lines.join('\n');
+}
+
+EvidenceTarget placeOf(std::string_view kind, int rank, int step, int layer,
+                       const std::optional<analysis::CollectiveRef>& collective) {
+  EvidenceTarget t;
+  t.rank = rank;
+  t.step = step;
+  t.layer = layer;
+  const bool origin = kind == analysis::findingKindName(analysis::FindingKind::NanOrigin) ||
+                      kind == analysis::findingKindName(analysis::FindingKind::InfOrigin);
+  if (collective && !(origin && rank >= 0 && step >= 0)) {
+    t.group = QString::fromStdString(collective->group);
+    t.seq = collective->seq;
+  }
+  return t;
+}
+
+void placeInTime(EvidenceTarget& t, const RunData& run) {
+  if (t.timeNs) return;
+  if (t.seq >= 0) {  // the collective: from the earliest arrival to the latest end among its records
+    std::optional<qint64> b, e;
+    for (const auto& c : run.collectives)
+      if (c.seq == t.seq && QString::fromStdString(c.group) == t.group) {
+        b = b ? std::min<qint64>(*b, c.enqueueNs) : c.enqueueNs;
+        const qint64 end = c.endNs.value_or(run.endNs);
+        e = e ? std::max<qint64>(*e, end) : end;
+        if (t.step < 0) t.step = c.step;
+      }
+    if (b) {
+      t.timeNs = b;
+      t.endNs = e;
+      return;
+    }
+  }
+  if (t.rank >= 0 && t.step >= 0) {
+    int64_t b = 0, e = 0;
+    if (run.stepWindow(t.rank, t.step, b, e)) {
+      t.timeNs = b;
+      t.endNs = e;
+    }
+  } else if (t.step >= 0) {
+    for (int r : run.rankIds()) {
+      int64_t b = 0, e = 0;
+      if (run.stepWindow(r, t.step, b, e)) {
+        t.timeNs = t.timeNs ? std::min<qint64>(*t.timeNs, b) : b;
+        t.endNs = t.endNs ? std::max<qint64>(*t.endNs, e) : e;
+      }
+    }
+  }
+}
+
 FindingsModel::FindingsModel(QObject* parent) : QAbstractTableModel(parent) {}
 
 void FindingsModel::setRun(RunPtr run, AnalysisPtr analysis) {
@@ -36,24 +94,16 @@ void FindingsModel::setRun(RunPtr run, AnalysisPtr analysis) {
       it.message = QString::fromStdString(f.message);
       QStringList lines;
       for (const auto& d : f.details) lines << QString::fromStdString(d);
-      if (!f.evidence.rows.empty() || !f.evidence.numbers.empty()) {
-        lines << "evidence:";
-        for (const auto& row : f.evidence.rows)
-          lines << "  " + QString::fromStdString(row.table) + " {" + fieldsText(row.key) + "}";
-        if (f.evidence.rowsOmitted > 0) lines << QString("  … %1 more rows").arg(f.evidence.rowsOmitted);
-        if (!f.evidence.numbers.empty()) lines << "  " + fieldsText(f.evidence.numbers);
-      }
+      const QString evidence = evidenceText(f.evidence);
+      if (!evidence.isEmpty()) lines << evidence;
       it.details = lines.join('\n');
       it.source = "analysis";
-      it.rank = f.rank;
-      it.step = f.step;
-      it.layer = f.layer;
-      // An origin finding's place is its rank, step and layer; its collective is only the first hop of the spread.
-      const bool origin = f.kind == analysis::FindingKind::NanOrigin || f.kind == analysis::FindingKind::InfOrigin;
-      if (f.collective && !(origin && f.rank >= 0 && f.step >= 0)) {
-        it.group = QString::fromStdString(f.collective->group);
-        it.seq = f.collective->seq;
-      }
+      const EvidenceTarget place = placeOf(analysis::findingKindName(f.kind), f.rank, f.step, f.layer, f.collective);
+      it.rank = place.rank;
+      it.step = place.step;
+      it.layer = place.layer;
+      it.group = place.group;
+      it.seq = place.seq;
       items_.push_back(std::move(it));
     }
   }
@@ -123,37 +173,7 @@ EvidenceTarget FindingsModel::evidenceTarget(int row) const {
   t.group = it.group;
   t.seq = it.seq;
   t.timeNs = it.timeNs;
-  if (!run_ || it.timeNs) return t;  // a recorded alert carries its own moment
-  if (it.seq >= 0) {  // the collective: from the earliest arrival to the latest end among its records
-    std::optional<qint64> b, e;
-    for (const auto& c : run_->collectives)
-      if (c.seq == it.seq && QString::fromStdString(c.group) == it.group) {
-        b = b ? std::min<qint64>(*b, c.enqueueNs) : c.enqueueNs;
-        const qint64 end = c.endNs.value_or(run_->endNs);
-        e = e ? std::max<qint64>(*e, end) : end;
-        if (t.step < 0) t.step = c.step;
-      }
-    if (b) {
-      t.timeNs = b;
-      t.endNs = e;
-      return t;
-    }
-  }
-  if (it.rank >= 0 && it.step >= 0) {
-    int64_t b = 0, e = 0;
-    if (run_->stepWindow(it.rank, it.step, b, e)) {
-      t.timeNs = b;
-      t.endNs = e;
-    }
-  } else if (it.step >= 0) {
-    for (int r : run_->rankIds()) {
-      int64_t b = 0, e = 0;
-      if (run_->stepWindow(r, it.step, b, e)) {
-        t.timeNs = t.timeNs ? std::min<qint64>(*t.timeNs, b) : b;
-        t.endNs = t.endNs ? std::max<qint64>(*t.endNs, e) : e;
-      }
-    }
-  }
+  if (run_) placeInTime(t, *run_);  // a recorded alert carries its own moment
   return t;
 }
 

@@ -78,6 +78,7 @@ struct GroupOpAccum {
 struct Accumulation {
   std::map<std::pair<std::string, std::string>, GroupOpAccum> accums;  // (group, op)
   std::unordered_map<int, RankStraggling> straggling;
+  std::map<std::pair<int, std::string>, GroupStraggling> byGroup;  // (rank, group)
   std::unordered_map<int, double> waitVariance;  // σ²_r of the significance test
   std::set<int> allSteps;
   std::vector<CollectiveArrival> arrivals;
@@ -95,6 +96,11 @@ struct OneCollective {
 // undecided). Every member gets a straggling entry either way; fills the collective's arrival when decided.
 void attributeWaiting(const std::vector<Record>& recs, int64_t maxArr, int lastRank, int64_t skew, int64_t clock,
                       Accumulation& a, CollectiveArrival& arrival) {
+  auto inGroup = [&](int rank) -> GroupStraggling& {
+    GroupStraggling& g = a.byGroup[{rank, arrival.group}];
+    g.group = arrival.group;
+    return g;
+  };
   for (const Record& r : recs) a.straggling[r.rank].rank = r.rank;
   if (skew <= clock) {
     ++a.undecided;
@@ -111,11 +117,22 @@ void attributeWaiting(const std::vector<Record>& recs, int64_t maxArr, int lastR
   const double w = static_cast<double>(totalWait), pLast = 1.0 / static_cast<double>(recs.size());
   for (const Record& r : recs) {
     a.straggling[r.rank].expectedWaitNs += w * pLast;
+    GroupStraggling& g = inGroup(r.rank);
+    ++g.collectives;
+    g.expectedWaitNs += w * pLast;
     a.waitVariance[r.rank] += w * w * pLast * (1 - pLast);
   }
   RankStraggling& last = a.straggling[lastRank];
   ++last.lastCount;
   last.causedWaitNs += totalWait;
+  GroupStraggling& g = inGroup(lastRank);
+  ++g.lastCount;
+  g.causedWaitNs += totalWait;
+  g.worst.emplace_back(arrival.seq, totalWait);
+  std::sort(g.worst.begin(), g.worst.end(), [](const auto& x, const auto& y) {
+    return x.second != y.second ? x.second > y.second : x.first < y.first;
+  });
+  if (g.worst.size() > 4) g.worst.pop_back();
   arrival.lastRank = lastRank;
   arrival.totalWaitNs = totalWait;
   ++a.decided;
@@ -221,6 +238,8 @@ void finishStragglers(Accumulation& a, CollectiveAnalysis& out) {
     const double sigma = std::sqrt(a.waitVariance[rank]);
     rs.z = sigma > 0 ? (static_cast<double>(rs.causedWaitNs) - rs.expectedWaitNs) / sigma : 0.0;
     rs.pValue = 0.5 * std::erfc(rs.z / std::sqrt(2.0));
+    for (auto it = a.byGroup.lower_bound({rank, std::string()}); it != a.byGroup.end() && it->first.first == rank; ++it)
+      rs.groups.push_back(it->second);
     out.stragglers.ranks.push_back(rs);
   }
   std::sort(out.stragglers.ranks.begin(), out.stragglers.ranks.end(), [](const auto& x, const auto& y) {

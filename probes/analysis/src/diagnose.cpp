@@ -197,7 +197,8 @@ DiagnoseResult diagnose(tracedb::Reader& reader, const DiagnoseOptions& options)
   take("nonfinite", [&]() -> Findings {
     auto r = analyzeNonFinite(reader, *info);
     if (!r) return r.status();
-    return nonFiniteFindings(*r, *info);
+    result.reports.nonfinite = std::move(*r);
+    return nonFiniteFindings(*result.reports.nonfinite, *info);
   });
   take("anomalies", [&]() -> Findings {
     auto r = analyzeAnomalies(reader, *info, options.anomalies);
@@ -233,6 +234,10 @@ DiagnoseResult diagnose(tracedb::Reader& reader, const DiagnoseOptions& options)
     result.findings.push_back(std::move(fd));
   }
   result.omitted.assign(omitted.begin(), omitted.end());
+  const DiagnoseReports& rep = result.reports;
+  auto ptr = [](const auto& optional) { return optional ? &*optional : nullptr; };
+  result.chain = buildChain(result.findings, {ptr(rep.info), ptr(rep.breakdown), ptr(rep.collectives),
+                                              ptr(rep.desync), ptr(rep.nonfinite)});
   return result;
 }
 

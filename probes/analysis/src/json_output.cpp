@@ -32,22 +32,50 @@ Json fields(const std::vector<EvidenceField>& fs) {
   return o;
 }
 
-Json findingJson(const Finding& f) {
+Json evidenceJson(const Evidence& e) {
+  Json rows = Json::array();
+  for (const auto& r : e.rows) rows.push_back(Json{{"table", r.table}, {"key", fields(r.key)}});
+  return Json{{"rows", rows}, {"rows_omitted", e.rowsOmitted}, {"numbers", fields(e.numbers)}};
+}
+
+Json collectiveJson(const std::optional<CollectiveRef>& c) {
+  if (!c) return nullptr;
+  return Json{{"group", c->group}, {"seq", c->seq}, {"op", c->op}};
+}
+
+// What and where, the leading fields of a finding and of a chain link.
+Json place(std::string kind, Severity severity, int rank, int step, int layer,
+           const std::optional<CollectiveRef>& collective) {
   Json j;
-  j["kind"] = std::string(findingKindName(f.kind));
-  j["severity"] = std::string(severityName(f.severity));
-  j["rank"] = f.rank;
-  j["step"] = f.step;
-  j["layer"] = f.layer;
-  if (f.collective) j["collective"] = Json{{"group", f.collective->group}, {"seq", f.collective->seq},
-                                           {"op", f.collective->op}};
-  else j["collective"] = nullptr;
+  j["kind"] = std::move(kind);
+  j["severity"] = std::string(severityName(severity));
+  j["rank"] = rank;
+  j["step"] = step;
+  j["layer"] = layer;
+  j["collective"] = collectiveJson(collective);
+  return j;
+}
+
+// One link of the root-cause chain and its consequences (docs/diagnosis.md, "Root-cause chain").
+Json chainJson(const ChainLink& l) {
+  Json j = place(l.kind, l.severity, l.rank, l.step, l.layer, l.collective);
+  j["message"] = l.message;
+  j["cost_ns"] = l.costNs;
+  j["cost_steps"] = l.costSteps;
+  j["finding"] = l.finding;
+  j["evidence"] = evidenceJson(l.evidence);
+  Json cs = Json::array();
+  for (const auto& c : l.consequences) cs.push_back(chainJson(c));
+  j["consequences"] = std::move(cs);
+  return j;
+}
+
+Json findingJson(const Finding& f) {
+  Json j = place(std::string(findingKindName(f.kind)), f.severity, f.rank, f.step, f.layer, f.collective);
   j["ranks"] = f.ranks;
   j["message"] = f.message;
   j["details"] = f.details;
-  Json rows = Json::array();
-  for (const auto& r : f.evidence.rows) rows.push_back(Json{{"table", r.table}, {"key", fields(r.key)}});
-  j["evidence"] = Json{{"rows", rows}, {"rows_omitted", f.evidence.rowsOmitted}, {"numbers", fields(f.evidence.numbers)}};
+  j["evidence"] = evidenceJson(f.evidence);
   return j;
 }
 
@@ -88,6 +116,9 @@ std::string diagnosisToJson(const DiagnoseResult& result, const std::string& fil
   Json j;
   j["version"] = kDiagnosisJsonVersion;
   j["file"] = file;
+  Json chain = Json::array();
+  for (const auto& l : result.chain) chain.push_back(chainJson(l));
+  j["chain"] = std::move(chain);
   Json list = Json::array();
   for (const auto& f : result.findings) list.push_back(findingJson(f));
   j["findings"] = std::move(list);

@@ -1,10 +1,12 @@
-// Diagnosis: the findings of analysis::diagnose in its order (most severe first, so the root cause leads), each with
+// Diagnosis: the root-cause chain (a nested list, cause → consequences, each link's cost), then the findings of
+// analysis::diagnose in its order (most severe first, so the root cause leads), each with
 // its severity colour, where it is (rank, step, layer, collective) and its detail lines.
 #include <map>
 
 #include "html/html_text.h"
 #include "html/palette.h"
 #include "html/sections.h"
+#include "tpscope/analysis/units_text.h"
 
 namespace tpscope::analysis::html {
 
@@ -61,6 +63,32 @@ void appendFinding(std::string& out, const Finding& f, const RunInfo& info) {
   out += "</li>";
 }
 
+// One link of the root-cause chain and its consequences as nested lists: severity badge, kind, message, cost.
+void appendLink(std::string& out, const ChainLink& l) {
+  const std::string_view sev = severityName(l.severity);
+  out += "<li class=\"sev-" + std::string(sev) + "\"><span class=\"badge\" style=\"background:" +
+         std::string(palette::severity(l.severity)) + "\">";
+  appendEscaped(out, sev);
+  out += "</span> <span class=\"kind\">";
+  appendEscaped(out, l.kind);
+  out += "</span> ";
+  appendEscaped(out, l.message);
+  std::string cost;
+  if (l.costNs > 0) cost = text::ms(static_cast<double>(l.costNs)) + " ms";
+  if (l.costSteps > 0) cost += (cost.empty() ? "" : ", ") + std::to_string(l.costSteps) + " steps";
+  if (!cost.empty()) {
+    out += " <span class=\"where\">(costs ";
+    appendEscaped(out, cost);
+    out += ")</span>";
+  }
+  if (!l.consequences.empty()) {
+    out += "<ul class=\"chain\">";
+    for (const auto& c : l.consequences) appendLink(out, c);
+    out += "</ul>";
+  }
+  out += "</li>";
+}
+
 }  // namespace
 
 std::string findingsSection(const DiagnoseResult& d, const RunInfo& info) {
@@ -78,7 +106,13 @@ std::string findingsSection(const DiagnoseResult& d, const RunInfo& info) {
     }
     out += " — most severe first; the first is the root cause where one is known.";
   }
-  out += "</p><ol class=\"findings\">";
+  out += "</p>";
+  if (!d.chain.empty()) {  // the root-cause chain first: cause → consequences (chain.h)
+    out += "<h3>Root-cause chain</h3><ul class=\"chain\">";
+    for (const auto& root : d.chain) appendLink(out, root);
+    out += "</ul>";
+  }
+  out += "<ol class=\"findings\">";
   for (size_t i = 0; i < d.findings.size(); ++i) {
     if (i == kShownFindings)
       out += "</ol><details><summary>" + std::to_string(d.findings.size() - i) +

@@ -20,6 +20,8 @@ h3{font-size:14px;margin:12px 0 4px;font-weight:600}
 .error,#js-errors{color:#b71c1c;white-space:pre-wrap}
 .bad{color:#b71c1c}
 ol.findings{list-style:none;padding:0;margin:0}
+ul.chain{margin:4px 0 10px 0;padding-left:18px}
+ul.chain li{margin:3px 0}
 .finding{border-left:5px solid;padding:6px 10px;margin:6px 0;background:#fafbfc}
 .badge{color:#fff;font-size:11px;font-weight:700;text-transform:uppercase;padding:1px 6px;border-radius:3px}
 .sev-warning .badge{color:#3a2e00}

@@ -1,4 +1,5 @@
-// The analyses the viewer shows, from ONE analysis::diagnose() per loaded run: its findings and the reports it drew
+// The analyses the viewer shows, from ONE analysis::diagnose() per loaded run: its findings, their root-cause
+// chain, and the reports it drew
 // them from (the per-rank/step time breakdown, collective statistics and stragglers, the desync report).
 //
 // A single trace file is analysed in place. A capture folder of rank files (a capture in progress) is merged into
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "tpscope/analysis/breakdown.h"
+#include "tpscope/analysis/chain.h"
 #include "tpscope/analysis/collectives.h"
 #include "tpscope/analysis/desync.h"
 #include "tpscope/analysis/finding.h"
@@ -23,6 +25,7 @@ namespace tpscope::gui {
 struct AnalysisData {
   analysis::RunInfo info;
   std::vector<analysis::Finding> findings;  // most severe first
+  std::vector<analysis::ChainLink> chain;   // the root-cause chain over `findings` (analysis/chain.h)
   analysis::Breakdown breakdown;
   analysis::CollectiveAnalysis collectives;
   analysis::DesyncReport desync;

@@ -7,6 +7,7 @@
 
 #include <QAbstractTableModel>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "tpscope/gui/run_loader.h"
@@ -24,6 +25,17 @@ struct EvidenceTarget {
   std::optional<qint64> timeNs;  // a moment to centre the timeline on
   std::optional<qint64> endNs;   // with timeNs: a window to show
 };
+
+// "evidence:" and one indented line per cited row, then the numbers; "" when there is no evidence.
+QString evidenceText(const analysis::Evidence& evidence);
+
+// The place of a finding or chain link (kind name, rank, step, layer, collective), without a time yet. A NaN/Inf
+// origin's place is its rank, step and layer: its collective is only the first hop of the spread.
+EvidenceTarget placeOf(std::string_view kind, int rank, int step, int layer,
+                       const std::optional<analysis::CollectiveRef>& collective);
+// Fills in the target's moment from the run, unless it has one: a collective from its earliest arrival to its latest
+// end; else the rank's step window; else the step's windows on every rank.
+void placeInTime(EvidenceTarget& target, const RunData& run);
 
 class FindingsModel : public QAbstractTableModel {
   Q_OBJECT

@@ -71,6 +71,17 @@ struct CollectiveStats {
   int64_t steps = 0;        // distinct steps the collectives belong to (−1 not counted)
 };
 
+// One rank's straggling within one process group (the same accounting as RankStraggling, restricted to the group's
+// collectives): where its lateness lands, for the root-cause chain (chain.h).
+struct GroupStraggling {
+  std::string group;
+  int64_t collectives = 0;     // decided collectives of the group it took part in
+  int64_t lastCount = 0;       // where it arrived last
+  int64_t causedWaitNs = 0;    // Σ over those of the others' waiting
+  double expectedWaitNs = 0;   // μ restricted to the group
+  std::vector<std::pair<int64_t, int64_t>> worst;  // (seq, others' waiting) where it was last, most first (≤ 4)
+};
+
 struct RankStraggling {
   int rank = 0;
   int64_t collectives = 0;  // decided collectives (≥ 2 arrivals, skew above clock uncertainty) it took part in
@@ -80,6 +91,7 @@ struct RankStraggling {
   double expectedWaitNs = 0;  // μ_r: the waiting it would cause by chance (see the significance test above)
   double z = 0;               // z_r; 0 when σ_r = 0
   double pValue = 1;          // one-sided, ½·erfc(z/√2)
+  std::vector<GroupStraggling> groups;  // the same per process group it belongs to, by group name
   double lastPct() const { return collectives > 0 ? 100.0 * lastCount / collectives : 0.0; }
 };
 

@@ -1,5 +1,6 @@
 // diagnose(): every analysis over one run file, as findings sorted most severe first (findingLess).
 //
+// Then builds the root-cause chain over the findings (chain.h): `chain`, roots most severe first.
 // Runs: crash, desync/hang, NaN/Inf origin, gradient and loss anomalies, stragglers, communication overhead.
 //   straggler (warning): a rank whose waiting caused is significant and material, each test stated:
 //                        significant: the weighted arrival test of collectives.h gives p < stragglerAlpha / R (R the
@@ -30,9 +31,11 @@
 
 #include "tpscope/analysis/anomalies.h"
 #include "tpscope/analysis/breakdown.h"
+#include "tpscope/analysis/chain.h"
 #include "tpscope/analysis/collectives.h"
 #include "tpscope/analysis/desync.h"
 #include "tpscope/analysis/finding.h"
+#include "tpscope/analysis/nonfinite.h"
 #include "tpscope/analysis/run_info.h"
 #include "tpscope/tracedb/reader.h"
 
@@ -58,10 +61,12 @@ struct DiagnoseReports {
   std::optional<Breakdown> breakdown;
   std::optional<CollectiveAnalysis> collectives;
   std::optional<DesyncReport> desync;
+  std::optional<NonFiniteReport> nonfinite;
 };
 
 struct DiagnoseResult {
   std::vector<Finding> findings;    // sorted, most severe first
+  std::vector<ChainLink> chain;     // the root-cause chain over `findings` (chain.h); empty on a healthy run
   DiagnoseReports reports;
   std::vector<std::string> errors;  // analyses that failed, "<analysis>: <message naming the file>"
   std::vector<std::pair<std::string, int64_t>> omitted;  // kind name → findings left out by maxFindingsPerKind

@@ -1,0 +1,67 @@
+// The root-cause chain: one tree per incident, from the cause to its consequences, built over diagnose()'s
+// findings and the reports they were drawn from (no second reading of the trace).
+//
+// A link is a finding (its kind, place, message and evidence) or a link derived from the cause's own reports (the
+// waiting a straggler causes in each of its groups, the step time that waiting costs, a NaN's hops). Each link is
+// sized by what it cost: `costNs` the wall time it cost the run, summed over the steps (−1: not sized in time),
+// `costSteps` the steps it cost (−1: not sized in steps); per-step figures are in its evidence numbers.
+//
+// Links between findings rest on evidence, never on kind order alone (docs/diagnosis.md, "Root-cause chain"):
+//   desync (group g, seq s)  → a hang of g at seq ≥ s; a crash of a member of g whose last collective is in g at or
+//                              after s − 1 (Gloo aborts every member on the mismatched collective)
+//   crash of rank r          → a hang whose missing ranks include r
+//   hang                     → a secondary hang whose missing ranks wait in it or are missing from it too
+//   nan/inf origin           → a spike or divergence at or after the origin step on the origin or a receiver
+//   straggler r              → comm_overhead of a rank that waited on r (the members of r's groups) or of the run
+//   grad_spike (rank, step)  → the run-wide grad spike of that step, a loss spike at that step or the next, a
+//                              replica divergence at that step
+// A finding takes the first cause that names it (rules in the order above); one no rule names is its own root, so a
+// kind no rule knows (a new analysis) is a root. The chain holds the roots whose tree has a warning or worse,
+// most severe first (the findings' order); a healthy run's chain is empty.
+//
+// Threading: pure function of its inputs.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tpscope/analysis/breakdown.h"
+#include "tpscope/analysis/collectives.h"
+#include "tpscope/analysis/desync.h"
+#include "tpscope/analysis/finding.h"
+#include "tpscope/analysis/nonfinite.h"
+#include "tpscope/analysis/run_info.h"
+
+namespace tpscope::analysis {
+
+struct ChainLink {
+  std::string kind;  // a finding kind ("straggler", ...), or a derived link: "group_wait", "step_time", "spread"
+  Severity severity = Severity::Info;
+  int rank = -1, step = -1, layer = -1;
+  std::optional<CollectiveRef> collective;
+  std::string message;     // one line: what happened and what it cost
+  int64_t costNs = -1;     // wall time it cost the run (over all steps); −1: not sized in time
+  int64_t costSteps = -1;  // steps it cost; −1: not sized in steps
+  Evidence evidence;
+  int finding = -1;        // index into the findings the chain was built from; −1 for a derived link
+  std::vector<ChainLink> consequences;
+};
+
+// What the chain may size its links with; any may be null (those links are then left out or unsized).
+struct ChainInputs {
+  const RunInfo* info = nullptr;
+  const Breakdown* breakdown = nullptr;
+  const CollectiveAnalysis* collectives = nullptr;
+  const DesyncReport* desync = nullptr;
+  const NonFiniteReport* nonfinite = nullptr;
+};
+
+// The roots, most severe first. `findings` sorted (findingLess), as diagnose() returns them.
+std::vector<ChainLink> buildChain(const std::vector<Finding>& findings, const ChainInputs& inputs = {});
+
+// Every finding index that appears in the chain (roots and consequences), sorted.
+std::vector<int> chainFindings(const std::vector<ChainLink>& chain);
+
+}  // namespace tpscope::analysis

@@ -1,0 +1,403 @@
+#include "tpscope/analysis/chain.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+
+#include "evidence_util.h"
+#include "tpscope/analysis/units_text.h"
+
+namespace tpscope::analysis {
+
+namespace {
+
+using detail::f;
+
+bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+int64_t numberOr(const Finding& fd, const char* name, int64_t fallback) {
+  for (const auto& n : fd.evidence.numbers)
+    if (n.name == name) {
+      if (const auto* i = std::get_if<int64_t>(&n.value)) return *i;
+      if (const auto* d = std::get_if<double>(&n.value)) return static_cast<int64_t>(*d);
+    }
+  return fallback;
+}
+
+bool secondary(const Finding& fd) { return numberOr(fd, "secondary", 0) != 0; }
+
+bool isKind(const Finding& fd, FindingKind k) { return fd.kind == k; }
+
+bool origin(const Finding& fd) { return fd.kind == FindingKind::NanOrigin || fd.kind == FindingKind::InfOrigin; }
+
+// The chain's view of the run: what the rules and the sizes read.
+struct Ctx {
+  const std::vector<Finding>& all;
+  const ChainInputs& in;
+
+  const GroupDesync* group(const std::string& name) const {
+    if (in.desync == nullptr) return nullptr;
+    for (const auto& g : in.desync->groups)
+      if (g.group == name) return &g;
+    return nullptr;
+  }
+  std::vector<int> members(const std::string& name) const {
+    if (in.info != nullptr)
+      if (const auto* g = in.info->group(name); g != nullptr && !g->ranks.empty()) return g->ranks;
+    if (const auto* g = group(name)) return g->members;
+    return {};
+  }
+  const RankStraggling* straggling(int rank) const {
+    if (in.collectives == nullptr) return nullptr;
+    for (const auto& r : in.collectives->stragglers.ranks)
+      if (r.rank == rank) return &r;
+    return nullptr;
+  }
+  int64_t steps() const { return in.collectives ? std::max<int64_t>(1, in.collectives->stragglers.steps) : 1; }
+  double meanStepNs() const {
+    const Breakdown* b = in.breakdown;
+    if (b == nullptr || b->steps.empty()) return 0;
+    return static_cast<double>(b->run.stepNs) / static_cast<double>(b->steps.size());
+  }
+  int lastStep() const {
+    int s = -1;
+    if (in.info != nullptr)
+      for (const auto& e : in.info->spanExtents) s = std::max(s, e.lastStep);
+    for (const Finding& fd : all) s = std::max(s, fd.step);
+    return s;
+  }
+  // How long the ranks that entered a stuck (group, seq) sat in it: from its first arrival to the end of the run.
+  int64_t hangWaitNs(const Finding& hang) const {
+    if (!hang.collective || in.info == nullptr) return -1;
+    const GroupDesync* g = group(hang.collective->group);
+    if (g == nullptr || !g->stuckSeq || *g->stuckSeq != hang.collective->seq || g->stuckRecords.empty()) return -1;
+    int64_t first = INT64_MAX;
+    for (const auto& r : g->stuckRecords) first = std::min(first, r.enqueueNs);
+    return std::max<int64_t>(0, in.info->endNs - first);
+  }
+};
+
+// ---- Causal rules between findings: does finding `c` cause finding `e`? ----
+
+bool desyncCauses(const Ctx& x, const Finding& c, const Finding& e) {
+  if (!isKind(c, FindingKind::Desync) || !c.collective) return false;
+  const CollectiveRef& at = *c.collective;
+  if (isKind(e, FindingKind::Hang))
+    return e.collective && e.collective->group == at.group && e.collective->seq >= at.seq;
+  if (isKind(e, FindingKind::Crash)) {
+    // Gloo aborts every member on the mismatched collective: the member's last collective is in the group, at the
+    // mismatched seq or the one before (the abort came while it waited in it).
+    if (!contains(x.members(at.group), e.rank)) return false;
+    return e.collective && e.collective->group == at.group && e.collective->seq >= at.seq - 1;
+  }
+  return false;
+}
+
+bool crashCauses(const Finding& c, const Finding& e) {
+  return isKind(c, FindingKind::Crash) && c.rank >= 0 && isKind(e, FindingKind::Hang) && contains(e.ranks, c.rank);
+}
+
+bool hangCauses(const Ctx& x, const Finding& c, const Finding& e) {
+  if (!isKind(c, FindingKind::Hang) || !isKind(e, FindingKind::Hang) || !secondary(e)) return false;
+  if (e.ranks.empty() || !c.collective) return false;
+  std::vector<int> held = c.ranks;  // missing from c, or waiting in it
+  if (const GroupDesync* g = x.group(c.collective->group))
+    held.insert(held.end(), g->waitingRanks.begin(), g->waitingRanks.end());
+  return std::all_of(e.ranks.begin(), e.ranks.end(), [&](int r) { return contains(held, r); });
+}
+
+bool originCauses(const Ctx& x, const Finding& c, const Finding& e) {
+  if (!origin(c) || c.severity != Severity::Critical || c.step < 0) return false;
+  if (!(isKind(e, FindingKind::GradSpike) || isKind(e, FindingKind::LossSpike) ||
+        isKind(e, FindingKind::ReplicaDivergence)))
+    return false;
+  (void)x;
+  return e.step >= c.step && (e.rank < 0 || e.rank == c.rank || contains(c.ranks, e.rank));
+}
+
+bool stragglerCauses(const Finding& c, const Finding& e) {
+  return isKind(c, FindingKind::Straggler) && c.severity <= Severity::Warning &&
+         isKind(e, FindingKind::CommOverhead) && (e.rank < 0 || contains(c.ranks, e.rank));
+}
+
+bool spikeCauses(const Finding& c, const Finding& e) {
+  if (!isKind(c, FindingKind::GradSpike) || c.rank < 0 || c.step < 0) return false;
+  if (isKind(e, FindingKind::GradSpike)) return e.rank < 0 && e.step == c.step;
+  if (isKind(e, FindingKind::LossSpike)) return e.step == c.step || e.step == c.step + 1;
+  if (isKind(e, FindingKind::ReplicaDivergence)) return e.step == c.step;
+  return false;
+}
+
+// The rules in order of precedence: a finding takes the first cause that names it.
+const std::vector<std::function<bool(const Ctx&, const Finding&, const Finding&)>>& rules() {
+  static const std::vector<std::function<bool(const Ctx&, const Finding&, const Finding&)>> r = {
+      desyncCauses,
+      [](const Ctx&, const Finding& c, const Finding& e) { return crashCauses(c, e); },
+      hangCauses,
+      originCauses,
+      [](const Ctx&, const Finding& c, const Finding& e) { return stragglerCauses(c, e); },
+      [](const Ctx&, const Finding& c, const Finding& e) { return spikeCauses(c, e); },
+  };
+  return r;
+}
+
+// parent[i]: the finding that caused finding i, −1 for a root. Never a cycle.
+std::vector<int> causes(const Ctx& x) {
+  const int n = static_cast<int>(x.all.size());
+  std::vector<int> parent(n, -1);
+  auto reaches = [&](int from, int to) {  // does following parents from `from` reach `to`?
+    for (int p = from; p >= 0; p = parent[p])
+      if (p == to) return true;
+    return false;
+  };
+  for (const auto& rule : rules())
+    for (int e = 0; e < n; ++e) {
+      if (parent[e] >= 0) continue;
+      for (int c = 0; c < n; ++c)
+        if (c != e && rule(x, x.all[c], x.all[e]) && !reaches(c, e)) {
+          parent[e] = c;
+          break;
+        }
+    }
+  return parent;
+}
+
+// ---- Links ----
+
+ChainLink fromFinding(const Finding& fd, int index) {
+  ChainLink l;
+  l.kind = std::string(findingKindName(fd.kind));
+  l.severity = fd.severity;
+  l.rank = fd.rank;
+  l.step = fd.step;
+  l.layer = fd.layer;
+  l.collective = fd.collective;
+  l.message = fd.message;
+  l.evidence = fd.evidence;
+  l.finding = index;
+  return l;
+}
+
+ChainLink derived(std::string kind, Severity sev) {
+  ChainLink l;
+  l.kind = std::move(kind);
+  l.severity = sev;
+  return l;
+}
+
+// The waiting rank `r` caused in group `g` (the others' waiting where it was last), per waiting member and step
+// (ns); 0 when it caused no more than chance would have put on it (its lateness there is not systematic).
+double groupLagPerStep(const Ctx& x, const GroupStraggling& g) {
+  if (static_cast<double>(g.causedWaitNs) <= g.expectedWaitNs) return 0;
+  const size_t n = std::max<size_t>(2, x.members(g.group).size());
+  return static_cast<double>(g.causedWaitNs) / static_cast<double>(n - 1) / static_cast<double>(x.steps());
+}
+
+// A derived link is as severe as the finding it derives from: an info straggler's waiting is a figure, not a fault.
+ChainLink groupWait(const Ctx& x, Severity sev, int late, const GroupStraggling& g, double lagPerStep,
+                    const std::string& via) {
+  ChainLink l = derived("group_wait", sev);
+  l.rank = late;
+  std::vector<int> waiters;
+  for (int m : x.members(g.group))
+    if (m != late) waiters.push_back(m);
+  const std::string op = [&] {
+    if (x.in.collectives != nullptr && !g.worst.empty())
+      for (const auto& a : x.in.collectives->worst)
+        if (a.group == g.group && a.seq == g.worst.front().first) return a.op;
+    return std::string();
+  }();
+  if (!g.worst.empty()) l.collective = CollectiveRef{g.group, g.worst.front().first, op};
+  l.message = g.group + ": " + rankList(waiters) + " wait " + text::ms(lagPerStep) + " ms per step on rank " +
+              std::to_string(late) + via + " (last at " + std::to_string(g.lastCount) + " of " +
+              std::to_string(g.collectives) + " collectives";
+  if (!g.worst.empty()) {
+    l.message += "; worst seq";
+    for (size_t i = 0; i < g.worst.size(); ++i) l.message += (i ? ", " : " ") + std::to_string(g.worst[i].first);
+  }
+  l.message += ")";
+  l.costNs = static_cast<int64_t>(lagPerStep * static_cast<double>(x.steps()));
+  for (const auto& [seq, w] : g.worst)
+    l.evidence.rows.push_back({"collectives", {f("rank", int64_t{late}), f("group_name", g.group), f("seq", seq)}});
+  l.evidence.numbers = {f("caused_wait_ns", g.causedWaitNs), f("expected_wait_ns", g.expectedWaitNs),
+                        f("last_count", g.lastCount), f("collectives", g.collectives),
+                        f("wait_per_member_per_step_ns", lagPerStep), f("steps", x.steps())};
+  return l;
+}
+
+// A straggler's consequences: the waiting in each of its groups (and, one hop on, the groups its waiters then hold
+// up), and what that waiting does to the step time. Returns the lag per step (the worst group's).
+double stragglerLinks(const Ctx& x, const Finding& fd, ChainLink& root) {
+  const RankStraggling* rs = x.straggling(fd.rank);
+  if (rs == nullptr) return 0;
+  const double stepNs = x.meanStepNs();
+  const double floorNs = 0.01 * stepNs;  // a lag under 1 % of a step is noise, not a link
+  double lag = 0;
+  std::vector<std::string> own;
+  for (const GroupStraggling& g : rs->groups) own.push_back(g.group);
+  for (const GroupStraggling& g : rs->groups) {
+    const double perStep = groupLagPerStep(x, g);
+    if (perStep <= floorNs || g.lastCount == 0) continue;
+    lag = std::max(lag, perStep);
+    ChainLink gl = groupWait(x, fd.severity, fd.rank, g, perStep, "");
+    // Its waiters arrive late at their next collective in their other groups.
+    for (int v : x.members(g.group)) {
+      if (v == fd.rank) continue;
+      const RankStraggling* vs = x.straggling(v);
+      if (vs == nullptr) continue;
+      for (const GroupStraggling& h : vs->groups) {
+        if (std::find(own.begin(), own.end(), h.group) != own.end()) continue;
+        const double vPerStep = groupLagPerStep(x, h);
+        if (vPerStep <= floorNs || h.lastCount == 0) continue;
+        gl.consequences.push_back(groupWait(x, fd.severity, v, h, vPerStep,
+                                            " (held up by rank " + std::to_string(fd.rank) + " in " + g.group + ")"));
+      }
+    }
+    root.consequences.push_back(std::move(gl));
+  }
+  if (lag > 0 && stepNs > lag) {
+    ChainLink st = derived("step_time", fd.severity);
+    const double pct = 100.0 * lag / (stepNs - lag);
+    st.message = "step time +" + text::pct(pct) + ": " + text::ms(lag) + " ms of a mean " + text::ms(stepNs) +
+                 " ms step is waiting on rank " + std::to_string(fd.rank);
+    st.costNs = static_cast<int64_t>(lag * static_cast<double>(x.steps()));
+    st.evidence.rows.push_back({"spans", {f("rank", int64_t{fd.rank})}});
+    st.evidence.numbers = {f("mean_step_ns", stepNs), f("wait_per_step_ns", lag), f("step_time_pct", pct),
+                           f("steps", x.steps())};
+    root.consequences.push_back(std::move(st));
+  }
+  return lag;
+}
+
+// A non-finite origin's hops, nested: a hop from a rank another hop reached hangs under that hop.
+void spreadLinks(const Ctx& x, const Finding& fd, ChainLink& root) {
+  const NonFiniteReport* nf = x.in.nonfinite;
+  if (nf == nullptr || !nf->origin || nf->origin->rank != fd.rank || nf->origin->step != fd.step) return;
+  auto firstEvent = [&](int rank) -> const NonFiniteEvent* {
+    for (const auto& e : nf->firstPerRank)
+      if (e.rank == rank) return &e;
+    return nullptr;
+  };
+  // Build each hop's link, then attach it to the latest earlier hop that reached its sender (else the root).
+  std::vector<ChainLink> hops;
+  std::vector<int> parent;
+  for (size_t i = 0; i < nf->spread.size(); ++i) {
+    const SpreadHop& h = nf->spread[i];
+    ChainLink l = derived("spread", fd.severity);
+    l.rank = h.fromRank;
+    l.step = h.step;
+    l.collective = h.collective;
+    l.message = "carried by " + (h.collective.op.empty() ? std::string("collective") : h.collective.op) + " " +
+                h.collective.group + " seq " + std::to_string(h.collective.seq) + " (step " + std::to_string(h.step) +
+                ") from rank " + std::to_string(h.fromRank) + " → " + rankList(h.toRanks);
+    l.evidence.rows.push_back({"collectives", {f("rank", int64_t{h.fromRank}), f("group_name", h.collective.group),
+                                               f("seq", h.collective.seq)}});
+    std::vector<std::string> shows;
+    for (int r : h.toRanks)
+      if (const NonFiniteEvent* e = firstEvent(r)) {
+        shows.push_back("rank " + std::to_string(r) + ": " + e->param + (e->phase.empty() ? "" : " " + e->phase) +
+                        " at step " + std::to_string(e->step));
+        if (e->source == "step_stats") l.evidence.rows.push_back({"step_stats", {f("rank", int64_t{r}), f("step", int64_t{e->step})}});
+        else if (e->source == "grad_stats")
+          l.evidence.rows.push_back({"grad_stats", {f("rank", int64_t{r}), f("step", int64_t{e->step}), f("param", e->param)}});
+        else if (e->tsNs)
+          l.evidence.rows.push_back({"alerts", {f("rank", int64_t{r}), f("step", int64_t{e->step}), f("ts_ns", *e->tsNs)}});
+      }
+    if (!shows.empty()) {
+      l.message += " (";
+      for (size_t k = 0; k < shows.size(); ++k) l.message += (k ? "; " : "") + shows[k];
+      l.message += ")";
+    }
+    l.evidence.numbers.push_back(f("receivers", static_cast<int64_t>(h.toRanks.size())));
+    int p = -1;
+    for (int j = static_cast<int>(i) - 1; j >= 0 && p < 0; --j)
+      if (contains(nf->spread[j].toRanks, h.fromRank)) p = j;
+    hops.push_back(std::move(l));
+    parent.push_back(p);
+  }
+  // Attach children before parents (a hop's parent comes earlier): walk backwards.
+  for (int i = static_cast<int>(hops.size()) - 1; i >= 0; --i)
+    if (parent[i] >= 0) hops[parent[i]].consequences.insert(hops[parent[i]].consequences.begin(), std::move(hops[i]));
+  for (size_t i = 0; i < hops.size(); ++i)
+    if (parent[i] < 0) root.consequences.push_back(std::move(hops[i]));
+}
+
+// The link of finding `i` with its derived links and the findings it caused, recursively.
+ChainLink build(const Ctx& x, int i, const std::vector<std::vector<int>>& children) {
+  const Finding& fd = x.all[i];
+  ChainLink l = fromFinding(fd, i);
+  switch (fd.kind) {
+    case FindingKind::Straggler: {
+      const double lag = stragglerLinks(x, fd, l);
+      if (lag > 0) {
+        l.costNs = static_cast<int64_t>(lag * static_cast<double>(x.steps()));
+        l.evidence.numbers.push_back(f("cost_per_step_ns", lag));
+      }
+      break;
+    }
+    case FindingKind::NanOrigin:
+    case FindingKind::InfOrigin:
+      if (fd.severity == Severity::Critical) {
+        spreadLinks(x, fd, l);
+        const int last = x.lastStep();
+        if (fd.step >= 0 && last >= fd.step) l.costSteps = last - fd.step + 1;
+      }
+      break;
+    case FindingKind::Hang: l.costNs = x.hangWaitNs(fd); break;
+    case FindingKind::Crash: {
+      const int last = x.lastStep();
+      if (fd.step >= 0 && last > fd.step) l.costSteps = last - fd.step;
+      break;
+    }
+    default: break;
+  }
+  for (int c : children[i]) {
+    ChainLink child = build(x, c, children);
+    // A cause costs at least what its consequences cost (a crash costs the hang it caused).
+    if (child.costNs > l.costNs && (fd.kind == FindingKind::Crash || fd.kind == FindingKind::Desync ||
+                                    fd.kind == FindingKind::Hang))
+      l.costNs = child.costNs;
+    l.consequences.push_back(std::move(child));
+  }
+  return l;
+}
+
+Severity worst(const ChainLink& l) {
+  Severity s = l.severity;
+  for (const auto& c : l.consequences) s = std::min(s, worst(c));
+  return s;
+}
+
+void collect(const ChainLink& l, std::vector<int>& out) {
+  if (l.finding >= 0) out.push_back(l.finding);
+  for (const auto& c : l.consequences) collect(c, out);
+}
+
+}  // namespace
+
+std::vector<ChainLink> buildChain(const std::vector<Finding>& findings, const ChainInputs& inputs) {
+  const Ctx x{findings, inputs};
+  const std::vector<int> parent = causes(x);
+  std::vector<std::vector<int>> children(findings.size());
+  for (size_t e = 0; e < findings.size(); ++e)
+    if (parent[e] >= 0) children[parent[e]].push_back(static_cast<int>(e));
+  std::vector<ChainLink> roots;
+  for (size_t i = 0; i < findings.size(); ++i) {
+    if (parent[i] >= 0) continue;
+    ChainLink root = build(x, static_cast<int>(i), children);
+    if (worst(root) <= Severity::Warning) roots.push_back(std::move(root));
+  }
+  // Most severe tree first; ties keep the findings' order (most severe root first).
+  std::stable_sort(roots.begin(), roots.end(), [](const ChainLink& a, const ChainLink& b) { return worst(a) < worst(b); });
+  return roots;
+}
+
+std::vector<int> chainFindings(const std::vector<ChainLink>& chain) {
+  std::vector<int> out;
+  for (const auto& l : chain) collect(l, out);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace tpscope::analysis
