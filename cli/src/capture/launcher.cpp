@@ -368,16 +368,20 @@ std::optional<int> CaptureSession::resolveLayout() {
   tp_ = o_.tp;
   dp_ = o_.dp;
   if (tp_ < 0 || dp_ < 0) return bad("--tp and --dp must be positive");
+  if (o_.pp < 1) return bad(fmt::format("--pp {} must be >= 1", o_.pp));
+  if (o_.nproc % o_.pp != 0) return bad(fmt::format("--pp {} does not divide --nproc {}", o_.pp, o_.nproc));
+  const int perStage = o_.nproc / o_.pp;
   if (tp_ == 0 && dp_ == 0) dp_ = 1;
   if (tp_ == 0) {
-    if (o_.nproc % dp_ != 0) return bad(fmt::format("--dp {} does not divide --nproc {}", dp_, o_.nproc));
-    tp_ = o_.nproc / dp_;
+    if (perStage % dp_ != 0) return bad(fmt::format("--dp {} does not divide --nproc {} / --pp {}", dp_, o_.nproc, o_.pp));
+    tp_ = perStage / dp_;
   } else if (dp_ == 0) {
-    if (o_.nproc % tp_ != 0) return bad(fmt::format("--tp {} does not divide --nproc {}", tp_, o_.nproc));
-    dp_ = o_.nproc / tp_;
+    if (perStage % tp_ != 0) return bad(fmt::format("--tp {} does not divide --nproc {} / --pp {}", tp_, o_.nproc, o_.pp));
+    dp_ = perStage / tp_;
   }
-  if (tp_ * dp_ != o_.nproc)
-    return bad(fmt::format("--tp {} x --dp {} = {} ranks, but --nproc is {}", tp_, dp_, tp_ * dp_, o_.nproc));
+  if (tp_ * dp_ * o_.pp != o_.nproc)
+    return bad(fmt::format("--tp {} x --dp {} x --pp {} = {} ranks, but --nproc is {}", tp_, dp_, o_.pp,
+                           tp_ * dp_ * o_.pp, o_.nproc));
   return std::nullopt;
 }
 
@@ -404,6 +408,10 @@ std::optional<int> CaptureSession::resolveCommand() {
   argv_ = {train.string(), "--config", fs::absolute(o_.config).string(), "--tp", std::to_string(tp_), "--dp",
            std::to_string(dp_)};
   if (o_.steps) argv_.insert(argv_.end(), {"--steps", std::to_string(*o_.steps)});
+  if (o_.pp > 1) argv_.insert(argv_.end(), {"--pp", std::to_string(o_.pp)});
+  if (!o_.schedule.empty()) argv_.insert(argv_.end(), {"--schedule", o_.schedule});
+  if (o_.microbatches) argv_.insert(argv_.end(), {"--microbatches", std::to_string(*o_.microbatches)});
+  if (o_.virtualStages) argv_.insert(argv_.end(), {"--virtual-stages", std::to_string(*o_.virtualStages)});
   layers_ = configInt(o_.config, "layers");
   if (!totalSteps_) totalSteps_ = configInt(o_.config, "steps");
   if (!totalSteps_) totalSteps_ = 20;  // tpscope-train's default (docs/config.md)
@@ -485,7 +493,8 @@ std::optional<int> CaptureSession::startStoreAndAnnounce() {
   runId_ = fmt::format("{}-{}-{}", dir_.filename().string(), epochNs_ / 1'000'000'000, ::getpid());
 
   for (const auto& a : argv_) command_ += (command_.empty() ? "" : " ") + shellQuote(a);
-  fmt::print(out_, "capture: {} ranks (tp {} x dp {}) → {}\n  {}\n", o_.nproc, tp_, dp_, dir_.string(), command_);
+  fmt::print(out_, "capture: {} ranks (tp {} x dp {}{}) → {}\n  {}\n", o_.nproc, tp_, dp_,
+             o_.pp > 1 ? fmt::format(" x pp {}", o_.pp) : "", dir_.string(), command_);
   if (!faults_.empty()) fmt::print(out_, "  inject: {}\n", core::formatFaultList(faults_));
   if (!healthText_.empty()) fmt::print(out_, "  health: {}\n", healthText_);
   if (!pythonNote_.empty()) fmt::print(out_, "  python: {}\n", pythonNote_);
@@ -513,6 +522,7 @@ std::optional<int> CaptureSession::spawn() {
         {"TPSCOPE_HEALTH", healthText_},
         {"TPSCOPE_TP", std::to_string(tp_)},
         {"TPSCOPE_DP", std::to_string(dp_)},
+        {"TPSCOPE_PP", std::to_string(o_.pp)},
     };
     set.insert(programEnv_.begin(), programEnv_.end());
     if (std::getenv("OMP_NUM_THREADS") == nullptr) set["OMP_NUM_THREADS"] = "1";

@@ -10,6 +10,7 @@
 #include "tpscope/analysis/crash.h"
 #include "tpscope/analysis/desync.h"
 #include "tpscope/analysis/nonfinite.h"
+#include "tpscope/analysis/pipeline.h"
 #include "tpscope/analysis/run_info.h"
 #include "analysis_internal.h"
 #include "evidence_util.h"
@@ -216,6 +217,11 @@ DiagnoseResult diagnose(tracedb::Reader& reader, const DiagnoseOptions& options)
   take("breakdown", [&]() -> Findings {
     if (!breakdown) return std::vector<Finding>{};
     return overheadFindings(*breakdown, collectives ? &collectives->tp : nullptr, options);
+  });
+  take("pipeline", [&]() -> Findings {
+    auto r = analyzePipeline(reader);
+    if (!r) return r.status();
+    return pipelineFindings(*r);
   });
   if (breakdown) result.reports.breakdown = std::move(*breakdown);
   result.reports.collectives = std::move(collectives);
