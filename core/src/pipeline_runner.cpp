@@ -49,7 +49,11 @@ PipelineRunner::PipelineRunner(const TrainConfig& cfg, Mesh& mesh, std::vector<G
     : cfg_(cfg), mesh_(mesh), chunks_(std::move(chunks)), device_(device),
       kind_(parsePipelineSchedule(cfg.schedule)) {
   const int v = kind_ == PipelineSchedule::Interleaved ? static_cast<int>(cfg.virtual_stages) : 1;
-  ops_ = buildPipelineSchedule(kind_, mesh.pp(), static_cast<int>(cfg.grad_accum), v)[mesh.ppRank()];
+  const auto all = buildPipelineSchedule(kind_, mesh.pp(), static_cast<int>(cfg.grad_accum), v);
+  for (int s = 0; s < mesh.pp(); ++s)
+    for (const PipelineOp& op : all[static_cast<size_t>(s)])
+      if (op.sendTo >= 0) ++perStep_[{s, op.sendTo}];
+  ops_ = all[static_cast<size_t>(mesh.ppRank())];
   const bool withChunk = v > 1;
   for (const PipelineOp& op : ops_) passSite(op.forward, op.microbatch, op.chunk, withChunk);  // built up front
 }
@@ -68,6 +72,9 @@ at::Tensor PipelineRunner::run(int64_t step, const BatchSampler& sampler, double
   };
   std::map<std::pair<int, int>, Saved> saved;
   std::vector<PendingCollective> sends;
+  const int me = mesh_.ppRank();
+  auto sendSeq = [&](const PipelineOp& op) { return stepsRun_ * perStep_.at({me, op.sendTo}) + op.sendSeq; };
+  auto recvSeq = [&](const PipelineOp& op) { return stepsRun_ * perStep_.at({op.recvFrom, me}) + op.recvSeq; };
   int backwardsLeft = 0;
   for (const PipelineOp& op : ops_) backwardsLeft += op.forward ? 0 : 1;
   for (const PipelineOp& op : ops_) {
@@ -78,7 +85,7 @@ at::Tensor PipelineRunner::run(int64_t step, const BatchSampler& sampler, double
       at::Tensor input, ids, targets;
       if (op.recvFrom >= 0) {
         input = torch::empty({c.micro_batch_size, seq, c.hidden}, f32);
-        pg.recv(input, op.recvFrom, op.recvSeq, kActSite, probes::Phase::Forward);
+        pg.recv(input, op.recvFrom, recvSeq(op), kActSite, probes::Phase::Forward);
         input.requires_grad_(true);
       }
       if (pre || post) {
@@ -96,7 +103,7 @@ at::Tensor PipelineRunner::run(int64_t step, const BatchSampler& sampler, double
       if (post) lossSum += out.detach().to(at::kFloat);
       if (op.sendTo >= 0) {
         at::Tensor wire = out.detach().to(at::kFloat).contiguous();
-        sends.push_back(pg.send(wire, op.sendTo, op.sendSeq, kActSite, probes::Phase::Forward));
+        sends.push_back(pg.send(wire, op.sendTo, sendSeq(op), kActSite, probes::Phase::Forward));
       }
       saved[{op.microbatch, op.chunk}] = {input, out};
       continue;
@@ -108,7 +115,7 @@ at::Tensor PipelineRunner::run(int64_t step, const BatchSampler& sampler, double
     at::Tensor grad;
     if (!post) {
       grad = torch::empty({c.micro_batch_size, seq, c.hidden}, f32);
-      pg.recv(grad, op.recvFrom, op.recvSeq, kGradSite, probes::Phase::Backward);
+      pg.recv(grad, op.recvFrom, recvSeq(op), kGradSite, probes::Phase::Backward);
     }
     if (--backwardsLeft == 0) beforeLastBackward();
     {
@@ -120,10 +127,11 @@ at::Tensor PipelineRunner::run(int64_t step, const BatchSampler& sampler, double
     }
     if (op.sendTo >= 0) {
       at::Tensor wire = sv.input.grad().to(at::kFloat).contiguous();
-      sends.push_back(pg.send(wire, op.sendTo, op.sendSeq, kGradSite, probes::Phase::Backward));
+      sends.push_back(pg.send(wire, op.sendTo, sendSeq(op), kGradSite, probes::Phase::Backward));
     }
   }
   for (auto& s : sends) s.wait();
+  ++stepsRun_;
   return lossSum;
 }
 

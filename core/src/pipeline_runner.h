@@ -16,6 +16,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -47,6 +48,10 @@ class PipelineRunner {
   c10::Device device_;
   PipelineSchedule kind_;
   std::vector<PipelineOp> ops_;  // this stage's
+  // Messages per step on each directed pair (src stage, dst stage): the schedule numbers them 1..n within a step,
+  // the wire and the trace number them over the run (step k's message i is k·n + i), so (src, dst, seq) stays unique.
+  std::map<std::pair<int, int>, uint64_t> perStep_;
+  uint64_t stepsRun_ = 0;
 };
 
 }  // namespace tpscope::core

@@ -9,9 +9,10 @@
 // gradient of its output from the next virtual stage and sends the gradient of its input to the previous one.
 //
 // Messages: sends never block the sender (they are posted and waited for at the end of the step); receives block.
-// Every message carries the sequence number of its directed pair (src stage -> dst stage), 1-based, counted in the
-// SENDER's order; the receiver knows it from the schedule (every stage builds every stage's list), so (src, dst, seq)
-// names one message on both sides and is the Gloo tag that matches them.
+// Every message carries the sequence number of its directed pair (src stage -> dst stage) within the step, 1-based,
+// counted in the SENDER's order; the receiver knows it from the schedule (every stage builds every stage's list), so
+// (src, dst, seq) names one message on both sides. The trainer numbers over the run (step k's message i of a pair
+// with n per step is k·n + i): that is the Gloo tag that matches the two sides and the seq in the trace.
 //
 // Schedules (Megatron-LM's):
 //   gpipe        every forward, then every backward (micro-batch order).
