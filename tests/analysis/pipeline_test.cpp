@@ -118,6 +118,16 @@ TEST(PipelineBubble, KnownSplitOfEveryIdleInterval) {
   EXPECT_EQ(rep->longestStage, 0);
   EXPECT_NEAR(rep->longestOverMeanPct, 100 * (88.0 / 74.0 - 1), 1e-9);
 
+  // Stage 0 computes 88 µs against a mean of 74: 18.9 % more, an info-level stage_imbalance naming it.
+  const auto findings = pipelineFindings(*rep);
+  ASSERT_EQ(findings.size(), 1u);
+  EXPECT_EQ(findings[0].kind, FindingKind::StageImbalance);
+  EXPECT_EQ(findings[0].severity, Severity::Info);
+  EXPECT_EQ(findings[0].rank, 0);
+  EXPECT_EQ(findingKindName(findings[0].kind), "stage_imbalance");
+  EXPECT_NE(findings[0].message.find("pipeline stage 0 is the longest: 18.9 %"), std::string::npos)
+      << findings[0].message;
+
   auto full = buildReport(*reader);
   ASSERT_TRUE(full.isOk()) << full.error();
   const auto j = nlohmann::json::parse(reportToJson(*full, "pp.db"));
@@ -147,6 +157,7 @@ TEST(PipelineBubble, AbsentWithoutPipelineMeta) {
   auto rep = analyzePipeline(*reader);
   ASSERT_TRUE(rep.isOk());
   EXPECT_FALSE(rep->present);
+  EXPECT_TRUE(pipelineFindings(*rep).empty());
   auto full = buildReport(*reader);
   ASSERT_TRUE(full.isOk());
   EXPECT_FALSE(nlohmann::json::parse(reportToJson(*full, "plain.db")).contains("pipeline"));
