@@ -146,6 +146,42 @@ TEST(PipelineBubble, KnownSplitOfEveryIdleInterval) {
   EXPECT_NEAR(p["per_stage"][1]["dependency_wait_pct"].get<double>(), 100 * 6 / w, 1e-3);
 }
 
+// A hang on a pipeline message (desync's `hang` on "p2p-0-1") is told in pipeline terms: 1F1B with m = 4, seq 5 is
+// the first message of the second step on that pair, micro-batch 0's activation, which stage 0 never sent.
+TEST(PipelineHang, NamesStageMicrobatchAndDirection) {
+  const auto path = testDir() / "hang.db";
+  writeScenario(path);  // meta 'pipeline': 1f1b, 2 stages, m = 2, ranks 0 and 1
+  auto reader = openReader(path);
+  ASSERT_TRUE(reader);
+  std::vector<Finding> fs(2);
+  fs[0].kind = FindingKind::Hang;
+  fs[0].severity = Severity::Critical;
+  fs[0].collective = CollectiveRef{"p2p-0-1", 3, "recv"};
+  fs[0].ranks = {0};
+  fs[0].rank = 0;
+  fs[0].message = "group p2p-0-1 (ranks 0, 1) seq 3: pipeline activation forward recv";
+  fs[1] = fs[0];
+  fs[1].collective = CollectiveRef{"p2p-1-0", 4, "send"};
+  fs[1].ranks = {0};  // rank 0 never posted the receive of micro-batch 1's gradient
+  namePipelineHangs(*reader, fs);
+  EXPECT_EQ(fs[0].kind, FindingKind::PipelineHang);
+  EXPECT_EQ(fs[0].severity, Severity::Critical);
+  EXPECT_EQ(fs[0].message, "stage 0 (rank 0) never sent micro-batch 0's activation to stage 1 (rank 1): p2p 0 -> 1 seq 3");
+  EXPECT_EQ(fs[0].details.front(), "group p2p-0-1 (ranks 0, 1) seq 3: pipeline activation forward recv");
+  auto number = [](const Finding& f, const char* name) {
+    for (const auto& n : f.evidence.numbers)
+      if (n.name == name) return n.value;
+    return EvidenceValue{std::string("absent")};
+  };
+  EXPECT_EQ(number(fs[0], "microbatch"), EvidenceValue{int64_t{0}});
+  EXPECT_EQ(number(fs[0], "stage"), EvidenceValue{int64_t{0}});
+  EXPECT_EQ(number(fs[0], "direction"), EvidenceValue{std::string("activation")});
+  EXPECT_EQ(fs[1].message,
+            "stage 0 (rank 0) never received micro-batch 1's activation gradient from stage 1 (rank 1): p2p 1 -> 0 seq 4");
+  EXPECT_EQ(number(fs[1], "microbatch"), EvidenceValue{int64_t{1}});
+  EXPECT_EQ(findingKindName(FindingKind::PipelineHang), "pipeline_hang");
+}
+
 TEST(PipelineBubble, AbsentWithoutPipelineMeta) {
   const auto path = testDir() / "plain.db";
   {

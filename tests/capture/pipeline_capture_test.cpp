@@ -66,5 +66,24 @@ TEST(PipelineCapture, TraceCarriesStagesMicrobatchesAndMatchedPointToPoint) {
     EXPECT_TRUE(f.severity == "info") << "healthy pipeline run: " << d.summary();
 }
 
+// Stage 0 stalls before its first send of step 2 (--inject hang): diagnose names a pipeline_hang — stage 0 never sent
+// micro-batch 0's activation to stage 1, on p2p 0 -> 1 seq m + 1 (the first message of the second step).
+TEST(PipelineCapture, AStageThatNeverSendsIsNamedByPairSeqStageAndMicrobatch) {
+  const auto dir = testDir("pipeline_hang");
+  const RunResult r = capture(dir, 2, 1, 1, 4,
+                              {"--pp", "2", "--microbatches", "4", "--inject", "hang:rank=0,step=2",
+                               "--hang-timeout", "2", "--grace", "1"});
+  ASSERT_EQ(r.status, 3) << r.output;
+  const Diagnosis d = diagnose(dir / "run.db");
+  const auto hangs = d.ofKind("pipeline_hang", "critical");
+  ASSERT_EQ(hangs.size(), 1u) << d.summary();
+  EXPECT_EQ(hangs[0].group, "p2p-0-1");
+  EXPECT_EQ(hangs[0].seq, 5);
+  EXPECT_EQ(hangs[0].numbers.at("microbatch"), "0");
+  EXPECT_EQ(hangs[0].numbers.at("stage"), "0");
+  EXPECT_EQ(hangs[0].message, "stage 0 (rank 0) never sent micro-batch 0's activation to stage 1 (rank 1): p2p 0 -> 1 seq 5")
+      << d.summary();
+}
+
 }  // namespace
 }  // namespace tpscope::capture_test

@@ -228,6 +228,7 @@ DiagnoseResult diagnose(tracedb::Reader& reader, const DiagnoseOptions& options)
   result.reports.info = std::move(*info);
 
   markHangsCausedByCrashes(all);
+  namePipelineHangs(reader, all);  // a hang on a pipeline message, in pipeline terms
   sortFindings(all);
   std::map<FindingKind, int64_t> perKind;
   std::map<std::string, int64_t> omitted;

@@ -196,6 +196,49 @@ tracedb::Result<PipelineReport> analyzePipeline(tracedb::Reader& reader) {
   return out;
 }
 
+void namePipelineHangs(tracedb::Reader& reader, std::vector<Finding>& findings) {
+  const std::optional<Layout> layout = readLayout(reader);
+  if (!layout) return;
+  const int world = static_cast<int>(layout->stageOfRank.size());
+  for (Finding& fd : findings) {
+    if (fd.kind != FindingKind::Hang || !fd.collective || fd.collective->group.rfind("p2p-", 0) != 0) continue;
+    int src = -1, dst = -1;
+    if (std::sscanf(fd.collective->group.c_str(), "p2p-%d-%d", &src, &dst) != 2 || src < 0 || dst < 0 ||
+        src >= world || dst >= world)
+      continue;
+    const int srcStage = layout->stageOfRank[src], dstStage = layout->stageOfRank[dst];
+    const bool forward = layout->schedule == "interleaved" ? dstStage == (srcStage + 1) % layout->stages
+                                                           : dstStage > srcStage;
+    const int64_t seq = fd.collective->seq;
+    const int mb = layout->schedule != "interleaved" && layout->microbatches > 0
+                       ? static_cast<int>((seq - 1) % layout->microbatches)
+                       : -1;
+    const bool senderMissing = std::find(fd.ranks.begin(), fd.ranks.end(), src) != fd.ranks.end();
+    const std::string what = std::string(forward ? "activation" : "activation gradient");
+    const std::string mbText = mb >= 0 ? "micro-batch " + std::to_string(mb) + "'s " : "the ";
+    char buf[320];
+    if (senderMissing)
+      std::snprintf(buf, sizeof buf, "stage %d (rank %d) never sent %s%s to stage %d (rank %d): p2p %d -> %d seq %lld",
+                    srcStage, src, mbText.c_str(), what.c_str(), dstStage, dst, src, dst,
+                    static_cast<long long>(seq));
+    else
+      std::snprintf(buf, sizeof buf,
+                    "stage %d (rank %d) never received %s%s from stage %d (rank %d): p2p %d -> %d seq %lld", dstStage,
+                    dst, mbText.c_str(), what.c_str(), srcStage, src, src, dst, static_cast<long long>(seq));
+    fd.kind = FindingKind::PipelineHang;
+    fd.details.insert(fd.details.begin(), fd.message);
+    fd.message = buf;
+    fd.number("src", int64_t{src})
+        .number("dst", int64_t{dst})
+        .number("seq", seq)
+        .number("src_stage", int64_t{srcStage})
+        .number("dst_stage", int64_t{dstStage})
+        .number("stage", int64_t{senderMissing ? srcStage : dstStage})
+        .number("direction", std::string(forward ? "activation" : "activation_gradient"))
+        .number("microbatch", int64_t{mb});
+  }
+}
+
 std::vector<Finding> pipelineFindings(const PipelineReport& p) {
   std::vector<Finding> out;
   if (!p.present || p.longestStage < 0 || p.longestOverMeanPct < 10.0) return out;
