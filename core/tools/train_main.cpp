@@ -73,7 +73,8 @@ void describeRankToRecorder(core::Mesh& mesh, const core::TrainConfig& cfg) {
   probes::setRankInfo(info);
   for (core::Communicator* c :
        {&mesh.world(), &mesh.tpGroup(), &mesh.dpGroup(), &mesh.ppGroup(), &mesh.embeddingGroup()})
-    if (c != &mesh.ppGroup() || mesh.pp() > 1) probes::putGroup({c->name(), c->globalRanks(), c->size() > 1 ? "gloo" : ""});
+    if ((c != &mesh.ppGroup() && c != &mesh.embeddingGroup()) || c->size() > 1)  // PP groups only where they exist
+      probes::putGroup({c->name(), c->globalRanks(), c->size() > 1 ? "gloo" : ""});
   probes::setMeta("config", cfg.toJson());
   if (mesh.pp() > 1) {
     // The pipeline's point-to-point pairs this rank takes part in (each send/recv is recorded on one of them).
