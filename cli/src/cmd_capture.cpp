@@ -58,7 +58,15 @@ void addCapture(CLI::App& app, Context& ctx) {
                                                 "merge and diagnose");
   sub->add_option("--nproc,--nproc-per-node,-n", opts->nproc, "number of ranks (on this node)")->required();
   sub->add_option("--tp", opts->tp, "tensor-parallel size (default: nproc / dp)");
-  sub->add_option("--dp", opts->dp, "data-parallel size (default: nproc / tp, else 1)");
+  sub->add_option("--dp", opts->dp, "data-parallel size (default: nproc / (tp x pp), else 1)");
+  sub->add_option("--pp", opts->pp, "pipeline-parallel size: stages (passed to tpscope-train)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--schedule", opts->schedule, "pipeline schedule: gpipe, 1f1b or interleaved")
+      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}));
+  sub->add_option("--microbatches", opts->microbatches, "micro-batches per step (passed to tpscope-train)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--virtual-stages", opts->virtualStages, "model chunks per stage, interleaved schedule")
+      ->check(CLI::PositiveNumber);
   sub->add_option("--config", opts->config, "training config for tpscope-train (samples/configs/tiny.json, ...)");
   sub->add_option("--steps", *steps, "optimizer steps (passed to tpscope-train)");
   sub->add_option("--out,-o", opts->out, "capture folder: rank-K.db, run.db, logs/")->required();

@@ -131,6 +131,24 @@ void printText(const analysis::Report& r, const std::string& file, bool steps, s
         << " with arrival skew within the clock uncertainty (order undecided)\n";
 }
 
+// Pipeline runs: the measured bubble per stage next to the schedule's analytic one (analysis/pipeline.h).
+void printPipeline(const analysis::PipelineReport& p, std::ostream& out) {
+  if (!p.present) return;
+  out << "\npipeline: " << p.schedule << ", " << p.stages << " stages, " << p.microbatches << " micro-batches"
+      << (p.virtualStages > 1 ? ", " + std::to_string(p.virtualStages) + " chunks per stage" : std::string())
+      << "; analytic bubble " << pct(p.analyticBubblePct) << " of the pipeline time, measured over " << p.steps
+      << " step" << (p.steps == 1 ? "" : "s") << ":\n";
+  Table t({"stage", "ranks", "window ms", "compute ms", "bubble", "warm-up/cool-down", "dependency wait",
+           "transfer"});
+  for (const auto& s : p.perStage)
+    t.add({std::to_string(s.stage), analysis::formatRanks(s.ranks), ms(s.stepNs), ms(s.computeNs), pct(s.bubblePct),
+           pct(s.warmupCooldownPct), pct(s.dependencyWaitPct), pct(s.transferPct)});
+  t.print(out);
+  if (p.longestStage >= 0)
+    out << "longest stage: " << p.longestStage << " (" << pct(p.longestOverMeanPct)
+        << " more compute than the stages' mean)\n";
+}
+
 // Gradient norms by layer over the run (grad_stats: per step the median over ranks and parameters of the layer):
 // a layer whose gradients grow or vanish by decades shows here long before it produces a NaN.
 void printLayerTrends(const std::vector<analysis::LayerTrend>& trends, std::ostream& out) {
@@ -203,6 +221,7 @@ void addReport(CLI::App& app, Context& ctx) {
       return;
     }
     printText(*report, args->run.string(), args->steps, std::cout);
+    printPipeline(report->pipeline, std::cout);
     auto anomalies = analysis::analyzeAnomalies(*reader, report->info);
     if (anomalies) printLayerTrends(anomalies->layerTrends, std::cout);
     else printError("report: gradient norms by layer", anomalies.error());

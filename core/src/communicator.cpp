@@ -83,8 +83,8 @@ at::Tensor wireOf(const at::Tensor& t, const Communicator::Backend& be, bool cop
 // "attention forward", where a TP all-reduce sits on the critical path; the collective record alone (no thread)
 // could as well overlap other work. One static Site per (op, phase): the recorder keys names by Site.
 const probes::Site* commSite(std::string_view op, probes::Phase phase) {
-  static constexpr const char* kOps[] = {"all_reduce", "all_gather", "reduce_scatter",
-                                         "broadcast",  "barrier",    "all_reduce wait"};
+  static constexpr const char* kOps[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast",
+                                         "barrier",    "recv",       "send wait",      "all_reduce wait"};
   constexpr size_t kOpCount = std::size(kOps), kPhases = 7;
   static const auto kSites = [] {
     std::array<std::array<probes::Site, kPhases>, kOpCount> t{};
@@ -116,6 +116,7 @@ at::Tensor likeInput(const at::Tensor& out, const at::Tensor& in) {
 
 struct Communicator::Issue {
   uint64_t seq = 0;
+  std::string group;  // p2p: "p2p-<src>-<dst>" (else the communicator's name)
   uint64_t handle = 0;
   probes::Sink* sink = nullptr;
   const char* op = "";
@@ -129,6 +130,7 @@ struct PendingCollective::State {
   c10::intrusive_ptr<compat::Work> work;
   at::Tensor user;  // caller's tensor
   at::Tensor wire;  // what was sent (fp32 copy or the user tensor itself)
+  bool sendOnly = false;  // a point-to-point send: nothing to copy back
 };
 
 Communicator::Communicator(std::string name, std::vector<int> globalRanks, int rank, std::shared_ptr<Backend> backend,
@@ -146,8 +148,12 @@ std::unique_ptr<Communicator> Communicator::solo(std::string name, int globalRan
                                         std::chrono::milliseconds(0));
 }
 
+std::string Communicator::p2pGroupName(int srcGlobal, int dstGlobal) {
+  return fmt::format("p2p-{}-{}", srcGlobal, dstGlobal);
+}
+
 Communicator::Issue Communicator::begin(const char* op, const at::Tensor* t, const Callsite& site,
-                                        probes::Phase phase) {
+                                        probes::Phase phase, const P2p* p2p) {
   if (dead_) {
     throw CollectiveError(fmt::format("group {} is unusable after an earlier collective error; refusing {} seq {}",
                                       name_, op, seq_ + 1),
@@ -155,7 +161,12 @@ Communicator::Issue Communicator::begin(const char* op, const at::Tensor* t, con
   }
   if (FaultInjector* f = activeFaults()) f->beforeCollective(*this, op, phase);  // capture: --inject delay/hang
   Issue is;
-  is.seq = ++seq_;
+  if (p2p != nullptr) {
+    is.seq = p2p->seq;  // per directed pair, kept by the caller; the group's own count is untouched
+    is.group = p2pGroupName(p2p->src, p2p->dst);
+  } else {
+    is.seq = ++seq_;
+  }
   is.op = op;
   is.site = site;
   is.phase = phase;
@@ -163,8 +174,9 @@ Communicator::Issue Communicator::begin(const char* op, const at::Tensor* t, con
   if (is.sink != nullptr) {
     std::vector<int64_t> shape;
     probes::CollectiveDesc d;
-    d.group = name_;
-    d.groupRanks = ranks_;
+    const std::vector<int> pair = p2p != nullptr ? std::vector<int>{p2p->src, p2p->dst} : std::vector<int>{};
+    d.group = p2p != nullptr ? std::string_view(is.group) : std::string_view(name_);
+    d.groupRanks = p2p != nullptr ? std::span<const int>(pair) : std::span<const int>(ranks_);
     d.seq = is.seq;
     d.op = op;
     if (t != nullptr) {
@@ -196,8 +208,8 @@ void Communicator::fail(const Issue& is, const std::exception& e) {
     is.sink->flush();
   }
   throw CollectiveError(
-      fmt::format("collective {} on group {} (ranks {}) seq {} at \"{}\" {} after timeout {} ms: {}", is.op, name_,
-                  fmt::join(ranks_, ","), is.seq, describeCallsite(is.site, is.phase, opDisplay(is.op)),
+      fmt::format("collective {} on group {} (ranks {}) seq {} at \"{}\" {} after timeout {} ms: {}", is.op,
+                  is.group.empty() ? name_ : is.group, fmt::join(ranks_, ","), is.seq, describeCallsite(is.site, is.phase, opDisplay(is.op)),
                   timedOut ? "timed out" : "failed", timeout_.count(), e.what()),
       timedOut);
 }
@@ -301,6 +313,38 @@ void Communicator::barrier(const Callsite& site, probes::Phase phase) {
   TPS_COMM_RUN(is, { backend_->pg->barrier()->wait(); });
 }
 
+PendingCollective Communicator::send(const at::Tensor& t, int peer, uint64_t seq, const Callsite& site,
+                                       probes::Phase phase) {
+  TORCH_CHECK(peer >= 0 && peer < size() && peer != rank_, "send on ", name_, ": peer ", peer, " is not another member");
+  auto st = std::make_unique<PendingCollective::State>();
+  st->comm = this;
+  st->user = t.contiguous();
+  const P2p p2p{ranks_[rank_], ranks_[peer], seq};
+  st->issue = begin("send", &st->user, site, phase, &p2p);
+  try {
+    st->wire = wireOf(st->user, *backend_);
+    std::vector<at::Tensor> v{st->wire};
+    st->work = backend_->pg->send(v, peer, static_cast<int>(seq));
+  } catch (const std::exception& e) {
+    fail(st->issue, e);
+  }
+  st->sendOnly = true;
+  return PendingCollective(std::move(st));  // Completed is recorded by wait()
+}
+
+void Communicator::recv(at::Tensor& t, int peer, uint64_t seq, const Callsite& site, probes::Phase phase) {
+  TORCH_CHECK(peer >= 0 && peer < size() && peer != rank_, "recv on ", name_, ": peer ", peer, " is not another member");
+  TORCH_CHECK(t.is_contiguous(), "recv on ", name_, " needs a contiguous tensor");
+  const P2p p2p{ranks_[peer], ranks_[rank_], seq};
+  Issue is = begin("recv", &t, site, phase, &p2p);
+  TPS_COMM_RUN(is, {
+    at::Tensor wire = wireOf(t, *backend_);
+    std::vector<at::Tensor> v{wire};
+    backend_->pg->recv(v, peer, static_cast<int>(seq))->wait();
+    if (!wire.is_same(t)) t.copy_(wire);
+  });
+}
+
 PendingCollective::PendingCollective() = default;
 PendingCollective::PendingCollective(std::unique_ptr<State> s) : state_(std::move(s)) {}
 PendingCollective::PendingCollective(PendingCollective&&) noexcept = default;
@@ -313,12 +357,13 @@ void PendingCollective::wait() {
   if (!st->work) return;  // size-1 group
   Communicator* c = st->comm;
   try {
-    CommSpan blocked(commSite("all_reduce wait", st->issue.phase), st->issue.site.layer);
+    CommSpan blocked(commSite(st->sendOnly ? "send wait" : "all_reduce wait", st->issue.phase),
+                     st->issue.site.layer);
     st->work->wait();
   } catch (const std::exception& e) {
     c->fail(st->issue, e);
   }
-  if (!st->wire.is_same(st->user)) st->user.copy_(st->wire);
+  if (!st->sendOnly && !st->wire.is_same(st->user)) st->user.copy_(st->wire);
   if (st->issue.sink != nullptr)
     st->issue.sink->collectiveState(st->issue.handle, probes::CollectiveState::Completed, probes::rawTicks());
 }

@@ -105,26 +105,34 @@ GptImpl::GptImpl(GptOptions o) : options(std::move(o)) {
   if (sp_)
     TORCH_CHECK(options.seq_len() % tp->size() == 0, "sequence parallelism: seq_len ", options.seq_len(),
                 " not divisible by TP ", tp->size());
-  embedding = register_module("embedding", VocabParallelEmbedding(VocabParallelEmbeddingOptions(options.vocab_size(),
-                                                                                               options.hidden())
-                                                                       .tp(tp)
-                                                                       .sequence_parallel(sp_)
-                                                                       .seed(options.seed())
-                                                                       .name("embedding")));
-  position = register_parameter(
-      "position", masterNormal(options.seed(), "position", {options.seq_len(), options.hidden()}, 0.01));
+  const bool pre = options.pre_process(), post = options.post_process();
+  const int64_t first = options.first_layer();
+  const int64_t count = options.stage_layers() < 0 ? options.layers() - first : options.stage_layers();
+  TORCH_CHECK(first >= 0 && count >= 0 && first + count <= options.layers(), "Gpt: stage layers [", first, ", ",
+              first + count, ") outside the model's ", options.layers());
+  if (pre || post)
+    embedding = register_module("embedding", VocabParallelEmbedding(VocabParallelEmbeddingOptions(options.vocab_size(),
+                                                                                                 options.hidden())
+                                                                         .tp(tp)
+                                                                         .sequence_parallel(sp_)
+                                                                         .seed(options.seed())
+                                                                         .name("embedding")));
+  if (pre)
+    position = register_parameter(
+        "position", masterNormal(options.seed(), "position", {options.seq_len(), options.hidden()}, 0.01));
   auto list = register_module("layers", torch::nn::ModuleList());
-  for (int i = 0; i < options.layers(); ++i) {
-    layers.push_back(TransformerLayer(options, i));
+  for (int64_t i = first; i < first + count; ++i) {
+    layers.push_back(TransformerLayer(options, static_cast<int>(i)));
     list->push_back(layers.back());
   }
-  lnFinal = register_module("ln_final", torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.hidden()})));
+  if (post)
+    lnFinal = register_module("ln_final", torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.hidden()})));
   outputNames_.push_back("embedding output");
   for (int i = 0; i < options.layers(); ++i) outputNames_.push_back("layers." + std::to_string(i) + " output");
   outputNames_.push_back("output logits");
 }
 
-at::Tensor GptImpl::forward(const at::Tensor& ids, const at::Tensor& targets) {
+at::Tensor GptImpl::embed(const at::Tensor& ids) {
   Communicator& tp = *options.tp();
   const int64_t s = ids.size(1);
   TORCH_CHECK(s <= options.seq_len(), "sequence of ", s, " tokens is longer than seq_len ", options.seq_len());
@@ -138,6 +146,10 @@ at::Tensor GptImpl::forward(const at::Tensor& ids, const at::Tensor& targets) {
     if (options.dropout() > 0 && is_training()) x = torch::dropout(x, options.dropout(), true);
   }
   if (watch_ != nullptr) watch_->note(x, -1, &outputNames_.front());
+  return x;
+}
+
+at::Tensor GptImpl::runLayers(at::Tensor x) {
   FaultInjector* faults = activeFaults();  // capture: --inject nan/inf with phase=fwd
   for (auto& layer : layers) {
     if (options.activation_checkpointing() && is_training() && torch::GradMode::is_enabled())
@@ -147,8 +159,13 @@ at::Tensor GptImpl::forward(const at::Tensor& ids, const at::Tensor& targets) {
     if (faults != nullptr) x = faults->corruptActivation(layer->layer(), x);
     if (watch_ != nullptr) watch_->note(x, layer->layer(), &outputNames_[static_cast<size_t>(layer->layer()) + 1]);
   }
+  return x;
+}
+
+at::Tensor GptImpl::head(const at::Tensor& xIn, const at::Tensor& targets) {
+  Communicator& tp = *options.tp();
   TPS_SPAN("loss forward", Compute, Forward);
-  x = lnFinal(backwardSpanEnd(x, kLossBwd, -1, lossSlot_));
+  at::Tensor x = lnFinal(backwardSpanEnd(xIn, kLossBwd, -1, lossSlot_));
   at::Tensor full = sp_ ? gatherFromSequence(x, tp, headSite_) : copyToTp(x, tp, headSite_);
   at::Tensor logits = torch::matmul(full, embedding->weight.t());  // [b, s, V/tp]
   if (watch_ != nullptr) watch_->note(logits, -1, &outputNames_.back());
@@ -157,13 +174,29 @@ at::Tensor GptImpl::forward(const at::Tensor& ids, const at::Tensor& targets) {
   return backwardSpanBegin(loss.mean(), lossSlot_);
 }
 
+at::Tensor GptImpl::forward(const at::Tensor& ids, const at::Tensor& targets) {
+  TORCH_CHECK(options.pre_process() && options.post_process(), "Gpt::forward needs the whole model; a pipeline "
+              "stage runs stageForward");
+  return head(runLayers(embed(ids)), targets);
+}
+
+at::Tensor GptImpl::stageForward(const at::Tensor& input, const at::Tensor& ids, const at::Tensor& targets) {
+  at::Tensor x = runLayers(options.pre_process() ? embed(ids) : input);
+  return options.post_process() ? head(x, targets) : x;
+}
+
 std::vector<GptImpl::ParamInfo> GptImpl::paramInfo() {
   auto sharded = tpShardedParams(*this);
   std::vector<ParamInfo> out;
   for (auto& kv : named_parameters(/*recurse=*/true)) {
     int layer = -1;
-    if (kv.key().rfind("layers.", 0) == 0) layer = std::stoi(kv.key().substr(7));
-    out.push_back({kv.key(), kv.value(), sharded.count(kv.value().unsafeGetTensorImpl()) > 0, layer});
+    std::string name = kv.key();
+    if (name.rfind("layers.", 0) == 0) {  // the ModuleList counts from 0 on every stage: name the global layer
+      const size_t dot = name.find('.', 7);
+      layer = std::stoi(name.substr(7, dot - 7)) + static_cast<int>(options.first_layer());
+      name = "layers." + std::to_string(layer) + name.substr(dot);
+    }
+    out.push_back({name, kv.value(), sharded.count(kv.value().unsafeGetTensorImpl()) > 0, layer});
   }
   return out;
 }

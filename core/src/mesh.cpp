@@ -65,34 +65,39 @@ std::unique_ptr<Mesh> Mesh::single() {
   m->tpComm_ = Communicator::solo("tp-0", 0);
   m->dpComm_ = Communicator::solo("dp-0", 0);
   m->worldComm_ = Communicator::solo("world", 0);
+  m->ppComm_ = Communicator::solo("pp-0", 0);
+  m->embdComm_ = Communicator::solo("embd-0", 0);
   return m;
 }
 
 std::unique_ptr<Mesh> Mesh::fromEnvironment(const MeshOptions& opts) {
-  if (opts.tp < 1 || opts.dp < 1) throw std::invalid_argument(fmt::format("tp={} dp={} must be >= 1", opts.tp, opts.dp));
+  if (opts.tp < 1 || opts.dp < 1 || opts.pp < 1)
+    throw std::invalid_argument(fmt::format("tp={} dp={} pp={} must be >= 1", opts.tp, opts.dp, opts.pp));
+  const int want = opts.tp * opts.dp * opts.pp;
+  const std::string layout = opts.pp > 1 ? fmt::format("tp={} x dp={} x pp={}", opts.tp, opts.dp, opts.pp)
+                                         : fmt::format("tp={} x dp={}", opts.tp, opts.dp);
   const char* worldVar = launcherVar("WORLD_SIZE", "SLURM_NTASKS");
   const char* rankVar = launcherVar("RANK", "SLURM_PROCID");
   const char* localVar = launcherVar("LOCAL_RANK", "SLURM_LOCALID");
   const char* ws = std::getenv(worldVar);
   if (ws == nullptr || *ws == '\0') {
-    if (opts.tp * opts.dp != 1)
-      throw std::invalid_argument(fmt::format("tp={} x dp={} needs {} ranks, but WORLD_SIZE is not set: launch one "
+    if (want != 1)
+      throw std::invalid_argument(fmt::format("{} needs {} ranks, but WORLD_SIZE is not set: launch one "
                                               "process per rank (torchrun or tpscope capture)",
-                                              opts.tp, opts.dp, opts.tp * opts.dp));
+                                              layout, want));
     auto m = single();
     if (opts.cuda) m->device_ = selectGpu(envInt(localVar, 0, false));
     return m;
   }
   const int world = envInt(worldVar, 1, true);
   const int rank = envInt(rankVar, 0, true);
-  if (world != opts.tp * opts.dp)
-    throw std::invalid_argument(
-        fmt::format("WORLD_SIZE={} but tp={} x dp={} = {}", world, opts.tp, opts.dp, opts.tp * opts.dp));
+  if (world != want) throw std::invalid_argument(fmt::format("WORLD_SIZE={} but {} = {}", world, layout, want));
   if (rank >= world) throw std::invalid_argument(fmt::format("RANK={} >= WORLD_SIZE={}", rank, world));
   std::unique_ptr<Mesh> m(new Mesh());
   m->rank_ = rank;
   m->tp_ = opts.tp;
   m->dp_ = opts.dp;
+  m->pp_ = opts.pp;
   m->localRank_ = envInt(localVar, rank, false);
   if (opts.cuda) m->device_ = selectGpu(m->localRank_);
   if (world == 1) {
@@ -100,6 +105,8 @@ std::unique_ptr<Mesh> Mesh::fromEnvironment(const MeshOptions& opts) {
     m->tpComm_ = std::move(s->tpComm_);
     m->dpComm_ = std::move(s->dpComm_);
     m->worldComm_ = std::move(s->worldComm_);
+    m->ppComm_ = std::move(s->ppComm_);
+    m->embdComm_ = std::move(s->embdComm_);
     return m;
   }
   const char* addr = std::getenv("MASTER_ADDR");
@@ -141,11 +148,25 @@ std::unique_ptr<Mesh> Mesh::fromEnvironment(const MeshOptions& opts) {
   std::vector<int> all(world);
   for (int i = 0; i < world; ++i) all[i] = i;
   m->worldComm_ = makeComm("world", all);
-  std::vector<int> tpMembers, dpMembers;
-  for (int t = 0; t < opts.tp; ++t) tpMembers.push_back(m->dpRank() * opts.tp + t);
-  for (int d = 0; d < opts.dp; ++d) dpMembers.push_back(d * opts.tp + m->tpRank());
-  m->tpComm_ = makeComm(fmt::format("tp-{}", m->dpRank()), tpMembers);
-  m->dpComm_ = makeComm(fmt::format("dp-{}", m->tpRank()), dpMembers);
+  // Megatron's order: TP fastest, then DP, then PP (mesh.h).
+  const int stageBase = m->ppRank() * opts.tp * opts.dp;
+  const int inStage = rank % (opts.tp * opts.dp);  // dp_rank * tp + tp_rank: which pipeline this rank is in
+  std::vector<int> tpMembers, dpMembers, ppMembers;
+  for (int t = 0; t < opts.tp; ++t) tpMembers.push_back(stageBase + m->dpRank() * opts.tp + t);
+  for (int d = 0; d < opts.dp; ++d) dpMembers.push_back(stageBase + d * opts.tp + m->tpRank());
+  for (int s = 0; s < opts.pp; ++s) ppMembers.push_back(m->stageRank(s));
+  m->tpComm_ = makeComm(fmt::format("tp-{}", rank / opts.tp), tpMembers);
+  m->dpComm_ = makeComm(fmt::format("dp-{}", m->ppRank() * opts.tp + m->tpRank()), dpMembers);
+  if (opts.pp > 1) {
+    m->ppComm_ = makeComm(fmt::format("pp-{}", inStage), ppMembers);
+    if (m->firstStage() || m->lastStage())
+      m->embdComm_ = makeComm(fmt::format("embd-{}", inStage), {m->stageRank(0), m->stageRank(opts.pp - 1)});
+    else
+      m->embdComm_ = Communicator::solo(fmt::format("embd-{}", inStage), rank);
+  } else {
+    m->ppComm_ = Communicator::solo(fmt::format("pp-{}", inStage), rank);
+    m->embdComm_ = Communicator::solo(fmt::format("embd-{}", inStage), rank);
+  }
   return m;
 }
 

@@ -19,6 +19,7 @@
 #include "tpscope/core/grad_health.h"
 #include "tpscope/core/grad_reducer.h"
 #include "tpscope/core/loss_scaler.h"
+#include "pipeline_runner.h"
 
 namespace tpscope::core {
 
@@ -45,7 +46,10 @@ struct Trainer::Impl {
   Mesh* mesh;
   Corpus corpus;
   std::unique_ptr<BatchSampler> sampler;
-  Gpt model{nullptr};
+  Gpt model{nullptr};       // PP = 1: the whole model
+  std::vector<Gpt> chunks;  // this rank's model chunks (PP > 1: its stage's; PP = 1: {model})
+  std::unique_ptr<PipelineRunner> pipeline;  // PP > 1
+  std::vector<bool> embeddingCopy;  // per param: the last stage's copy of the tied embedding (PP > 1)
   std::vector<GptImpl::ParamInfo> params;
   std::vector<std::string> names;
   std::vector<int> layers;
@@ -61,6 +65,9 @@ struct Trainer::Impl {
   bool sp = false;
 
   Callsite lossSite{"step loss mean over DP", -1};
+  Callsite ppLossSite{"step loss from the last pipeline stage", -1};
+  Callsite ppClipSite{"gradient global norm over pipeline stages", -1};
+  Callsite embdSite{"tied embedding gradient (first + last stage)", -1};
   Callsite clipSite{"gradient global norm over TP", -1};
   Callsite spSite{"sequence-parallel replicated gradients", -1};
   Callsite zeroSite{"ZeRO-1 parameter broadcast", -1};
@@ -89,20 +96,23 @@ struct Trainer::Impl {
     TPS_SPAN("gradient clipping", Optimizer, Optimizer);
     torch::NoGradGuard ng;
     const bool leadTp = mesh->tpRank() == 0;
+    // With PP the last stage's copy of the tied embedding is the first stage's parameter again: counted there only.
     // [0]: squares of what the norm counts — sharded parameters, and replicated ones once (on TP rank 0);
     // [1]: squares of the replicated copies on the other TP ranks, which must be identical but can go non-finite on
     //      one rank alone (a fault, an fp16 overflow): counted only for finiteness, so every rank sees it.
     std::vector<at::Tensor> counted, copies;
-    for (auto& p : params) {
-      const at::Tensor& g = p.param.grad();
+    for (size_t i = 0; i < params.size(); ++i) {
+      const at::Tensor& g = params[i].param.grad();
       if (!g.defined()) continue;
-      ((p.sharded || leadTp) ? counted : copies).push_back(g.norm().square());
+      const bool once = (params[i].sharded || leadTp) && !embeddingCopy[i];
+      (once ? counted : copies).push_back(g.norm().square());
     }
     auto sum = [&](const std::vector<at::Tensor>& v) {
       return v.empty() ? torch::zeros({}, device) : torch::stack(v).sum();
     };
     at::Tensor total = torch::stack({sum(counted), sum(copies)}).to(at::kDouble);
     mesh->tpGroup().allReduce(total, ReduceOp::Sum, clipSite, probes::Phase::Optimizer);
+    mesh->ppGroup().allReduce(total, ReduceOp::Sum, ppClipSite, probes::Phase::Optimizer);  // PP = 1: nothing
     const at::Tensor host = total.to(at::kCPU);
     const double* t = host.data_ptr<double>();
     const double norm = std::isfinite(t[1]) ? std::sqrt(t[0]) : t[1];
@@ -121,29 +131,44 @@ struct Trainer::Impl {
   }
 
   // The model's loss on one micro-batch (moved to the device), under autocast when the config asks for bf16/fp16.
-  at::Tensor forward(at::Tensor ids, at::Tensor targets) {
+  at::Tensor forward(at::Tensor ids, at::Tensor targets) { return forwardChunk(model, at::Tensor(), ids, targets); }
+
+  // One model chunk's forward (pipeline_runner.h): `input` from the previous stage, or the tokens `ids`.
+  at::Tensor forwardChunk(Gpt& chunk, const at::Tensor& input, at::Tensor ids, at::Tensor targets) {
     const TrainConfig& c = cfg;
-    at::Tensor loss;
-    if (device.is_cuda()) {
+    at::Tensor out;
+    if (device.is_cuda() && ids.defined()) {
       ids = ids.to(device, /*non_blocking=*/true);
       targets = targets.to(device, /*non_blocking=*/true);
     }
+    auto run = [&] { return chunk->stageForward(input, ids, targets); };
     if ((c.bf16 || c.fp16) && device.is_cuda()) {
       at::autocast::set_autocast_gpu_dtype(c.fp16 ? at::kHalf : at::kBFloat16);
       at::autocast::set_enabled(true);
-      loss = model->forward(ids, targets);
+      out = run();
       at::autocast::set_enabled(false);
       at::autocast::clear_cache();
     } else if (c.bf16) {
       at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
       at::autocast::set_cpu_enabled(true);
-      loss = model->forward(ids, targets);
+      out = run();
       at::autocast::set_cpu_enabled(false);
       at::autocast::clear_cache();
     } else {
-      loss = model->forward(ids, targets);
+      out = run();
     }
-    return loss;
+    return out;
+  }
+
+  // PP > 1: the tied embedding's two copies (first and last stage) get the sum of their gradients.
+  void reduceTiedEmbedding() {
+    if (mesh->embeddingGroup().size() == 1) return;
+    torch::NoGradGuard ng;
+    for (auto& p : params) {
+      if (p.name != "embedding.weight") continue;
+      if (!p.param.grad().defined()) p.param.mutable_grad() = torch::zeros_like(p.param);
+      mesh->embeddingGroup().allReduce(p.param.mutable_grad(), ReduceOp::Sum, embdSite, probes::Phase::Backward);
+    }
   }
 
   void reduceSequenceParallel() {
@@ -186,37 +211,63 @@ Trainer::Trainer(const TrainConfig& config, Mesh& mesh) : impl_(std::make_unique
   Impl& m = *impl_;
   m.cfg = config;
   m.mesh = &mesh;
-  config.validate(mesh.tp(), mesh.dp());
+  config.validate(mesh.tp(), mesh.dp(), mesh.pp());
   m.corpus = Corpus::load(config.corpusPath());
   m.sampler = std::make_unique<BatchSampler>(m.corpus, config.seq_len, config.micro_batch_size, config.seed);
   // Same dropout stream on every TP rank of a replica (replicated regions must agree), different across replicas.
   torch::manual_seed(config.seed + 1 + 1000003ull * static_cast<uint64_t>(mesh.dpRank()));
-  m.model = Gpt(GptOptions()
-                    .layers(config.layers)
-                    .hidden(config.hidden)
-                    .heads(config.heads)
-                    .ffn_hidden(config.ffn_hidden)
-                    .seq_len(config.seq_len)
-                    .vocab_size(config.vocab_size)
-                    .dropout(config.dropout)
-                    .attention_dropout(config.attention_dropout)
-                    .label_smoothing(config.label_smoothing)
-                    .sequence_parallel(config.sequence_parallel)
-                    .activation_checkpointing(config.activation_checkpointing)
-                    .seed(config.seed)
-                    .tp(&mesh.tpGroup()));
+  const GptOptions base = GptOptions()
+                             .layers(config.layers)
+                             .hidden(config.hidden)
+                             .heads(config.heads)
+                             .ffn_hidden(config.ffn_hidden)
+                             .seq_len(config.seq_len)
+                             .vocab_size(config.vocab_size)
+                             .dropout(config.dropout)
+                             .attention_dropout(config.attention_dropout)
+                             .label_smoothing(config.label_smoothing)
+                             .sequence_parallel(config.sequence_parallel)
+                             .activation_checkpointing(config.activation_checkpointing)
+                             .seed(config.seed)
+                             .tp(&mesh.tpGroup());
+  if (mesh.pp() == 1) {
+    m.model = Gpt(base);
+    m.chunks = {m.model};
+  } else {
+    // Virtual stage vs = chunk * pp + stage holds the next stageLayers()[vs] layers (pipeline_schedule.h).
+    const std::vector<int64_t> split = config.stageLayers(mesh.pp());
+    const int v = static_cast<int>(split.size()) / mesh.pp();
+    for (int chunk = 0; chunk < v; ++chunk) {
+      const int vs = chunk * mesh.pp() + mesh.ppRank();
+      int64_t first = 0;
+      for (int i = 0; i < vs; ++i) first += split[static_cast<size_t>(i)];
+      m.chunks.push_back(Gpt(GptOptions(base)
+                                 .first_layer(first)
+                                 .stage_layers(split[static_cast<size_t>(vs)])
+                                 .pre_process(vs == 0)
+                                 .post_process(vs == static_cast<int>(split.size()) - 1)));
+    }
+  }
   m.device = mesh.device();
   if (config.device == "cuda" && !m.device.is_cuda())
     throw ConfigError("config: device = \"cuda\" needs a mesh built for CUDA (MeshOptions::cuda)");
-  if (m.device.is_cuda()) m.model->to(m.device);  // the master initialisation is cut on the host, then moved
+  for (auto& chunk : m.chunks) {
+    if (m.device.is_cuda()) chunk->to(m.device);  // the master initialisation is cut on the host, then moved
+    chunk->train();
+  }
   if (config.initialLossScale() > 0)
     m.scaler = std::make_unique<DynamicLossScaler>(config.initialLossScale(), config.loss_scale_window);
-  m.model->train();
   m.sp = config.sequence_parallel && mesh.tp() > 1;
-  m.params = m.model->paramInfo();
+  std::vector<at::Tensor> shared;
+  for (auto& chunk : m.chunks) {
+    for (auto& p : chunk->paramInfo()) m.params.push_back(p);
+    for (auto& t : chunk->sharedParams()) shared.push_back(t);
+  }
+  const bool copyHolder = mesh.pp() > 1 && mesh.lastStage();  // the last stage's embedding is the head's copy
+  for (const auto& p : m.params) m.embeddingCopy.push_back(copyHolder && p.name == "embedding.weight");
+  if (mesh.pp() > 1) m.pipeline = std::make_unique<PipelineRunner>(m.cfg, mesh, m.chunks, m.device);
   std::vector<at::Tensor> ps;
   std::vector<bool> late;
-  auto shared = m.model->sharedParams();
   for (size_t i = 0; i < m.params.size(); ++i) {
     const auto& p = m.params[i];
     m.names.push_back(p.name);
@@ -251,7 +302,8 @@ Trainer::Trainer(const TrainConfig& config, Mesh& mesh) : impl_(std::make_unique
 Trainer::~Trainer() = default;
 
 double Trainer::flopsPerStep() const {
-  return impl_->model->flopsPerStep(impl_->cfg.micro_batch_size * impl_->cfg.grad_accum);
+  // The whole model's (every stage computes its share of it).
+  return impl_->chunks.front()->flopsPerStep(impl_->cfg.micro_batch_size * impl_->cfg.grad_accum);
 }
 
 StepMetrics Trainer::trainStep(int64_t step) {
@@ -271,11 +323,22 @@ StepMetrics Trainer::trainStep(int64_t step) {
     m.hooks->stepBegin(step);  // capture: --inject slow/crash
     const bool watch = sink != nullptr || m.hooks->wantsHealth();  // capture: gradient and activation health
     m.activations.beginStep();
-    m.model->watchActivations(watch ? &m.activations : nullptr);
+    for (auto& chunk : m.chunks) chunk->watchActivations(watch ? &m.activations : nullptr);
     for (auto& p : m.params) p.param.mutable_grad() = at::Tensor();
     double lossSum = 0;
     at::Tensor lossAcc = torch::zeros({1}, m.device);
-    for (int64_t micro = 0; micro < c.grad_accum; ++micro) {
+    if (m.pipeline) {
+      lossAcc = m.pipeline->run(
+          step, *m.sampler, lossScale,
+          [&m](Gpt& chunk, const at::Tensor& input, at::Tensor ids, at::Tensor targets) {
+            return m.forwardChunk(chunk, input, std::move(ids), std::move(targets));
+          },
+          [&m](int micro) { m.activations.setMicroBatch(micro); },
+          [&m, watch] { m.reducer->beginLastMicrobatch(watch); });
+      // The loss lives on the last stage: every stage takes it (health rules, metrics).
+      m.mesh->ppGroup().allReduce(lossAcc, ReduceOp::Sum, m.ppLossSite, probes::Phase::Optimizer);
+    }
+    for (int64_t micro = 0; !m.pipeline && micro < c.grad_accum; ++micro) {
       at::Tensor ids = torch::empty({c.micro_batch_size, c.seq_len}, torch::kLong);
       at::Tensor targets = torch::empty({c.micro_batch_size, c.seq_len}, torch::kLong);
       {
@@ -293,6 +356,7 @@ StepMetrics Trainer::trainStep(int64_t step) {
     }
     // Pre-reduction gradient health (captured per bucket before its DP all-reduce); defined whenever requested.
     GradHealthStats health = m.reducer->finish();
+    m.reduceTiedEmbedding();  // PP > 1
     std::vector<probes::GradStat> gradStats;  // one host copy, for the trace and the health rules
     if (health.defined()) {
       if (lossScale != 1.0) health.values.div_(lossScale);  // norm and max |g|
@@ -373,6 +437,7 @@ void Trainer::saveCheckpoint(int64_t step) {
     j["step"] = step;
     j["tp"] = m.mesh->tp();
     j["dp"] = m.mesh->dp();
+    j["pp"] = m.mesh->pp();
     j["world"] = m.mesh->worldSize();
     j["zero1"] = m.cfg.zero1;
     auto files = nlohmann::json::array();
@@ -395,10 +460,12 @@ int64_t Trainer::loadCheckpoint(const std::string& where) {
   if (j.value("format", "") != "tpscope-checkpoint" || j.value("version", 0) > kCheckpointVersion)
     throw ConfigError(fmt::format("{}: not a tpscope checkpoint of version <= {}", dir, kCheckpointVersion));
   if (j["tp"].get<int>() != m.mesh->tp() || j["dp"].get<int>() != m.mesh->dp() ||
-      j.value("zero1", false) != m.cfg.zero1)
-    throw ConfigError(fmt::format("{} was written with tp={} dp={} zero1={}; this run has tp={} dp={} zero1={}", dir,
-                                  j["tp"].get<int>(), j["dp"].get<int>(), j.value("zero1", false), m.mesh->tp(),
-                                  m.mesh->dp(), m.cfg.zero1));
+      j.value("pp", 1) != m.mesh->pp() || j.value("zero1", false) != m.cfg.zero1)
+    throw ConfigError(fmt::format("{} was written with tp={} dp={}{} zero1={}; this run has tp={} dp={}{} zero1={}",
+                                  dir, j["tp"].get<int>(), j["dp"].get<int>(),
+                                  j.value("pp", 1) > 1 ? fmt::format(" pp={}", j.value("pp", 1)) : "",
+                                  j.value("zero1", false), m.mesh->tp(), m.mesh->dp(),
+                                  m.mesh->pp() > 1 ? fmt::format(" pp={}", m.mesh->pp()) : "", m.cfg.zero1));
   torch::serialize::InputArchive ar;
   ar.load_from(checkpointRankFile(dir, m.mesh->rank()), m.device);  // optimizer state lands where the params are
   torch::NoGradGuard ng;

@@ -15,6 +15,7 @@
 #include "tpscope/core/config.h"
 #include "tpscope/core/faults.h"
 #include "tpscope/core/mesh.h"
+#include "tpscope/core/pipeline_schedule.h"
 #include "tpscope/core/trainer.h"
 
 #if TPSCOPE_TRAIN_WITH_RUNTIME
@@ -77,9 +78,31 @@ void describeRankToRecorder(core::Mesh& mesh, const core::TrainConfig& cfg) {
   const bool cuda = cfg.device == "cuda";
   info.device = cuda ? fmt::format("cuda:{}", mesh.localRank()) : "cpu";
   probes::setRankInfo(info);
-  for (core::Communicator* c : {&mesh.world(), &mesh.tpGroup(), &mesh.dpGroup()})
-    probes::putGroup({c->name(), c->globalRanks(), c->size() > 1 ? (cuda ? "nccl" : "gloo") : ""});
+  for (core::Communicator* c :
+       {&mesh.world(), &mesh.tpGroup(), &mesh.dpGroup(), &mesh.ppGroup(), &mesh.embeddingGroup()})
+    if ((c != &mesh.ppGroup() && c != &mesh.embeddingGroup()) || c->size() > 1)  // PP groups only where they exist
+      probes::putGroup({c->name(), c->globalRanks(), c->size() > 1 ? (cuda ? "nccl" : "gloo") : ""});
   probes::setMeta("config", cfg.toJson());
+  if (mesh.pp() > 1) {
+    // The pipeline's point-to-point pairs this rank takes part in (each send/recv is recorded on one of them).
+    for (int peer : {mesh.ppRank() - 1, mesh.ppRank() + 1, 0, mesh.pp() - 1}) {
+      if (peer < 0 || peer >= mesh.pp() || peer == mesh.ppRank()) continue;
+      const int a = mesh.rank(), b = mesh.stageRank(peer);
+      probes::putGroup({core::Communicator::p2pGroupName(a, b), {a, b}, "gloo"});
+      probes::putGroup({core::Communicator::p2pGroupName(b, a), {b, a}, "gloo"});
+    }
+    const core::PipelineSchedule kind = core::parsePipelineSchedule(cfg.schedule);
+    nlohmann::json stageOfRank = nlohmann::json::array();
+    for (int r = 0; r < mesh.worldSize(); ++r) stageOfRank.push_back(r / (mesh.tp() * mesh.dp()));
+    const nlohmann::json pipeline{
+        {"schedule", core::pipelineScheduleName(kind)},
+        {"stages", mesh.pp()},
+        {"microbatches", cfg.grad_accum},
+        {"virtual_stages", kind == core::PipelineSchedule::Interleaved ? cfg.virtual_stages : 1},
+        {"stage_layers", cfg.stageLayers(mesh.pp())},
+        {"stage_of_rank", stageOfRank}};
+    probes::setMeta(std::string(tpscope::tracedb::meta_keys::kPipeline), pipeline.dump());
+  }
   probes::setMeta("emulated_ops", core::Communicator::kEmulatedOps);
   if (c10d::Store* s = mesh.store()) probes::setClockStore(std::make_shared<C10dKvStore>(s));
 }
@@ -110,8 +133,9 @@ void stopRecording(const char* reason) {
 // The command line: what run() needs from it.
 struct TrainArgs {
   std::string configPath, metricsPath, resume;
-  int tp = 1, dp = 1;
-  std::optional<int64_t> steps;
+  int tp = 1, dp = 1, pp = 1;
+  std::optional<int64_t> steps, microbatches, virtualStages;
+  std::string schedule;
   std::vector<std::string> sets;
   std::map<std::string, std::string> shortcuts;
   std::vector<std::string> injects;
@@ -124,6 +148,15 @@ std::optional<int> parseArgs(int argc, char** argv, TrainArgs& args) {
   app.add_option("--config", args.configPath, "JSON config file (samples/configs/tiny.json, ...)")->required();
   app.add_option("--tp", args.tp, "tensor-parallel size")->check(CLI::PositiveNumber);
   app.add_option("--dp", args.dp, "data-parallel size")->check(CLI::PositiveNumber);
+  app.add_option("--pp", args.pp, "pipeline-parallel size (stages); world = tp x dp x pp, Megatron's rank order")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--schedule", args.schedule, "pipeline schedule: gpipe, 1f1b (default) or interleaved");
+  app.add_option("--microbatches", args.microbatches,
+                 "micro-batches per step (config key grad_accum): the same global batch at every pp; at pp = 1 "
+                 "gradient accumulation")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--virtual-stages", args.virtualStages, "model chunks per pipeline rank (interleaved schedule)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--steps", args.steps, "number of optimizer steps");
   app.add_option("--metrics-jsonl", args.metricsPath, "write one JSON object per step (rank 0)");
   app.add_option("--resume", args.resume, "checkpoint root (uses 'latest') or step folder to resume from");
@@ -175,7 +208,10 @@ core::TrainConfig configFrom(const TrainArgs& args) {
     cfg.set(s.substr(0, eq), s.substr(eq + 1));
   }
   if (args.steps) cfg.set("steps", std::to_string(*args.steps));
-  cfg.validate(args.tp, args.dp);
+  if (args.microbatches) cfg.set("grad_accum", std::to_string(*args.microbatches));
+  if (!args.schedule.empty()) cfg.set("schedule", nlohmann::json(args.schedule).dump());
+  if (args.virtualStages) cfg.set("virtual_stages", std::to_string(*args.virtualStages));
+  cfg.validate(args.tp, args.dp, args.pp);
   if (!args.injects.empty()) {
     std::string all = std::getenv("TPSCOPE_INJECT") != nullptr ? std::getenv("TPSCOPE_INJECT") : "";
     for (const auto& i : args.injects) all += (all.empty() ? "" : ";") + i;
@@ -210,7 +246,8 @@ void reportStep(int64_t step, const core::StepMetrics& s, const core::TrainConfi
                      {"loss_scale", s.lossScale},
                      {"skipped", s.skipped},
                      {"tp", args.tp},
-                     {"dp", args.dp}};
+                     {"dp", args.dp},
+                     {"pp", args.pp}};
     metrics << j.dump() << "\n" << std::flush;
   }
   std::fflush(stdout);
@@ -220,7 +257,7 @@ int run(int argc, char** argv) {
   TrainArgs args;
   if (std::optional<int> rc = parseArgs(argc, argv, args)) return *rc;
   const core::TrainConfig cfg = configFrom(args);
-  const int tp = args.tp, dp = args.dp;
+  const int tp = args.tp, dp = args.dp, pp = args.pp;
 
 #if TPSCOPE_TRAIN_WITH_RUNTIME
   if (auto st = tpscope::probes::startFromEnvironment(); !st)
@@ -233,6 +270,7 @@ int run(int argc, char** argv) {
   core::MeshOptions mo;
   mo.tp = tp;
   mo.dp = dp;
+  mo.pp = pp;
   mo.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.timeout_s * 1000));
   mo.cuda = cfg.device == "cuda";
   std::unique_ptr<core::Mesh> mesh;
@@ -245,6 +283,9 @@ int run(int argc, char** argv) {
   describeRankToRecorder(*mesh, cfg);
 #endif
   const bool lead = mesh->rank() == 0;
+  // The step report (log line, --metrics-jsonl): the last pipeline stage's first rank, where the loss is computed
+  // (rank 0 without PP).
+  const bool reporter = mesh->rank() == (pp - 1) * tp * dp;
   core::Trainer trainer(cfg, *mesh);
   int64_t first = 1;
   if (!args.resume.empty()) {
@@ -252,15 +293,19 @@ int run(int argc, char** argv) {
     if (lead) fmt::print("resumed from {} at step {}\n", args.resume, first - 1);
   }
   std::ofstream metrics;
-  if (lead && !args.metricsPath.empty()) {
+  if (reporter && !args.metricsPath.empty()) {
     metrics.open(args.metricsPath, std::ios::app);
     if (!metrics) throw core::ConfigError(fmt::format("cannot write --metrics-jsonl {}", args.metricsPath));
   }
   if (lead)
     fmt::print(
-        "tpscope-train: tp={} dp={} layers={} hidden={} heads={} seq_len={} micro_batch={} grad_accum={} "
+        "tpscope-train: tp={} dp={}{} layers={} hidden={} heads={} seq_len={} micro_batch={} grad_accum={} "
         "steps={} device={}{} corpus={}\n",
-        tp, dp, cfg.layers, cfg.hidden, cfg.heads, cfg.seq_len, cfg.micro_batch_size, cfg.grad_accum, cfg.steps,
+        tp, dp,
+        pp > 1 ? fmt::format(" pp={} schedule={} microbatches={}{}", pp, cfg.schedule, cfg.grad_accum,
+                             cfg.virtual_stages > 1 ? fmt::format(" virtual_stages={}", cfg.virtual_stages) : "")
+               : "",
+        cfg.layers, cfg.hidden, cfg.heads, cfg.seq_len, cfg.micro_batch_size, cfg.grad_accum, cfg.steps,
         cfg.device,
         cfg.fp16   ? " fp16"
         : cfg.bf16 ? " bf16"
@@ -268,7 +313,7 @@ int run(int argc, char** argv) {
         cfg.corpusPath());
   for (int64_t step = first; step <= cfg.steps; ++step) {
     core::StepMetrics s = trainer.trainStep(step);
-    if (lead) reportStep(step, s, cfg, args, metrics);
+    if (reporter) reportStep(step, s, cfg, args, metrics);
     const bool periodic = cfg.save_every > 0 && step % cfg.save_every == 0;
     if (!cfg.checkpoint_dir.empty() && (periodic || step == cfg.steps)) trainer.saveCheckpoint(step);
   }

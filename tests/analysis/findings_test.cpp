@@ -11,7 +11,7 @@ namespace tpscope::analysis {
 namespace {
 
 TEST(Findings, NamesRoundTrip) {
-  for (int k = 0; k <= static_cast<int>(FindingKind::CommOverhead); ++k) {
+  for (int k = 0; k < static_cast<int>(kFindingKindCount); ++k) {
     const auto kind = static_cast<FindingKind>(k);
     EXPECT_EQ(parseFindingKind(findingKindName(kind)), kind);
   }

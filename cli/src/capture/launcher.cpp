@@ -417,18 +417,22 @@ std::optional<int> CaptureSession::resolveLayout() {
   tp_ = o_.tp;
   dp_ = o_.dp;
   if (tp_ < 0 || dp_ < 0) return bad("--tp and --dp must be positive");
-  if (tp_ == 0 && dp_ == 0) dp_ = 1;
+  if (o_.pp < 1) return bad(fmt::format("--pp {} must be >= 1", o_.pp));
   const std::string ranks = o_.nnodes > 1 ? fmt::format("the job's {} ranks (--nnodes x --nproc)", world_)
                                           : fmt::format("--nproc {}", world_);
+  if (world_ % o_.pp != 0) return bad(fmt::format("--pp {} does not divide {}", o_.pp, ranks));
+  const int perStage = world_ / o_.pp;
+  if (tp_ == 0 && dp_ == 0) dp_ = 1;
   if (tp_ == 0) {
-    if (world_ % dp_ != 0) return bad(fmt::format("--dp {} does not divide {}", dp_, ranks));
-    tp_ = world_ / dp_;
+    if (perStage % dp_ != 0) return bad(fmt::format("--dp {} does not divide {} / --pp {}", dp_, ranks, o_.pp));
+    tp_ = perStage / dp_;
   } else if (dp_ == 0) {
-    if (world_ % tp_ != 0) return bad(fmt::format("--tp {} does not divide {}", tp_, ranks));
-    dp_ = world_ / tp_;
+    if (perStage % tp_ != 0) return bad(fmt::format("--tp {} does not divide {} / --pp {}", tp_, ranks, o_.pp));
+    dp_ = perStage / tp_;
   }
-  if (tp_ * dp_ != world_) return bad(fmt::format("--tp {} x --dp {} = {} ranks, but {}", tp_, dp_, tp_ * dp_,
-                                                  o_.nnodes > 1 ? ranks : fmt::format("--nproc is {}", world_)));
+  if (tp_ * dp_ * o_.pp != world_)
+    return bad(fmt::format("--tp {} x --dp {} x --pp {} = {} ranks, but {}", tp_, dp_, o_.pp, tp_ * dp_ * o_.pp,
+                           o_.nnodes > 1 ? ranks : fmt::format("--nproc is {}", world_)));
   return std::nullopt;
 }
 
@@ -455,6 +459,10 @@ std::optional<int> CaptureSession::resolveCommand() {
   argv_ = {train.string(), "--config", fs::absolute(o_.config).string(), "--tp", std::to_string(tp_), "--dp",
            std::to_string(dp_)};
   if (o_.steps) argv_.insert(argv_.end(), {"--steps", std::to_string(*o_.steps)});
+  if (o_.pp > 1) argv_.insert(argv_.end(), {"--pp", std::to_string(o_.pp)});
+  if (!o_.schedule.empty()) argv_.insert(argv_.end(), {"--schedule", o_.schedule});
+  if (o_.microbatches) argv_.insert(argv_.end(), {"--microbatches", std::to_string(*o_.microbatches)});
+  if (o_.virtualStages) argv_.insert(argv_.end(), {"--virtual-stages", std::to_string(*o_.virtualStages)});
   layers_ = configInt(o_.config, "layers");
   if (!totalSteps_) totalSteps_ = configInt(o_.config, "steps");
   if (!totalSteps_) totalSteps_ = 20;  // tpscope-train's default (docs/config.md)
@@ -553,11 +561,13 @@ std::optional<int> CaptureSession::startStoreAndAnnounce() {
   }
 
   for (const auto& a : argv_) command_ += (command_.empty() ? "" : " ") + shellQuote(a);
+  const std::string pp = o_.pp > 1 ? fmt::format(" x pp {}", o_.pp) : "";
   if (o_.nnodes > 1)
-    fmt::print(out_, "capture: node {} of {}: ranks {}-{} of {} (tp {} x dp {}) → {}\n  {}\n", o_.nodeRank,
-               o_.nnodes, firstRank_, firstRank_ + o_.nproc - 1, world_, tp_, dp_, dir_.string(), command_);
+    fmt::print(out_, "capture: node {} of {}: ranks {}-{} of {} (tp {} x dp {}{}) → {}\n  {}\n", o_.nodeRank,
+               o_.nnodes, firstRank_, firstRank_ + o_.nproc - 1, world_, tp_, dp_, pp, dir_.string(), command_);
   else
-    fmt::print(out_, "capture: {} ranks (tp {} x dp {}) → {}\n  {}\n", o_.nproc, tp_, dp_, dir_.string(), command_);
+    fmt::print(out_, "capture: {} ranks (tp {} x dp {}{}) → {}\n  {}\n", o_.nproc, tp_, dp_, pp, dir_.string(),
+               command_);
   if (!faults_.empty()) fmt::print(out_, "  inject: {}\n", core::formatFaultList(faults_));
   if (!healthText_.empty()) fmt::print(out_, "  health: {}\n", healthText_);
   if (!pythonNote_.empty()) fmt::print(out_, "  python: {}\n", pythonNote_);
@@ -640,6 +650,7 @@ std::optional<int> CaptureSession::spawn() {
         {"TPSCOPE_HEALTH", healthText_},
         {"TPSCOPE_TP", std::to_string(tp_)},
         {"TPSCOPE_DP", std::to_string(dp_)},
+        {"TPSCOPE_PP", std::to_string(o_.pp)},
     };
     if (!token_.empty()) set["TPSCOPE_TOKEN"] = token_;
     set.insert(programEnv_.begin(), programEnv_.end());

@@ -50,7 +50,11 @@ inline constexpr int kExitInterrupted = 130; // Ctrl-C / SIGTERM to capture
 
 struct CaptureOptions {
   int nproc = 0;
-  int tp = 0, dp = 0;                 // 0: derived (tp = nproc / dp, dp = 1)
+  int tp = 0, dp = 0;                 // 0: derived (tp = nproc / (dp·pp), dp = 1)
+  int pp = 1;                         // pipeline stages (tpscope-train --pp)
+  std::string schedule;               // --schedule (empty: the config's)
+  std::optional<int> microbatches;    // --microbatches
+  std::optional<int> virtualStages;   // --virtual-stages
   std::filesystem::path config;       // the default program needs it
   std::optional<int> steps;
   std::filesystem::path out;

@@ -25,7 +25,8 @@ void forEachKey(TrainConfig& c, F&& f) {
   f("beta1", c.beta1); f("beta2", c.beta2); f("adam_eps", c.adam_eps); f("clip", c.clip); f("seed", c.seed);
   f("sequence_parallel", c.sequence_parallel); f("activation_checkpointing", c.activation_checkpointing);
   f("zero1", c.zero1); f("bf16", c.bf16); f("overlap_grad_reduce", c.overlap_grad_reduce);
-  f("bucket_mb", c.bucket_mb); f("fp16", c.fp16); f("loss_scale", c.loss_scale);
+  f("bucket_mb", c.bucket_mb); f("schedule", c.schedule); f("virtual_stages", c.virtual_stages);
+  f("pp_layers", c.pp_layers); f("fp16", c.fp16); f("loss_scale", c.loss_scale);
   f("loss_scale_window", c.loss_scale_window); f("device", c.device); f("corpus", c.corpus);
   f("checkpoint_dir", c.checkpoint_dir);
   f("save_every", c.save_every); f("timeout_s", c.timeout_s); f("threads", c.threads); f("log_every", c.log_every);
@@ -43,6 +44,14 @@ void readInto(const json& v, T& out, const std::string& key, const std::string& 
     } else if constexpr (std::is_integral_v<T>) {
       if (!v.is_number_integer()) throw std::runtime_error("expected an integer");
       out = v.get<T>();
+    } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+      if (!v.is_array()) throw std::runtime_error("expected a list of integers");
+      std::vector<int64_t> list;
+      for (const auto& x : v) {
+        if (!x.is_number_integer()) throw std::runtime_error("expected a list of integers");
+        list.push_back(x.get<int64_t>());
+      }
+      out = list;
     } else if constexpr (std::is_floating_point_v<T>) {
       if (!v.is_number()) throw std::runtime_error("expected a number");
       out = v.get<T>();
@@ -70,7 +79,48 @@ void applyObject(TrainConfig& c, const json& j, const std::string& where) {
   }
 }
 
+void validatePipeline(const TrainConfig& c, int pp) {
+  if (pp < 1) throw ConfigError(fmt::format("pp = {} must be >= 1", pp));
+  if (c.schedule != "gpipe" && c.schedule != "1f1b" && c.schedule != "interleaved")
+    throw ConfigError(fmt::format("config: schedule = \"{}\" must be \"gpipe\", \"1f1b\" or \"interleaved\"",
+                                  c.schedule));
+  if (c.virtual_stages < 1)
+    throw ConfigError(fmt::format("config: virtual_stages = {} must be >= 1", c.virtual_stages));
+  if (c.virtual_stages > 1 && c.schedule != "interleaved")
+    throw ConfigError(fmt::format("config: virtual_stages = {} needs schedule = \"interleaved\"", c.virtual_stages));
+  if (c.schedule == "interleaved") {
+    if (pp < 2) throw ConfigError("config: schedule = \"interleaved\" needs pp >= 2");
+    if (c.grad_accum % pp != 0)
+      throw ConfigError(fmt::format("config: the interleaved schedule needs the micro-batches ({}) divisible by pp = {}",
+                                    c.grad_accum, pp));
+  }
+  const int64_t stages = pp * c.virtual_stages;
+  if (!c.pp_layers.empty()) {
+    if (static_cast<int64_t>(c.pp_layers.size()) != stages)
+      throw ConfigError(fmt::format("config: pp_layers has {} entries; pp x virtual_stages = {} needs one per stage",
+                                    c.pp_layers.size(), stages));
+    int64_t sum = 0;
+    for (int64_t n : c.pp_layers) {
+      if (n < 1) throw ConfigError(fmt::format("config: pp_layers entry {} must be >= 1", n));
+      sum += n;
+    }
+    if (sum != c.layers)
+      throw ConfigError(fmt::format("config: pp_layers sums to {} but layers = {}", sum, c.layers));
+  } else if (c.layers < stages) {
+    throw ConfigError(fmt::format("config: layers = {} is fewer than pp x virtual_stages = {} stages", c.layers,
+                                  stages));
+  }
+}
+
 }  // namespace
+
+std::vector<int64_t> TrainConfig::stageLayers(int pp) const {
+  if (!pp_layers.empty()) return pp_layers;
+  const int64_t stages = pp * virtual_stages;
+  std::vector<int64_t> out(static_cast<size_t>(stages), layers / stages);
+  for (int64_t i = 0; i < layers % stages; ++i) ++out[static_cast<size_t>(i)];
+  return out;
+}
 
 TrainConfig TrainConfig::fromFile(const std::string& path) {
   std::ifstream in(path);
@@ -97,7 +147,7 @@ void TrainConfig::set(const std::string& key, const std::string& value) {
   applyObject(*this, json{{key, v}}, "override");
 }
 
-void TrainConfig::validate(int tp, int dp) const {
+void TrainConfig::validate(int tp, int dp, int pp) const {
   auto positive = [](const char* k, double v) {
     if (!(v > 0)) throw ConfigError(fmt::format("config: {} = {} must be positive", k, v));
   };
@@ -134,6 +184,7 @@ void TrainConfig::validate(int tp, int dp) const {
     throw ConfigError(fmt::format("config: loss_scale = {} must be 0 (off) or a positive initial scale", loss_scale));
   if (loss_scale_window < 1)
     throw ConfigError(fmt::format("config: loss_scale_window = {} must be >= 1", loss_scale_window));
+  validatePipeline(*this, pp);
   std::error_code ec;  // a name too long for the file system is "not found", not an exception
   if (!fs::exists(corpusPath(), ec))
     throw ConfigError(fmt::format("corpus not found: {} (config key \"corpus\" = \"{}\", resolved against {}); "

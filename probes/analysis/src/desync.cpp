@@ -38,11 +38,16 @@ bool sizesMayDiffer(std::string_view op) {
   return op == "all_to_all" || op == "alltoall" || op == "all_to_all_single" || op == "alltoall_base";
 }
 
+// The two sides of a pipeline point-to-point message (group "p2p-<src>-<dst>") record "send" and "recv".
+bool sameOp(std::string_view a, std::string_view b) {
+  return a == b || (a == "send" && b == "recv") || (a == "recv" && b == "send");
+}
+
 MatchState classify(const std::vector<MemberRecord>& recs) {
   if (recs.size() < 2) return MatchState::Undecided;
   const MemberRecord& a = recs.front();
   for (const auto& r : recs)
-    if (r.op != a.op) return MatchState::CollectiveTypeMismatch;
+    if (!sameOp(r.op, a.op)) return MatchState::CollectiveTypeMismatch;
   if (sizesMayDiffer(a.op)) {
     const bool first = completed(a);
     for (const auto& r : recs)
@@ -120,7 +125,7 @@ std::map<std::string, GroupScan> scanGroups(const detail::CollectiveTable& table
     bool mismatch = false;
     for (size_t i = b; i < e; ++i) {
       const detail::CollectiveRecord& c = table.rows[i];
-      mismatch = mismatch || c.op != first.op ||
+      mismatch = mismatch || !sameOp(table.str(c.op), table.str(first.op)) ||
                  (!sizesMayDiffer(table.str(first.op)) &&
                   (c.numel != first.numel || c.shape != first.shape || c.dtype != first.dtype));
       Progress& p = g.byRank[c.rank];

@@ -10,6 +10,7 @@
 #include "tpscope/analysis/crash.h"
 #include "tpscope/analysis/desync.h"
 #include "tpscope/analysis/nonfinite.h"
+#include "tpscope/analysis/pipeline.h"
 #include "tpscope/analysis/run_info.h"
 #include "analysis_internal.h"
 #include "evidence_util.h"
@@ -218,11 +219,17 @@ DiagnoseResult diagnose(tracedb::Reader& reader, const DiagnoseOptions& options)
     if (!breakdown) return std::vector<Finding>{};
     return overheadFindings(*breakdown, collectives ? &collectives->tp : nullptr, options);
   });
+  take("pipeline", [&]() -> Findings {
+    auto r = analyzePipeline(reader);
+    if (!r) return r.status();
+    return pipelineFindings(*r);
+  });
   if (breakdown) result.reports.breakdown = std::move(*breakdown);
   result.reports.collectives = std::move(collectives);
   result.reports.info = std::move(*info);
 
   markHangsCausedByCrashes(all);
+  namePipelineHangs(reader, all);  // a hang on a pipeline message, in pipeline terms
   sortFindings(all);
   std::map<FindingKind, int64_t> perKind;
   std::map<std::string, int64_t> omitted;

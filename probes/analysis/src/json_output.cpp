@@ -129,6 +129,36 @@ std::string diagnosisToJson(const DiagnoseResult& result, const std::string& fil
   return j.dump(indent) + "\n";
 }
 
+namespace {
+// report --json "pipeline" (docs/diagnosis.md).
+Json pipelineJson(const PipelineReport& p) {
+  Json j;
+  j["schedule"] = p.schedule;
+  j["stages"] = p.stages;
+  j["microbatches"] = p.microbatches;
+  j["virtual_stages"] = p.virtualStages;
+  j["analytic_bubble_pct"] = real(p.analyticBubblePct);
+  j["steps"] = p.steps;
+  Json stages = Json::array();
+  for (const auto& s : p.perStage) {
+    Json x;
+    x["stage"] = s.stage;
+    x["ranks"] = s.ranks;
+    x["step_ns"] = real(s.stepNs);
+    x["compute_ns"] = real(s.computeNs);
+    x["bubble_pct"] = real(s.bubblePct);
+    x["warmup_cooldown_pct"] = real(s.warmupCooldownPct);
+    x["dependency_wait_pct"] = real(s.dependencyWaitPct);
+    x["transfer_pct"] = real(s.transferPct);
+    stages.push_back(std::move(x));
+  }
+  j["per_stage"] = std::move(stages);
+  j["longest_stage"] = p.longestStage;
+  j["longest_over_mean_pct"] = real(p.longestOverMeanPct);
+  return j;
+}
+}  // namespace
+
 std::string reportToJson(const Report& report, const std::string& file, int indent) {
   Json j;
   j["file"] = file;
@@ -202,6 +232,7 @@ std::string reportToJson(const Report& report, const std::string& file, int inde
   t["busbw_gbps"] = real(tp.busbwGbps);
   t["matches"] = tp.matches;
   j["tp_model"] = std::move(t);
+  if (report.pipeline.present) j["pipeline"] = pipelineJson(report.pipeline);
   return j.dump(indent) + "\n";
 }
 

@@ -24,6 +24,9 @@ tracedb::Result<Report> buildReport(tracedb::Reader& reader) {
   auto c = analyzeCollectives(reader, r.info);
   if (!c) return c.status();
   r.collectives = std::move(*c);
+  auto p = analyzePipeline(reader);
+  if (!p) return p.status();
+  r.pipeline = std::move(*p);
   return r;
 }
 

@@ -97,10 +97,25 @@ class Communicator {
   void broadcast(at::Tensor& t, int root, const Callsite& site, probes::Phase phase);
   void barrier(const Callsite& site, probes::Phase phase);
 
+  // Point to point (pipeline parallelism). `peer` is a group rank; `seq` the 1-based sequence number of the
+  // directed pair (sender -> receiver), which the caller keeps (pipeline_schedule.h) and which is also the Gloo tag
+  // that matches the two sides. Recorded as op "send" / "recv" on the pseudo-group "p2p-<src>-<dst>" (global
+  // ranks) with that seq and the tensor's bytes; the blocked time is a comm span "send wait" / "recv".
+  // `send` is asynchronous (wait() on the handle; `t` must stay alive until then); `recv` fills `t` and blocks.
+  PendingCollective send(const at::Tensor& t, int peer, uint64_t seq, const Callsite& site, probes::Phase phase);
+  void recv(at::Tensor& t, int peer, uint64_t seq, const Callsite& site, probes::Phase phase);
+  // "p2p-<src>-<dst>" for global ranks src, dst: the group name p2p records carry (docs/schema.md).
+  static std::string p2pGroupName(int srcGlobal, int dstGlobal);
+
  private:
   friend class PendingCollective;
   struct Issue;
-  Issue begin(const char* op, const at::Tensor* t, const Callsite& site, probes::Phase phase);
+  struct P2p {
+    int src, dst;  // global ranks
+    uint64_t seq;
+  };
+  Issue begin(const char* op, const at::Tensor* t, const Callsite& site, probes::Phase phase,
+              const P2p* p2p = nullptr);
   [[noreturn]] void fail(const Issue& issue, const std::exception& e);
   // Shared body of the in-place collectives: records, sends `t` (as fp32 where the backend needs it) through
   // `issue`, which must block until done, and copies the result back.

@@ -1,4 +1,9 @@
-// Trainer: one rank's training loop over the TP x DP mesh.
+// Trainer: one rank's training loop over the TP x DP x PP mesh.
+//
+// With PP > 1 the rank holds its stage's model chunks and a step runs the pipeline schedule (pipeline_runner.h,
+// docs/engine.md); then, as below, the DP reduction, the tied embedding's gradient summed over the first and last
+// stage, clipping with the norm summed over the stages, the optimizer. The loss is the last stage's, summed over the
+// pipeline so every rank holds it.
 //
 // A step (1-based): for each of grad_accum micro-batches, load the DP-sharded batch (onto the rank's GPU with
 // device = cuda), forward (bf16 autocast when asked — CPU or CUDA; fp16 autocast on CUDA), backward of

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace tpscope::core {
 
@@ -27,6 +28,10 @@ struct TrainConfig {
   bool sequence_parallel = false, activation_checkpointing = false, zero1 = false, bf16 = false;
   bool overlap_grad_reduce = true;
   double bucket_mb = 4.0;
+  // pipeline parallelism (--pp P; the micro-batches of a step are grad_accum, alias --microbatches)
+  std::string schedule = "1f1b";      // "gpipe", "1f1b" or "interleaved"
+  int64_t virtual_stages = 1;         // model chunks per pipeline rank (interleaved only)
+  std::vector<int64_t> pp_layers;     // layers per (virtual) stage, in stage order; empty: split evenly
   // precision and device
   bool fp16 = false;                 // fp16 autocast (CUDA only) with dynamic loss scaling
   double loss_scale = 0;             // initial dynamic loss scale; 0: off (fp16: 65536). Any precision, any device
@@ -47,7 +52,10 @@ struct TrainConfig {
   // Sets one key from a JSON-typed string ("layers", "4"); unknown keys throw ConfigError.
   void set(const std::string& key, const std::string& jsonValue);
   // Checks sizes against the parallel layout; throws ConfigError naming the value that does not divide.
-  void validate(int tp, int dp) const;
+  void validate(int tp, int dp, int pp = 1) const;
+  // Layers of each virtual stage (pp * virtual_stages entries, virtual stage = chunk * pp + stage): pp_layers, or
+  // an even split (the first stages take one more when it does not divide). Assumes validate() passed.
+  std::vector<int64_t> stageLayers(int pp) const;
   // The corpus path resolved against configDir.
   std::string corpusPath() const;
   // The initial dynamic loss scale in effect (loss_scale, or 65536 for fp16 without one); 0 when scaling is off.

@@ -37,8 +37,10 @@ enum class FindingKind : uint8_t {
   Straggler,          // a rank that arrives last at collectives and makes the others wait
   Crash,              // a rank that exited by crash/signal, or whose records stop early
   CommOverhead,       // exposed (non-overlapped) communication above a threshold of step time
+  StageImbalance,     // a pipeline stage computes markedly more per step than the others: the pipeline waits on it
+  PipelineHang,       // a hang on a pipeline point-to-point message, named by (src, dst, seq), stage and micro-batch
 };
-inline constexpr size_t kFindingKindCount = 10;
+inline constexpr size_t kFindingKindCount = 12;
 std::string_view findingKindName(FindingKind kind);  // "nan_origin", "inf_origin", "grad_spike", ...
 std::optional<FindingKind> parseFindingKind(std::string_view name);
 

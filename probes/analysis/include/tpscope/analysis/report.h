@@ -7,6 +7,7 @@
 
 #include "tpscope/analysis/breakdown.h"
 #include "tpscope/analysis/collectives.h"
+#include "tpscope/analysis/pipeline.h"
 #include "tpscope/analysis/run_info.h"
 #include "tpscope/tracedb/reader.h"
 #include "tpscope/tracedb/status.h"
@@ -17,6 +18,7 @@ struct Report {
   RunInfo info;
   Breakdown breakdown;
   CollectiveAnalysis collectives;
+  PipelineReport pipeline;  // present only for a pipeline-parallel run (pipeline.h)
 };
 
 tracedb::Result<Report> buildReport(tracedb::Reader& reader);

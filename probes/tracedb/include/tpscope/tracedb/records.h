@@ -24,6 +24,9 @@ inline constexpr std::string_view kTool = "tool";                   // "tpscope 
 inline constexpr std::string_view kSource = "source";               // "capture", "merge", "kineto", ...
 inline constexpr std::string_view kHostCpusPrefix = "host_cpus.";   // + host name: its logical CPUs (recorder)
 inline constexpr std::string_view kCaptureExit = "capture_exit";    // a rank file: its exit as the launcher saw it
+// Pipeline parallelism, JSON: {schedule, stages, microbatches, virtual_stages, stage_layers, stage_of_rank}
+// (docs/schema.md); absent without PP.
+inline constexpr std::string_view kPipeline = "pipeline";
 }  // namespace meta_keys
 
 // Values of threads.kind: what a lane of the timeline is.

@@ -1,0 +1,89 @@
+// A real pipeline-parallel capture (issue #14): `tpscope capture --nproc 4 --tp 2 --pp 2` of tpscope-train, then the
+// trace contract checked with SQL straight from run.db — meta 'pipeline', one pass span per (stage, micro-batch,
+// direction), every send matched by exactly one recv on (src, dst, seq) with the same bytes — and report --json's
+// pipeline object; a healthy pipeline run gets no finding of warning or worse.
+#include <gtest/gtest.h>
+
+#include "capture_test_util.h"
+
+namespace tpscope::capture_test {
+namespace {
+
+TEST(PipelineCapture, TraceCarriesStagesMicrobatchesAndMatchedPointToPoint) {
+  const auto dir = testDir("pipeline_tp2_pp2");
+  const int steps = 4, m = 4;
+  const RunResult r = capture(dir, 4, 2, 1, steps,
+                              {"--pp", "2", "--schedule", "1f1b", "--microbatches", std::to_string(m)});
+  ASSERT_EQ(r.status, 0) << r.output;
+  Db db(dir / "run.db");
+  const auto meta = nlohmann::json::parse(db.value("SELECT value FROM meta WHERE key = 'pipeline'"));
+  EXPECT_EQ(meta["schedule"], "1f1b");
+  EXPECT_EQ(meta["stages"], 2);
+  EXPECT_EQ(meta["microbatches"], m);
+  EXPECT_EQ(meta["virtual_stages"], 1);
+  EXPECT_EQ(meta["stage_of_rank"], nlohmann::json({0, 0, 1, 1}));  // TP fastest, then DP, then PP
+  // Every rank runs each micro-batch's forward and backward once per step.
+  for (const char* dir_ : {"forward", "backward"})
+    EXPECT_EQ(db.integer(std::string("SELECT count(*) FROM span_view WHERE name LIKE '") + dir_ +
+                         " mb %' AND step >= 1"),
+              4 * steps * m)
+        << dir_;
+  EXPECT_EQ(db.integer("SELECT count(DISTINCT name) FROM span_view WHERE name LIKE 'forward mb %'"), m);
+  // Point to point: rank r of stage 0 sends activations to rank r + 2 and receives their gradients back; each
+  // (group, seq) has exactly one send and one recv, on the pair's two ranks, with the same bytes.
+  EXPECT_EQ(db.integer("SELECT count(*) FROM collectives WHERE op = 'send'"), 2 * 2 * steps * m);
+  EXPECT_EQ(db.integer("SELECT count(*) FROM collectives WHERE op = 'recv'"), 2 * 2 * steps * m);
+  EXPECT_EQ(db.integer("SELECT count(*) FROM collectives s JOIN collectives r ON r.group_name = s.group_name AND "
+                       "r.seq = s.seq AND r.op = 'recv' WHERE s.op = 'send' AND s.bytes = r.bytes AND "
+                       "s.group_name = 'p2p-' || s.rank || '-' || r.rank AND s.state = 'completed' AND "
+                       "r.state = 'completed'"),
+            2 * 2 * steps * m);
+  // seq counts 1, 2, ... per pair over the whole run.
+  EXPECT_EQ(db.value("SELECT group_concat(DISTINCT seq) FROM (SELECT seq FROM collectives WHERE group_name = "
+                     "'p2p-0-2' AND op = 'send' ORDER BY seq LIMIT 3)"),
+            "1,2,3");
+  EXPECT_EQ(db.integer("SELECT bytes FROM collectives WHERE group_name = 'p2p-0-2' AND seq = 1 AND op = 'send'"),
+            4 * 32 * 32 * 4);  // [micro_batch 4, seq_len 32, hidden 32] fp32
+
+  const RunResult rep = run({TPSCOPE_BIN, "report", "--json", (dir / "run.db").string()}, dir / "report.json");
+  ASSERT_EQ(rep.status, 0) << rep.output;
+  const auto j = nlohmann::json::parse(rep.output);
+  ASSERT_TRUE(j.contains("pipeline")) << rep.output;
+  const auto& p = j["pipeline"];
+  EXPECT_NEAR(p["analytic_bubble_pct"].get<double>(), 100.0 / (m + 1), 1e-3);
+  ASSERT_EQ(p["per_stage"].size(), 2u);
+  EXPECT_EQ(p["per_stage"][1]["ranks"], nlohmann::json({2, 3}));
+  for (const auto& s : p["per_stage"]) {
+    const double parts = s["warmup_cooldown_pct"].get<double>() + s["dependency_wait_pct"].get<double>() +
+                         s["transfer_pct"].get<double>();
+    EXPECT_NEAR(s["bubble_pct"].get<double>(), parts, 1e-3);
+    EXPECT_GT(s["compute_ns"].get<double>(), 0);
+    EXPECT_LT(s["compute_ns"].get<double>(), s["step_ns"].get<double>());
+  }
+
+  const Diagnosis d = diagnose(dir / "run.db");
+  for (const auto& f : d.findings)
+    EXPECT_TRUE(f.severity == "info") << "healthy pipeline run: " << d.summary();
+}
+
+// Stage 0 stalls before its first send of step 2 (--inject hang): diagnose names a pipeline_hang — stage 0 never sent
+// micro-batch 0's activation to stage 1, on p2p 0 -> 1 seq m + 1 (the first message of the second step).
+TEST(PipelineCapture, AStageThatNeverSendsIsNamedByPairSeqStageAndMicrobatch) {
+  const auto dir = testDir("pipeline_hang");
+  const RunResult r = capture(dir, 2, 1, 1, 4,
+                              {"--pp", "2", "--microbatches", "4", "--inject", "hang:rank=0,step=2",
+                               "--hang-timeout", "2", "--grace", "1"});
+  ASSERT_EQ(r.status, 3) << r.output;
+  const Diagnosis d = diagnose(dir / "run.db");
+  const auto hangs = d.ofKind("pipeline_hang", "critical");
+  ASSERT_EQ(hangs.size(), 1u) << d.summary();
+  EXPECT_EQ(hangs[0].group, "p2p-0-1");
+  EXPECT_EQ(hangs[0].seq, 5);
+  EXPECT_EQ(hangs[0].numbers.at("microbatch"), "0");
+  EXPECT_EQ(hangs[0].numbers.at("stage"), "0");
+  EXPECT_EQ(hangs[0].message, "stage 0 (rank 0) never sent micro-batch 0's activation to stage 1 (rank 1): p2p 0 -> 1 seq 5")
+      << d.summary();
+}
+
+}  // namespace
+}  // namespace tpscope::capture_test
