@@ -1,4 +1,5 @@
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "tpscope/probes/gpu_activity.h"
@@ -132,6 +133,27 @@ void GpuActivityRecorder::onFlush(FlushContext& ctx) noexcept {
   } catch (...) {
     // Probes never throw; a failed batch shows up as fewer GPU spans (and in stats()).
   }
+}
+
+std::unique_ptr<GpuActivityRecorder> startGpuActivityFromEnvironment(bool deviceIsCuda) {
+  const char* env = std::getenv("TPSCOPE_GPU_ACTIVITY");
+  std::string mode = env && *env ? env : "auto";
+  if (mode == "auto") mode = deviceIsCuda ? "cupti" : "off";
+  std::unique_ptr<GpuActivitySource> source;
+  if (mode == "cupti") {
+    source = makeCuptiSource();
+  } else if (mode == "simulated") {
+    source = makeSimulatedSource();
+  } else {
+    if (mode != "off")
+      std::fprintf(stderr, "tpscope: TPSCOPE_GPU_ACTIVITY=%s: expected auto, cupti, simulated or off; GPU activity off\n",
+                   mode.c_str());
+    return nullptr;
+  }
+  if (!started()) return nullptr;
+  auto recorder = std::make_unique<GpuActivityRecorder>(std::move(source));
+  if (!recorder->start()) return nullptr;  // it said why
+  return recorder;
 }
 
 }  // namespace tpscope::probes

@@ -1,13 +1,10 @@
 // The simulated device (gpu_activity.h): GPU activity derived from host spans, so the GPU path runs without a GPU.
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "tpscope/probes/gpu_activity.h"
-#include "tpscope/probes/runtime.h"
+#include "tpscope/probes/runtime_hooks.h"
 
 namespace tpscope::probes {
 
@@ -111,26 +108,5 @@ class SimulatedSource final : public GpuActivitySource {
 }  // namespace
 
 std::unique_ptr<GpuActivitySource> makeSimulatedSource() { return std::make_unique<SimulatedSource>(); }
-
-std::unique_ptr<GpuActivityRecorder> startGpuActivityFromEnvironment(bool deviceIsCuda) {
-  const char* env = std::getenv("TPSCOPE_GPU_ACTIVITY");
-  std::string mode = env && *env ? env : "auto";
-  if (mode == "auto") mode = deviceIsCuda ? "cupti" : "off";
-  std::unique_ptr<GpuActivitySource> source;
-  if (mode == "cupti") {
-    source = makeCuptiSource();
-  } else if (mode == "simulated") {
-    source = makeSimulatedSource();
-  } else {
-    if (mode != "off")
-      std::fprintf(stderr, "tpscope: TPSCOPE_GPU_ACTIVITY=%s: expected auto, cupti, simulated or off; GPU activity off\n",
-                   mode.c_str());
-    return nullptr;
-  }
-  if (!started()) return nullptr;
-  auto recorder = std::make_unique<GpuActivityRecorder>(std::move(source));
-  if (!recorder->start()) return nullptr;  // it said why
-  return recorder;
-}
 
 }  // namespace tpscope::probes
