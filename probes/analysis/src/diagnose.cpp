@@ -11,6 +11,7 @@
 #include "tpscope/analysis/desync.h"
 #include "tpscope/analysis/nonfinite.h"
 #include "tpscope/analysis/run_info.h"
+#include "tpscope/analysis/sdc.h"
 #include "analysis_internal.h"
 #include "evidence_util.h"
 
@@ -199,6 +200,7 @@ DiagnoseResult diagnose(tracedb::Reader& reader, const DiagnoseOptions& options)
     if (!r) return r.status();
     return nonFiniteFindings(*r, *info);
   });
+  take("silent corruption", [&]() -> Findings { return silentCorruptionFindings(reader); });
   take("anomalies", [&]() -> Findings {
     auto r = analyzeAnomalies(reader, *info, options.anomalies);
     if (!r) return r.status();

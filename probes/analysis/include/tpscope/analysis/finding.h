@@ -37,8 +37,9 @@ enum class FindingKind : uint8_t {
   Straggler,          // a rank that arrives last at collectives and makes the others wait
   Crash,              // a rank that exited by crash/signal, or whose records stop early
   CommOverhead,       // exposed (non-overlapped) communication above a threshold of step time
+  SilentCorruption,   // a copy of state that is bitwise identical across ranks by construction differs (SDC)
 };
-inline constexpr size_t kFindingKindCount = 10;
+inline constexpr size_t kFindingKindCount = 11;
 std::string_view findingKindName(FindingKind kind);  // "nan_origin", "inf_origin", "grad_spike", ...
 std::optional<FindingKind> parseFindingKind(std::string_view name);
 
