@@ -57,7 +57,8 @@ TEST(Sdc, FlippedAllReduceResultIsFoundOnItsRank) {
                               {"--inject", "bitflip:rank=1,step=2,tensor=allreduce,phase=bwd", "--health",
                                "replica.every=4", "--hang-timeout", "60"});
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("of the result of all-reduce"), std::string::npos) << r.output;
+  const std::string log = readFile(dir / "logs" / "rank-1.log");
+  EXPECT_NE(log.find("of the result of all-reduce"), std::string::npos) << log;
   const Diagnosis d = diagnose(dir / "run.db");
   const auto sdc = d.ofKind("silent_corruption");
   ASSERT_EQ(sdc.size(), 1u) << d.summary();
