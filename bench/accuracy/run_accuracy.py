@@ -10,7 +10,7 @@ A seeded, randomised campaign of real captures (tpscope capture of tpscope-train
   healthy   random seeds, configs (sequence parallelism, activation checkpointing, gradient accumulation, bf16) and
             layouts: any finding of warning or above is a false alarm
   sdc       (--only sdc, or --sdc-runs N with the rest) one bit flipped on one rank (--inject bitflip) at a random
-            step, tensor (a TP-replicated parameter, a sharded one, or an all-reduce result) and bit, under random
+            step, tensor (a TP-replicated parameter, a sharded one where DP > 1, or an all-reduce result) and bit, under random
             seeds and layouts (TP2xDP2, DP3, TP2), checked every replica.every = 4 steps: found = a silent_corruption
             finding within 4 steps of the flip whose suspects hold the rank; exact = it names that rank alone. Its
             own random stream (seed + 15): the other selections' cases do not change.
@@ -173,6 +173,8 @@ def make_sdc_cases(rng, runs):
         lay = list(SDC_LAYOUTS)[i % len(SDC_LAYOUTS)]
         target = targets[(i // len(SDC_LAYOUTS)) % len(targets)]
         nproc = SDC_LAYOUTS[lay][0]
+        if target == "sharded" and SDC_LAYOUTS[lay][2] == 1:
+            target = "replicated"  # DP = 1: a shard has one copy, nothing to compare it with (out of scope)
         step = rng.randrange(2, 8)
         f = fault("bitflip", rng.randrange(nproc), step, bit=rng.randrange(32))
         if target == "allreduce":
