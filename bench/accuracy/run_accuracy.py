@@ -9,6 +9,11 @@ A seeded, randomised campaign of real captures (tpscope capture of tpscope-train
             or corrupts the run must be diagnose's first finding, the other must be found too
   healthy   random seeds, configs (sequence parallelism, activation checkpointing, gradient accumulation, bf16) and
             layouts: any finding of warning or above is a false alarm
+  sdc       (--only sdc, or --sdc-runs N with the rest) one bit flipped on one rank (--inject bitflip) at a random
+            step, tensor (a TP-replicated parameter, a sharded one where DP > 1, or an all-reduce result) and bit, under random
+            seeds and layouts (TP2xDP2, DP3, TP2), checked every replica.every = 4 steps: found = a silent_corruption
+            finding within 4 steps of the flip whose suspects hold the rank; exact = it names that rank alone. Its
+            own random stream (seed + 15): the other selections' cases do not change.
 
 Scores, per kind: top-1 localisation (diagnose's first finding of warning or above has the right kind, rank, step,
 and layer or (group, seq) where the kind has one), recall (a matching finding anywhere), precision (of the primary
@@ -38,6 +43,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LAYOUTS = {"tp2": (2, 2, 1), "tp4": (4, 4, 1), "tp2dp2": (4, 2, 2)}
+SDC_LAYOUTS = {"tp2dp2": (4, 2, 2), "dp3": (3, 1, 3), "tp2": (2, 2, 1)}
+SDC_EVERY = 4
+# The tiny config's parameters (samples/configs/tiny.json, 2 layers): TP-replicated, then sharded.
+SDC_REPLICATED = ["position"] + [f"layers.{l}.{p}" for l in range(2) for p in (
+    "ln1.weight", "ln1.bias", "attention.out.bias", "ln2.weight", "ln2.bias", "mlp.fc2.bias")] + [
+    "ln_final.weight", "ln_final.bias"]
+SDC_SHARDED = ["embedding.weight"] + [f"layers.{l}.{p}" for l in range(2) for p in (
+    "attention.qkv.weight", "attention.qkv.bias", "attention.out.weight", "mlp.fc1.weight", "mlp.fc1.bias",
+    "mlp.fc2.weight")]
 PLACED = {"nan", "inf", "hang", "mismatch"}  # kinds with a forward/backward placement
 KINDS = ["nan", "inf", "spike", "hang", "mismatch", "slow", "delay", "crash"]
 FINDING_KIND = {"nan_origin": "nan", "inf_origin": "inf", "grad_spike": "spike", "hang": "hang",
@@ -85,6 +99,9 @@ def spec_of(f):
         parts.append("factor=1000")
     if k in ("slow", "delay"):
         parts.append(f"ms={f['ms']}")
+    if k == "bitflip":
+        parts = [f"rank={f['rank']}", f"step={f['step']}", f"tensor={f['tensor']}", f"bit={f['bit']}"] + (
+            [f"phase={f['phase']}"] if "phase" in f else [])
     return k + ":" + ",".join(parts)
 
 
@@ -151,6 +168,53 @@ def make_cases(rng, runs):
     return single, compound, healthy
 
 
+def make_sdc_cases(rng, runs):
+    """Bit flips: a random layout, rank, step, bit and target (replicated / sharded parameter, all-reduce result)."""
+    cases = []
+    targets = ["replicated", "sharded", "allreduce"]
+    for i in range(runs):
+        lay = list(SDC_LAYOUTS)[i % len(SDC_LAYOUTS)]
+        target = targets[(i // len(SDC_LAYOUTS)) % len(targets)]
+        nproc = SDC_LAYOUTS[lay][0]
+        if target == "sharded" and SDC_LAYOUTS[lay][2] == 1:
+            target = "replicated"  # DP = 1: a shard has one copy, nothing to compare it with (out of scope)
+        step = rng.randrange(2, 8)
+        f = fault("bitflip", rng.randrange(nproc), step, bit=rng.randrange(32))
+        if target == "allreduce":
+            f["tensor"] = "allreduce"
+            f["phase"] = rng.choice(["fwd", "bwd"]) if SDC_LAYOUTS[lay][1] > 1 else "bwd"
+        else:
+            f["tensor"] = rng.choice(SDC_REPLICATED if target == "replicated" else SDC_SHARDED)
+        cfg = {"seed": rng.randrange(1, 1_000_000)}
+        cases.append(Case(f"sdc-{i:03d}-{target}-{lay}", lay, [f], step + SDC_EVERY, cfg))
+    return cases
+
+
+def sdc_score(results):
+    """Found: a silent_corruption finding within SDC_EVERY steps whose suspects hold the flipped rank."""
+    by = {}
+    misses = []
+    for r in results:
+        case = r["case"]
+        f = case["faults"][0]
+        key = case["name"].split("-")[2] + " " + case["layout"]
+        k = by.setdefault(key, {"runs": 0, "found": 0, "exact": 0, "exact_step": 0})
+        k["runs"] += 1
+        hits = [x for x in r.get("findings", []) if x["kind"] == "silent_corruption" and
+                (x.get("rank") == f["rank"] or f["rank"] in (x.get("ranks") or [])) and
+                f["step"] <= int(x.get("evidence", {}).get("numbers", {}).get("check_step", x.get("step", -1)))
+                <= f["step"] + SDC_EVERY]
+        if not hits:
+            misses.append({"case": case["name"], "spec": spec_of(f), "why": r.get("error", "") or "; ".join(
+                f"{x['kind']} rank {x.get('rank')} step {x.get('step')}" for x in primary(r.get("findings", [])))})
+            continue
+        k["found"] += 1
+        k["exact"] += hits[0].get("rank") == f["rank"]
+        k["exact_step"] += hits[0].get("step") == f["step"]
+    return {"by_target": by, "runs": sum(k["runs"] for k in by.values()),
+            "found": sum(k["found"] for k in by.values()), "misses": misses}
+
+
 def write_config(case, tmp):
     with open(os.path.join(ROOT, "samples", "configs", "tiny.json")) as f:
         cfg = json.load(f)
@@ -165,7 +229,7 @@ def write_config(case, tmp):
 def run_case(case, build, workdir):
     out = os.path.join(workdir, case.name)
     os.makedirs(workdir, exist_ok=True)
-    nproc, tp, dp = LAYOUTS[case.layout]
+    nproc, tp, dp = {**LAYOUTS, **SDC_LAYOUTS}[case.layout]
     with tempfile.TemporaryDirectory() as tmp:
         cfg = write_config(case, tmp)
         argv = [os.path.join(build, "cli", "tpscope"), "capture", "--nproc", str(nproc), "--tp", str(tp), "--dp",
@@ -173,6 +237,8 @@ def run_case(case, build, workdir):
                 "1"]
         for f in case.faults:
             argv += ["--inject", spec_of(f)]
+        if any(f["kind"] == "bitflip" for f in case.faults):
+            argv += ["--health", f"replica.every={SDC_EVERY}"]
         t = time.monotonic()
         cap = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
         wall = time.monotonic() - t
@@ -189,6 +255,8 @@ def run_case(case, build, workdir):
         result["chain"] = diagnosis.get("chain", [])
     except (ValueError, KeyError):
         result["error"] = "diagnose: " + d.stderr.decode(errors="replace")[-800:]
+        return result
+    if any(f["kind"] == "bitflip" for f in case.faults):
         return result
     result["alert_latency_s"] = alert_latency(db, case)
     result["expected"] = [expected_collective(db, case, f) for f in case.faults]
@@ -401,6 +469,14 @@ def markdown(s, meta):
               f"{s['chain']['single_root_pct']:.1f} % "
               f"of {s['chain']['single_runs']} single-fault runs; healthy runs with a chain: "
               f"{s['chain']['healthy_runs_with_chain']} (target 0).", ""]
+    if "sdc" in s:
+        d = s["sdc"]
+        lines += [f"Bit flips (silent_corruption, checked every {SDC_EVERY} steps): {d['found']} of {d['runs']} found "
+                  f"within {SDC_EVERY} steps with the rank among the suspects.", "",
+                  "| target, layout | runs | found | rank alone | exact step |", "|---|---|---|---|---|"]
+        for key, k in sorted(d["by_target"].items()):
+            lines.append(f"| {key} | {k['runs']} | {k['found']} | {k['exact']} | {k['exact_step']} |")
+        lines += [""] + [f"- {m['case']}: {m['spec']} — {m['why']}" for m in d["misses"]] + [""]
     if s["misses"]:
         lines += ["## Misses", ""] + [f"- {m['case']}: {m.get('spec', '')} — {m['why']}" for m in s["misses"]]
     return "\n".join(lines) + "\n"
@@ -412,13 +488,16 @@ def main():
     ap.add_argument("--runs", type=int, default=320)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench-out", "accuracy"))
-    ap.add_argument("--only", choices=["single", "compound", "healthy"])
+    ap.add_argument("--only", choices=["single", "compound", "healthy", "sdc"])
+    ap.add_argument("--sdc-runs", type=int, default=0, help="bit-flip runs (default: 0, or 48 with --only sdc)")
     ap.add_argument("--jobs", type=int, default=1, help="captures at once (each runs 2-4 ranks; 1 on 2 cores)")
     ap.add_argument("--limit", type=int, help="run only the first N cases of the selection (a quick look)")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     single, compound, healthy = make_cases(rng, a.runs)
-    cases = {"single": single, "compound": compound, "healthy": healthy}.get(a.only) or single + compound + healthy
+    sdc = make_sdc_cases(random.Random(a.seed + 15), a.sdc_runs or (48 if a.only == "sdc" else 0))
+    cases = {"single": single, "compound": compound, "healthy": healthy, "sdc": sdc}.get(a.only) or (
+        single + compound + healthy + sdc)
     if a.limit:
         cases = cases[:a.limit]
     os.makedirs(a.out, exist_ok=True)
@@ -438,7 +517,10 @@ def main():
             n = len(primary(r.get("findings", [])))
             print(f"[{i + 1}/{len(cases)}] {r['case']['name']}: {n} findings >= warning"
                   f"{' ERROR ' + r['error'][:120] if 'error' in r else ''}", flush=True)
-    s = score(results)
+    sdc_results = [r for r in results if any(f["kind"] == "bitflip" for f in r["case"]["faults"])]
+    s = score([r for r in results if r not in sdc_results])
+    if sdc_results:
+        s["sdc"] = sdc_score(sdc_results)
     meta = {"date": time.strftime("%Y-%m-%d"), "machine": f"{os.cpu_count()}-core {os.uname().sysname}",
             "runs": len(results), "seed": a.seed, "wall_min": (time.monotonic() - t0) / 60}
     with open(os.path.join(a.out, "results.json"), "w") as f:

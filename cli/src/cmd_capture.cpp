@@ -24,9 +24,12 @@ Watchdog: no new span, collective or step on any rank for --hang-timeout seconds
 --inject SPEC (repeatable): nan:rank=R,step=S[,layer=L][,phase=fwd|bwd]  inf:... (the same with +Inf)
   spike:rank=R,step=S,factor=F  hang:rank=R,step=S[,phase=fwd|bwd]  mismatch:rank=R,step=S[,phase=fwd|bwd]
   slow:rank=R,ms=M  delay:rank=R,ms=M  crash:rank=R,step=S
+  bitflip:rank=R,step=S[,tensor=NAME|allreduce][,bit=B][,phase=fwd|bwd]  (one bit of a parameter after the update,
+  or of an all-reduce result: silent data corruption, found by the replica fingerprint check)
   (nan/inf phase=fwd: into layer L's output activation; bwd, the default: into its first parameter's gradient)
 --health KEY=VALUE,...: nonfinite, grad_spike, loss_spike (off|warn|skip-step|stop), replica (off|warn|stop),
   grad_spike.factor|mads|window|warmup, loss_spike.*, replica.every|rtol, skip_window, skip_max
+  (replica: the policy of the replica checks, silent_corruption included; replica.every: their period N, default 10)
 
 Exit status:
   0    every rank finished
@@ -34,7 +37,7 @@ Exit status:
   2    bad arguments, config or --inject/--health spec (also: a rank refused its config, a refused token)
   3    hang: no progress for --hang-timeout, or a rank's collective timed out / failed
   4    crash: a rank died (signal, abort, runtime error)
-  5    the ranks stopped on non-finite values (--on-nonfinite stop, or too many skipped steps)
+  5    the ranks stopped on a health policy (--on-nonfinite stop, too many skipped steps, replica=stop)
   130  interrupted (Ctrl-C / SIGTERM)
 
 Many nodes: one capture per node, the same arguments but --node-rank, e.g. two nodes of 4 ranks:

@@ -246,6 +246,7 @@ void Communicator::allReduce(at::Tensor& t, ReduceOp op, const Callsite& site, p
     o.reduceOp = op == ReduceOp::Sum ? c10d::ReduceOp::SUM : c10d::ReduceOp::MAX;
     backend_->pg->allreduce(v, o)->wait();
   });
+  if (FaultInjector* f = activeFaults()) f->corruptAllReduceResult(*this, t, phase);  // capture: --inject bitflip
 }
 
 PendingCollective Communicator::allReduceAsync(at::Tensor t, const Callsite& site, probes::Phase phase) {
@@ -363,7 +364,10 @@ void PendingCollective::wait() {
   } catch (const std::exception& e) {
     c->fail(st->issue, e);
   }
-  if (!st->sendOnly && !st->wire.is_same(st->user)) st->user.copy_(st->wire);
+  if (!st->sendOnly) {
+    if (!st->wire.is_same(st->user)) st->user.copy_(st->wire);
+    if (FaultInjector* f = activeFaults()) f->corruptAllReduceResult(*c, st->user, st->issue.phase);  // --inject bitflip
+  }
   if (st->issue.sink != nullptr)
     st->issue.sink->collectiveState(st->issue.handle, probes::CollectiveState::Completed, probes::rawTicks());
 }

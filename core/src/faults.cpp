@@ -15,6 +15,7 @@
 #include "tpscope/core/communicator.h"
 #include "tpscope/core/config.h"
 #include "tpscope/core/mesh.h"
+#include "tpscope/core/replica_check.h"
 
 namespace tpscope::core {
 
@@ -196,6 +197,39 @@ bool FaultInjector::mismatchAllReduce(const Communicator& comm, at::Tensor& t, c
   return false;
 }
 
+void FaultInjector::flipParameterBit(const std::vector<std::string>& names, const std::vector<at::Tensor>& params,
+                                     const std::vector<bool>& replicated) {
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    const FaultSpec& s = specs_[i];
+    if (s.kind != FaultKind::Bitflip || s.tensor == kBitflipAllReduce || s.step != step_ || fired_[i]) continue;
+    fired_[i] = true;
+    size_t target = params.size();
+    for (size_t p = 0; p < params.size() && target == params.size(); ++p)
+      if (s.tensor.empty() ? replicated[p] : names[p] == s.tensor) target = p;
+    if (target == params.size()) target = 0;  // no replicated parameter (names were checked at start-up)
+    torch::NoGradGuard ng;
+    const at::Tensor& t = params[target];
+    const double before = t.detach().reshape({-1})[0].item<double>();
+    const int bit = flipBit(t, 0, s.bit >= 0 ? s.bit : kDefaultFlipBit);
+    announce(fmt::format("rank {} step {}: bit {} of {}[0] flips after the optimizer update: {} -> {} ({})", rank_,
+                         step_, bit, names[target], before, t.detach().reshape({-1})[0].item<double>(),
+                         formatFaultSpec(s)));
+  }
+}
+
+void FaultInjector::corruptAllReduceResult(const Communicator& comm, const at::Tensor& result, probes::Phase phase) {
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    const FaultSpec& s = specs_[i];
+    if (s.kind != FaultKind::Bitflip || s.tensor != kBitflipAllReduce || s.step != step_ || fired_[i] ||
+        !phaseMatches(s.phase, phase) || result.numel() == 0)
+      continue;
+    fired_[i] = true;
+    const int bit = flipBit(result, 0, s.bit >= 0 ? s.bit : kDefaultFlipBit);
+    announce(fmt::format("rank {} step {}: bit {} of element 0 of the result of all-reduce seq {} on group {} flips ({})",
+                         rank_, step_, bit, comm.seq(), comm.name(), formatFaultSpec(s)));
+  }
+}
+
 StepHooks::StepHooks(Mesh& mesh, const std::vector<std::string>& names, const std::vector<int>& layers,
                      const std::vector<at::Tensor>& params, int modelLayers)
     : mesh_(mesh), recordingRequested_(*envOr("TPSCOPE_OUT", "") != '\0'), rules_([&] {
@@ -210,6 +244,14 @@ StepHooks::StepHooks(Mesh& mesh, const std::vector<std::string>& names, const st
   for (const auto& s : *specs)
     if (std::string why = checkFaultSpec(s, mesh.worldSize(), modelLayers); !why.empty())
       throw ConfigError("TPSCOPE_INJECT: " + why);
+  for (const auto& s : *specs)
+    // Pipeline stages hold other parameters: the rank the flip targets checks the name (its error stops the job).
+    if (s.kind == FaultKind::Bitflip && s.rank == mesh.rank() && !s.tensor.empty() && s.tensor != kBitflipAllReduce &&
+        std::find(names.begin(), names.end(), s.tensor) == names.end())
+      throw ConfigError(fmt::format("TPSCOPE_INJECT '{}': the model has no parameter '{}' (its parameters: {}, ...; or "
+                                    "tensor={})",
+                                    formatFaultSpec(s), s.tensor, fmt::join(names.begin(), names.begin() + std::min<size_t>(4, names.size()), ", "),
+                                    kBitflipAllReduce));
   auto mine = std::make_unique<FaultInjector>(*specs, mesh.rank());
   if (!mine->specs().empty()) {
     faults_ = std::move(mine);

@@ -20,6 +20,7 @@
 #include "tpscope/core/grad_reducer.h"
 #include "tpscope/core/loss_scaler.h"
 #include "pipeline_runner.h"
+#include "tpscope/core/replica_check.h"
 
 namespace tpscope::core {
 
@@ -58,6 +59,7 @@ struct Trainer::Impl {
   std::unique_ptr<torch::optim::AdamW> optimizer;
   std::unique_ptr<GradReducer> reducer;
   std::unique_ptr<StepHooks> hooks;  // capture: fault injection + live health rules (faults.h)
+  std::unique_ptr<ReplicaCheck> replicas;  // capture: silent data corruption across replicas (replica_check.h)
   ActivationWatch activations;       // capture: non-finite forward outputs (activation_health.h)
   c10::Device device{c10::kCPU};     // the mesh's: the CPU or this rank's GPU
   std::unique_ptr<DynamicLossScaler> scaler;  // fp16 / loss_scale > 0
@@ -297,6 +299,9 @@ Trainer::Trainer(const TrainConfig& config, Mesh& mesh) : impl_(std::make_unique
   m.hooks = std::make_unique<StepHooks>(mesh, m.names, m.layers, ps, static_cast<int>(config.layers));
   m.reducer = std::make_unique<GradReducer>(ps, late, mesh.dpGroup(), config.bucket_mb * 1024 * 1024,
                                             config.overlap_grad_reduce);
+  std::vector<ReplicaTensor> replicated;
+  for (const auto& p : m.params) replicated.push_back({p.name, p.layer, p.param, !p.sharded});
+  m.replicas = std::make_unique<ReplicaCheck>(config, mesh, std::move(replicated), *m.hooks);
 }
 
 Trainer::~Trainer() = default;
@@ -383,6 +388,7 @@ StepMetrics Trainer::trainStep(int64_t step) {
     m.mesh->dpGroup().allReduce(lossAcc, ReduceOp::Sum, m.lossSite, probes::Phase::Optimizer);
     lossSum = lossAcc.item<double>() / m.mesh->dp();
     out.loss = lossSum;
+    m.replicas->afterStep(step);  // capture: --inject bitflip, replica fingerprints (may stop every rank)
   }
   out.stepTimeS = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   out.stepCpuS = processCpuSeconds() - cpu0;

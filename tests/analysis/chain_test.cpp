@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <functional>
 
 #include "tpscope/analysis/chain.h"
 #include "tpscope/analysis/diagnose.h"
@@ -243,6 +244,38 @@ TEST(Chain, NanOriginCarriesItsSpreadAndLaterSpikes) {
   EXPECT_EQ(chain[1].rank, 4);
   EXPECT_EQ(chain[2].kind, "grad_spike");
   EXPECT_EQ(chain[2].step, 4) << "a spike before the origin is not its consequence";
+}
+
+// A bit flip found by the replica check at step 20 (it happened after the check at step 10) is the cause of the NaN
+// born on the suspect rank at step 14 and of the spike at step 16; a NaN before the window, or on a rank that holds a
+// good copy, is not its consequence.
+TEST(Chain, SilentCorruptionCausesWhatTheCorruptedCopyFed) {
+  Finding sdc = make(FindingKind::SilentCorruption, Severity::Critical, 3, 20);
+  sdc.ranks = {3};
+  sdc.number("check_step", int64_t{20}).number("earliest_step", int64_t{11});
+  std::vector<Finding> all = {sdc, make(FindingKind::NanOrigin, Severity::Critical, 3, 14),
+                              make(FindingKind::GradSpike, Severity::Warning, -1, 16),
+                              make(FindingKind::NanOrigin, Severity::Critical, 3, 9),
+                              make(FindingKind::LossSpike, Severity::Warning, 1, 18)};
+  Finding downstream = make(FindingKind::SilentCorruption, Severity::Critical, -1, 21);  // the next stage, later
+  downstream.ranks = {4, 5, 6, 7};
+  all.push_back(downstream);
+  sortFindings(all);
+  const auto chain = buildChain(all);
+  const auto root = std::find_if(chain.begin(), chain.end(), [](const ChainLink& l) { return l.kind == "silent_corruption"; });
+  ASSERT_NE(root, chain.end());
+  std::vector<std::pair<std::string, int>> under;
+  std::function<void(const ChainLink&)> walk = [&](const ChainLink& l) {
+    for (const auto& c : l.consequences) {
+      if (c.finding >= 0) under.emplace_back(c.kind, c.step);
+      walk(c);
+    }
+  };
+  walk(*root);
+  std::sort(under.begin(), under.end());
+  EXPECT_EQ(under, (std::vector<std::pair<std::string, int>>{
+                       {"grad_spike", 16}, {"nan_origin", 14}, {"silent_corruption", 21}}));
+  EXPECT_EQ(chain.size(), 3u) << "the early NaN and the loss spike on a good copy stay roots of their own";
 }
 
 // Roots with a critical consequence come before a warning root; a finding no rule names stays a root; the chain

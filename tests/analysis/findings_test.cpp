@@ -11,12 +11,13 @@ namespace tpscope::analysis {
 namespace {
 
 TEST(Findings, NamesRoundTrip) {
-  for (int k = 0; k < static_cast<int>(kFindingKindCount); ++k) {
+  for (size_t k = 0; k < kFindingKindCount; ++k) {
     const auto kind = static_cast<FindingKind>(k);
     EXPECT_EQ(parseFindingKind(findingKindName(kind)), kind);
   }
   EXPECT_EQ(findingKindName(FindingKind::NanOrigin), "nan_origin");
   EXPECT_EQ(findingKindName(FindingKind::ReplicaDivergence), "replica_divergence");
+  EXPECT_EQ(findingKindName(FindingKind::SilentCorruption), "silent_corruption");
   EXPECT_EQ(parseSeverity("critical"), Severity::Critical);
   EXPECT_FALSE(parseSeverity("fatal"));
   EXPECT_FALSE(parseFindingKind("nan"));

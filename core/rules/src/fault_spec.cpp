@@ -29,6 +29,8 @@ constexpr KindInfo kKinds[] = {
     {FaultKind::Slow, "slow", "slow:rank=R,ms=M", "rank,ms", ""},
     {FaultKind::Delay, "delay", "delay:rank=R,ms=M", "rank,ms", ""},
     {FaultKind::Crash, "crash", "crash:rank=R,step=S", "rank,step", ""},
+    {FaultKind::Bitflip, "bitflip", "bitflip:rank=R,step=S[,tensor=NAME|allreduce][,bit=B][,phase=fwd|bwd]",
+     "rank,step", "tensor,bit,phase"},
 };
 
 const KindInfo& info(FaultKind kind) {
@@ -121,7 +123,13 @@ std::optional<FaultSpec> parseFaultSpec(std::string_view text, std::string* erro
     req.remove_prefix(comma + 1);
   }
   for (const auto& [key, value] : kv) {
-    if (key == "rank" || key == "step" || key == "layer" || key == "ms") {
+    if (key == "tensor") {
+      spec.tensor = value;
+    } else if (key == "bit") {
+      const auto n = detail::parseSpecInt(value);
+      if (!n || *n < 0 || *n > 63) return fail(fmt::format("bit={} must be a bit index from 0 to 63", value));
+      spec.bit = static_cast<int>(*n);
+    } else if (key == "rank" || key == "step" || key == "layer" || key == "ms") {
       const auto n = detail::parseSpecInt(value);
       if (!n) return fail(fmt::format("{}={} is not an integer", key, value));
       if (key == "rank") {
@@ -172,6 +180,8 @@ std::string formatFaultSpec(const FaultSpec& s) {
   if (s.layer >= 0) out += fmt::format(",layer={}", s.layer);
   if (s.kind == FaultKind::Spike) out += fmt::format(",factor={}", s.factor);
   if (s.kind == FaultKind::Slow || s.kind == FaultKind::Delay) out += fmt::format(",ms={}", s.ms);
+  if (!s.tensor.empty()) out += fmt::format(",tensor={}", s.tensor);
+  if (s.bit >= 0) out += fmt::format(",bit={}", s.bit);
   if (s.phase == FaultPhase::Forward) out += ",phase=fwd";
   if (s.phase == FaultPhase::Backward) out += ",phase=bwd";
   return out;
@@ -195,7 +205,7 @@ std::string checkFaultSpec(const FaultSpec& spec, int worldSize, int layers) {
 
 bool operator==(const FaultSpec& a, const FaultSpec& b) {
   return a.kind == b.kind && a.rank == b.rank && a.step == b.step && a.layer == b.layer && a.factor == b.factor &&
-         a.ms == b.ms && a.phase == b.phase;
+         a.ms == b.ms && a.phase == b.phase && a.tensor == b.tensor && a.bit == b.bit;
 }
 
 }  // namespace tpscope::core

@@ -322,6 +322,13 @@ StepAction HealthRules::checkReplicas(int step, double minNorm, double maxNorm, 
   return actionOf(options_.replica);
 }
 
+StepAction HealthRules::silentCorruption(int step, int layer, std::string_view tensor, const std::string& message,
+                                         const std::string& evidence) {
+  if (options_.replica == HealthPolicy::Off) return StepAction::Continue;
+  raise(probes::Severity::Critical, alert_kinds::kSilentCorruption, step, layer, tensor, message, evidence);
+  return actionOf(options_.replica);
+}
+
 StepAction HealthRules::agree(int step, StepAction agreed) {
   StepAction out = agreed;
   if (agreed == StepAction::SkipStep) {

@@ -116,6 +116,21 @@ bool originCauses(const Ctx& x, const Finding& c, const Finding& e) {
   return e.step >= c.step && (e.rank < 0 || e.rank == c.rank || contains(c.ranks, e.rank));
 }
 
+// Corrupted state found on a rank feeds everything computed from it afterwards: a bit flip in a weight's exponent turns
+// into a NaN or a spike there (or on the ranks it reaches) at the check's step or later. The flip happened at most
+// one check window before the step the finding names, so a consequence may begin that early.
+bool sdcCauses(const Finding& c, const Finding& e) {
+  if (!isKind(c, FindingKind::SilentCorruption) || c.step < 0) return false;
+  // Corrupted values travel: a pipeline stage fed by the corrupted copy's activations, a TP peer summing its partial
+  // results, diverge later (a step after at the earliest) — on ranks the first incident does not name.
+  if (isKind(e, FindingKind::SilentCorruption)) return e.step > c.step;
+  if (!(origin(e) || isKind(e, FindingKind::GradSpike) || isKind(e, FindingKind::LossSpike) ||
+        isKind(e, FindingKind::ReplicaDivergence)))
+    return false;
+  const int64_t window = std::max<int64_t>(0, c.step - numberOr(c, "earliest_step", c.step));
+  return e.step >= c.step - window && (e.rank < 0 || c.rank < 0 || e.rank == c.rank || contains(c.ranks, e.rank));
+}
+
 bool stragglerCauses(const Finding& c, const Finding& e) {
   return isKind(c, FindingKind::Straggler) && c.severity <= Severity::Warning &&
          isKind(e, FindingKind::CommOverhead) && (e.rank < 0 || contains(c.ranks, e.rank));
@@ -135,6 +150,7 @@ const std::vector<std::function<bool(const Ctx&, const Finding&, const Finding&)
       desyncCauses,
       [](const Ctx&, const Finding& c, const Finding& e) { return crashCauses(c, e); },
       hangCauses,
+      [](const Ctx&, const Finding& c, const Finding& e) { return sdcCauses(c, e); },
       originCauses,
       [](const Ctx&, const Finding& c, const Finding& e) { return stragglerCauses(c, e); },
       [](const Ctx&, const Finding& c, const Finding& e) { return spikeCauses(c, e); },

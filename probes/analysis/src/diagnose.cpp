@@ -12,6 +12,7 @@
 #include "tpscope/analysis/nonfinite.h"
 #include "tpscope/analysis/pipeline.h"
 #include "tpscope/analysis/run_info.h"
+#include "tpscope/analysis/sdc.h"
 #include "analysis_internal.h"
 #include "evidence_util.h"
 
@@ -201,6 +202,7 @@ DiagnoseResult diagnose(tracedb::Reader& reader, const DiagnoseOptions& options)
     result.reports.nonfinite = std::move(*r);
     return nonFiniteFindings(*result.reports.nonfinite, *info);
   });
+  take("silent corruption", [&]() -> Findings { return silentCorruptionFindings(reader); });
   take("anomalies", [&]() -> Findings {
     auto r = analyzeAnomalies(reader, *info, options.anomalies);
     if (!r) return r.status();

@@ -19,6 +19,10 @@
 //   delay     the rank sleeps M ms before entering every collective.
 //   crash     std::abort() at the start of step S (SIGABRT, as a real crash: the recorder's crash handler dumps what
 //             it holds before the process dies).
+//   bitflip   one bit of element 0 flips in memory, silently: of a parameter right after the optimizer update of step S
+//             (ReplicaCheck::afterStep calls flipParameterBit; the next forward pass uses the corrupted value), or of
+//             the result of the rank's first all-reduce of step S (the communicator calls corruptAllReduceResult
+//             after the result is in place; the caller consumes the corrupted value).
 // Health policy: see StepHooks::beforeUpdate.
 //
 // Threading: the training thread only. activeFaults() is one relaxed atomic load.
@@ -73,6 +77,12 @@ class FaultInjector {
   // The collective is pre-recorded with that shape and flushed first: Gloo aborts the process on a size mismatch,
   // possibly before the communicator's own record of it reaches the disk.
   bool mismatchAllReduce(const Communicator& comm, at::Tensor& t, const Callsite& site, probes::Phase phase);
+  // ReplicaCheck, after the optimizer update of the current step: bitflip on a parameter (`tensor=NAME`, default the
+  // first `replicated` one). `names`, `params`, `replicated`: the model's parameters in order.
+  void flipParameterBit(const std::vector<std::string>& names, const std::vector<at::Tensor>& params,
+                        const std::vector<bool>& replicated);
+  // Communicator, when an all-reduce's result is in `result` (bitflip tensor=allreduce, of that phase).
+  void corruptAllReduceResult(const Communicator& comm, const at::Tensor& result, probes::Phase phase);
 
  private:
   std::vector<FaultSpec> specs_;
@@ -110,6 +120,9 @@ class StepHooks {
                     const at::Tensor& lossSum, int64_t microBatches, double gradNorm);
 
   const HealthRules& rules() const { return rules_; }
+  HealthRules& rules() { return rules_; }
+  // TPSCOPE_OUT is set: the ranks record (identical on every rank).
+  bool recording() const { return recordingRequested_; }
 
  private:
   Mesh& mesh_;

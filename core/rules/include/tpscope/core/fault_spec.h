@@ -13,6 +13,12 @@
 //   slow:rank=R,ms=M                  rank R computes M ms longer every step (a straggler)
 //   delay:rank=R,ms=M                 rank R arrives M ms late at every collective
 //   crash:rank=R,step=S               rank R aborts (SIGABRT) at the start of step S
+//   bitflip:rank=R,step=S[,tensor=NAME|allreduce][,bit=B][,phase=fwd|bwd]
+//                                     one bit (B, default 20) of element 0 flips on rank R at step S: of parameter
+//                                     NAME after the optimizer update (default: the first TP-replicated parameter),
+//                                     or, with tensor=allreduce, of the result of rank R's first all-reduce of step S
+//                                     (of that phase). Silent data corruption: found by the replica fingerprints
+//                                     (replica_check.h). B counts from the least significant bit of the element.
 // Ranks are global ranks (0-based); steps are 1-based optimizer steps; layers 0-based transformer layers.
 // Lists (environment variable TPSCOPE_INJECT) join specs with ';'.
 #pragma once
@@ -25,7 +31,7 @@
 
 namespace tpscope::core {
 
-enum class FaultKind : uint8_t { Nan, Inf, Spike, Hang, Mismatch, Slow, Delay, Crash };
+enum class FaultKind : uint8_t { Nan, Inf, Spike, Hang, Mismatch, Slow, Delay, Crash, Bitflip };
 enum class FaultPhase : uint8_t { Any, Forward, Backward };
 
 std::string_view faultKindName(FaultKind kind);  // "nan", "inf", ...
@@ -38,7 +44,13 @@ struct FaultSpec {
   double factor = 1.0;  // spike
   int64_t ms = 0;       // slow, delay
   FaultPhase phase = FaultPhase::Any;  // nan/inf: Any means backward (the gradient)
+  std::string tensor;                  // bitflip: a parameter name, kBitflipAllReduce, or "" (the default target)
+  int bit = -1;                        // bitflip: -1 means kDefaultFlipBit
 };
+
+// bitflip's tensor= value that targets an all-reduce result instead of a parameter.
+inline constexpr std::string_view kBitflipAllReduce = "allreduce";
+inline constexpr int kDefaultFlipBit = 20;  // an fp32 mantissa bit: a silent change (~1e-1 relative), never NaN
 
 // Parses one spec. On failure returns nullopt and sets `error` to a message that quotes the spec and says what is
 // wrong and what is expected (e.g. "--inject 'nan:rank=1': missing step=S (nan:rank=R,step=S[,layer=L])").

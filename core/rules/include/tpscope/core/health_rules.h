@@ -17,6 +17,9 @@
 //                         and z = (loss − median) / (1.4826 × MAD) ≥ mads
 //   replica_divergence    DP replicas' reduced gradient norms differ by more than rtol (relative): replicas that
 //                         must be identical are not (checked every `every` steps; costs one DP all-reduce)
+//   silent_corruption     a tensor that is bitwise identical on every rank of a group by construction has a
+//                         different 64-bit fingerprint on some rank (replica_vote.h, core's replica_check.h; checked
+//                         every `every` steps, before each checkpoint and at the last step; policy `replica`)
 // Policies: off (not checked), warn (alert only), skip-step (every rank agrees to drop the update: the trainer
 // all-reduces the MAX of the ranks' actions, see agree()), stop (every rank stops; tpscope-train exits 5).
 // More than `skip_max` skipped steps within `skip_window` steps escalate to stop ("don't wake me for ONE bad batch").
@@ -108,6 +111,10 @@ class HealthRules {
   bool replicaCheckDue(int step, int dpSize) const;
   // The smallest and largest reduced gradient norm over this rank's DP group.
   StepAction checkReplicas(int step, double minNorm, double maxNorm, int dpSize);
+  // A replica fingerprint mismatch in which this rank is a suspect (raised by each suspect rank once): a critical
+  // silent_corruption alert; returns the `replica` policy's action (warn: Continue, stop: Stop).
+  StepAction silentCorruption(int step, int layer, std::string_view tensor, const std::string& message,
+                              const std::string& evidence);
   // Called with the action every rank agreed on (max over ranks) before the update: returns the final action
   // (a skip beyond skip_max within skip_window becomes Stop) and records the step in the baselines if healthy.
   StepAction agree(int step, StepAction agreed);

@@ -13,6 +13,7 @@ inline constexpr std::string_view kGradSpike = "grad_spike";                    
 inline constexpr std::string_view kLossSpike = "loss_spike";                      // loss far above its trend
 inline constexpr std::string_view kReplicaDivergence = "replica_divergence";      // replicas that must agree differ
 inline constexpr std::string_view kTooManySkippedSteps = "too_many_skipped_steps";
+inline constexpr std::string_view kSilentCorruption = "silent_corruption";        // a replica's bits differ
 
 // Every non-finite kind starts with it (the analysis of the first NaN selects alerts by it).
 inline constexpr std::string_view kNonfinitePrefix = "nonfinite";

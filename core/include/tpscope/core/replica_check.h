@@ -1,0 +1,97 @@
+// Silent data corruption detection: fingerprints of the state that is bitwise identical on every rank of a group by
+// construction, compared across the ranks (issue #15, part 1; docs/diagnosis.md#silent_corruption).
+//
+// fingerprint(t): a 64-bit hash of a tensor's bits computed on the tensor's device (no copy of the tensor to the
+// host): the elements' bit patterns as integers x_i (sign-extended to int64), h = Σ x_i · c_(i mod 2^16) · r_(i div
+// 2^16) in wrapping int64 arithmetic, with odd multipliers c_j = (2j+1)·K1 and r_k = (2k+1)·K2, then h·K3 + salt,
+// the salt a host-side hash of the dtype and the shape. Every single-bit flip changes x_i by ±2^b, so h by
+// ±2^b·(odd) ≠ 0 mod 2^64: a single-bit flip ALWAYS changes the fingerprint. Equal tensors have equal fingerprints;
+// tensors of another dtype or shape differ by the salt.
+//
+// What is compared (the list and why, verified on real runs: tests/capture/sdc_test.cpp, docs/diagnosis.md):
+//   - TP-replicated parameters (layer norms, row-parallel biases, the position embedding — everything
+//     tpShardedParams does not list) after the optimizer step: identical on every rank of the world. Their inputs
+//     are identical by construction: activations leave each TP all-reduce identical on every member, the
+//     sequence-parallel gradients are summed by one all-reduce, the DP reduction is one all-reduce per replica
+//     group, AdamW is elementwise, ZeRO-1 broadcasts the owner's update. Fingerprinted EVERY step into a local
+//     history (replica.every steps deep) that dates a mismatch to the first step a rank disagreed.
+//   - Every parameter (sharded ones included) at a check: identical on the DP replicas of one TP shard.
+//   - All-reduce results are witnessed through the state they produce (a flipped result on one rank changes that
+//     rank's update): the loss all-reduce, which feeds no state, is not.
+// Gradients are NOT compared: pre-reduction they differ by design, and reduction orders may differ in the last bit.
+//
+// A check (every `replica.every` steps, at every step that saves a checkpoint — so `replica=stop` stops before the
+// corrupted state is written — and at the last step) costs one all-gather on the world group of the fingerprints
+// (history + current: a few KB), host work on the gathered table only. The decision (replica_vote.h) is computed
+// by every rank from the same table, so every rank takes the same stop decision without another collective.
+// Pipeline stages (PP > 1) hold different tensors: the copies that must agree are those of one stage (its TP x DP
+// ranks), rows are padded to the widest stage's (the stages' counts are gathered once, at the first check), each
+// stage votes on its own rows, and under `replica=stop` one MAX all-reduce of a flag makes every stage stop together.
+// The check runs when the ranks record (TPSCOPE_OUT) or a policy can act, and the `replica` health policy is not off.
+//
+// Threading: the training thread.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tpscope/core/config.h"
+#include "tpscope/core/replica_vote.h"
+
+namespace tpscope::core {
+
+class Mesh;
+class StepHooks;
+
+// The fingerprint above: a 0-dim int64 tensor on `t`'s device. Any dtype of 1, 2, 4 or 8 bytes per element.
+at::Tensor fingerprint(const at::Tensor& t);
+// Flips bit `bit` (counted from the least significant bit of the element's bit pattern; taken modulo the element's
+// width) of element `index` of `t` in place, on its device. Returns the bit flipped.
+int flipBit(const at::Tensor& t, int64_t index, int bit);
+
+struct ReplicaTensor {
+  std::string name;
+  int layer = -1;
+  at::Tensor tensor;
+  bool replicated = false;  // identical on every rank of the world (else: on the DP replicas of its TP shard)
+};
+
+class ReplicaCheck {
+ public:
+  // `tensors`: the parameters in model order (identical names and order on every rank). `hooks`: the health options
+  // and rules (policy `replica`, `replica.every`) and the fault injector (bitflip).
+  ReplicaCheck(const TrainConfig& config, Mesh& mesh, std::vector<ReplicaTensor> tensors, StepHooks& hooks);
+  ~ReplicaCheck();
+
+  // After the optimizer update of `step`, on every rank (a collective on check steps). Applies an injected
+  // parameter bitflip of this step, records the history and, on a check step, compares. Throws NonFiniteStop on
+  // every rank when a mismatch is found and the policy is stop.
+  void afterStep(int64_t step);
+
+  bool enabled() const { return enabled_; }
+  bool checkDue(int64_t step) const;
+
+ private:
+  void check(int step);
+  size_t paddedRowSize(size_t historySteps);
+
+  TrainConfig config_;
+  Mesh& mesh_;
+  StepHooks& hooks_;
+  std::vector<ReplicaTensor> tensors_;
+  FingerprintLayout layout_;          // this rank's pipeline stage (ranks counted from stageBase_)
+  int stageBase_ = 0, stageSize_ = 1;
+  std::vector<int64_t> stageCounts_;  // PP > 1: per global rank, its history tensors and tensors (from the first check)
+  bool enabled_ = false;
+  int every_ = 10;
+  std::vector<at::Tensor> history_;  // one int64 [history tensors] per step since the last check
+  std::vector<int> historySteps_;
+  int lastCheck_ = 0;
+  bool reported_ = false;  // an incident was raised: the state stays diverged, later checks raise nothing more
+};
+
+}  // namespace tpscope::core
