@@ -40,7 +40,9 @@ constexpr int kExitOk = 0, kExitRuntime = 1, kExitConfig = 2, kExitCollective = 
 // The recorder's clock alignment over c10d's rendezvous store. Never throws (KvStore contract).
 class C10dKvStore final : public tpscope::probes::KvStore {
  public:
-  explicit C10dKvStore(c10d::Store* store) : store_(store) {}
+  // Holds its own reference: the recorder stops (and aligns clocks over the store) after an exception has unwound
+  // run() and destroyed the Mesh, on the error exit paths of main().
+  explicit C10dKvStore(c10d::Store* store) : store_(c10::intrusive_ptr<c10d::Store>::reclaim_copy(store)) {}
   bool set(std::string_view key, std::string_view value) noexcept override {
     try {
       store_->set(std::string(key), std::vector<uint8_t>(value.begin(), value.end()));
@@ -60,7 +62,7 @@ class C10dKvStore final : public tpscope::probes::KvStore {
   }
 
  private:
-  c10d::Store* store_;  // owned by the Mesh, which outlives the recorder session (stopped before main returns)
+  c10::intrusive_ptr<c10d::Store> store_;
 };
 
 // Records this rank's coordinates, groups and config once the mesh exists (TPSCOPE_OUT set by tpscope capture).
@@ -128,6 +130,15 @@ void stopRecording(const char* reason) {
 #else
   (void)reason;
 #endif
+}
+
+// An error exit: the peers are not at the end of the run (gone, or about to fail), so the end-of-run clock alignment
+// would only wait its timeout before this rank's exit is seen; the clocks measured at the start stand.
+void stopRecordingOnError(const char* reason) {
+#if TPSCOPE_TRAIN_WITH_RUNTIME
+  tpscope::probes::setClockStore(nullptr);
+#endif
+  stopRecording(reason);
 }
 
 // The command line: what run() needs from it.
@@ -333,7 +344,7 @@ int main(int argc, char** argv) {
     return run(argc, argv);
   } catch (const core::ConfigError& e) {
     std::fprintf(stderr, "tpscope-train: error: %s\n", e.what());
-    stopRecording("config error");
+    stopRecordingOnError("config error");
     return kExitConfig;
   } catch (const core::NonFiniteStop& e) {
     std::fprintf(stderr, "tpscope-train: stopped: %s\n", e.what());
@@ -344,7 +355,7 @@ int main(int argc, char** argv) {
     std::_Exit(kExitNonFinite);
   } catch (const core::CollectiveError& e) {
     std::fprintf(stderr, "tpscope-train: collective error: %s\n", e.what());
-    stopRecording(e.timedOut() ? "timeout" : "collective failed");
+    stopRecordingOnError(e.timedOut() ? "timeout" : "collective failed");
     // The group is unusable and peers may be stuck inside Gloo: leave without running destructors that would
     // wait on them. The recorder has flushed in stop().
     std::fflush(stderr);
@@ -352,11 +363,11 @@ int main(int argc, char** argv) {
     std::_Exit(kExitCollective);
   } catch (const c10::Error& e) {
     std::fprintf(stderr, "tpscope-train: error: %s\n", e.what_without_backtrace());
-    stopRecording("error");
+    stopRecordingOnError("error");
     return kExitRuntime;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tpscope-train: error: %s\n", e.what());
-    stopRecording("error");
+    stopRecordingOnError("error");
     return kExitRuntime;
   }
 }
