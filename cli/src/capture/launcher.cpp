@@ -368,6 +368,7 @@ class CaptureSession {
   bool remoteStop_ = false;         // another node stopped the job (not posted again)
   Stop stop_ = Stop::None;
   std::vector<bool> signaled_;
+  std::vector<bool> echoed_;  // ended on its own after the stop began: an echo of the first cause, not a cause
   int interruptsSeen_ = 0;
   // finish
   int code_ = kExitSuccess;
@@ -681,6 +682,7 @@ void CaptureSession::watch() {
   lastProgress_ = Clock::now();
   lastPoll_ = lastProgress_ - std::chrono::hours(1);
   signaled_.assign(static_cast<size_t>(o_.nproc), false);
+  echoed_.assign(static_cast<size_t>(o_.nproc), false);
   while (reapRanks()) {
     handleInterrupts();
     if (Clock::now() - lastPoll_ >= std::chrono::milliseconds(o_.pollMs)) {
@@ -725,17 +727,36 @@ void CaptureSession::beginStop(Outcome why, const std::string& whyText, const st
 }
 
 // Reaps the ranks that ended. When several are found ended in one look, the likeliest first cause goes first: a rank
-// killed by a signal or failing on its own (crash) before one whose collective failed because a peer was gone.
+// killed by a signal, then one failing on its own with an error status (often a peer lost outside a collective: a
+// store read, a group being built), then one whose collective failed because a peer was gone.
 bool CaptureSession::reapRanks() {
   std::vector<RankProcess*> ended;
   for (auto& p : ranks_)
     if (p.poll()) ended.push_back(&p);
+  // A collective that failed (exit 3) is most often a peer's echo: a rank leaving on an error closes its Gloo
+  // connections while it unwinds, before its own exit is seen. Give the cause a moment to end too.
+  auto collectiveFailure = [this](const RankProcess* p) {
+    return !signaled_[slot(p->rank())] && outcomeOfRankExit(*p->status()) == Outcome::Hang;
+  };
+  if (stop_ == Stop::None && !ended.empty() && std::all_of(ended.begin(), ended.end(), collectiveFailure)) {
+    for (const auto until = Clock::now() + std::chrono::milliseconds(1000); Clock::now() < until;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      bool other = false;
+      for (auto& p : ranks_)
+        if (p.poll()) {  // true only for a rank that ended in this call
+          ended.push_back(&p);
+          other |= !collectiveFailure(&p);
+        }
+      if (other) break;
+    }
+  }
   auto causeRank = [](const RankProcess* p) {
+    if (p->status()->signaled) return 0;
     switch (outcomeOfRankExit(*p->status())) {
-      case Outcome::Crash: return 0;
-      case Outcome::NonFinite: return 1;
-      case Outcome::BadArgs: return 2;
-      default: return 3;
+      case Outcome::Crash: return 1;
+      case Outcome::NonFinite: return 2;
+      case Outcome::BadArgs: return 3;
+      default: return 4;
     }
   };
   std::stable_sort(ended.begin(), ended.end(),
@@ -749,6 +770,9 @@ void CaptureSession::reportEndedRank(const RankProcess& p) {
   const ExitStatus& s = *p.status();
   if (s.ok() || signaled_[slot(p.rank())]) return;
   const Outcome oc = outcomeOfRankExit(s);
+  // The job is already stopping on an earlier rank's end and this one dies too (an error status, Gloo taking the
+  // process down): it went down with the first cause, its peer gone. A status of its own (3, 5) keeps its reason.
+  if (stop_ != Stop::None && oc == Outcome::Crash) echoed_[slot(p.rank())] = true;
   // Several nodes: a rank that fails is often the echo of a peer lost on another node (its collective fails, or
   // Gloo takes the process down). The node that saw the cause gets a moment to claim the stop first; every node
   // waits the same, so the first to see a failure is the first to claim.
@@ -957,12 +981,12 @@ std::vector<std::pair<std::string, std::string>> CaptureSession::recordRankExits
       continue;
     }
     if (s.ok()) continue;  // the rank said "ok" itself
-    // Another node's failure was the job's first cause: a rank of ours that ended before we signalled it went down
-    // with it (its peer gone), and is no cause of its own.
-    const std::string reason = remoteStop_ && !ours
-                                   ? fmt::format("stopped by the job's stop ({}); it ended first: {}", stopWhy_,
-                                                 s.describe())
-                                   : rankExitReason(s, ours, stopWhy_);
+    // Another node's failure was the job's first cause, or this rank ended on its own after the first cause here
+    // began the stop: it went down with that cause (its peer gone), and is no cause of its own.
+    const bool echo = !ours && (remoteStop_ || echoed_[slot(p.rank())]);
+    const std::string reason =
+        echo ? fmt::format("stopped by the job's stop ({}); it ended first: {}", stopWhy_, s.describe())
+             : rankExitReason(s, ours, stopWhy_);
     if (tracedb::Status e = tracedb::markRankExit(file, reason, s.describe()); !e)
       fmt::print(err_, "tpscope capture: warning: cannot record rank {}'s exit: {}\n", p.rank(), e.message());
   }

@@ -116,6 +116,16 @@ tracedb::Result<std::vector<Finding>> crashFindings(tracedb::Reader& reader, con
       });
       if (!s) return s;
     }
+    if (e.crashed) {
+      // Ranks that died on their own after this end began the job's stop went down with it (capture's verdict).
+      constexpr std::string_view kEcho = "; it ended first: ";
+      std::string echoes;
+      for (const RankEnd& o : ends)
+        if (const size_t at = o.exitReason.find(kEcho); o.rank != e.rank && at != std::string::npos)
+          echoes += (echoes.empty() ? "" : ", ") + std::to_string(o.rank) + " (" +
+                    o.exitReason.substr(at + kEcho.size()) + ")";
+      if (!echoes.empty()) fd.details.push_back("went down with it before capture stopped them: rank " + echoes);
+    }
     fd.number("last_record_ns", e.lastRecordNs);
     fd.number("exit_reason", e.exitReason);
     out.push_back(std::move(fd));
