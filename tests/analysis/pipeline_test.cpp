@@ -127,6 +127,13 @@ TEST(PipelineBubble, KnownSplitOfEveryIdleInterval) {
   EXPECT_EQ(findingKindName(findings[0].kind), "stage_imbalance");
   EXPECT_NE(findings[0].message.find("pipeline stage 0 is the longest: 18.9 %"), std::string::npos)
       << findings[0].message;
+  // 30 % longer is a warning only where the other stage waits on it for 5 % of the pipeline time or more.
+  PipelineReport uneven = *rep;
+  uneven.longestOverMeanPct = 30;
+  uneven.perStage[1].dependencyWaitPct = 1;
+  EXPECT_EQ(pipelineFindings(uneven).at(0).severity, Severity::Info);
+  uneven.perStage[1].dependencyWaitPct = 8;
+  EXPECT_EQ(pipelineFindings(uneven).at(0).severity, Severity::Warning);
 
   auto full = buildReport(*reader);
   ASSERT_TRUE(full.isOk()) << full.error();
