@@ -85,5 +85,22 @@ TEST(PipelineCapture, AStageThatNeverSendsIsNamedByPairSeqStageAndMicrobatch) {
       << d.summary();
 }
 
+// A NaN born in stage 0's forward crosses to stage 1 in the activation it sends: the origin is stage 0's rank, and
+// the spread names the point-to-point pair that carried it (send on p2p-0-1), not the receiving stage.
+TEST(PipelineCapture, NanIsTracedAcrossTheStagesItsActivationReaches) {
+  const auto dir = testDir("pipeline_nan");
+  const RunResult r = capture(dir, 2, 1, 1, 5,
+                              {"--pp", "2", "--microbatches", "2", "--inject", "nan:rank=0,step=3,layer=0,phase=fwd"});
+  ASSERT_EQ(r.status, 0) << r.output;  // warn: the run goes on
+  const Diagnosis d = diagnose(dir / "run.db");
+  const auto origins = d.ofKind("nan_origin");
+  ASSERT_EQ(origins.size(), 1u) << d.summary();
+  EXPECT_EQ(origins[0].rank, 0) << d.summary();
+  EXPECT_EQ(origins[0].step, 3) << d.summary();
+  EXPECT_EQ(origins[0].layer, 0) << d.summary();
+  EXPECT_EQ(origins[0].ranks, std::vector<int>{1}) << d.summary();
+  EXPECT_EQ(origins[0].group, "p2p-0-1") << d.summary();
+}
+
 }  // namespace
 }  // namespace tpscope::capture_test
