@@ -69,11 +69,16 @@ std::vector<Finding> stragglerFindings(const CollectiveAnalysis& ca, const RunIn
     // scheduling, so only a large lag is a fault there.
     const tracedb::RankInfo* ri = info.rank(r.rank);
     const bool crowded = ri != nullptr && info.oversubscribed(ri->host);
+    // Where every CPU runs a rank, the OS takes a core from a rank a timeslice at a time: in a short run a few such
+    // slices make a large lag by chance, so there a large lag is a fault only when it is significant too.
+    const bool full = ri != nullptr && info.cpusFull(ri->host);
+    const bool fewSteps = r.pValue >= alpha;
     Finding fd;
     fd.kind = FindingKind::Straggler;
     // Significant but small (a rank that shares its core with others, say): a figure, not a fault.
-    fd.severity = costPct >= (crowded ? o.stragglerLargeStepPct : o.stragglerMinStepPct) ? Severity::Warning
-                                                                                          : Severity::Info;
+    fd.severity = costPct >= (crowded ? o.stragglerLargeStepPct : o.stragglerMinStepPct) && !(full && fewSteps)
+                      ? Severity::Warning
+                      : Severity::Info;
     fd.rank = r.rank;
     fd.message = "rank " + std::to_string(r.rank) + " arrives last at " + pct(r.lastPct()) + " of its collectives (" +
                  std::to_string(r.lastCount) + " of " + std::to_string(r.collectives) + "); the others wait " +
@@ -85,6 +90,11 @@ std::vector<Finding> stragglerFindings(const CollectiveAnalysis& ca, const RunIn
                   "it lose %.1f%% of a mean step per step",
                   ms(static_cast<int64_t>(r.expectedWaitNs)).c_str(), r.z, r.pValue, costPct);
     fd.details.push_back(why);
+    if (full && fewSteps)
+      fd.details.push_back("every CPU of host " + ri->host + " runs a rank and " +
+                           std::to_string(r.collectives) +
+                           " collectives are too few to tell a lag from the scheduler's timeslices: a longer run "
+                           "decides");
     if (crowded)
       fd.details.push_back("host " + ri->host + " runs more ranks than its " +
                            std::to_string(info.hostCpus.at(ri->host)) +

@@ -304,12 +304,25 @@ std::string groupClass(const std::string& group) {
   return group.substr(0, dash);
 }
 
-bool RunInfo::oversubscribed(const std::string& host) const {
-  auto it = hostCpus.find(host);
-  if (it == hostCpus.end()) return false;
+namespace {
+// Ranks on `host` and its CPUs (CPUs 0 when unknown).
+std::pair<int, int> ranksAndCpus(const RunInfo& info, const std::string& host) {
+  auto it = info.hostCpus.find(host);
+  if (it == info.hostCpus.end()) return {0, 0};
   int ranksHere = 0;
-  for (const auto& r : ranks) ranksHere += r.host == host ? 1 : 0;
-  return ranksHere > it->second;
+  for (const auto& r : info.ranks) ranksHere += r.host == host ? 1 : 0;
+  return {ranksHere, it->second};
+}
+}  // namespace
+
+bool RunInfo::oversubscribed(const std::string& host) const {
+  const auto [ranksHere, cpus] = ranksAndCpus(*this, host);
+  return cpus > 0 && ranksHere > cpus;
+}
+
+bool RunInfo::cpusFull(const std::string& host) const {
+  const auto [ranksHere, cpus] = ranksAndCpus(*this, host);
+  return cpus > 0 && ranksHere >= cpus;
 }
 
 }  // namespace tpscope::analysis

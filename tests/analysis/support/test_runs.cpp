@@ -269,6 +269,12 @@ Status writeRun(const std::filesystem::path& path, const RunSpec& spec) {
       !s)
     return s;
   if (Status s = w.setMeta("clock_aligned", "1"); !s) return s;
+  if (spec.hostCpus > 0)
+    for (int node = 0; node * 4 < world; ++node)
+      if (Status s = w.setMeta(std::string(tracedb::meta_keys::kHostCpusPrefix) + "node-" + std::to_string(node),
+                               std::to_string(spec.hostCpus));
+          !s)
+        return s;
   const bool hang = spec.hangRank >= 0;
   for (int r = 0; r < world; ++r) {
     tracedb::RankInfo ri;

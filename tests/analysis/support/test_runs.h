@@ -25,6 +25,7 @@ struct RunSpec {
   bool indexed = true;      // create the query indexes (a merged file) or not (a raw recorder file)
   bool commSpans = true;    // also record a comm span for each collective (as the communicator does)
   int64_t elements = 256;   // b·s·h of each TP all-reduce (config: micro_batch_size 2, seq_len 8, hidden 16)
+  int hostCpus = 0;         // > 0: meta host_cpus.<host> of each host ("node-<rank / 4>"), as the recorder writes
 
   // Faults.
   int stragglerRank = -1;          // this rank's data loading takes `stragglerDelayNs` longer every step

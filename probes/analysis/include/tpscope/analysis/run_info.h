@@ -49,6 +49,9 @@ struct RunInfo {
   // oversubscribed: ranks take turns on the cores and one lags by the luck of scheduling.
   std::map<std::string, int> hostCpus;
   bool oversubscribed(const std::string& host) const;  // more ranks on `host` than its CPUs (false when unknown)
+  // Every CPU of `host` runs a rank (ranks ≥ CPUs; false when unknown): the launcher, the recorders' threads and the
+  // OS take a core from some rank a timeslice (a few ms) at a time.
+  bool cpusFull(const std::string& host) const;
   int64_t beginNs = 0, endNs = 0;          // extent of spans, collectives and step_stats (0, 0 when empty)
   std::vector<RankExtent> spanExtents;     // by rank, ranks with spans only
   std::optional<ModelConfig> model;        // when meta 'config' is JSON with at least one of the model keys
