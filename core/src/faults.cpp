@@ -26,8 +26,8 @@ namespace {
 std::atomic<FaultInjector*> g_faults{nullptr};
 
 // Busy work, so a slow rank shows longer compute, not idle time.
-void spinFor(std::chrono::milliseconds ms) {
-  const auto until = std::chrono::steady_clock::now() + ms;
+void spinFor(std::chrono::microseconds us) {
+  const auto until = std::chrono::steady_clock::now() + us;
   volatile uint64_t x = 0;
   while (std::chrono::steady_clock::now() < until)
     for (int i = 0; i < 1000; ++i) x = x + static_cast<uint64_t>(i);
@@ -69,7 +69,7 @@ void FaultInjector::stepBegin(int step) {
   step_ = step;
   for (size_t i = 0; i < specs_.size(); ++i) {
     const FaultSpec& s = specs_[i];
-    if (s.kind == FaultKind::Slow) {
+    if (s.kind == FaultKind::Slow && !slowInPasses_) {
       TPS_SPAN("injected slow compute", Compute, Forward);
       spinFor(std::chrono::milliseconds(s.ms));
     } else if (s.kind == FaultKind::Crash && s.step == step && !fired_[i]) {
@@ -78,6 +78,11 @@ void FaultInjector::stepBegin(int step) {
       std::abort();
     }
   }
+}
+
+void FaultInjector::slowPass(int passesPerStep) {
+  for (const FaultSpec& s : specs_)
+    if (s.kind == FaultKind::Slow) spinFor(std::chrono::microseconds(1000 * s.ms / std::max(1, passesPerStep)));
 }
 
 void FaultInjector::attachGradientHooks(const std::vector<std::string>& names, const std::vector<int>& layers,
@@ -256,6 +261,7 @@ StepHooks::StepHooks(Mesh& mesh, const std::vector<std::string>& names, const st
   if (!mine->specs().empty()) {
     faults_ = std::move(mine);
     faults_->attachGradientHooks(names, layers, params);
+    if (mesh.pp() > 1) faults_->spreadSlowOverPasses();
     FaultInjector* expected = nullptr;
     if (!g_faults.compare_exchange_strong(expected, faults_.get()))
       throw ConfigError("TPSCOPE_INJECT: another trainer in this process already injects faults");
@@ -286,7 +292,9 @@ bool StepHooks::beforeUpdate(int64_t step64, std::span<const probes::GradStat> g
   if (!(recordingRequested_ || o.needsAgreement())) return false;
   torch::NoGradGuard ng;
   StepAction action = StepAction::Continue;
-  if (!grads.empty()) action = std::max(action, rules_.checkGradients(step, grads));
+  // A pipeline stage's gradients are a part of the model's: its spikes are judged against the whole model's norm.
+  const double wholeModelNorm = mesh_.pp() > 1 ? gradNorm : std::numeric_limits<double>::quiet_NaN();
+  if (!grads.empty()) action = std::max(action, rules_.checkGradients(step, grads, wholeModelNorm));
   if (activations != nullptr)
     if (auto bad = activations->firstNonFinite()) action = std::max(action, rules_.checkActivation(step, *bad));
   const double localLoss = lossSum.defined() ? lossSum.detach().sum().item<double>() / std::max<int64_t>(1, microBatches)

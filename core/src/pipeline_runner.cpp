@@ -8,6 +8,8 @@
 #include <mutex>
 #include <string>
 
+#include "tpscope/core/faults.h"
+
 namespace tpscope::core {
 
 namespace probes = ::tpscope::probes;
@@ -54,6 +56,7 @@ PipelineRunner::PipelineRunner(const TrainConfig& cfg, Mesh& mesh, std::vector<G
     for (const PipelineOp& op : all[static_cast<size_t>(s)])
       if (op.sendTo >= 0) ++perStep_[{s, op.sendTo}];
   ops_ = all[static_cast<size_t>(mesh.ppRank())];
+  for (const PipelineOp& op : ops_) forwardPasses_ += op.forward ? 1 : 0;
   const bool withChunk = v > 1;
   for (const PipelineOp& op : ops_) passSite(op.forward, op.microbatch, op.chunk, withChunk);  // built up front
 }
@@ -99,6 +102,7 @@ at::Tensor PipelineRunner::run(int64_t step, const BatchSampler& sampler, double
       {
         PassSpan span(passSite(true, op.microbatch, op.chunk, withChunk), -1);
         out = forward(model, input, ids, targets);
+        if (FaultInjector* f = activeFaults()) f->slowPass(forwardPasses_);  // capture: --inject slow on a stage
       }
       if (post) lossSum += out.detach().to(at::kFloat);
       if (op.sendTo >= 0) {

@@ -48,6 +48,7 @@ class PipelineRunner {
   c10::Device device_;
   PipelineSchedule kind_;
   std::vector<PipelineOp> ops_;  // this stage's
+  int forwardPasses_ = 0;        // this stage's forward passes per step (m × its chunks)
   // Messages per step on each directed pair (src stage, dst stage): the schedule numbers them 1..n within a step,
   // the wire and the trace number them over the run (step k's message i is k·n + i), so (src, dst, seq) stays unique.
   std::map<std::pair<int, int>, uint64_t> perStep_;

@@ -15,6 +15,21 @@ using testing::newWriter;
 using testing::openReader;
 using testing::testDir;
 
+// The anomaly analysis of the file at `path` and its run info (a failure is the test's).
+struct Analyzed {
+  RunInfo info;
+  AnomalyReport report;
+};
+Analyzed analyzeFile(const std::filesystem::path& path) {
+  auto r = openReader(path);
+  auto info = loadRunInfo(*r);
+  EXPECT_TRUE(info) << info.error();
+  if (!info) return {};
+  auto a = analyzeAnomalies(*r, *info);
+  EXPECT_TRUE(a) << a.error();
+  return {*info, a ? *a : AnomalyReport{}};
+}
+
 // One rank, one parameter whose l2 norm follows `norm(step)`.
 template <class Norm>
 AnomalyReport analyzeSeries(const std::string& name, int steps, Norm norm) {
@@ -37,12 +52,7 @@ AnomalyReport analyzeSeries(const std::string& name, int steps, Norm norm) {
     }
     EXPECT_TRUE(w->close());
   }
-  auto r = openReader(path);
-  auto info = loadRunInfo(*r);
-  EXPECT_TRUE(info) << info.error();
-  auto a = analyzeAnomalies(*r, *info);
-  EXPECT_TRUE(a) << a.error();
-  return a ? *a : AnomalyReport{};
+  return analyzeFile(path).report;
 }
 
 // A plateau, then the norm climbs half a decade per step and stays up (the way layer-0 norms leave their start in
@@ -103,17 +113,87 @@ TEST(GradSpike, OnlyASpikeThatMovesItsRanksGradientIsAWarning) {
         }
       ASSERT_TRUE(w->close());
     }
-    auto r = openReader(path);
-    auto info = loadRunInfo(*r);
-    ASSERT_TRUE(info) << info.error();
-    auto a = analyzeAnomalies(*r, *info);
-    ASSERT_TRUE(a) << a.error();
-    ASSERT_EQ(a->gradSpikes.size(), 1u) << "on the big parameter: " << onBig;
-    EXPECT_EQ(a->gradSpikes[0].step, 14);
-    EXPECT_EQ(a->gradSpikes[0].material, onBig);
-    const auto findings = anomalyFindings(*a, *info);
+    const Analyzed a = analyzeFile(path);
+    ASSERT_EQ(a.report.gradSpikes.size(), 1u) << "on the big parameter: " << onBig;
+    EXPECT_EQ(a.report.gradSpikes[0].step, 14);
+    EXPECT_EQ(a.report.gradSpikes[0].material, onBig);
+    const auto findings = anomalyFindings(a.report, a.info);
     ASSERT_EQ(findings.size(), 1u);
     EXPECT_EQ(findings[0].severity, onBig ? Severity::Warning : Severity::Info);
+  }
+}
+
+// A pipeline of two stages: stage 0 (rank 0) holds the embedding (norm 0.05) and a layer-norm weight, stage 1
+// (rank 1) the head (norm 2). The embedding jumps 20× at step 14, as its rows do with a batch's rare tokens: stage 0's
+// own total moves 20×, the whole model's norm (step_stats.grad_norm, computed here from both stages' squares as the
+// clip does) 1.1×: no update changes, info. Without the pipeline meta the same rows are one rank's whole model: a
+// warning, as before. The same jump on the head moves the whole model's norm: a warning on stage 1.
+TEST(GradSpike, AStageSpikeIsAWarningOnlyWhereItMovesTheWholeModelsNorm) {
+  struct Case {
+    const char* name;
+    bool pipeline;
+    int spikeRank;
+    Severity expected;
+  };
+  for (const Case& c : {Case{"stage_embedding", true, 0, Severity::Info}, Case{"flat_embedding", false, 0,
+                                                                                 Severity::Warning},
+                        Case{"stage_head", true, 1, Severity::Warning}}) {
+    const auto path = testDir() / (std::string(c.name) + ".db");
+    {
+      auto w = newWriter(path);
+      for (int r = 0; r < 2; ++r) {
+        tracedb::RankInfo ri;
+        ri.rank = r;
+        ri.worldSize = 2;
+        ASSERT_TRUE(w->putRank(ri));
+      }
+      if (c.pipeline)
+        ASSERT_TRUE(w->setMeta(tracedb::meta_keys::kPipeline,
+                               R"({"schedule":"1f1b","stages":2,"microbatches":4,"virtual_stages":1,)"
+                               R"("stage_layers":[[0],[1]],"stage_of_rank":[0,1]})"));
+      for (int s = 0; s < 20; ++s) {
+        const double wobble = 1.0 + 0.1 * std::sin(1.3 * s);
+        const double jump = s == 14 ? 20.0 : 1.0;
+        struct P {
+          int rank;
+          const char* param;
+          int layer;
+          double norm;
+        };
+        const P params[] = {{0, "embedding.weight", -1, 0.05 * wobble * (c.spikeRank == 0 ? jump : 1.0)},
+                            {0, "layers.0.ln1.weight", 0, 0.01 * wobble},
+                            {1, "head.weight", 1, 2.0 * wobble * (c.spikeRank == 1 ? jump : 1.0)}};
+        double sq = 0;
+        for (const P& p : params) {
+          tracedb::GradStatRow g;
+          g.rank = p.rank;
+          g.step = s;
+          g.param = p.param;
+          g.layer = p.layer;
+          g.l2Norm = p.norm;
+          g.maxAbs = p.norm;
+          g.numel = 64;
+          ASSERT_TRUE(w->addGradStat(g));
+          sq += p.norm * p.norm;
+        }
+        for (int r = 0; r < 2; ++r) {
+          tracedb::StepStatRow st;
+          st.rank = r;
+          st.step = s;
+          st.gradNorm = std::sqrt(sq);
+          ASSERT_TRUE(w->putStepStat(st));
+        }
+      }
+      ASSERT_TRUE(w->close());
+    }
+    const Analyzed a = analyzeFile(path);
+    std::vector<Finding> spikes;
+    for (Finding& f : anomalyFindings(a.report, a.info))
+      if (f.kind == FindingKind::GradSpike && f.rank >= 0) spikes.push_back(std::move(f));
+    ASSERT_EQ(spikes.size(), 1u) << c.name;
+    EXPECT_EQ(spikes[0].rank, c.spikeRank) << c.name;
+    EXPECT_EQ(spikes[0].step, 14) << c.name;
+    EXPECT_EQ(spikes[0].severity, c.expected) << c.name << ": " << spikes[0].message;
   }
 }
 

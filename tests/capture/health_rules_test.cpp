@@ -118,6 +118,30 @@ TEST_F(HealthRulesTest, GradientSpikeNeedsWarmupAndIgnoresNoise) {
   EXPECT_GT(sink_.alerts[0].evidence["ratio"].get<double>(), 10.0);
 }
 
+// A pipeline stage's norm is a part of the model's. Stage 0's jumps 50× at step 8 while the whole model's norm (the
+// clip's) moves under 5×: no alert, and the jump is not learned (step 9's ordinary value passes). At step 10 the stage
+// jumps again and the whole model's norm jumps 6× with it: the grad_spike alert.
+TEST_F(HealthRulesTest, AStageSpikeAlertsOnlyWhereTheWholeModelsNormMoves) {
+  HealthOptions o;
+  o.gradSpike.warmup = 3;
+  HealthRules rules(o);
+  for (int step = 1; step <= 7; ++step) {
+    EXPECT_EQ(rules.checkGradients(step, grads(1.0 + 0.01 * step), 10.0 + 0.1 * step), StepAction::Continue);
+    rules.agree(step, StepAction::Continue);
+  }
+  rules.checkGradients(8, grads(50.0), 40.0);
+  rules.agree(8, StepAction::Continue);
+  EXPECT_TRUE(sink_.alerts.empty());
+  rules.checkGradients(9, grads(1.1), 10.5);
+  rules.agree(9, StepAction::Continue);
+  EXPECT_TRUE(sink_.alerts.empty());
+  rules.checkGradients(10, grads(50.0), 63.0);
+  rules.agree(10, StepAction::Continue);
+  ASSERT_EQ(sink_.alerts.size(), 1u);
+  EXPECT_EQ(sink_.alerts[0].kind, "grad_spike");
+  EXPECT_EQ(sink_.alerts[0].step, 10);
+}
+
 TEST_F(HealthRulesTest, LossRules) {
   HealthOptions o;
   o.nonfinite = HealthPolicy::Stop;

@@ -175,9 +175,11 @@ void HealthRules::raise(probes::Severity severity, std::string_view kind, int st
   }
 }
 
-StepAction HealthRules::checkGradients(int step, std::span<const probes::GradStat> stats) {
+StepAction HealthRules::checkGradients(int step, std::span<const probes::GradStat> stats, double wholeModelNorm) {
   StepAction action = StepAction::Continue;
   pendingGradNorm_.reset();
+  pendingWholeNorm_.reset();
+  if (std::isfinite(wholeModelNorm)) pendingWholeNorm_ = wholeModelNorm;
   double sumSq = 0;
   const probes::GradStat* first = nullptr;
   int affected = 0;
@@ -211,6 +213,12 @@ StepAction HealthRules::checkGradients(int step, std::span<const probes::GradSta
     return action;
   }
   const probes::SpikeVerdict v = isSpike(options_.gradSpike, gradBase_, step, norm);
+  // A stage's spike that leaves the whole model's norm where it was changes no update: not a fault (and, a spike,
+  // not the stage's baseline either).
+  const bool wholeMoved = !pendingWholeNorm_ || wholeNorms_.size() < static_cast<size_t>(options_.gradSpike.warmup) ||
+                          *pendingWholeNorm_ >= kWholeModelSpikeRatio *
+                                                    probes::medianOf(std::vector<double>(wholeNorms_.begin(), wholeNorms_.end()));
+  if (v.spike && !wholeMoved) return action;
   if (v.spike) {
     pendingUnhealthy_ = true;
     const double ratio = v.baseline > 0 ? norm / v.baseline : 0.0;
@@ -349,7 +357,12 @@ StepAction HealthRules::agree(int step, StepAction agreed) {
   if (agreed == StepAction::Continue && !pendingUnhealthy_) {
     if (pendingGradNorm_) gradBase_.add(*pendingGradNorm_, step);
     if (pendingLoss_) lossBase_.add(*pendingLoss_, step);
+    if (pendingWholeNorm_) {
+      wholeNorms_.push_back(*pendingWholeNorm_);
+      if (wholeNorms_.size() > static_cast<size_t>(std::max(1, options_.gradSpike.window))) wholeNorms_.pop_front();
+    }
   }
+  pendingWholeNorm_.reset();
   pendingGradNorm_.reset();
   pendingLoss_.reset();
   pendingUnhealthy_ = false;

@@ -5,6 +5,8 @@
 #include <map>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "evidence_util.h"
 #include "tpscope/probes/spike_baseline.h"
 #include "tpscope/tracedb/query.h"
@@ -55,7 +57,21 @@ struct GradSeries {
   std::map<int64_t, std::pair<std::string, int>> params;  // id → name, layer
   std::map<int, std::map<int, std::vector<double>>> layerNorms;  // layer → step → norms
   std::map<std::pair<int, int>, double> rankStepSq;              // (rank, step) → Σ l2² over its parameters
+  // Pipeline runs: a rank holds one stage, its total is a part of the model's; the whole model's norm by (rank,
+  // step), from step_stats.grad_norm (the clip's, over every stage). Empty otherwise.
+  std::map<std::pair<int, int>, double> wholeNorm;
 };
+
+// A pipeline run (meta 'pipeline' with ≥ 2 stages): each rank's parameters are one stage's.
+bool ranksHoldStages(tracedb::Reader& reader) {
+  auto text = reader.metaValue(tracedb::meta_keys::kPipeline);
+  if (!text) return false;
+  try {
+    return nlohmann::json::parse(*text).value("stages", 0) > 1;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
 
 tracedb::Result<GradSeries> readGradSeries(tracedb::Reader& reader) {
   GradSeries g;
@@ -80,16 +96,29 @@ tracedb::Result<GradSeries> readGradSeries(tracedb::Reader& reader) {
   return g;
 }
 
+// Whether the value of (rank, step) in `byRankStep` is ≥ ratio × the median of the rank's previous `window` steps
+// (true without a value or a history). `transform` maps a stored value to the compared one.
+template <class Transform>
+bool risesAbove(const std::map<std::pair<int, int>, double>& byRankStep, int rank, int step, int window, double ratio,
+                Transform&& transform) {
+  std::vector<double> before;
+  for (auto it = byRankStep.lower_bound({rank, step - window});
+       it != byRankStep.end() && it->first.first == rank && it->first.second < step; ++it)
+    before.push_back(transform(it->second));
+  const auto now = byRankStep.find({rank, step});
+  return before.empty() || now == byRankStep.end() || transform(now->second) >= ratio * medianOf(std::move(before));
+}
+
 // Material: the spike moves its rank's gradient — the rank's total norm (√Σ l2² over its parameters) at that step is
-// ≥ normRatioThreshold × its median over the previous steps. A spike in a tiny parameter does not.
+// ≥ normRatioThreshold × its median over the previous steps. A spike in a tiny parameter does not. Where the rank
+// holds one pipeline stage, its total is a part of the model's (stage 0's is mostly the embedding's, whose rows spike
+// with a batch's rare tokens): the whole model's norm must move too, by the run-wide spike's ratio (normRatioThreshold),
+// or the update is what it would have been.
 bool material(const GradSeries& g, int rank, int step, const AnomalyOptions& options) {
-  std::vector<double> totals;
-  for (auto it = g.rankStepSq.lower_bound({rank, step - options.window});
-       it != g.rankStepSq.end() && it->first.first == rank && it->first.second < step; ++it)
-    totals.push_back(std::sqrt(it->second));
-  const auto now = g.rankStepSq.find({rank, step});
-  return totals.empty() || now == g.rankStepSq.end() ||
-         std::sqrt(now->second) >= options.normRatioThreshold * medianOf(std::move(totals));
+  const bool rankMoved = risesAbove(g.rankStepSq, rank, step, options.window, options.normRatioThreshold,
+                                    [](double sq) { return std::sqrt(sq); });
+  return rankMoved && risesAbove(g.wholeNorm, rank, step, options.window, options.normRatioThreshold,
+                                 [](double x) { return x; });
 }
 
 // Per-parameter spikes. One parameter's norm swings several-fold in a healthy run (warm-up, early steps): flag an
@@ -142,12 +171,11 @@ void addDivergence(int step, const std::string& what, int tpRank, const std::vec
 }
 
 // Step stats: the run-wide global grad norm and loss spikes, and the agreement of the post-reduction grad norm.
-tracedb::Status stepStatAnomalies(tracedb::Reader& reader, const AnomalyOptions& options, AnomalyReport& out) {
+void stepStatAnomalies(const std::vector<tracedb::StepStatRow>& stats, const AnomalyOptions& options,
+                       AnomalyReport& out) {
   std::map<int, std::vector<double>> losses, norms;
   std::map<int, std::vector<std::pair<int, double>>> normsByStep;  // step → (rank, norm)
-  auto stats = reader.stepStats();
-  if (!stats) return stats.status();
-  for (const auto& st : *stats) {
+  for (const auto& st : stats) {
     if (st.gradNorm && std::isfinite(*st.gradNorm)) {
       normsByStep[st.step].emplace_back(st.rank, *st.gradNorm);
       norms[st.step].push_back(*st.gradNorm);
@@ -166,7 +194,6 @@ tracedb::Status stepStatAnomalies(tracedb::Reader& reader, const AnomalyOptions&
                out.lossSpikes.push_back(Spike{-1, step, -1, "", x, m, mad, z});
              });
   for (const auto& [step, v] : normsByStep) addDivergence(step, "grad_norm", -1, v, options, out);
-  return tracedb::Status::ok();
 }
 
 // With meta 'grad_stats_after_reduction' = "1": per (step, tp_rank, param) the DP replicas' norms must agree.
@@ -212,8 +239,14 @@ tracedb::Result<AnomalyReport> analyzeAnomalies(tracedb::Reader& reader, const R
   AnomalyReport out;
   auto grads = readGradSeries(reader);
   if (!grads) return grads.status();
+  auto stats = reader.stepStats();
+  if (!stats) return stats.status();
+  if (ranksHoldStages(reader))
+    for (const auto& st : *stats)
+      if (st.gradNorm && std::isfinite(*st.gradNorm) && *st.gradNorm > 0)
+        grads->wholeNorm[{st.rank, st.step}] = *st.gradNorm;
   paramSpikes(*grads, options, out);
-  if (auto s = stepStatAnomalies(reader, options, out); !s) return s;
+  stepStatAnomalies(*stats, options, out);
   if (reader.metaValue("grad_stats_after_reduction").value_or("") == "1")
     replicaDivergences(*grads, info, options, out);
   layerTrends(*grads, out);

@@ -66,6 +66,12 @@ class FaultInjector {
 
   // Trainer: start of step `step` (slow, crash).
   void stepBegin(int step);
+  // Where this rank is a pipeline stage (StepHooks sets it), `slow` is spread over the stage's forward passes
+  // (slowPass) instead of one span at the start of the step: the stage computes slower, as on a slower device, so
+  // its passes are longer and the other stages wait on its sends (stage imbalance, not a late start).
+  void spreadSlowOverPasses() { slowInPasses_ = true; }
+  // PipelineRunner, inside each forward pass span: 1/`passesPerStep` of this rank's slow delay.
+  void slowPass(int passesPerStep);
   // Trainer, once, before the DP reducer registers its hooks: gradient hooks for nan/inf/spike.
   void attachGradientHooks(const std::vector<std::string>& names, const std::vector<int>& layers,
                            std::vector<at::Tensor> params);
@@ -89,6 +95,7 @@ class FaultInjector {
   std::vector<bool> fired_;
   int rank_;
   int step_ = 0;
+  bool slowInPasses_ = false;
 };
 
 // The injector installed in this process, or null. One relaxed load.

@@ -37,6 +37,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -101,7 +102,14 @@ class HealthRules {
   const HealthOptions& options() const { return options_; }
 
   // Pre-reduction per-parameter stats of this rank (probes::GradStat: param, layer, l2Norm, maxAbs, NaN/Inf counts).
-  StepAction checkGradients(int step, std::span<const probes::GradStat> stats);
+  // `wholeModelNorm`: where this rank holds one pipeline stage, the gradient norm over every stage (the clip's, equal
+  // on every rank); NaN where the rank's parameters span the whole model. A stage's own norm is a part of the model's
+  // (stage 0's is mostly the embedding's, whose rows spike with the batch's rare tokens): there a spike of it is a
+  // grad_spike only where the whole model's norm moves too, ≥ kWholeModelSpikeRatio × its median over the rule's
+  // window (the analysis' materiality and run-wide ratio, anomalies.h: a 2–4× jump of it on one batch is ordinary). One that does not is neither raised nor learned.
+  StepAction checkGradients(int step, std::span<const probes::GradStat> stats,
+                            double wholeModelNorm = std::numeric_limits<double>::quiet_NaN());
+  static constexpr double kWholeModelSpikeRatio = 5.0;
   // The first non-finite forward output of this rank's step. Call before checkLoss: a non-finite loss that follows
   // from it raises no second alert (the policy still acts).
   StepAction checkActivation(int step, const ActivationFault& fault);
@@ -133,6 +141,8 @@ class HealthRules {
   HealthOptions options_;
   RobustBaseline gradBase_, lossBase_;
   std::optional<double> pendingGradNorm_, pendingLoss_;  // this step's values, added by agree() if healthy
+  std::deque<double> wholeNorms_;                        // healthy steps' whole-model norms (pipeline stages)
+  std::optional<double> pendingWholeNorm_;
   bool pendingUnhealthy_ = false;
   std::deque<int> skipped_;  // steps skipped within the window
   int lastNonfiniteGradStep_ = -2, lastNonfiniteLossStep_ = -2;  // non-finite alerts: once per run of bad steps
