@@ -223,8 +223,9 @@ TEST(Capture, SigkilledRankKeepsItsFlushedRecords) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (!std::filesystem::exists(dir / "rank-1.db")) continue;
     Db live(dir / "rank-1.db");
-    pid = live.integer("SELECT pid FROM ranks");
-    steps = live.integer("SELECT count(*) FROM step_stats");
+    // The file may exist before its tables do (a rank creating it): not yet, not a failure.
+    pid = live.integer("SELECT pid FROM ranks", /*quiet=*/true);
+    steps = live.integer("SELECT count(*) FROM step_stats", /*quiet=*/true);
   }
   ASSERT_GE(steps, 3);
   ASSERT_GT(pid, 0);
@@ -249,7 +250,7 @@ TEST(Capture, CtrlCDumpsStopsAndMergesEveryRank) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (!std::filesystem::exists(dir / "rank-0.db")) continue;
     Db live(dir / "rank-0.db");
-    steps = live.integer("SELECT count(*) FROM step_stats");
+    steps = live.integer("SELECT count(*) FROM step_stats", /*quiet=*/true);
   }
   ASSERT_GE(steps, 2);
   ::kill(capturePid, SIGINT);  // what a Ctrl-C delivers to capture (the ranks are in their own process groups)

@@ -199,13 +199,17 @@ Outcome outcomeOfRankExit(const ExitStatus& s) {
   }
 }
 
+// A rank capture signaled (to dump and stop) that then ended by a signal (or a shell's 128 + signal).
+bool endedByOurSignal(const ExitStatus& s, bool stoppedByCapture) {
+  return stoppedByCapture && (s.signaled || s.code >= 128);
+}
+
 // ranks.exit_reason as the launcher saw it. The prefix matters: the crash analysis takes "crash..." as a crash and
 // "stopped by ..." as not one, whatever signal the text names (analysis/crash.h).
 // A rank capture signalled counts as stopped by capture only if a signal ended it (the recorder re-raises SIGTERM
 // after its dump); one that exited with a status of its own ended on its own terms.
 std::string rankExitReason(const ExitStatus& s, bool stoppedByCapture, const std::string& stopWhy) {
-  const bool byOurSignal = stoppedByCapture && (s.signaled || s.code >= 128);
-  if (byOurSignal) return fmt::format("stopped by capture ({})", stopWhy);
+  if (endedByOurSignal(s, stoppedByCapture)) return fmt::format("stopped by capture ({})", stopWhy);
   if (s.ok()) return "ok";
   switch (outcomeOfRankExit(s)) {
     case Outcome::BadArgs: return fmt::format("bad config or arguments: {}", s.describe());
@@ -768,11 +772,14 @@ bool CaptureSession::reapRanks() {
 // A rank that failed on its own (not stopped by us): say so with its log's last lines and stop the others.
 void CaptureSession::reportEndedRank(const RankProcess& p) {
   const ExitStatus& s = *p.status();
-  if (s.ok() || signaled_[slot(p.rank())]) return;
+  if (s.ok()) return;
   const Outcome oc = outcomeOfRankExit(s);
   // The job is already stopping on an earlier rank's end and this one dies too (an error status, Gloo taking the
-  // process down): it went down with the first cause, its peer gone. A status of its own (3, 5) keeps its reason.
+  // process down): it went down with the first cause, its peer gone — also when our dump request reached it first
+  // (a rank still in its rendezvous loses the store with rank 0 and exits 1). A status of its own (3, 5) keeps its
+  // reason.
   if (stop_ != Stop::None && oc == Outcome::Crash) echoed_[slot(p.rank())] = true;
+  if (signaled_[slot(p.rank())]) return;
   // Several nodes: a rank that fails is often the echo of a peer lost on another node (its collective fails, or
   // Gloo takes the process down). The node that saw the cause gets a moment to claim the stop first; every node
   // waits the same, so the first to see a failure is the first to claim.
@@ -982,8 +989,9 @@ std::vector<std::pair<std::string, std::string>> CaptureSession::recordRankExits
     }
     if (s.ok()) continue;  // the rank said "ok" itself
     // Another node's failure was the job's first cause, or this rank ended on its own after the first cause here
-    // began the stop: it went down with that cause (its peer gone), and is no cause of its own.
-    const bool echo = !ours && (remoteStop_ || echoed_[slot(p.rank())]);
+    // began the stop: it went down with that cause (its peer gone), and is no cause of its own. A rank our stop
+    // signal ended is the stop's, whatever the cause.
+    const bool echo = !endedByOurSignal(s, ours) && ((!ours && remoteStop_) || echoed_[slot(p.rank())]);
     const std::string reason =
         echo ? fmt::format("stopped by the job's stop ({}); it ended first: {}", stopWhy_, s.describe())
              : rankExitReason(s, ours, stopWhy_);
