@@ -33,6 +33,16 @@ std::string pct(double v) {
   return buf;
 }
 
+// Linux CFS's default scheduling period on a host of `cpus` CPUs: sched_latency = 6 ms × (1 + log2 CPUs), the CPUs
+// capped at 8. Where every CPU runs a rank, another thread's turn on a core (the launcher, a recorder's flush, the OS)
+// holds one rank back by up to about this much at a time.
+double schedulerPeriodNs(int cpus) {
+  const int capped = std::clamp(cpus, 1, 8);
+  int log2 = 0;
+  while ((2 << log2) <= capped) ++log2;
+  return 6e6 * (1 + log2);
+}
+
 // Mean step time over the ranks' step windows (0 without a breakdown).
 double meanStepNs(const Breakdown* b) {
   if (b == nullptr || b->steps.empty()) return 0;
@@ -69,14 +79,17 @@ std::vector<Finding> stragglerFindings(const CollectiveAnalysis& ca, const RunIn
     // scheduling, so only a large lag is a fault there.
     const tracedb::RankInfo* ri = info.rank(r.rank);
     const bool crowded = ri != nullptr && info.oversubscribed(ri->host);
-    // Where every CPU runs a rank, the OS takes a core from a rank a timeslice at a time: in a short run a few such
-    // slices make a large lag by chance, so there a large lag is a fault only when it is significant too.
+    // Where every CPU runs a rank, the OS takes a core from a rank a scheduling period at a time: in a short run a few
+    // such turns make a large lag by chance. There a lag that is not significant at the run's bound is a fault only
+    // when each waiting rank loses more per step than one scheduling period.
     const bool full = ri != nullptr && info.cpusFull(ri->host);
-    const bool fewSteps = r.pValue >= alpha;
+    const double lagPerStep = perStep / static_cast<double>(std::max<size_t>(1, waiters.size()));
+    const bool schedulerSized =
+        full && r.pValue >= alpha && lagPerStep < schedulerPeriodNs(info.hostCpus.at(ri->host));
     Finding fd;
     fd.kind = FindingKind::Straggler;
     // Significant but small (a rank that shares its core with others, say): a figure, not a fault.
-    fd.severity = costPct >= (crowded ? o.stragglerLargeStepPct : o.stragglerMinStepPct) && !(full && fewSteps)
+    fd.severity = costPct >= (crowded ? o.stragglerLargeStepPct : o.stragglerMinStepPct) && !schedulerSized
                       ? Severity::Warning
                       : Severity::Info;
     fd.rank = r.rank;
@@ -90,11 +103,11 @@ std::vector<Finding> stragglerFindings(const CollectiveAnalysis& ca, const RunIn
                   "it lose %.1f%% of a mean step per step",
                   ms(static_cast<int64_t>(r.expectedWaitNs)).c_str(), r.z, r.pValue, costPct);
     fd.details.push_back(why);
-    if (full && fewSteps)
-      fd.details.push_back("every CPU of host " + ri->host + " runs a rank and " +
-                           std::to_string(r.collectives) +
-                           " collectives are too few to tell a lag from the scheduler's timeslices: a longer run "
-                           "decides");
+    if (schedulerSized)
+      fd.details.push_back("every CPU of host " + ri->host + " runs a rank: a lag of " +
+                           ms(static_cast<int64_t>(lagPerStep)) + " per step, within one scheduling period (" +
+                           ms(static_cast<int64_t>(schedulerPeriodNs(info.hostCpus.at(ri->host)))) + "), over " +
+                           std::to_string(r.collectives) + " collectives may be the scheduler's: a longer run decides");
     if (crowded)
       fd.details.push_back("host " + ri->host + " runs more ranks than its " +
                            std::to_string(info.hostCpus.at(ri->host)) +
@@ -161,10 +174,12 @@ std::vector<Finding> overheadFindings(const Breakdown& b, const TpModelCheck* tp
 
 // A rank that died never enters its next collectives: its peers' hang there is a consequence of the crash, not a
 // second cause. A hang all of whose missing ranks crashed becomes secondary (error), so the crash is named first.
+// A rank that only stopped recording early (error: no crash in its exit, e.g. stopped by the hang watchdog while
+// stuck outside any collective) is the hang's missing rank, not a crash that explains it.
 void markHangsCausedByCrashes(std::vector<Finding>& all) {
   std::set<int> crashed;
   for (const Finding& fd : all)
-    if (fd.kind == FindingKind::Crash && fd.rank >= 0) crashed.insert(fd.rank);
+    if (fd.kind == FindingKind::Crash && fd.severity == Severity::Critical && fd.rank >= 0) crashed.insert(fd.rank);
   if (crashed.empty()) return;
   for (Finding& fd : all) {
     if (fd.kind != FindingKind::Hang || fd.severity != Severity::Critical || fd.ranks.empty()) continue;

@@ -8,7 +8,8 @@
 //                        stragglerMinCollectives decided collectives — or, for a large effect (the material figure
 //                        below ≥ stragglerLargeStepPct, a quarter of a step per step), p < stragglerLargeAlpha: a few steps
 //                        cannot reach the run's bound however late a rank is (but on a host whose every CPU runs a
-//                        rank, such a lag is an info finding: the scheduler's timeslices make it by chance);
+//                        rank, such a lag is info when each waiting rank loses less per step than one CFS scheduling
+//                        period, 6 ms × (1 + log2 CPUs): the scheduler's turns make that by chance);
 //                        material: the waiting it caused beyond chance (S_r − μ_r) per step, summed over the ranks
 //                        that waited on it, is ≥ stragglerMinStepPct % of the mean step time (breakdown) — significant
 //                        but not material is an info finding (a figure: e.g. a rank sharing its core);
