@@ -1,8 +1,10 @@
-// The fault matrix: every `--inject` kind × {TP=2, TP=4, TP=2×DP=2} × {forward, backward} where the kind has a
-// placement, each a real `tpscope capture` of tpscope-train (tiny config, loopback Gloo). For each case the diagnosis
+// The fault matrix: every `--inject` kind × {TP=2, TP=4, TP=2×DP=2, TP=2×PP=2} × {forward, backward} where the kind
+// has a placement, each a real `tpscope capture` of tpscope-train (tiny config, loopback Gloo; the pipeline with 1F1B
+// over 4 micro-batches). For each case the diagnosis
 // (`tpscope diagnose --json` on run.db, checked against the records with SQL) must name the right kind, rank and
 // step, and for hang and mismatch the right collective (group, seq). The faulty rank is never rank 0: the last rank
-// of TP=2 and TP=2×DP=2, rank 2 of TP=4. Faults come at step 2 or 3 of a few steps, hangs time out after 2 s, so
+// of TP=2, TP=2×DP=2 and TP=2×PP=2 (the last stage, which holds layer 1 and the head), rank 2 of TP=4. In the
+// pipeline a slow rank is its stage's imbalance (docs/capture.md), so there `slow` must name stage 1. Faults come at step 2 or 3 of a few steps, hangs time out after 2 s, so
 // the whole matrix runs serially in a few minutes of a 2-core machine (docs/reliability.md has the figure).
 #include <gtest/gtest.h>
 
@@ -19,6 +21,7 @@ struct Topology {
   const char* name;
   int nproc, tp, dp;
   int faulty;  // the rank the fault is injected into
+  int pp = 1;
   // The TP group of a rank (groups are "tp-<dp index>", ranks TP-inner).
   std::string tpGroup(int rank) const { return "tp-" + std::to_string(rank / tp); }
 };
@@ -27,6 +30,7 @@ constexpr Topology kTopologies[] = {
     {"tp2", 2, 2, 1, 1},
     {"tp4", 4, 4, 1, 2},
     {"tp2dp2", 4, 2, 2, 3},
+    {"tp2pp2", 4, 2, 1, 3, 2},
 };
 
 enum class Placement { None, Forward, Backward };
@@ -88,17 +92,24 @@ void checkNonFinite(const MatrixCase& c, const Diagnosis& d, const std::string& 
 }
 
 // The hang finding that is a cause (not a consequence): the faulty rank never entered (its TP group, the seq after
-// its last one there), which its peers entered at step `step` in the injected phase.
+// its last one there), which its peers entered at step `step` in the injected phase. On a pipeline's last stage the
+// first thing the faulty rank does in a step's forward is receive its activation, so there the cause is the
+// pipeline_hang of that message (p2p from its stage-0 peer, which posted the send); in the backward it is the TP
+// all-reduce of the head, as without a pipeline.
 void checkHang(const MatrixCase& c, const Diagnosis& d, Db& db, int step) {
   std::vector<Finding> causes;
-  for (const auto& f : d.ofKind("hang", "critical"))
-    if (f.numbers.count("secondary") == 0 || f.numbers.at("secondary") == "0") causes.push_back(f);
+  for (const std::string kind : {"hang", "pipeline_hang"})
+    for (const auto& f : d.ofKind(kind, "critical"))
+      if (f.numbers.count("secondary") == 0 || f.numbers.at("secondary") == "0") causes.push_back(f);
   ASSERT_EQ(causes.size(), 1u) << d.summary();
   const Finding& h = causes[0];
   const int r = c.topo.faulty;
   EXPECT_EQ(h.rank, r) << d.summary();
   EXPECT_EQ(h.ranks, std::vector<int>{r}) << d.summary();
-  const std::string group = c.topo.tpGroup(r);
+  const bool p2p = c.topo.pp > 1 && c.placement == Placement::Forward;
+  const std::string group =
+      p2p ? "p2p-" + std::to_string(r - c.topo.tp * c.topo.dp) + "-" + std::to_string(r) : c.topo.tpGroup(r);
+  const int peers = p2p ? 1 : c.topo.tp - 1;
   ASSERT_EQ(h.group, group) << d.summary();
   const int64_t last = db.integer("SELECT max(seq) FROM collectives WHERE rank = " + std::to_string(r) +
                                   " AND group_name = '" + group + "'");
@@ -106,11 +117,10 @@ void checkHang(const MatrixCase& c, const Diagnosis& d, Db& db, int step) {
   EXPECT_EQ(h.step, step) << d.summary();
   // Every peer of the group is inside that collective, of the injected phase.
   const std::string at = " FROM collectives WHERE group_name = '" + group + "' AND seq = " + std::to_string(h.seq);
-  EXPECT_EQ(db.integer("SELECT count(*)" + at), c.topo.tp - 1);
-  EXPECT_EQ(db.integer("SELECT count(*)" + at + " AND state <> 'completed' AND step = " + std::to_string(step)),
-            c.topo.tp - 1);
+  EXPECT_EQ(db.integer("SELECT count(*)" + at), peers);
+  EXPECT_EQ(db.integer("SELECT count(*)" + at + " AND state <> 'completed' AND step = " + std::to_string(step)), peers);
   const int phase = c.placement == Placement::Forward ? 1 : 2;
-  EXPECT_EQ(db.integer("SELECT count(*)" + at + " AND phase = " + std::to_string(phase)), c.topo.tp - 1);
+  EXPECT_EQ(db.integer("SELECT count(*)" + at + " AND phase = " + std::to_string(phase)), peers);
 }
 
 // The desync finding naming the faulty rank at the collective whose record carries one element more than the same
@@ -149,8 +159,10 @@ Expect expectationOf(const MatrixCase& c) {
   const std::vector<std::string> quick = {"--hang-timeout", "2", "--grace", "1"};
   Expect e;
   e.extra = quick;
+  if (c.topo.pp > 1) e.extra.insert(e.extra.end(), {"--pp", std::to_string(c.topo.pp), "--microbatches", "4"});
   if (c.kind == "nan" || c.kind == "inf") {
-    const int layer = c.kind == "nan" ? 1 : 0;
+    // A pipeline's last stage holds layer 1 only.
+    const int layer = c.kind == "nan" || c.topo.pp > 1 ? 1 : 0;
     e.spec = c.kind + ":rank=" + r + ",step=2,layer=" + std::to_string(layer) + phaseKey(c.placement);
     e.statuses = {0};  // warn policy: training goes on
     e.check = [layer](const MatrixCase& mc, const Diagnosis& d, Db&) {
@@ -183,7 +195,13 @@ Expect expectationOf(const MatrixCase& c) {
     e.spec = "slow:rank=" + r + ",ms=100";
     e.steps = 4;
     e.statuses = {0};
-    e.check = [](const MatrixCase& mc, const Diagnosis& d, Db&) { checkStraggler(mc, d); };
+    e.check = [](const MatrixCase& mc, const Diagnosis& d, Db&) {
+      if (mc.topo.pp == 1) return checkStraggler(mc, d);
+      const auto imbalance = d.ofKind("stage_imbalance", "warning");
+      ASSERT_EQ(imbalance.size(), 1u) << d.summary();
+      EXPECT_EQ(imbalance[0].numbers.at("stage"), std::to_string(mc.topo.faulty / (mc.topo.tp * mc.topo.dp)))
+          << d.summary();
+    };
   } else if (c.kind == "delay") {
     e.spec = "delay:rank=" + r + ",ms=20";
     e.statuses = {0};

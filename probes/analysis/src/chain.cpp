@@ -31,6 +31,9 @@ bool isKind(const Finding& fd, FindingKind k) { return fd.kind == k; }
 
 bool origin(const Finding& fd) { return fd.kind == FindingKind::NanOrigin || fd.kind == FindingKind::InfOrigin; }
 
+// A stuck collective, or a stuck pipeline message (a hang on a point-to-point pair, named by stage and micro-batch).
+bool stuck(const Finding& fd) { return fd.kind == FindingKind::Hang || fd.kind == FindingKind::PipelineHang; }
+
 // The chain's view of the run: what the rules and the sizes read.
 struct Ctx {
   const std::vector<Finding>& all;
@@ -83,8 +86,7 @@ struct Ctx {
 bool desyncCauses(const Ctx& x, const Finding& c, const Finding& e) {
   if (!isKind(c, FindingKind::Desync) || !c.collective) return false;
   const CollectiveRef& at = *c.collective;
-  if (isKind(e, FindingKind::Hang))
-    return e.collective && e.collective->group == at.group && e.collective->seq >= at.seq;
+  if (stuck(e)) return e.collective && e.collective->group == at.group && e.collective->seq >= at.seq;
   if (isKind(e, FindingKind::Crash)) {
     // Gloo aborts every member on the mismatched collective: the member's last collective is in the group, at the
     // mismatched seq or the one before (the abort came while it waited in it).
@@ -94,12 +96,18 @@ bool desyncCauses(const Ctx& x, const Finding& c, const Finding& e) {
   return false;
 }
 
+// A rank that died (critical) never enters its next collectives. One that only stopped recording early (error) is
+// the other way round: stuck outside any collective, it is the missing rank of a hang, which names it better.
 bool crashCauses(const Finding& c, const Finding& e) {
-  return isKind(c, FindingKind::Crash) && c.rank >= 0 && isKind(e, FindingKind::Hang) && contains(e.ranks, c.rank);
+  return isKind(c, FindingKind::Crash) && c.severity == Severity::Critical && c.rank >= 0 && stuck(e) &&
+         contains(e.ranks, c.rank);
 }
 
 bool hangCauses(const Ctx& x, const Finding& c, const Finding& e) {
-  if (!isKind(c, FindingKind::Hang) || !isKind(e, FindingKind::Hang) || !secondary(e)) return false;
+  if (!stuck(c)) return false;
+  if (isKind(e, FindingKind::Crash) && e.severity != Severity::Critical)
+    return c.severity == Severity::Critical && contains(c.ranks, e.rank);
+  if (!stuck(e) || !secondary(e)) return false;
   if (e.ranks.empty() || !c.collective) return false;
   std::vector<int> held = c.ranks;  // missing from c, or waiting in it
   if (const GroupDesync* g = x.group(c.collective->group))
@@ -360,7 +368,8 @@ ChainLink build(const Ctx& x, int i, const std::vector<std::vector<int>>& childr
         if (fd.step >= 0 && last >= fd.step) l.costSteps = last - fd.step + 1;
       }
       break;
-    case FindingKind::Hang: l.costNs = x.hangWaitNs(fd); break;
+    case FindingKind::Hang:
+    case FindingKind::PipelineHang: l.costNs = x.hangWaitNs(fd); break;
     case FindingKind::Crash: {
       const int last = x.lastStep();
       if (fd.step >= 0 && last > fd.step) l.costSteps = last - fd.step;
@@ -371,8 +380,7 @@ ChainLink build(const Ctx& x, int i, const std::vector<std::vector<int>>& childr
   for (int c : children[i]) {
     ChainLink child = build(x, c, children);
     // A cause costs at least what its consequences cost (a crash costs the hang it caused).
-    if (child.costNs > l.costNs && (fd.kind == FindingKind::Crash || fd.kind == FindingKind::Desync ||
-                                    fd.kind == FindingKind::Hang))
+    if (child.costNs > l.costNs && (fd.kind == FindingKind::Crash || fd.kind == FindingKind::Desync || stuck(fd)))
       l.costNs = child.costNs;
     l.consequences.push_back(std::move(child));
   }

@@ -185,6 +185,16 @@ GroupDesync groupProgress(const std::string& name, const GroupScan& scan, const 
     maxEnqueued = std::max(maxEnqueued, mp.lastEnqueued);
     gd.progress.push_back(mp);
   }
+  // A pipeline message whose recv completed was delivered: its send stays open until the sender waits on its sends at
+  // the end of its step (it may be held up elsewhere first), so that is not where the pair is stuck.
+  if (name.rfind("p2p-", 0) == 0)
+    for (; stuck != INT64_MAX && stuck <= maxEnqueued; ++stuck) {
+      const auto recs = recordsOf(table, scan, stuck);
+      const bool delivered = std::any_of(recs.begin(), recs.end(), [](const MemberRecord& r) {
+        return r.op == "recv" && completed(r);
+      });
+      if (!delivered) break;
+    }
   if (stuck != INT64_MAX && stuck <= maxEnqueued) {
     auto recs = recordsOf(table, scan, stuck);
     if (!recs.empty()) {
@@ -211,13 +221,27 @@ tracedb::Status addMissingRankContext(tracedb::Reader& reader, GroupDesync& gd) 
   for (MemberProgress& mp : gd.progress) {
     const bool missing = std::find(gd.missingRanks.begin(), gd.missingRanks.end(), mp.rank) != gd.missingRanks.end();
     if (!missing) continue;
-    if (const MemberRecord& s = gd.stuckRecords.front(); s.step > 0 && !s.callsite.empty()) {
+    const MemberRecord& stuckRec = gd.stuckRecords.front();
+    if (stuckRec.step > 0 && gd.group.rfind("p2p-", 0) == 0) {
+      // A pipeline pair carries every micro-batch's message from one call site, the same messages every step: the
+      // same message one step earlier is one step's count of seqs back.
+      Query q(reader,
+              "SELECT enqueue_ns FROM collectives WHERE rank = ?1 AND group_name = ?2 AND seq = ?3 -"
+              " (SELECT count(DISTINCT seq) FROM collectives WHERE group_name = ?2 AND step = ?4)",
+              "table 'collectives'");
+      q.bind(1, int64_t{mp.rank}).bind(2, std::string_view(gd.group)).bind(3, *gd.stuckSeq);
+      q.bind(4, int64_t{stuckRec.step - 1});
+      auto st = q.each([&](Query& row) {
+        if (!row.isNull(0)) mp.previousStepEnqueueNs = row.i64(0);
+      });
+      if (!st) return st;
+    } else if (stuckRec.step > 0 && !stuckRec.callsite.empty()) {
       Query q(reader,
               "SELECT min(enqueue_ns) FROM collectives"
               " WHERE rank = ? AND group_name = ? AND callsite = ? AND step = ?",
               "table 'collectives'");
-      q.bind(1, int64_t{mp.rank}).bind(2, std::string_view(gd.group)).bind(3, std::string_view(s.callsite));
-      q.bind(4, int64_t{s.step - 1});
+      q.bind(1, int64_t{mp.rank}).bind(2, std::string_view(gd.group)).bind(3, std::string_view(stuckRec.callsite));
+      q.bind(4, int64_t{stuckRec.step - 1});
       auto st = q.each([&](Query& row) {
         if (!row.isNull(0)) mp.previousStepEnqueueNs = row.i64(0);
       });
