@@ -49,10 +49,23 @@ struct RunSpec {
 
   // Bench scale: extra compute spans nested in each compute span (more spans per step, same times).
   int extraSpansPerCompute = 0;
+
+  // Hosts: ranks fill hosts "node-<k>" in rank order, ranksPerHost each; writeRankFiles records each host's logical
+  // CPUs (meta host_cpus.<host>) as the recorder does.
+  int ranksPerHost = 4;
+  int hostCpus = 96;
 };
 
 // Writes the run to `path` (replacing it). Errors name the file.
 tracedb::Status writeRun(const std::filesystem::path& path, const RunSpec& spec);
+
+// Writes the run as a capture folder instead: DIR/rank-<K>.db, one per rank, as the recorder and the capture
+// launcher leave them (meta source "capture", tool, config, host_cpus; a ranks row with start/end and exit_reason,
+// meta capture_exit for a stopped rank; the rank's own process groups; no indexes; one recorder_stats row). Each
+// file is on its rank's own clock (its own epoch, a clock offset of a few µs) so that `tpscope merge` has to align
+// them. The whole run is simulated in memory first (the simulation needs every rank at once): memory grows with the
+// run's records. Errors name the file.
+tracedb::Status writeRankFiles(const std::filesystem::path& dir, const RunSpec& spec);
 
 // Spans the run will hold per rank and step (for sizing a benchmark).
 int64_t spansPerRankStep(const RunSpec& spec);
