@@ -1,7 +1,8 @@
 // Tiny deterministic runs for the analysis and CLI tests (and, scaled up, the analysis benchmark).
 //
-// A small simulator of a Megatron-style TP×DP job writes one run file through tracedb::Writer: ranks are laid out
-// TP-inner (rank = dp·tp + tp_rank), groups "tp-<dp>" and "dp-<tp_rank>". Each step of each rank records:
+// A small simulator of a Megatron-style TP×DP job writes one run file (or, for the scale benchmark, a capture folder
+// of rank files) through tracedb::Writer: ranks are laid out TP-inner (rank = dp·tp + tp_rank), groups "tp-<dp>" and
+// "dp-<tp_rank>". Each step of each rank records:
 //   data loading span → per layer forward: attention compute, TP all-reduce, MLP compute, TP all-reduce →
 //   per layer (last first) backward: MLP compute, TP all-reduce, attention compute, TP all-reduce →
 //   DP gradient all-reduce → optimizer; a Step span around it, grad_stats per (layer, param), step_stats.
