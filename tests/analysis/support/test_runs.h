@@ -1,7 +1,8 @@
 // Tiny deterministic runs for the analysis and CLI tests (and, scaled up, the analysis benchmark).
 //
-// A small simulator of a Megatron-style TP×DP job writes one run file through tracedb::Writer: ranks are laid out
-// TP-inner (rank = dp·tp + tp_rank), groups "tp-<dp>" and "dp-<tp_rank>". Each step of each rank records:
+// A small simulator of a Megatron-style TP×DP job writes one run file (or, for the scale benchmark, a capture folder
+// of rank files) through tracedb::Writer: ranks are laid out TP-inner (rank = dp·tp + tp_rank), groups "tp-<dp>" and
+// "dp-<tp_rank>". Each step of each rank records:
 //   data loading span → per layer forward: attention compute, TP all-reduce, MLP compute, TP all-reduce →
 //   per layer (last first) backward: MLP compute, TP all-reduce, attention compute, TP all-reduce →
 //   DP gradient all-reduce → optimizer; a Step span around it, grad_stats per (layer, param), step_stats.
@@ -25,7 +26,6 @@ struct RunSpec {
   bool indexed = true;      // create the query indexes (a merged file) or not (a raw recorder file)
   bool commSpans = true;    // also record a comm span for each collective (as the communicator does)
   int64_t elements = 256;   // b·s·h of each TP all-reduce (config: micro_batch_size 2, seq_len 8, hidden 16)
-  int hostCpus = 0;         // > 0: meta host_cpus.<host> of each host ("node-<rank / 4>"), as the recorder writes
 
   // Faults.
   int stragglerRank = -1;          // this rank's data loading takes `stragglerDelayNs` longer every step
@@ -50,10 +50,23 @@ struct RunSpec {
 
   // Bench scale: extra compute spans nested in each compute span (more spans per step, same times).
   int extraSpansPerCompute = 0;
+
+  // Hosts: ranks fill hosts "node-<k>" in rank order, ranksPerHost each. hostCpus > 0: each host's logical CPUs, in
+  // meta host_cpus.<host> as the recorder writes it (writeRun: unknown when 0).
+  int ranksPerHost = 4;
+  int hostCpus = 0;
 };
 
 // Writes the run to `path` (replacing it). Errors name the file.
 tracedb::Status writeRun(const std::filesystem::path& path, const RunSpec& spec);
+
+// Writes the run as a capture folder instead: DIR/rank-<K>.db, one per rank, as the recorder and the capture
+// launcher leave them (meta source "capture", tool, config, host_cpus; a ranks row with start/end and exit_reason,
+// meta capture_exit for a stopped rank; the rank's own process groups; no indexes; one recorder_stats row). Each
+// file is on its rank's own clock (its own epoch, a clock offset of a few µs) so that `tpscope merge` has to align
+// them. The whole run is simulated in memory first (the simulation needs every rank at once): memory grows with the
+// run's records. Errors name the file.
+tracedb::Status writeRankFiles(const std::filesystem::path& dir, const RunSpec& spec);
 
 // Spans the run will hold per rank and step (for sizing a benchmark).
 int64_t spansPerRankStep(const RunSpec& spec);
