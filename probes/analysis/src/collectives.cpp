@@ -125,6 +125,9 @@ void attributeWaiting(const std::vector<Record>& recs, int64_t maxArr, int lastR
   RankStraggling& last = a.straggling[lastRank];
   ++last.lastCount;
   last.causedWaitNs += totalWait;
+  last.lagNs += totalWait / static_cast<int64_t>(recs.size() - 1);
+  for (const Record& r : recs)
+    if (r.rank != lastRank) a.straggling[r.rank].waitedOn[lastRank] += maxArr - r.enqueue;
   GroupStraggling& g = inGroup(lastRank);
   ++g.lastCount;
   g.causedWaitNs += totalWait;

@@ -53,13 +53,29 @@ std::vector<Finding> stragglerFindings(const CollectiveAnalysis& ca, const RunIn
                                        const DiagnoseOptions& o) {
   std::vector<Finding> out;
   const StragglerReport& sr = ca.stragglers;
-  // Waiting propagates: a rank held up by the straggler arrives late at its next collective with others. Only the
-  // top rank and those that caused at least 75 % as much waiting are named.
-  const int64_t top = sr.ranks.empty() ? 0 : sr.ranks.front().causedWaitNs;
+  // Waiting propagates: a rank held up by the straggler arrives late at its next collective with others (its DP
+  // all-reduce, where the whole DP group waits on it: more waiting than the straggler itself causes in a small TP
+  // group). Such a rank passes lateness on: it waited on another rank at least half as long as it is late itself,
+  // and that rank did not wait on it as much. It is a victim, not a straggler.
+  std::map<int, const RankStraggling*> byRank;
+  for (const RankStraggling& r : sr.ranks) byRank[r.rank] = &r;
+  std::set<int> victims;
+  for (const RankStraggling& r : sr.ranks)
+    for (const auto& [on, ns] : r.waitedOn) {
+      const RankStraggling* s = byRank.count(on) ? byRank.at(on) : nullptr;
+      const auto back = s != nullptr ? s->waitedOn.find(r.rank) : r.waitedOn.end();
+      const int64_t sOnR = s != nullptr && back != s->waitedOn.end() ? back->second : 0;
+      if (s != nullptr && 2 * ns >= r.lagNs && 2 * sOnR < s->lagNs) victims.insert(r.rank);
+    }
+  // Of the others, only the top rank and those that caused at least 75 % as much waiting are named.
+  int64_t top = 0;
+  for (const RankStraggling& r : sr.ranks)
+    if (!victims.count(r.rank)) top = std::max(top, r.causedWaitNs);
   const double alpha = o.stragglerAlpha / static_cast<double>(std::max<size_t>(1, sr.ranks.size()));
   const double stepNs = meanStepNs(b);
   for (const RankStraggling& r : sr.ranks) {
-    if (r.causedWaitNs * 4 < top * 3 || r.collectives < o.stragglerMinCollectives || r.pValue >= o.stragglerLargeAlpha)
+    if (r.causedWaitNs * 4 < top * 3 || r.collectives < o.stragglerMinCollectives ||
+        r.pValue >= o.stragglerLargeAlpha || victims.count(r.rank))
       continue;
     // The ranks that waited on it: the other members of its groups.
     std::set<int> waiters;

@@ -31,6 +31,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -88,6 +89,8 @@ struct RankStraggling {
   int64_t lastCount = 0;    // collectives where it arrived last (decided ones)
   int64_t causedWaitNs = 0; // Σ over those of the others' waiting
   int64_t waitedNs = 0;     // Σ of its own waiting on later arrivers
+  int64_t lagNs = 0;        // Σ over the collectives it arrived last at of the others' mean waiting (its lateness)
+  std::map<int, int64_t> waitedOn;  // Σ of its own waiting at collectives where that rank arrived last, by rank
   double expectedWaitNs = 0;  // μ_r: the waiting it would cause by chance (see the significance test above)
   double z = 0;               // z_r; 0 when σ_r = 0
   double pValue = 1;          // one-sided, ½·erfc(z/√2)

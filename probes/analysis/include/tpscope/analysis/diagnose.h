@@ -13,8 +13,11 @@
 //                        material: the waiting it caused beyond chance (S_r − μ_r) per step, summed over the ranks
 //                        that waited on it, is ≥ stragglerMinStepPct % of the mean step time (breakdown) — significant
 //                        but not material is an info finding (a figure: e.g. a rank sharing its core);
-//                        and it caused ≥ 75 % of the waiting the worst straggler caused (ranks delayed by the
-//                        straggler arrive late at their next collective too; they are victims, not causes).
+//                        and it is no victim: ranks delayed by the straggler arrive late at their next collective
+//                        too (a TP peer at its DP all-reduce, where a whole DP group waits on it). A rank that waited
+//                        on another at least half as long as it is late itself (RankStraggling::lagNs), where the
+//                        other did not wait on it as much, passes lateness on and is not named; of the rest, those
+//                        that caused ≥ 75 % of the waiting the worst one caused are.
 //   comm_overhead (info above commOverheadInfoPct): per rank and run-wide (rank −1), from the breakdown: a figure,
 //                        not a fault. It is a warning only against a stated expectation: the run's exposed
 //                        communication is ≥ commOverheadWarnPct % of step time *and* the TP communication volume per
