@@ -251,7 +251,8 @@ TEST(Scenario, AStragglersTpPeerIsItsVictimNotASecondStraggler) {
   const auto path = testing::testDir() / "victim-premise.db";
   ASSERT_TRUE(testing::writeRun(path, spec));
   auto r = testing::openReader(path);
-  std::map<std::pair<std::string, int64_t>, std::vector<std::pair<int64_t, int>>> arrivals;  // (group, seq) → (t, rank)
+  // (group, seq) → (arrival, rank)
+  std::map<std::pair<std::string, int64_t>, std::vector<std::pair<int64_t, int>>> arrivals;
   tracedb::Query q(*r, "SELECT group_name, seq, enqueue_ns, rank FROM collectives", "collectives");
   ASSERT_TRUE(q.each([&](tracedb::Query& row) {
     arrivals[{row.text(0), row.i64(1)}].emplace_back(row.i64(2), row.i32(3));

@@ -102,13 +102,13 @@ TEST(PipelineCapture, NanIsTracedAcrossTheStagesItsActivationReaches) {
   EXPECT_EQ(origins[0].group, "p2p-0-1") << d.summary();
 }
 
-// Stage 0 computes 40 ms longer per step (--inject slow on a pipeline rank: spread over its forward passes, as on a
+// Stage 0 computes 100 ms longer per step (--inject slow on a pipeline rank: spread over its forward passes, as on a
 // slower device): diagnose names stage 0 in a stage_imbalance warning — the last stage waits on its activations —
 // and, the other stage's waiting being the pipeline's and not a collective's, no straggler warning.
 TEST(PipelineCapture, ASlowStageIsNamedAsStageImbalanceNotAsAStraggler) {
   const auto dir = testDir("pipeline_slow");
   const RunResult r = capture(dir, 2, 1, 1, 6,
-                              {"--pp", "2", "--microbatches", "4", "--inject", "slow:rank=0,ms=40"});
+                              {"--pp", "2", "--microbatches", "4", "--inject", "slow:rank=0,ms=100"});
   ASSERT_EQ(r.status, 0) << r.output;
   const Diagnosis d = diagnose(dir / "run.db");
   const auto imbalance = d.ofKind("stage_imbalance", "warning");

@@ -215,9 +215,10 @@ StepAction HealthRules::checkGradients(int step, std::span<const probes::GradSta
   const probes::SpikeVerdict v = isSpike(options_.gradSpike, gradBase_, step, norm);
   // A stage's spike that leaves the whole model's norm where it was changes no update: not a fault (and, a spike,
   // not the stage's baseline either).
-  const bool wholeMoved = !pendingWholeNorm_ || wholeNorms_.size() < static_cast<size_t>(options_.gradSpike.warmup) ||
-                          *pendingWholeNorm_ >= kWholeModelSpikeRatio *
-                                                    probes::medianOf(std::vector<double>(wholeNorms_.begin(), wholeNorms_.end()));
+  const bool wholeMoved =
+      !pendingWholeNorm_ || wholeNorms_.size() < static_cast<size_t>(options_.gradSpike.warmup) ||
+      *pendingWholeNorm_ >=
+          kWholeModelSpikeRatio * probes::medianOf(std::vector<double>(wholeNorms_.begin(), wholeNorms_.end()));
   if (v.spike && !wholeMoved) return action;
   if (v.spike) {
     pendingUnhealthy_ = true;

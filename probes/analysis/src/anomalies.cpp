@@ -5,9 +5,8 @@
 #include <map>
 #include <set>
 
-#include <nlohmann/json.hpp>
-
 #include "evidence_util.h"
+#include "tpscope/analysis/pipeline.h"
 #include "tpscope/probes/spike_baseline.h"
 #include "tpscope/tracedb/query.h"
 
@@ -62,16 +61,6 @@ struct GradSeries {
   std::map<std::pair<int, int>, double> wholeNorm;
 };
 
-// A pipeline run (meta 'pipeline' with ≥ 2 stages): each rank's parameters are one stage's.
-bool ranksHoldStages(tracedb::Reader& reader) {
-  auto text = reader.metaValue(tracedb::meta_keys::kPipeline);
-  if (!text) return false;
-  try {
-    return nlohmann::json::parse(*text).value("stages", 0) > 1;
-  } catch (const std::exception&) {
-    return false;
-  }
-}
 
 tracedb::Result<GradSeries> readGradSeries(tracedb::Reader& reader) {
   GradSeries g;
@@ -111,9 +100,9 @@ bool risesAbove(const std::map<std::pair<int, int>, double>& byRankStep, int ran
 
 // Material: the spike moves its rank's gradient — the rank's total norm (√Σ l2² over its parameters) at that step is
 // ≥ normRatioThreshold × its median over the previous steps. A spike in a tiny parameter does not. Where the rank
-// holds one pipeline stage, its total is a part of the model's (stage 0's is mostly the embedding's, whose rows spike
-// with a batch's rare tokens): the whole model's norm must move too, by the run-wide spike's ratio (normRatioThreshold),
-// or the update is what it would have been.
+// holds one pipeline stage, its total is a part of the model's (stage 0's is mostly the embedding's, whose rows
+// spike with a batch's rare tokens): the whole model's norm must move too, by the run-wide spike's ratio
+// (normRatioThreshold), or the update is what it would have been.
 bool material(const GradSeries& g, int rank, int step, const AnomalyOptions& options) {
   const bool rankMoved = risesAbove(g.rankStepSq, rank, step, options.window, options.normRatioThreshold,
                                     [](double sq) { return std::sqrt(sq); });
@@ -241,7 +230,7 @@ tracedb::Result<AnomalyReport> analyzeAnomalies(tracedb::Reader& reader, const R
   if (!grads) return grads.status();
   auto stats = reader.stepStats();
   if (!stats) return stats.status();
-  if (ranksHoldStages(reader))
+  if (pipelineStages(reader) > 1)  // each rank's parameters are one stage's
     for (const auto& st : *stats)
       if (st.gradNorm && std::isfinite(*st.gradNorm) && *st.gradNorm > 0)
         grads->wholeNorm[{st.rank, st.step}] = *st.gradNorm;

@@ -239,6 +239,11 @@ void namePipelineHangs(tracedb::Reader& reader, std::vector<Finding>& findings) 
   }
 }
 
+int pipelineStages(tracedb::Reader& reader) {
+  const std::optional<Layout> layout = readLayout(reader);
+  return layout ? layout->stages : 0;
+}
+
 std::vector<Finding> pipelineFindings(const PipelineReport& p) {
   std::vector<Finding> out;
   if (!p.present || p.longestStage < 0 || p.longestOverMeanPct < 10.0) return out;

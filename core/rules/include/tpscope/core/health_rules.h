@@ -106,7 +106,8 @@ class HealthRules {
   // on every rank); NaN where the rank's parameters span the whole model. A stage's own norm is a part of the model's
   // (stage 0's is mostly the embedding's, whose rows spike with the batch's rare tokens): there a spike of it is a
   // grad_spike only where the whole model's norm moves too, ≥ kWholeModelSpikeRatio × its median over the rule's
-  // window (the analysis' materiality and run-wide ratio, anomalies.h: a 2–4× jump of it on one batch is ordinary). One that does not is neither raised nor learned.
+  // window (the analysis' materiality and run-wide ratio, anomalies.h: a 2–4× jump of it on one batch is ordinary).
+  // One that does not is neither raised nor learned.
   StepAction checkGradients(int step, std::span<const probes::GradStat> stats,
                             double wholeModelNorm = std::numeric_limits<double>::quiet_NaN());
   static constexpr double kWholeModelSpikeRatio = 5.0;

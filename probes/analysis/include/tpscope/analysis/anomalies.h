@@ -18,7 +18,8 @@
 //   window — else info: a parameter jumping 10–60× on one bad batch while the rank's total moves < 5× is a figure.
 //   In a pipeline run (meta 'pipeline', ≥ 2 stages) a rank's total is one stage's, so the whole model's norm
 //   (step_stats.grad_norm, the clip's over every stage) must also be ≥ normRatioThreshold × its median over the
-//   previous window (the run-wide spike's ratio): stage 0's total is mostly the embedding's, which spikes with a batch's rare tokens and moves no update.
+//   previous window (the run-wide spike's ratio): stage 0's total is mostly the embedding's, which spikes with a
+//   batch's rare tokens and moves no update.
 //   grad_spike (run-wide, rank −1): over step_stats.grad_norm, per step the mean over the ranks, ratio
 //   normRatioThreshold (5×: a 2–4× jump of the clipped global norm on one batch is ordinary)
 //   loss_spike: over step_stats.loss, per step the mean over the ranks that recorded it

@@ -54,6 +54,9 @@ double analyticPipelineBubble(const std::string& schedule, int stages, int micro
 
 tracedb::Result<PipelineReport> analyzePipeline(tracedb::Reader& reader);
 
+// The run's pipeline stages from meta 'pipeline' (0 without PP, or when the meta cannot be read).
+int pipelineStages(tracedb::Reader& reader);
+
 // stage_imbalance: the longest stage when its compute per step exceeds the stages' mean by >= 10 % (info) or
 // >= 25 % (warning); evidence: its stage, ranks, compute_ns, mean_compute_ns, longest_over_mean_pct and the
 // other stages' mean dependency wait. None for a run without PP.
