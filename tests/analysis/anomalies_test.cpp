@@ -147,10 +147,11 @@ TEST(GradSpike, AStageSpikeIsAWarningOnlyWhereItMovesTheWholeModelsNorm) {
         ri.worldSize = 2;
         ASSERT_TRUE(w->putRank(ri));
       }
-      if (c.pipeline)
+      if (c.pipeline) {
         ASSERT_TRUE(w->setMeta(tracedb::meta_keys::kPipeline,
                                R"({"schedule":"1f1b","stages":2,"microbatches":4,"virtual_stages":1,)"
                                R"("stage_layers":[[0],[1]],"stage_of_rank":[0,1]})"));
+      }
       for (int s = 0; s < 20; ++s) {
         const double wobble = 1.0 + 0.1 * std::sin(1.3 * s);
         const double jump = s == 14 ? 20.0 : 1.0;

@@ -138,7 +138,8 @@ std::string formatHealthOptions(const HealthOptions& o) {
 HealthRules::HealthRules(HealthOptions options)
     : options_(options),
       gradBase_(options.gradSpike.window, probes::SpikeScale::Norm),
-      lossBase_(options.lossSpike.window, probes::SpikeScale::Level) {}
+      lossBase_(options.lossSpike.window, probes::SpikeScale::Level),
+      wholeBase_(options.gradSpike.window, probes::SpikeScale::Level) {}
 
 bool HealthRules::startsBadRun(int& lastBadStep, int step) {
   pendingUnhealthy_ = true;
@@ -215,10 +216,8 @@ StepAction HealthRules::checkGradients(int step, std::span<const probes::GradSta
   const probes::SpikeVerdict v = isSpike(options_.gradSpike, gradBase_, step, norm);
   // A stage's spike that leaves the whole model's norm where it was changes no update: not a fault (and, a spike,
   // not the stage's baseline either).
-  const bool wholeMoved =
-      !pendingWholeNorm_ || wholeNorms_.size() < static_cast<size_t>(options_.gradSpike.warmup) ||
-      *pendingWholeNorm_ >=
-          kWholeModelSpikeRatio * probes::medianOf(std::vector<double>(wholeNorms_.begin(), wholeNorms_.end()));
+  const bool wholeMoved = !pendingWholeNorm_ || wholeBase_.size() < options_.gradSpike.warmup ||
+                          *pendingWholeNorm_ >= kWholeModelSpikeRatio * wholeBase_.median();
   if (v.spike && !wholeMoved) return action;
   if (v.spike) {
     pendingUnhealthy_ = true;
@@ -358,10 +357,7 @@ StepAction HealthRules::agree(int step, StepAction agreed) {
   if (agreed == StepAction::Continue && !pendingUnhealthy_) {
     if (pendingGradNorm_) gradBase_.add(*pendingGradNorm_, step);
     if (pendingLoss_) lossBase_.add(*pendingLoss_, step);
-    if (pendingWholeNorm_) {
-      wholeNorms_.push_back(*pendingWholeNorm_);
-      if (wholeNorms_.size() > static_cast<size_t>(std::max(1, options_.gradSpike.window))) wholeNorms_.pop_front();
-    }
+    if (pendingWholeNorm_) wholeBase_.add(*pendingWholeNorm_, step);
   }
   pendingWholeNorm_.reset();
   pendingGradNorm_.reset();

@@ -185,7 +185,7 @@ void accumulate(const OneCollective& c, const RunInfo& info, const std::unordere
   CollectiveArrival arrival{c.group, c.seq, c.op, step, -1, skew, 0, completed ? minDur : 0};
   // A pipeline message (group "p2p-<src>-<dst>") whose send is posted after its receive is the schedule's
   // dependency, measured by the pipeline analysis (pipeline.h), not a rank arriving late at a collective.
-  const bool pointToPoint = c.group.rfind("p2p-", 0) == 0;
+  const bool pointToPoint = isPointToPointGroup(c.group);
   if (recs.size() >= 2 && !pointToPoint) {
     auto clockOf = [&](int rank) {
       auto it = uncertainty.find(rank);

@@ -187,7 +187,7 @@ GroupDesync groupProgress(const std::string& name, const GroupScan& scan, const 
   }
   // A pipeline message whose recv completed was delivered: its send stays open until the sender waits on its sends at
   // the end of its step (it may be held up elsewhere first), so that is not where the pair is stuck.
-  if (name.rfind("p2p-", 0) == 0)
+  if (isPointToPointGroup(name))
     for (; stuck != INT64_MAX && stuck <= maxEnqueued; ++stuck) {
       const auto recs = recordsOf(table, scan, stuck);
       const bool delivered = std::any_of(recs.begin(), recs.end(), [](const MemberRecord& r) {
@@ -222,7 +222,7 @@ tracedb::Status addMissingRankContext(tracedb::Reader& reader, GroupDesync& gd) 
     const bool missing = std::find(gd.missingRanks.begin(), gd.missingRanks.end(), mp.rank) != gd.missingRanks.end();
     if (!missing) continue;
     const MemberRecord& stuckRec = gd.stuckRecords.front();
-    if (stuckRec.step > 0 && gd.group.rfind("p2p-", 0) == 0) {
+    if (stuckRec.step > 0 && isPointToPointGroup(gd.group)) {
       // A pipeline pair carries every micro-batch's message from one call site, the same messages every step: the
       // same message one step earlier is one step's count of seqs back.
       Query q(reader,

@@ -62,10 +62,11 @@ std::vector<Finding> stragglerFindings(const CollectiveAnalysis& ca, const RunIn
   std::set<int> victims;
   for (const RankStraggling& r : sr.ranks)
     for (const auto& [on, ns] : r.waitedOn) {
-      const RankStraggling* s = byRank.count(on) ? byRank.at(on) : nullptr;
-      const auto back = s != nullptr ? s->waitedOn.find(r.rank) : r.waitedOn.end();
-      const int64_t sOnR = s != nullptr && back != s->waitedOn.end() ? back->second : 0;
-      if (s != nullptr && 2 * ns >= r.lagNs && 2 * sOnR < s->lagNs) victims.insert(r.rank);
+      const auto s = byRank.find(on);
+      if (s == byRank.end() || 2 * ns < r.lagNs) continue;
+      const auto back = s->second->waitedOn.find(r.rank);
+      const int64_t sOnR = back != s->second->waitedOn.end() ? back->second : 0;
+      if (2 * sOnR < s->second->lagNs) victims.insert(r.rank);
     }
   // Of the others, only the top rank and those that caused at least 75 % as much waiting are named.
   int64_t top = 0;
@@ -99,9 +100,9 @@ std::vector<Finding> stragglerFindings(const CollectiveAnalysis& ca, const RunIn
     // such turns make a large lag by chance. There a lag that is not significant at the run's bound is a fault only
     // when each waiting rank loses more per step than one scheduling period.
     const bool full = ri != nullptr && info.cpusFull(ri->host);
+    const double period = full ? schedulerPeriodNs(info.hostCpus.at(ri->host)) : 0;
     const double lagPerStep = perStep / static_cast<double>(std::max<size_t>(1, waiters.size()));
-    const bool schedulerSized =
-        full && r.pValue >= alpha && lagPerStep < schedulerPeriodNs(info.hostCpus.at(ri->host));
+    const bool schedulerSized = full && r.pValue >= alpha && lagPerStep < period;
     Finding fd;
     fd.kind = FindingKind::Straggler;
     // Significant but small (a rank that shares its core with others, say): a figure, not a fault.
@@ -122,7 +123,7 @@ std::vector<Finding> stragglerFindings(const CollectiveAnalysis& ca, const RunIn
     if (schedulerSized)
       fd.details.push_back("every CPU of host " + ri->host + " runs a rank: a lag of " +
                            ms(static_cast<int64_t>(lagPerStep)) + " per step, within one scheduling period (" +
-                           ms(static_cast<int64_t>(schedulerPeriodNs(info.hostCpus.at(ri->host)))) + "), over " +
+                           ms(static_cast<int64_t>(period)) + "), over " +
                            std::to_string(r.collectives) + " collectives may be the scheduler's: a longer run decides");
     if (crowded)
       fd.details.push_back("host " + ri->host + " runs more ranks than its " +

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "intervals.h"
+#include "tpscope/analysis/run_info.h"
 #include "tpscope/tracedb/query.h"
 
 namespace tpscope::analysis {
@@ -201,7 +202,7 @@ void namePipelineHangs(tracedb::Reader& reader, std::vector<Finding>& findings) 
   if (!layout) return;
   const int world = static_cast<int>(layout->stageOfRank.size());
   for (Finding& fd : findings) {
-    if (fd.kind != FindingKind::Hang || !fd.collective || fd.collective->group.rfind("p2p-", 0) != 0) continue;
+    if (fd.kind != FindingKind::Hang || !fd.collective || !isPointToPointGroup(fd.collective->group)) continue;
     int src = -1, dst = -1;
     if (std::sscanf(fd.collective->group.c_str(), "p2p-%d-%d", &src, &dst) != 2 || src < 0 || dst < 0 ||
         src >= world || dst >= world)

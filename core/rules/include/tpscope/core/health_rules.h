@@ -142,7 +142,7 @@ class HealthRules {
   HealthOptions options_;
   RobustBaseline gradBase_, lossBase_;
   std::optional<double> pendingGradNorm_, pendingLoss_;  // this step's values, added by agree() if healthy
-  std::deque<double> wholeNorms_;                        // healthy steps' whole-model norms (pipeline stages)
+  RobustBaseline wholeBase_;  // healthy steps' whole-model norms (pipeline stages)
   std::optional<double> pendingWholeNorm_;
   bool pendingUnhealthy_ = false;
   std::deque<int> skipped_;  // steps skipped within the window

@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tpscope/tracedb/reader.h"
@@ -70,5 +71,8 @@ std::string formatRanks(std::vector<int> ranks);
 std::string rankList(const std::vector<int>& ranks);
 // A process group's class: the name up to the last '-' followed by digits ("tp-1" → "tp", "world" → "world").
 std::string groupClass(const std::string& group);
+
+// A pipeline message's pseudo-group "p2p-<src>-<dst>" (docs/schema.md), not a process group.
+inline bool isPointToPointGroup(std::string_view group) { return group.starts_with("p2p-"); }
 
 }  // namespace tpscope::analysis
