@@ -183,7 +183,9 @@ void MainWindow::setFollowLive(bool on) {
 }
 
 void MainWindow::onRunLoaded(RunPtr run, qint64 ms) {
-  const bool keep = reloading_ && run_ != nullptr;
+  // Every span replacing the summary the run opened on (RunLoader) keeps the view, as a reload does.
+  const bool detail = run_ && run_->summaryOnly() && !run->summaryOnly() && pendingPath_ == path_;
+  const bool keep = (reloading_ || detail) && run_ != nullptr;
   run_ = std::move(run);
   path_ = pendingPath_;
   searchText_.clear();  // matches index the previous timeline
@@ -198,14 +200,17 @@ void MainWindow::onRunLoaded(RunPtr run, qint64 ms) {
     desync_->setAnalysis(nullptr);
   }
   setWindowTitle(QString("tpscope — %1%2").arg(path_, run_->live ? " (capture folder)" : ""));
-  statusBar()->showMessage(QString("%1 spans · %2 ranks · %3 collective records · opened in %4 ms%5")
+  statusBar()->showMessage(QString("%1 spans · %2 ranks · %3 collective records · %4 in %5 ms%6")
                                .arg(run_->timeline->spanCount())
                                .arg(run_->rankIds().size())
                                .arg(run_->collectives.size())
+                               .arg(run_->summaryOnly() ? "summary shown" : detail ? "every span read" : "opened")
                                .arg(ms)
-                               .arg(follower_.following() ? " · following live" : ""));
-  freshOpen_ = !keep;
-  if (!reloading_) {
+                               .arg(follower_.following() ? " · following live" : run_->summaryOnly()
+                                                                                    ? " · reading every span…"
+                                                                                    : ""));
+  freshOpen_ = !keep || (detail && freshOpen_);
+  if (!reloading_ && !detail) {
     addRecent(path_);
     if (run_->live) setFollowLive(true);
     else if (follower_.following()) follower_.follow(path_, 1000);

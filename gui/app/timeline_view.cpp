@@ -8,6 +8,7 @@
 #include <QToolTip>
 #include <QWheelEvent>
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "tpscope/gui/findings_model.h"
@@ -135,7 +136,7 @@ void TimelinePainter::paintFindingMarks(QPainter& p) const {
 
 // The lanes' background and the frame's spans (clipped to the timeline area by the caller).
 void TimelinePainter::paintSpans(QPainter& p, const QSize& size, const Frame* frame) const {
-  const TimelineData& t = *run->timeline;
+  const TimelineData& t = frame ? frame->source(*run->timeline) : *run->timeline;
   const int width = size.width();
   const int top = TimelineLayout::kRulerHeight;
   const QFontMetrics fm(p.font());
@@ -154,6 +155,11 @@ void TimelinePainter::paintSpans(QPainter& p, const QSize& size, const Frame* fr
     bool dark;
   };
   std::vector<Label> labels;
+  std::array<QRgb, kKindCount> kindRgb{}, blockRgb{};  // a kind's colour, and darker for a block of several spans
+  for (int k = 0; k < kKindCount; ++k) {
+    kindRgb[k] = palette::kind(k).rgb();
+    blockRgb[k] = palette::kind(k).darker(125).rgb();
+  }
   for (size_t l = 0; l < t.lanes().size(); ++l) {
     const int y0 = laneY(static_cast<int>(l));
     const int h = layout->laneHeight[l];
@@ -173,22 +179,28 @@ void TimelinePainter::paintSpans(QPainter& p, const QSize& size, const Frame* fr
         const int x0 = static_cast<int>(std::max(fx0, TimelineLayout::kLabelWidth - 2.0));
         const int x1 = static_cast<int>(std::min(fx1, width + 2.0));
         const int w = std::max(1, x1 - x0);
-        QColor c;
+        QRgb rgb;
         if (it.merged) {
-          c = palette::kind(it.kind);
-          if (it.count > 1) c = c.darker(125);
+          rgb = it.count > 1 ? blockRgb[it.kind % kKindCount] : kindRgb[it.kind % kKindCount];
         } else {
           const uint32_t name = r.name[it.first];
-          c = nameColours && name < nameColours->size() && (*nameColours)[name].isValid() ? (*nameColours)[name]
-                                                                                           : palette::kind(it.kind);
+          rgb = nameColours && name < nameColours->size() && (*nameColours)[name].isValid()
+                    ? (*nameColours)[name].rgb()
+                    : kindRgb[it.kind % kKindCount];
         }
-        const QRgb rgb = c.rgb();
         if (!batch || rgb != lastRgb) {
           batch = &batchFor(rgb);
           lastRgb = rgb;
+        } else if ((it.merged || w <= 36) && !batch->empty() && batch->back().top() == ry &&
+                   x0 <= batch->back().right() + 1) {
+          // The same colour touching the previous rectangle of this row: one wider rectangle, so a zoomed-out row
+          // costs a rectangle per run of pixels, not per item.
+          batch->back().setRight(std::max(batch->back().right(), x0 + w - 1));
+          continue;
         }
         batch->emplace_back(x0, ry, w, rh);
-        if (!it.merged && w > 36) labels.push_back({QRect(x0, ry, w, rh), r.name[it.first], c.lightness() > 150});
+        if (!it.merged && w > 36)
+          labels.push_back({QRect(x0, ry, w, rh), r.name[it.first], QColor::fromRgb(rgb).lightness() > 150});
       }
     }
   }
@@ -713,6 +725,14 @@ QString TimelineView::describeSpan(const SpanRef& ref) const {
   const TimelineData& t = *run_->timeline;
   const LaneRow& r = t.row(ref);
   const size_t i = ref.index;
+  if (!r.weight.empty() && r.weight[i] > 1)  // an entry of the run's lane summary, shown until every span is read
+    return QString("%1 spans, mostly %2, the longest \"%3\"\n%4\nbegin %5 · over %6\n(a summary: every span is "
+                   "being read)")
+        .arg(r.weight[i])
+        .arg(QString::fromStdString(std::string(tracedb::spanKindName(static_cast<tracedb::SpanKind>(r.kind[i])))),
+             QString::fromStdString(t.string(r.name[i])), QString::fromStdString(t.lanes()[ref.lane].label),
+             formatDuration(static_cast<double>(r.begin[i] - run_->beginNs)),
+             formatDuration(static_cast<double>(r.end[i] - r.begin[i])));
   QString text = QString("%1\n%2 · %3\nbegin %4 · duration %5")
                      .arg(QString::fromStdString(t.string(r.name[i])),
                           QString::fromStdString(t.lanes()[ref.lane].label),

@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <random>
 
+#include "tpscope/gui/frame_scheduler.h"
 #include "tpscope/gui/timeline_data.h"
 
 namespace tpscope::gui {
@@ -174,6 +176,111 @@ TEST(Lod, AccountsForEverySpanOnce) {
         for (size_t i = 1; i < items.size(); ++i) EXPECT_LE(items[i - 1].endNs, items[i].beginNs);
       }
   }
+}
+
+// The first frame of a big run comes from the file's lane summary (tracedb/lane_summary.h): its rows must be the
+// rows build() lays the same spans out in, every span counted once, and a bucket of several drawn as one block.
+TEST(Lod, ASummaryTimelineHasTheRowsOfTheFullOneAndDrawsBucketsAsBlocks) {
+  const auto spans = randomSpans(5, 4, 4000);
+  std::vector<tracedb::SpanRow> rows;
+  for (const InputSpan& s : spans)
+    rows.push_back({s.rank, s.thread, static_cast<tracedb::SpanKind>(s.kind), s.name, s.beginNs, s.endNs - s.beginNs,
+                    s.step, s.layer, static_cast<tracedb::Phase>(s.phase), {}});
+  const std::vector<std::string> strings{"a", "b", "c", "d"};
+  const auto full = TimelineData::build(spans, strings, {}, 1);
+  const auto summary = TimelineData::fromSummary(tracedb::summarizeLanes(rows, 300), {0, 1, 2, 3},
+                                                 [](int) { return int64_t{0}; }, strings);
+  ASSERT_TRUE(summary.summary());
+  EXPECT_FALSE(full.summary());
+  EXPECT_EQ(summary.spanCount(), full.spanCount());
+  EXPECT_EQ(summary.beginNs(), full.beginNs());
+  EXPECT_EQ(summary.endNs(), full.endNs());
+  ASSERT_EQ(summary.lanes().size(), full.lanes().size());
+  int blocks = 0;
+  for (size_t l = 0; l < full.lanes().size(); ++l) {
+    const Lane& f = full.lanes()[l];
+    const Lane& m = summary.lanes()[l];
+    EXPECT_EQ(m.label, f.label);
+    ASSERT_EQ(m.rows.size(), f.rows.size()) << "lane " << l;
+    for (size_t d = 0; d < f.rows.size(); ++d) {
+      const LaneRow& fr = f.rows[d];
+      const LaneRow& mr = m.rows[d];
+      uint64_t weight = 0;
+      for (uint32_t w : mr.weight) weight += w;
+      EXPECT_EQ(weight, fr.size()) << "lane " << l << " row " << d;
+      // Every span of the full row lies inside an entry of the summary row.
+      for (size_t i = 0; i < fr.size(); ++i) {
+        const size_t e = std::upper_bound(mr.begin.begin(), mr.begin.end(), fr.begin[i]) - mr.begin.begin();
+        ASSERT_GT(e, 0u);
+        EXPECT_GE(mr.end[e - 1], fr.end[i]) << "lane " << l << " row " << d << " span " << i;
+      }
+      // Zoomed in far enough that every entry is wide: an entry of several spans is still one merged block.
+      Viewport vp;
+      vp.widthPx = 1000;
+      vp.nsPerPx = 0.001;
+      for (size_t e = 0; e < mr.size() && blocks < 50; ++e) {
+        if (mr.weight[e] < 2) continue;
+        vp.startNs = mr.begin[e];
+        const auto items = summary.queryRow(static_cast<int>(l), static_cast<int>(d), vp);
+        ASSERT_FALSE(items.empty());
+        EXPECT_TRUE(items[0].merged);
+        EXPECT_EQ(items[0].count, mr.weight[e]);
+        ++blocks;
+      }
+    }
+  }
+  EXPECT_GT(blocks, 10);
+}
+
+// Zoomed out, frames come from the coarser levels (buckets of at most a pixel): they must cover the same pixels
+// as the spans themselves, with far fewer items.
+TEST(Lod, CoarserLevelsDrawTheSamePixelsAsTheSpans) {
+  auto data = TimelineData::build(randomSpans(9, 4, 60000), {"a", "b", "c", "d"}, {}, 2);
+  data.buildLevels(2);
+  ASSERT_GE(data.levels().size(), 1u);
+  for (size_t i = 1; i < data.levels().size(); ++i)
+    EXPECT_EQ(data.levels()[i - 1]->bucketNs(), 4 * data.levels()[i]->bucketNs()) << "coarsest first, 4× apart";
+  const int64_t extent = data.endNs() - data.beginNs();
+  int framesOnLevels = 0;
+  for (double zoom : {1.0, 3.0, 10.0, 40.0, 200.0}) {
+    Viewport vp;
+    vp.widthPx = 400;  // a level is used up to zoom 4096 / 400
+    vp.nsPerPx = static_cast<double>(extent) / zoom / vp.widthPx;
+    vp.startNs = data.beginNs() + extent / 3 - static_cast<int64_t>(vp.nsPerPx * vp.widthPx / 2 / zoom);
+    const Frame frame = computeFrame(data, vp);
+    if (frame.level < 0) continue;
+    ++framesOnLevels;
+    const TimelineData& level = frame.source(data);
+    EXPECT_LE(level.bucketNs(), vp.nsPerPx);
+    size_t levelItems = 0, spanItems = 0, covered = 0, differ = 0;
+    for (size_t l = 0; l < data.lanes().size(); ++l)
+      for (size_t d = 0; d < data.lanes()[l].rows.size(); ++d) {
+        auto pixels = [&](const std::vector<DrawItem>& items) {
+          std::vector<char> px(static_cast<size_t>(vp.widthPx), 0);
+          for (const DrawItem& it : items) {
+            const auto x0 = std::max<int64_t>(0, static_cast<int64_t>((it.beginNs - vp.startNs) / vp.nsPerPx));
+            const auto x1 = std::min<int64_t>(vp.widthPx - 1, static_cast<int64_t>((it.endNs - vp.startNs) /
+                                                                                  vp.nsPerPx));
+            for (int64_t x = x0; x <= x1; ++x) px[static_cast<size_t>(x)] = 1;
+          }
+          return px;
+        };
+        const auto& fromLevel = frame.items[l][d];
+        const auto fromSpans = data.queryRow(static_cast<int>(l), static_cast<int>(d), vp);
+        levelItems += fromLevel.size();
+        spanItems += fromSpans.size();
+        const auto a = pixels(fromLevel), b = pixels(fromSpans);
+        for (size_t x = 0; x < a.size(); ++x) {
+          covered += b[x];
+          differ += a[x] != b[x];
+        }
+      }
+    EXPECT_LE(differ * 50, covered) << "zoom " << zoom << ": " << differ << " of " << covered << " pixels differ";
+    EXPECT_LE(levelItems * 10, spanItems * 11) << "zoom " << zoom << ": about as many items to paint";
+    std::printf("zoom %g: %zu of %zu pixels differ; %zu items from the level, %zu from the spans\n", zoom, differ,
+                covered, levelItems, spanItems);
+  }
+  EXPECT_EQ(framesOnLevels, 3);
 }
 
 TEST(Lod, EmptyAndOutOfRange) {

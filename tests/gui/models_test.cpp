@@ -17,6 +17,7 @@
 #include "tpscope/gui/live_follower.h"
 #include "tpscope/gui/palette.h"
 #include "tpscope/gui/run_loader.h"
+#include "tpscope/analysis/summary.h"
 #include "tpscope/tracedb/writer.h"
 
 namespace tpscope::gui {
@@ -102,6 +103,53 @@ TEST_F(ModelsTest, LoaderSignalsRunThenAnalysisOrFailure) {
   loader.waitForDone();
   QCoreApplication::processEvents();
   EXPECT_EQ(loaded.count(), 1);
+}
+
+// A run file with summaries (as merge writes it) opens on its lane summary; every span follows with the same tables.
+TEST_F(ModelsTest, ASummarisedRunOpensOnItsSummaryThenEverySpan) {
+  const fs::path plain = *dir_ / "run.db", summarised = *dir_ / "summarised.db";
+  fs::copy_file(plain, summarised, fs::copy_options::overwrite_existing);
+  ASSERT_TRUE(analysis::writeRunSummary(summarised));
+  auto none = loadRunSummary(plain);
+  ASSERT_TRUE(none) << none.error();
+  EXPECT_EQ(*none, nullptr) << "a file without a lane summary opens by reading its spans";
+
+  auto first = loadRunSummary(summarised);
+  ASSERT_TRUE(first) << first.error();
+  ASSERT_NE(*first, nullptr);
+  const RunData& s = **first;
+  EXPECT_TRUE(s.summaryOnly());
+  EXPECT_EQ(s.timeline->spanCount(), run().timeline->spanCount());
+  EXPECT_EQ(s.beginNs, run().beginNs);
+  EXPECT_EQ(s.endNs, run().endNs);
+  EXPECT_EQ(s.collectives.size(), run().collectives.size());
+  ASSERT_EQ(s.timeline->lanes().size(), run().timeline->lanes().size());
+  for (size_t l = 0; l < s.timeline->lanes().size(); ++l)
+    EXPECT_EQ(s.timeline->lanes()[l].rows.size(), run().timeline->lanes()[l].rows.size()) << "lane " << l;
+
+  LoadOptions options;
+  options.tablesFrom = *first;
+  auto every = loadRun(summarised, options);
+  ASSERT_TRUE(every) << every.error();
+  const RunData& e = **every;
+  EXPECT_FALSE(e.summaryOnly());
+  EXPECT_EQ(e.timeline->spanCount(), run().timeline->spanCount());
+  EXPECT_EQ(e.collectives.size(), run().collectives.size());
+  EXPECT_EQ(e.alerts.size(), run().alerts.size());
+  EXPECT_EQ(e.gradStats.size(), run().gradStats.size());
+  EXPECT_EQ(e.meta.at("run_id"), run().meta.at("run_id"));
+  EXPECT_EQ(e.meta.at("lane_summary.spans"), std::to_string(run().timeline->spanCount()));
+  EXPECT_FALSE(writeTimelineCache(s)) << "a summary is never cached as the timeline";
+
+  RunLoader loader;
+  QSignalSpy loaded(&loader, &RunLoader::runLoaded);
+  QSignalSpy analysed(&loader, &RunLoader::analysisLoaded);
+  loader.load(QString::fromStdString(summarised.string()));
+  ASSERT_TRUE(analysed.wait(20000));
+  ASSERT_EQ(loaded.count(), 2);
+  EXPECT_TRUE(loaded.at(0).at(0).value<RunPtr>()->summaryOnly());
+  EXPECT_FALSE(loaded.at(1).at(0).value<RunPtr>()->summaryOnly());
+  EXPECT_EQ(loaded.at(1).at(0).value<RunPtr>()->timeline->spanCount(), run().timeline->spanCount());
 }
 
 TEST_F(ModelsTest, FrameSchedulerDeliversTheNewestRequest) {

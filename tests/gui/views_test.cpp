@@ -15,6 +15,7 @@
 
 #include "fixture_run.h"
 #include "main_window.h"
+#include "tpscope/analysis/summary.h"
 #include "tpscope/gui/palette.h"
 
 namespace tpscope::gui {
@@ -323,6 +324,37 @@ TEST(ChainWindow, HealthyRunStaysOnTheTimeline) {
   EXPECT_TRUE(window.analysis()->chain.empty());
   EXPECT_EQ(window.tabs()->currentIndex(), MainWindow::kTimelineTab);
   EXPECT_FALSE(window.findings()->chain()->isVisibleTo(window.findings()));
+}
+
+// A run file with summaries (as merge writes it) is on screen from its lane summary first; every span then replaces
+// the summary without moving the view, and the freshly opened run still opens on its chain.
+TEST(SummaryWindow, EverySpanReplacesTheSummaryAndKeepsTheView) {
+  const fs::path dir = scratchDir("summary-window");
+  ASSERT_EQ(writeFixtureRun(dir / "run.db"), "");
+  ASSERT_TRUE(analysis::writeRunSummary(dir / "run.db"));
+  MainWindow window(QString::fromStdString((dir / "settings.ini").string()));
+  window.resize(1400, 850);
+  window.show();
+  QSignalSpy loaded(window.loader(), &RunLoader::runLoaded);
+  QSignalSpy analysed(window.loader(), &RunLoader::analysisLoaded);
+  // While the summary is on screen (the window's own slot has run: it was connected first), the user zooms in.
+  Viewport zoomed;
+  bool sawSummary = false;
+  QObject::connect(window.loader(), &RunLoader::runLoaded, &window, [&](RunPtr run, qint64) {
+    if (!run->summaryOnly()) return;
+    sawSummary = window.run() == run;
+    window.timeline()->showRange(run->beginNs + 1'000'000, run->beginNs + 3'000'000);
+    zoomed = window.timeline()->viewport();
+  });
+  window.openPath(QString::fromStdString((dir / "run.db").string()));
+  ASSERT_TRUE(analysed.wait(30000));
+  QCoreApplication::processEvents();
+  EXPECT_EQ(loaded.count(), 2);
+  EXPECT_TRUE(sawSummary) << "the first frame comes from the summary";
+  ASSERT_FALSE(window.run()->summaryOnly());
+  EXPECT_EQ(window.timeline()->viewport().startNs, zoomed.startNs);
+  EXPECT_EQ(window.timeline()->viewport().nsPerPx, zoomed.nsPerPx);
+  EXPECT_EQ(window.tabs()->currentIndex(), MainWindow::kFindingsTab) << "the NaN run opens on its chain";
 }
 
 TEST_F(ViewsTest, BadFileShowsAnErrorDialogAndKeepsTheRun) {

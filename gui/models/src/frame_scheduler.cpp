@@ -12,12 +12,16 @@ size_t Frame::itemCount() const {
 Frame computeFrame(const TimelineData& timeline, const Viewport& viewport) {
   Frame frame;
   frame.viewport = viewport;
-  frame.items.resize(timeline.lanes().size());
-  for (size_t l = 0; l < timeline.lanes().size(); ++l) {
-    const size_t rows = timeline.lanes()[l].rows.size();
+  // Zoomed out to a level's bucket per pixel or coarser, the level draws the same picture from a few entries per
+  // pixel instead of thousands of spans (the frame's cost then follows the pixels, not the spans).
+  frame.level = timeline.levelFor(viewport.nsPerPx);
+  const TimelineData& source = frame.source(timeline);
+  frame.items.resize(source.lanes().size());
+  for (size_t l = 0; l < source.lanes().size(); ++l) {
+    const size_t rows = source.lanes()[l].rows.size();
     frame.items[l].resize(rows);
     for (size_t d = 0; d < rows; ++d)
-      frame.items[l][d] = timeline.queryRow(static_cast<int>(l), static_cast<int>(d), viewport);
+      frame.items[l][d] = source.queryRow(static_cast<int>(l), static_cast<int>(d), viewport);
   }
   return frame;
 }

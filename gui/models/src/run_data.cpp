@@ -8,6 +8,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "tpscope/tracedb/lane_summary.h"
 #include "tpscope/tracedb/merge.h"
 #include "tpscope/tracedb/reader.h"
 #include "tpscope/tracedb/run_files.h"
@@ -194,17 +195,28 @@ struct SpanNames {
   std::unordered_map<std::string, uint32_t> ids{{"", 0}};
 };
 
-// Pass 1: the first file's meta, every file's small tables, and the span names.
-Status readTables(tracedb::RunFiles& opened, RunData& run, SpanNames& names) {
+// Pass 1: the first file's meta, every file's small tables (unless `tables` has them already), and the span names.
+Status readTables(tracedb::RunFiles& opened, RunData& run, SpanNames& names, const RunData* tables = nullptr) {
   names.maps.resize(opened.files.size());
+  if (tables) {
+    run.meta = tables->meta;
+    run.ranks = tables->ranks;
+    run.threads = tables->threads;
+    run.groups = tables->groups;
+    run.collectives = tables->collectives;
+    run.gradStats = tables->gradStats;
+    run.stepStats = tables->stepStats;
+    run.alerts = tables->alerts;
+  }
   for (size_t f = 0; f < opened.files.size(); ++f) {
     tracedb::RunFile& o = opened.files[f];
-    if (f == 0) {
+    if (f == 0 && !tables) {
       auto meta = o.reader->meta();
       if (!meta) return meta.status();
       run.meta = std::move(*meta);
     }
-    if (Status s = readSmallTables(o, run); !s) return s;
+    if (!tables)
+      if (Status s = readSmallTables(o, run); !s) return s;
     std::vector<uint32_t>& nameMap = names.maps[f];
     Status s = o.reader->forEachString([&](uint32_t id, std::string_view text) {
       if (id > (1u << 30)) return;
@@ -277,9 +289,8 @@ Status readSpans(const RunData& run, const tracedb::RunFiles& opened, const std:
   return firstError;
 }
 
-}  // namespace
-
-Result<std::shared_ptr<const RunData>> loadRun(const fs::path& path, const LoadOptions& options) {
+// The run's files, before anything is read from them.
+Result<std::shared_ptr<RunData>> newRun(const fs::path& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) return Status::error(path.string() + ": no such file or folder");
   auto run = std::make_shared<RunData>();
@@ -287,9 +298,40 @@ Result<std::shared_ptr<const RunData>> loadRun(const fs::path& path, const LoadO
   run->files = traceFilesOf(path);
   run->live = fs::is_directory(path, ec) && !(run->files.size() == 1 && run->files[0].filename() == "run.db");
   if (run->files.empty()) return Status::error(path.string() + ": no run.db and no rank-*.db files in this folder");
+  return run;
+}
 
-  using Clock = std::chrono::steady_clock;
-  auto ms = [](Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); };
+using Clock = std::chrono::steady_clock;
+double msSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+}  // namespace
+
+Result<std::shared_ptr<const RunData>> loadRunSummary(const fs::path& path, const LoadOptions& options) {
+  auto made = newRun(path);
+  if (!made) return made.status();
+  std::shared_ptr<RunData> run = std::move(*made);
+  if (run->live || run->files.size() != 1) return std::shared_ptr<const RunData>();
+  const auto phase = Clock::now();
+  auto opened = tracedb::openRunFiles(run->files);
+  if (!opened) return opened.status();
+  auto summary = tracedb::readLaneSummary(*opened->files[0].reader);
+  if (!summary) return summary.status();
+  if (!*summary) return std::shared_ptr<const RunData>();
+  SpanNames names;
+  if (Status s = readTables(*opened, *run, names); !s) return s;
+  const tracedb::FileClock& clock = opened->files[0].clock;
+  auto timeline = std::make_shared<TimelineData>(TimelineData::fromSummary(
+      **summary, names.maps[0], [&](int rank) { return clock.shiftNs(rank); }, std::move(names.strings),
+      run->threads));
+  if (options.timings) *options.timings = LoadTimings{msSince(phase), 0, 0};
+  return finish(std::move(run), std::move(timeline));
+}
+
+Result<std::shared_ptr<const RunData>> loadRun(const fs::path& path, const LoadOptions& options) {
+  auto made = newRun(path);
+  if (!made) return made.status();
+  std::shared_ptr<RunData> run = std::move(*made);
+  auto ms = msSince;
   LoadTimings timings;
   auto phase = Clock::now();
 
@@ -297,12 +339,15 @@ Result<std::shared_ptr<const RunData>> loadRun(const fs::path& path, const LoadO
   auto opened = tracedb::openRunFiles(run->files);
   if (!opened) return opened.status();
   SpanNames names;
-  if (Status s = readTables(*opened, *run, names); !s) return s;
+  const RunData* tables =
+      options.tablesFrom && options.tablesFrom->files == run->files ? options.tablesFrom.get() : nullptr;
+  if (Status s = readTables(*opened, *run, names, tables); !s) return s;
   timings.tablesMs = ms(phase);
   phase = Clock::now();
 
   if (options.useCache)
     if (auto timeline = cachedTimeline(*run)) {
+      timeline->buildLevels(options.workers);
       run->timelineFromCache = true;
       timings.spansMs = ms(phase);
       if (options.timings) *options.timings = timings;
@@ -320,13 +365,14 @@ Result<std::shared_ptr<const RunData>> loadRun(const fs::path& path, const LoadO
   phase = Clock::now();
   auto timeline = std::make_shared<TimelineData>(
       TimelineData::build(std::move(spans), std::move(names.strings), run->threads, options.workers));
+  timeline->buildLevels(options.workers);
   timings.buildMs = ms(phase);
   if (options.timings) *options.timings = timings;
   return finish(std::move(run), std::move(timeline));
 }
 
 bool writeTimelineCache(const RunData& run) {
-  if (run.live || run.files.size() != 1 || !run.timeline || run.timelineFromCache) return false;
+  if (run.live || run.files.size() != 1 || !run.timeline || run.timelineFromCache || run.summaryOnly()) return false;
   const std::string key = cacheKey(run.files[0]);
   if (key.empty()) return false;
   for (const fs::path& cache : cachePaths(run.files[0])) {

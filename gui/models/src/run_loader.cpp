@@ -23,6 +23,15 @@ void RunLoader::load(const QString& path, bool withAnalysis) {
     timer.start();
     LoadOptions options;
     options.workers = std::max(1, QThread::idealThreadCount());
+    // A run file with a lane summary is on screen from the summary first; every span follows (the same load).
+    if (auto summary = loadRunSummary(path.toStdString(), options); summary && *summary) {
+      RunPtr first = *summary;
+      const qint64 firstMs = timer.elapsed();
+      QMetaObject::invokeMethod(this, [this, first, firstMs, generation] {
+        if (generation == generation_) emit runLoaded(first, firstMs);
+      });
+      options.tablesFrom = first;
+    }
     auto run = loadRun(path.toStdString(), options);
     const qint64 ms = timer.elapsed();
     if (!run) {

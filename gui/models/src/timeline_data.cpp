@@ -34,7 +34,7 @@ void LaneRow::buildSummaries() {
   std::array<uint32_t, kKindCount> running{};
   for (size_t i = 0; i < size(); ++i) {
     if (i % kKindBlock == 0) kindPrefix[i / kKindBlock] = running;
-    ++running[kind[i] < kKindCount ? kind[i] : kKindCount - 1];
+    running[kind[i] < kKindCount ? kind[i] : kKindCount - 1] += weight.empty() ? 1 : weight[i];
   }
   if (size() % kKindBlock == 0) kindPrefix[size() / kKindBlock] = running;
 }
@@ -42,7 +42,8 @@ void LaneRow::buildSummaries() {
 std::array<uint32_t, kKindCount> LaneRow::kindCounts(uint32_t first, uint32_t last) const {
   auto prefix = [&](uint32_t x) {
     auto counts = kindPrefix[x / kKindBlock];
-    for (uint32_t i = x / kKindBlock * kKindBlock; i < x; ++i) ++counts[kind[i] < kKindCount ? kind[i] : kKindCount - 1];
+    for (uint32_t i = x / kKindBlock * kKindBlock; i < x; ++i)
+      counts[kind[i] < kKindCount ? kind[i] : kKindCount - 1] += weight.empty() ? 1 : weight[i];
     return counts;
   };
   auto a = prefix(first);
@@ -65,21 +66,63 @@ void buildLane(std::vector<InputSpan>& spans, Lane& lane) {
     while (!openEnds.empty() && openEnds.back() <= s.beginNs) openEnds.pop_back();
     const size_t depth = openEnds.size();
     if (lane.rows.size() <= depth) lane.rows.resize(depth + 1);
-    LaneRow& r = lane.rows[depth];
-    r.begin.push_back(s.beginNs);
-    r.end.push_back(s.endNs);
-    r.name.push_back(s.name);
-    r.step.push_back(s.step);
-    r.layer.push_back(s.layer);
-    r.kind.push_back(s.kind);
-    r.phase.push_back(s.phase);
+    lane.rows[depth].push(s.beginNs, s.endNs, s.name, s.step, s.layer, s.kind, s.phase);
     openEnds.push_back(s.endNs);
   }
   std::vector<InputSpan>().swap(spans);
   for (LaneRow& r : lane.rows) r.buildSummaries();
 }
 
+void nameLane(Lane& lane, int rank, int thread, const std::vector<tracedb::ThreadInfo>& threads) {
+  lane.rank = rank;
+  lane.thread = thread;
+  std::string name;
+  for (const auto& t : threads)
+    if (t.rank == rank && t.thread == thread) name = t.name.empty() ? t.kind : t.name;
+  if (name.empty()) name = thread == 0 ? "main" : "thread " + std::to_string(thread);
+  lane.label = "rank " + std::to_string(rank) + " · " + name;
+}
+
 }  // namespace
+
+TimelineData TimelineData::fromSummary(const tracedb::LaneSummary& summary, const std::vector<uint32_t>& nameMap,
+                                       const std::function<int64_t(int rank)>& shiftNs,
+                                       std::vector<std::string> strings,
+                                       const std::vector<tracedb::ThreadInfo>& threads) {
+  TimelineData data;
+  data.strings_ = std::move(strings);
+  data.summary_ = true;
+  data.bucketNs_ = summary.bucketNs;
+  data.spanCount_ = static_cast<size_t>(std::max<int64_t>(0, summary.spanCount));
+  int64_t lo = INT64_MAX, hi = INT64_MIN;
+  int lastRank = INT32_MIN;
+  int64_t sh = 0;
+  for (const tracedb::LaneSummaryRow& in : summary.rows) {  // by rank, thread, depth
+    if (data.lanes_.empty() || data.lanes_.back().rank != in.rank || data.lanes_.back().thread != in.thread) {
+      data.lanes_.emplace_back();
+      nameLane(data.lanes_.back(), in.rank, in.thread, threads);
+    }
+    if (in.rank != lastRank) {
+      lastRank = in.rank;
+      sh = shiftNs(in.rank);
+    }
+    Lane& lane = data.lanes_.back();
+    if (lane.rows.size() <= static_cast<size_t>(in.depth)) lane.rows.resize(static_cast<size_t>(in.depth) + 1);
+    LaneRow& r = lane.rows[static_cast<size_t>(in.depth)];
+    for (const tracedb::LaneSummaryEntry& e : in.entries) {
+      r.push(e.beginNs + sh, std::max(e.beginNs, e.endNs) + sh, e.name < nameMap.size() ? nameMap[e.name] : 0, e.step,
+             e.layer, static_cast<uint8_t>(std::min<int>(e.kind, kKindCount - 1)), e.phase);
+      r.weight.push_back(std::max<uint32_t>(1, e.count));
+      lo = std::min(lo, r.begin.back());
+      hi = std::max(hi, r.end.back());
+    }
+  }
+  for (Lane& lane : data.lanes_)
+    for (LaneRow& r : lane.rows) r.buildSummaries();
+  data.beginNs_ = lo <= hi ? lo : 0;
+  data.endNs_ = lo <= hi ? hi : 0;
+  return data;
+}
 
 TimelineData TimelineData::build(std::vector<InputSpan> spans, std::vector<std::string> strings,
                                  const std::vector<tracedb::ThreadInfo>& threads, int workers) {
@@ -134,16 +177,7 @@ TimelineData TimelineData::build(std::vector<std::vector<InputSpan>> chunks, std
   data.endNs_ = keys.empty() ? 0 : hi;
 
   data.lanes_.resize(keys.size());
-  for (const auto& [key, index] : keys) {
-    Lane& lane = data.lanes_[index];
-    lane.rank = key.first;
-    lane.thread = key.second;
-    std::string name;
-    for (const auto& t : threads)
-      if (t.rank == key.first && t.thread == key.second) name = t.name.empty() ? t.kind : t.name;
-    if (name.empty()) name = key.second == 0 ? "main" : "thread " + std::to_string(key.second);
-    lane.label = "rank " + std::to_string(key.first) + " · " + name;
-  }
+  for (const auto& [key, index] : keys) nameLane(data.lanes_[index], key.first, key.second, threads);
 
   // Lanes are independent: sort them on `workers` threads, biggest first.
   std::vector<size_t> order(perLane.size());
@@ -158,6 +192,76 @@ TimelineData TimelineData::build(std::vector<std::vector<InputSpan>> chunks, std
   work();
   for (auto& t : pool) t.join();
   return data;
+}
+
+namespace {
+
+// One row of a timeline summarised at `bucketNs` (tracedb::RowSummarizer), into `out`.
+void summarizeRow(const LaneRow& r, int64_t originNs, int64_t bucketNs, LaneRow& out) {
+  std::vector<tracedb::LaneSummaryEntry> entries;
+  tracedb::RowSummarizer summarizer(originNs, bucketNs, entries);
+  for (size_t i = 0; i < r.size(); ++i)
+    summarizer.add({r.begin[i], r.end[i], r.name[i], r.step[i], 1, r.layer[i], r.kind[i], r.phase[i]},
+                   r.weight.empty() ? 1 : r.weight[i]);
+  summarizer.finish();
+  for (const auto& e : entries) {
+    out.push(e.beginNs, e.endNs, e.name, e.step, e.layer, e.kind, e.phase);
+    out.weight.push_back(e.count);
+  }
+  out.buildSummaries();
+}
+
+}  // namespace
+
+void TimelineData::buildLevels(int workers) {
+  levels_.clear();
+  if (lanes_.empty() || endNs_ <= beginNs_) return;
+  int64_t bucketNs = std::max<int64_t>(1, (endNs_ - beginNs_ + tracedb::kLaneSummaryBuckets - 1) /
+                                              tracedb::kLaneSummaryBuckets);
+  std::vector<std::pair<size_t, size_t>> rows;  // (lane, depth) of every row, for the workers
+  for (size_t l = 0; l < lanes_.size(); ++l)
+    for (size_t d = 0; d < lanes_[l].rows.size(); ++d) rows.emplace_back(l, d);
+  for (;;) {
+    auto level = std::make_shared<TimelineData>();
+    level->strings_ = strings_;
+    level->summary_ = true;
+    level->bucketNs_ = bucketNs;
+    level->spanCount_ = spanCount_;
+    level->beginNs_ = beginNs_;
+    level->endNs_ = endNs_;
+    level->lanes_.resize(lanes_.size());
+    for (size_t l = 0; l < lanes_.size(); ++l) {
+      level->lanes_[l].rank = lanes_[l].rank;
+      level->lanes_[l].thread = lanes_[l].thread;
+      level->lanes_[l].label = lanes_[l].label;
+      level->lanes_[l].rows.resize(lanes_[l].rows.size());
+    }
+    std::atomic<size_t> next{0};
+    auto work = [&] {
+      for (size_t k; (k = next.fetch_add(1)) < rows.size();) {
+        const auto [l, d] = rows[k];
+        summarizeRow(lanes_[l].rows[d], beginNs_, bucketNs, level->lanes_[l].rows[d]);
+      }
+    };
+    std::vector<std::thread> pool;
+    for (int w = 1; w < std::max(1, workers); ++w) pool.emplace_back(work);
+    work();
+    for (auto& t : pool) t.join();
+    size_t entries = 0;
+    for (const Lane& lane : level->lanes_)
+      for (const LaneRow& r : lane.rows) entries += r.size();
+    // A level that holds more than an eighth of the spans saves little over the spans themselves.
+    if (entries * 8 > spanCount_) break;
+    levels_.push_back(std::move(level));
+    if (bucketNs < 4) break;
+    bucketNs /= 4;
+  }
+}
+
+int TimelineData::levelFor(double nsPerPx) const {
+  for (size_t i = 0; i < levels_.size(); ++i)  // coarsest first: the first whose bucket fits in a pixel
+    if (static_cast<double>(levels_[i]->bucketNs_) <= nsPerPx) return static_cast<int>(i);
+  return -1;
 }
 
 const std::string& TimelineData::string(uint32_t id) const {
@@ -184,7 +288,8 @@ std::vector<DrawItem> TimelineData::queryRow(int laneIndex, int rowIndex, const 
   size_t i = std::upper_bound(r.end.begin(), r.end.end(), viewport.startNs) - r.end.begin();
   while (i < n && r.begin[i] < t1) {
     if (r.end[i] - r.begin[i] >= th.minNs) {
-      out.push_back({r.begin[i], r.end[i], static_cast<uint32_t>(i), 1, r.kind[i], false});
+      const uint32_t w = r.weight.empty() ? 1 : r.weight[i];  // a summary's bucket of several is drawn merged
+      out.push_back({r.begin[i], r.end[i], static_cast<uint32_t>(i), w, r.kind[i], w > 1});
       ++i;
       continue;
     }

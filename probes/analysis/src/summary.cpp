@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "intervals.h"
+#include "tpscope/tracedb/lane_summary.h"
 #include "tpscope/tracedb/query.h"
 
 namespace tpscope::analysis {
@@ -126,7 +127,8 @@ tracedb::Status writeRunSummary(const std::filesystem::path& path) {
     if (!s) return s.status();
     summary = std::move(*s);
   }  // the reader is closed before the file is written
-  return tracedb::writeSummary(path, summary);
+  if (tracedb::Status s = tracedb::writeSummary(path, summary); !s) return s;
+  return tracedb::writeLaneSummary(path);  // the viewer's first frame (tracedb/lane_summary.h)
 }
 
 }  // namespace tpscope::analysis

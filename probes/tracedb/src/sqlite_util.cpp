@@ -105,4 +105,39 @@ std::string shapeToText(const std::vector<int64_t>& v) {
 
 std::vector<int64_t> shapeFromText(std::string_view s) { return parseList<int64_t>(s); }
 
+Status writeInTransaction(const std::filesystem::path& path, std::string_view what,
+                          const std::function<Status(sqlite3*)>& body) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK) {
+    Status s = sqliteError(db, path, "cannot open to write its " + std::string(what));
+    sqlite3_close(db);
+    return s;
+  }
+  sqlite3_busy_timeout(db, 2000);
+  Status s = exec(db, path, "BEGIN IMMEDIATE");
+  if (s) s = body(db);
+  if (s) s = exec(db, path, "COMMIT");
+  else (void)exec(db, path, "ROLLBACK");
+  sqlite3_close(db);
+  return s;
+}
+
+std::optional<int64_t> metaInt(Reader& reader, const char* key) {
+  auto v = reader.metaValue(key);
+  if (!v) return std::nullopt;
+  try {
+    return std::stoll(*v);
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
+Status recordStamp(sqlite3* db, const std::filesystem::path& path, int64_t* spans, int64_t* collectives) {
+  Stmt st(db, "SELECT (SELECT coalesce(max(id), 0) FROM spans), (SELECT coalesce(max(id), 0) FROM collectives)");
+  if (!st.valid() || st.step() != SQLITE_ROW) return sqliteError(db, path, "cannot read the record ids");
+  *spans = st.i64(0);
+  *collectives = st.i64(1);
+  return Status::ok();
+}
+
 }  // namespace tpscope::tracedb::detail

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -28,6 +29,15 @@ struct Access {
 Status sqliteError(sqlite3* db, const std::filesystem::path& path, std::string_view what);
 // Runs one or more statements without results.
 Status exec(sqlite3* db, const std::filesystem::path& path, const char* sql);
+// Opens the trace at `path` for writing and runs `body` in one IMMEDIATE transaction: committed when it returns ok,
+// rolled back otherwise. `what` names the writing in the error ("cannot open to write its <what>").
+Status writeInTransaction(const std::filesystem::path& path, std::string_view what,
+                          const std::function<Status(sqlite3*)>& body);
+// A meta value read as an integer; nullopt when absent or not a number.
+std::optional<int64_t> metaInt(Reader& reader, const char* key);
+// The newest span and collective ids the file holds (0: none): what derived tables (summary.h, lane_summary.h) are
+// stamped with, so a reader can tell records added since they were computed.
+Status recordStamp(sqlite3* db, const std::filesystem::path& path, int64_t* spans, int64_t* collectives);
 
 // A prepared statement; reset after each step loop. Bind indexes are 1-based.
 class Stmt {

@@ -49,15 +49,6 @@ CREATE TABLE phase_summary(
 ) WITHOUT ROWID;
 )SQL";
 
-// The ids the summaries are stamped with: what the file holds now.
-Status currentStamp(sqlite3* db, const std::filesystem::path& path, int64_t* spans, int64_t* collectives) {
-  detail::Stmt st(db, "SELECT (SELECT coalesce(max(id), 0) FROM spans), (SELECT coalesce(max(id), 0) FROM collectives)");
-  if (!st.valid() || st.step() != SQLITE_ROW) return detail::sqliteError(db, path, "cannot read the record ids");
-  *spans = st.i64(0);
-  *collectives = st.i64(1);
-  return Status::ok();
-}
-
 Status fill(sqlite3* db, const std::filesystem::path& path, const RunSummary& s) {
   {
     detail::Stmt st(db, "INSERT INTO rank_summary VALUES (?, ?, ?)");
@@ -93,7 +84,7 @@ Status fill(sqlite3* db, const std::filesystem::path& path, const RunSummary& s)
     }
   }
   int64_t spans = 0, collectives = 0;
-  if (Status st = currentStamp(db, path, &spans, &collectives); !st) return st;
+  if (Status st = detail::recordStamp(db, path, &spans, &collectives); !st) return st;
   detail::Stmt meta(db, "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)");
   const std::pair<const char*, std::string> stamps[] = {
       {kVersionKey, std::to_string(s.version)}, {kSpanKey, std::to_string(spans)},
@@ -110,37 +101,19 @@ Status fill(sqlite3* db, const std::filesystem::path& path, const RunSummary& s)
 }  // namespace
 
 Status writeSummary(const std::filesystem::path& path, const RunSummary& summary) {
-  sqlite3* db = nullptr;
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK) {
-    Status s = detail::sqliteError(db, path, "cannot open to write its summaries");
-    sqlite3_close(db);
-    return s;
-  }
-  sqlite3_busy_timeout(db, 2000);
-  Status s = detail::exec(db, path, "BEGIN IMMEDIATE");
-  if (s) s = detail::exec(db, path, kSchema);
-  if (s) s = fill(db, path, summary);
-  if (s) s = detail::exec(db, path, "COMMIT");
-  else (void)detail::exec(db, path, "ROLLBACK");
-  sqlite3_close(db);
-  return s;
+  return detail::writeInTransaction(path, "summaries", [&](sqlite3* db) {
+    Status s = detail::exec(db, path, kSchema);
+    return s ? fill(db, path, summary) : s;
+  });
 }
 
 Result<std::optional<RunSummary>> readSummary(Reader& reader, int version) {
   sqlite3* db = detail::Access::db(reader);
-  const auto stamp = [&](const char* key) -> std::optional<int64_t> {
-    auto v = reader.metaValue(key);
-    if (!v) return std::nullopt;
-    try {
-      return std::stoll(*v);
-    } catch (...) {
-      return std::nullopt;
-    }
-  };
+  const auto stamp = [&](const char* key) { return detail::metaInt(reader, key); };
   const auto v = stamp(kVersionKey), spanStamp = stamp(kSpanKey), collStamp = stamp(kCollectiveKey);
   if (!v || *v != version || !spanStamp || !collStamp) return std::optional<RunSummary>();
   int64_t spans = 0, collectives = 0;
-  if (Status s = currentStamp(db, reader.path(), &spans, &collectives); !s) return s;
+  if (Status s = detail::recordStamp(db, reader.path(), &spans, &collectives); !s) return s;
   if (spans != *spanStamp || collectives != *collStamp) return std::optional<RunSummary>();  // records changed since
 
   RunSummary out;

@@ -21,11 +21,19 @@ namespace tpscope::gui {
 struct Frame {
   Viewport viewport;
   std::vector<std::vector<std::vector<DrawItem>>> items;  // [lane][row] → draw items in time order
+  // The level of detail the items index (TimelineData::level): -1 the timeline itself, else one of its coarser
+  // levels, for a frame zoomed out to a level's bucket per pixel or coarser.
+  int level = -1;
   quint64 serial = 0;
   size_t itemCount() const;
+  // The timeline whose rows the items index.
+  const TimelineData& source(const TimelineData& timeline) const {
+    return level < static_cast<int>(timeline.levels().size()) ? timeline.level(level) : timeline;
+  }
 };
 
-// The LOD query of every row of every lane. O(output × log n).
+// The LOD query of every row of every lane, on the coarsest level of the timeline whose bucket is at most a pixel
+// (TimelineData::levelFor), else on the timeline. O(output × log n).
 Frame computeFrame(const TimelineData& timeline, const Viewport& viewport);
 
 class FrameScheduler : public QObject {

@@ -37,6 +37,8 @@ struct RunData {
   int64_t endNs = 0;
   bool live = false;    // read from rank files of a capture folder
   bool timelineFromCache = false;  // the spans came from the timeline cache (see LoadOptions::useCache)
+  // The timeline is the file's lane summary (loadRunSummary), shown while every span is read.
+  bool summaryOnly() const { return timeline && timeline->summary(); }
 
   std::vector<int> rankIds() const;  // sorted, from ranks, spans and collectives
   // [begin, end) of (rank, step) from step stats, else from its spans; false if unknown.
@@ -57,6 +59,8 @@ struct LoadOptions {
   int workers = 2;                 // threads for reading and sorting spans
   LoadTimings* timings = nullptr;  // filled when set
   bool useCache = true;            // read the timeline cache when it is valid
+  // A run loadRunSummary() returned for the same path: its tables are taken instead of read again.
+  std::shared_ptr<const RunData> tablesFrom;
 };
 
 // Writes the timeline cache of `run` if it is cacheable and has none yet. Returns true if a cache was written.
@@ -68,5 +72,12 @@ std::vector<std::filesystem::path> traceFilesOf(const std::filesystem::path& pat
 
 tracedb::Result<std::shared_ptr<const RunData>> loadRun(const std::filesystem::path& path,
                                                         const LoadOptions& options = {});
+
+// The first frame of a big run (issue #17): the run's tables with the timeline built from the file's lane summary
+// (tracedb/lane_summary.h), a few MB whatever the number of spans. nullptr when `path` is not a single run file with
+// a current lane summary (a capture folder, a rank file, an older file): then loadRun is the first frame. The caller
+// shows it, then calls loadRun with LoadOptions::tablesFrom set to it for every span. Blocking; any thread.
+tracedb::Result<std::shared_ptr<const RunData>> loadRunSummary(const std::filesystem::path& path,
+                                                               const LoadOptions& options = {});
 
 }  // namespace tpscope::gui

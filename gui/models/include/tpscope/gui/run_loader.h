@@ -1,4 +1,6 @@
 // Loads runs off the UI thread: the run's data and timeline first (what the first frame needs), the analyses after.
+// A run file with a lane summary is loaded twice over: runLoaded() comes first with the summary timeline
+// (RunData::summaryOnly(), a fraction of a second whatever the run's size), then again with every span.
 //
 // Threading: a RunLoader lives on the UI thread; its work runs on its own thread pool and its signals are emitted on
 // the thread the loader lives in. A newer load() supersedes an older one: results of a superseded load are dropped.

@@ -15,12 +15,16 @@
 // Units: ns in the run's time base (merged run file: rank 0's clock since the run's epoch).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "tpscope/tracedb/lane_summary.h"
 #include "tpscope/tracedb/records.h"
 
 namespace tpscope::gui {
@@ -40,10 +44,24 @@ struct LaneRow {
   std::vector<int16_t> layer;
   std::vector<uint8_t> kind;   // tracedb::SpanKind
   std::vector<uint8_t> phase;  // tracedb::Phase
-  // kindPrefix[b][k]: spans of kind k among indices [0, b * kKindBlock). Size: size() / kKindBlock + 1.
+  // kindPrefix[b][k]: spans of kind k among indices [0, b * kKindBlock) (entries counted by weight). Size:
+  // size() / kKindBlock + 1.
   std::vector<std::array<uint32_t, kKindCount>> kindPrefix;
+  // How many spans each entry stands for, in a timeline built from a lane summary (tracedb/lane_summary.h), where an
+  // entry may be the hull of a bucket's short spans; empty: every entry is one span.
+  std::vector<uint32_t> weight;
 
   size_t size() const { return begin.size(); }
+  // Appends one entry after the last (the caller keeps the row sorted); weights, if any, are the caller's.
+  void push(int64_t b, int64_t e, uint32_t nameId, int32_t stepNo, int16_t layerNo, uint8_t kindId, uint8_t phaseId) {
+    begin.push_back(b);
+    end.push_back(e);
+    name.push_back(nameId);
+    step.push_back(stepNo);
+    layer.push_back(layerNo);
+    kind.push_back(kindId);
+    phase.push_back(phaseId);
+  }
   // Counts of each kind among spans [first, last).
   std::array<uint32_t, kKindCount> kindCounts(uint32_t first, uint32_t last) const;
   void buildSummaries();
@@ -115,6 +133,26 @@ class TimelineData {
   // The same from spans in several chunks (e.g. read by parallel readers); consumes the chunks.
   static TimelineData build(std::vector<std::vector<InputSpan>> chunks, std::vector<std::string> strings,
                             const std::vector<tracedb::ThreadInfo>& threads = {}, int workers = 1);
+  // A summary timeline, for the first frame of a run whose file has a lane summary: rows are the summary's (same
+  // depths as build() gives), an entry of several spans carries its weight and is drawn as a merged block.
+  // `nameMap` maps the file's string ids to `strings`; `shiftNs(rank)` moves a rank's times onto the run's base.
+  // spanCount() is the number of spans summarised. O(entries).
+  static TimelineData fromSummary(const tracedb::LaneSummary& summary, const std::vector<uint32_t>& nameMap,
+                                  const std::function<int64_t(int rank)>& shiftNs, std::vector<std::string> strings,
+                                  const std::vector<tracedb::ThreadInfo>& threads = {});
+  // Whether this timeline is a summary (fromSummary) rather than every span.
+  bool summary() const { return summary_; }
+  // Coarser levels of detail (Perfetto's mipmaps): summaries of this timeline's rows (tracedb::RowSummarizer) at
+  // bucket widths 4× apart, from 1/4,096 of the run down to where a level would hold more than 1/8 of the spans.
+  // computeFrame() queries the coarsest level whose bucket is at most a pixel, so a zoomed-out frame costs the
+  // pixels it fills, not the spans under them. Built once (buildLevels), before the timeline is shared.
+  void buildLevels(int workers = 1);
+  const std::vector<std::shared_ptr<const TimelineData>>& levels() const { return levels_; }  // coarsest first
+  // The index of the level a frame at `nsPerPx` is drawn from; -1 for this timeline.
+  int levelFor(double nsPerPx) const;
+  const TimelineData& level(int index) const { return index < 0 ? *this : *levels_[static_cast<size_t>(index)]; }
+  // The bucket width of a summary timeline (fromSummary), 0 otherwise.
+  int64_t bucketNs() const { return bucketNs_; }
 
   const std::vector<Lane>& lanes() const { return lanes_; }
   const std::string& string(uint32_t id) const;
@@ -163,6 +201,9 @@ class TimelineData {
   int64_t beginNs_ = 0;
   int64_t endNs_ = 0;
   size_t spanCount_ = 0;
+  bool summary_ = false;
+  int64_t bucketNs_ = 0;
+  std::vector<std::shared_ptr<const TimelineData>> levels_;
 };
 
 // The majority kind of a kind-count histogram (ties: lowest id).

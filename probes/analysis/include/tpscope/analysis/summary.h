@@ -18,7 +18,8 @@ namespace tpscope::analysis {
 // either definition changes: files summarised with another version are then read by computing from the records.
 inline constexpr int kSummaryVersion = 1;
 
-// Computes the summaries of the run file at `path` from its records and writes them into it.
+// Computes the summaries of the run file at `path` from its records and writes them into it, with the viewer's lane
+// summary (tracedb/lane_summary.h).
 tracedb::Status writeRunSummary(const std::filesystem::path& path);
 
 // The pieces, for computeBreakdown, profilePhases and the tests.

@@ -10,7 +10,7 @@
 
 namespace tpscope::tracedb {
 
-inline constexpr int kFormatVersion = 2;                 // PRAGMA user_version (2: + the summary tables)
+inline constexpr int kFormatVersion = 3;  // PRAGMA user_version (2: + the summary tables; 3: + lane_summary)
 inline constexpr std::string_view kFormatName = "tpscope-trace";  // meta 'format'
 
 // Well-known meta keys.

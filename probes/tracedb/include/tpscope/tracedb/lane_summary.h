@@ -1,0 +1,94 @@
+// The timeline's summary, written beside a run file's spans (issue #17: compute at write time, read at open time), so
+// a viewer draws the whole run from a few MB instead of the span table. Perfetto keeps per-track mipmaps for the same
+// reason; this is one level of them, at a resolution finer than any screen shows the whole run at.
+//
+// What it holds. The spans of each lane (rank × thread) are put into rows by nesting depth exactly as the viewer does
+// (sorted by begin, the longer first at equal begins; a span nests under every open span it begins inside), and the
+// run's time [origin, origin + buckets × bucketNs) is cut into `buckets` equal buckets. In each row:
+//   - a span at least one bucket long is kept as itself (count 1): at most `buckets` of them fit in a row;
+//   - the shorter spans that begin in one bucket become one entry: their hull [first begin, last end), how many they
+//     are, their majority kind (ties: lowest id), and the name, step, layer and phase of the longest of them. A bucket
+//     with a single short span keeps that span as itself (count 1).
+// Entries of a row are sorted and disjoint (short spans of a bucket end before the next bucket's first begins, and a
+// long span begins after every short span of its bucket), so a row has at most 2 × buckets + buckets entries.
+// Times are the file's own (the spans table's); names are the file's string ids.
+//
+// Stored in table lane_summary (docs/schema.md): one row per (rank, thread, depth), its entries packed in a blob
+// (kEntryBytes each, little-endian: begin i64, end i64, name u32, step i32, count u32, layer i16, kind u8, phase u8),
+// stamped in meta with the definition's version and the span ids it was computed from; a reader that finds another
+// version, or spans added since, gets nothing and reads the spans.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <vector>
+
+#include "tpscope/tracedb/reader.h"
+#include "tpscope/tracedb/records.h"
+#include "tpscope/tracedb/status.h"
+
+namespace tpscope::tracedb {
+
+inline constexpr int kLaneSummaryVersion = 1;
+inline constexpr int kLaneSummaryBuckets = 4096;
+
+struct LaneSummaryEntry {
+  int64_t beginNs = 0;
+  int64_t endNs = 0;
+  uint32_t name = 0;   // string id (the longest span's, for a bucket of several)
+  int32_t step = -1;
+  uint32_t count = 1;  // spans this entry stands for; 1: the entry is that span
+  int16_t layer = -1;
+  uint8_t kind = 0;    // SpanKind (majority kind for a bucket of several)
+  uint8_t phase = 0;   // Phase
+  bool operator==(const LaneSummaryEntry&) const = default;
+};
+
+struct LaneSummaryRow {
+  int rank = 0;
+  int thread = 0;
+  int depth = 0;
+  std::vector<LaneSummaryEntry> entries;  // sorted by begin, disjoint
+};
+
+struct LaneSummary {
+  int64_t originNs = 0;  // first span's begin
+  int64_t bucketNs = 1;
+  int64_t spanCount = 0;  // spans summarised
+  std::vector<LaneSummaryRow> rows;  // by rank, thread, depth
+};
+
+// Summarises spans given in any order (consumed). `buckets` ≥ 1.
+LaneSummary summarizeLanes(std::vector<SpanRow> spans, int buckets = kLaneSummaryBuckets);
+
+// The rule above for one row whose spans are already laid out (sorted by begin, disjoint): add() them in order, then
+// finish(). The viewer uses it for finer levels of its own, from the rows it has built.
+class RowSummarizer {
+ public:
+  RowSummarizer(int64_t originNs, int64_t bucketNs, std::vector<LaneSummaryEntry>& out)
+      : origin_(originNs), bucketNs_(std::max<int64_t>(1, bucketNs)), out_(out) {}
+  // `weight`: spans the added one stands for (a row that is itself a summary); counts and kinds add up by weight.
+  void add(const LaneSummaryEntry& span, uint32_t weight = 1);
+  void finish();
+
+ private:
+  int64_t origin_, bucketNs_;
+  std::vector<LaneSummaryEntry>& out_;
+  int64_t index_ = -1, endNs_ = 0;
+  uint32_t count_ = 0, entries_ = 0;
+  LaneSummaryEntry first_{}, longest_{};
+  std::array<uint32_t, kSpanKindCount> kinds_{};
+};
+
+// Reads the spans of the file at `path`, summarises them and writes the summary into the file (one transaction; the
+// records are untouched). Error: the file cannot be read or written.
+Status writeLaneSummary(const std::filesystem::path& path, int buckets = kLaneSummaryBuckets);
+
+// The file's lane summary when present, of this version and computed from the spans the file holds now; nullopt
+// otherwise (the caller reads the spans). An error only for a damaged file.
+Result<std::optional<LaneSummary>> readLaneSummary(Reader& reader);
+
+}  // namespace tpscope::tracedb

@@ -1,0 +1,279 @@
+#include "tpscope/tracedb/lane_summary.h"
+
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <array>
+#include <climits>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <string>
+
+#include "sqlite_util.h"
+
+namespace tpscope::tracedb {
+
+namespace {
+
+constexpr const char* kVersionKey = "lane_summary.version";
+constexpr const char* kSpanKey = "lane_summary.span_max_id";
+constexpr const char* kOriginKey = "lane_summary.origin_ns";
+constexpr const char* kBucketKey = "lane_summary.bucket_ns";
+constexpr const char* kCountKey = "lane_summary.spans";
+constexpr size_t kEntryBytes = 32;
+constexpr int kKinds = kSpanKindCount;
+
+constexpr const char* kSchema = R"SQL(
+DROP TABLE IF EXISTS lane_summary;
+CREATE TABLE lane_summary(
+  rank    INTEGER NOT NULL,
+  thread  INTEGER NOT NULL,
+  depth   INTEGER NOT NULL,
+  entries BLOB NOT NULL,
+  PRIMARY KEY(rank, thread, depth)
+) WITHOUT ROWID;
+)SQL";
+
+// A span as the summary needs it: half a SpanRow's size, so 10 M of them fit in 320 MB while a file is summarised.
+struct Span {
+  int64_t beginNs;
+  int64_t endNs;
+  uint32_t name;
+  int32_t step;
+  int16_t layer;
+  uint8_t kind;
+  uint8_t phase;
+};
+
+Span compact(const SpanRow& r) {
+  return {r.beginNs, r.beginNs + std::max<int64_t>(0, r.durNs), r.name, r.step, static_cast<int16_t>(r.layer),
+          static_cast<uint8_t>(std::clamp(static_cast<int>(r.kind), 0, kKinds - 1)), static_cast<uint8_t>(r.phase)};
+}
+
+LaneSummaryEntry entryOf(const Span& s, uint32_t count) {
+  return {s.beginNs, s.endNs, s.name, s.step, count, s.layer, s.kind, s.phase};
+}
+
+// One lane's spans into rows by depth, each row summarised; appended to `out` in depth order.
+void summarizeLane(int rank, int thread, std::vector<Span>& spans, int64_t origin, int64_t bucketNs,
+                   std::vector<LaneSummaryRow>& out) {
+  auto before = [](const Span& a, const Span& b) {
+    if (a.beginNs != b.beginNs) return a.beginNs < b.beginNs;
+    return a.endNs > b.endNs;  // the enclosing span first, as the viewer orders them
+  };
+  if (!std::is_sorted(spans.begin(), spans.end(), before)) std::sort(spans.begin(), spans.end(), before);
+  std::deque<std::vector<LaneSummaryEntry>> entries;  // by depth; a deque keeps the summarisers' references valid
+  std::deque<RowSummarizer> rows;
+  std::vector<int64_t> openEnds;  // stack of the ends of open spans
+  for (const Span& s : spans) {
+    while (!openEnds.empty() && openEnds.back() <= s.beginNs) openEnds.pop_back();
+    const size_t depth = openEnds.size();
+    openEnds.push_back(s.endNs);
+    if (rows.size() <= depth) {
+      entries.emplace_back();
+      rows.emplace_back(origin, bucketNs, entries.back());
+    }
+    rows[depth].add(entryOf(s, 1));
+  }
+  for (size_t d = 0; d < rows.size(); ++d) {
+    rows[d].finish();
+    out.push_back({rank, thread, static_cast<int>(d), std::move(entries[d])});
+  }
+  std::vector<Span>().swap(spans);
+}
+
+LaneSummary summarize(std::map<std::pair<int, int>, std::vector<Span>>& lanes, int64_t lo, int64_t hi, int buckets) {
+  LaneSummary out;
+  if (lanes.empty()) return out;
+  out.originNs = lo;
+  out.bucketNs = std::max<int64_t>(1, (hi - lo + buckets - 1) / std::max(1, buckets));
+  for (auto& [key, spans] : lanes) {
+    out.spanCount += static_cast<int64_t>(spans.size());
+    summarizeLane(key.first, key.second, spans, out.originNs, out.bucketNs, out.rows);
+  }
+  return out;
+}
+
+// Gathers spans into lanes, tracking the time extent.
+struct Gather {
+  std::map<std::pair<int, int>, std::vector<Span>> lanes;
+  int64_t lo = INT64_MAX, hi = INT64_MIN;
+  std::pair<int, int> lastKey{INT32_MIN, INT32_MIN};
+  std::vector<Span>* last = nullptr;
+
+  void add(const SpanRow& r) {
+    if (!last || r.rank != lastKey.first || r.thread != lastKey.second) {  // spans come in runs of one lane
+      lastKey = {r.rank, r.thread};
+      last = &lanes[lastKey];
+    }
+    const Span s = compact(r);
+    last->push_back(s);
+    lo = std::min(lo, s.beginNs);
+    hi = std::max(hi, s.endNs);
+  }
+};
+
+std::string blobOf(const std::vector<LaneSummaryEntry>& entries) {
+  std::string blob(entries.size() * kEntryBytes, '\0');
+  char* p = blob.data();
+  for (const auto& e : entries) {
+    std::memcpy(p + 0, &e.beginNs, 8);
+    std::memcpy(p + 8, &e.endNs, 8);
+    std::memcpy(p + 16, &e.name, 4);
+    std::memcpy(p + 20, &e.step, 4);
+    std::memcpy(p + 24, &e.count, 4);
+    std::memcpy(p + 28, &e.layer, 2);
+    p[30] = static_cast<char>(e.kind);
+    p[31] = static_cast<char>(e.phase);
+    p += kEntryBytes;
+  }
+  return blob;
+}
+
+std::vector<LaneSummaryEntry> entriesOf(const void* data, size_t bytes) {
+  std::vector<LaneSummaryEntry> out(bytes / kEntryBytes);
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (auto& e : out) {
+    std::memcpy(&e.beginNs, p + 0, 8);
+    std::memcpy(&e.endNs, p + 8, 8);
+    std::memcpy(&e.name, p + 16, 4);
+    std::memcpy(&e.step, p + 20, 4);
+    std::memcpy(&e.count, p + 24, 4);
+    std::memcpy(&e.layer, p + 28, 2);
+    e.kind = p[30];
+    e.phase = p[31];
+    p += kEntryBytes;
+  }
+  return out;
+}
+
+Status write(sqlite3* db, const std::filesystem::path& path, const LaneSummary& summary) {
+  if (Status s = detail::exec(db, path, kSchema); !s) return s;
+  detail::Stmt st(db, "INSERT INTO lane_summary VALUES (?, ?, ?, ?)");
+  for (const auto& row : summary.rows) {
+    const std::string blob = blobOf(row.entries);
+    st.bind(1, row.rank);
+    st.bind(2, row.thread);
+    st.bind(3, row.depth);
+    sqlite3_bind_blob(st.get(), 4, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
+    if (st.step() != SQLITE_DONE) return detail::sqliteError(db, path, "cannot write lane_summary");
+    st.reset();
+  }
+  int64_t spans = 0, collectives = 0;
+  if (Status s = detail::recordStamp(db, path, &spans, &collectives); !s) return s;
+  detail::Stmt meta(db, "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)");
+  const std::pair<const char*, int64_t> stamps[] = {{kVersionKey, kLaneSummaryVersion},
+                                                    {kSpanKey, spans},
+                                                    {kOriginKey, summary.originNs},
+                                                    {kBucketKey, summary.bucketNs},
+                                                    {kCountKey, summary.spanCount}};
+  for (const auto& [key, value] : stamps) {
+    meta.bind(1, std::string_view(key));
+    meta.bind(2, std::string_view(std::to_string(value)));
+    if (meta.step() != SQLITE_DONE) return detail::sqliteError(db, path, "cannot write meta");
+    meta.reset();
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+void RowSummarizer::add(const LaneSummaryEntry& s, uint32_t weight) {
+  if (s.endNs - s.beginNs >= bucketNs_) {  // at least a bucket long: kept as itself
+    finish();
+    out_.push_back(s);
+    out_.back().count = weight;
+    return;
+  }
+  const int64_t index = (s.beginNs - origin_) / bucketNs_;
+  if (entries_ > 0 && index != index_) finish();
+  if (entries_ == 0) {
+    index_ = index;
+    first_ = longest_ = s;
+    endNs_ = s.endNs;
+  } else {
+    if (s.endNs - s.beginNs > longest_.endNs - longest_.beginNs) longest_ = s;
+    endNs_ = std::max(endNs_, s.endNs);
+  }
+  kinds_[std::min<int>(s.kind, kSpanKindCount - 1)] += weight;
+  count_ += weight;
+  ++entries_;
+}
+
+void RowSummarizer::finish() {
+  if (entries_ == 1) {  // a bucket with one entry keeps it as it is
+    out_.push_back(first_);
+    out_.back().count = count_;
+  } else if (entries_ > 1) {
+    LaneSummaryEntry e = longest_;
+    e.beginNs = first_.beginNs;
+    e.endNs = endNs_;
+    e.count = count_;
+    e.kind = static_cast<uint8_t>(std::max_element(kinds_.begin(), kinds_.end()) - kinds_.begin());  // first max
+    out_.push_back(e);
+  }
+  index_ = -1;
+  count_ = entries_ = 0;
+  kinds_ = {};
+}
+
+LaneSummary summarizeLanes(std::vector<SpanRow> spans, int buckets) {
+  Gather g;
+  for (const SpanRow& r : spans) g.add(r);
+  std::vector<SpanRow>().swap(spans);
+  return summarize(g.lanes, g.lo, g.hi, buckets);
+}
+
+Status writeLaneSummary(const std::filesystem::path& path, int buckets) {
+  LaneSummary summary;
+  {
+    auto reader = Reader::open(path);
+    if (!reader) return reader.status();
+    (*reader)->preferMemoryMap();
+    auto ids = (*reader)->spanIdRange();
+    if (!ids) return ids.status();
+    Gather g;
+    if (!ids->empty())
+      if (Status s = (*reader)->forEachSpanInIdRange(ids->first, ids->last + 1, [&](const SpanRow& r) {
+            g.add(r);
+            return true;
+          });
+          !s)
+        return s;
+    summary = summarize(g.lanes, g.lo, g.hi, buckets);
+  }  // the reader is closed before the file is written
+  return detail::writeInTransaction(path, "lane summary", [&](sqlite3* db) { return write(db, path, summary); });
+}
+
+Result<std::optional<LaneSummary>> readLaneSummary(Reader& reader) {
+  sqlite3* db = detail::Access::db(reader);
+  const auto value = [&](const char* key) { return detail::metaInt(reader, key); };
+  const auto version = value(kVersionKey), stamp = value(kSpanKey), origin = value(kOriginKey),
+             bucket = value(kBucketKey), count = value(kCountKey);
+  if (!version || *version != kLaneSummaryVersion || !stamp || !origin || !bucket || *bucket < 1 || !count)
+    return std::optional<LaneSummary>();
+  int64_t spans = 0, collectives = 0;
+  if (Status s = detail::recordStamp(db, reader.path(), &spans, &collectives); !s) return s;
+  if (spans != *stamp) return std::optional<LaneSummary>();  // spans added since
+
+  LaneSummary out;
+  out.originNs = *origin;
+  out.bucketNs = *bucket;
+  out.spanCount = *count;
+  detail::Stmt st(db, "SELECT rank, thread, depth, entries FROM lane_summary ORDER BY rank, thread, depth");
+  if (!st.valid()) return std::optional<LaneSummary>();  // stamped but no table: read the spans instead
+  int rc;
+  while ((rc = st.step()) == SQLITE_ROW) {
+    const void* data = sqlite3_column_blob(st.get(), 3);
+    const auto bytes = static_cast<size_t>(sqlite3_column_bytes(st.get(), 3));
+    if (bytes % kEntryBytes != 0)
+      return Status::error(reader.path().string() + ": lane_summary: an entries blob of " + std::to_string(bytes) +
+                           " bytes is not a whole number of entries");
+    out.rows.push_back({st.i32(0), st.i32(1), st.i32(2), entriesOf(data, bytes)});
+  }
+  if (rc != SQLITE_DONE) return detail::sqliteError(db, reader.path(), "cannot read lane_summary");
+  return std::optional<LaneSummary>(std::move(out));
+}
+
+}  // namespace tpscope::tracedb
