@@ -8,7 +8,8 @@
 // Targets (issue 17): first open ≤ 1 s, every frame ≤ 16 ms (query + paint, the worst of the sequence). Prints figures
 // and one line a script reads (open_ms= detail_ms= reopen_ms= worst_frame_ms= rss_mb=); exits 0 (a benchmark).
 //
-// Usage: tpscope_gui_bench [--spans N] [--file PATH] [--regenerate] [--workers K]
+// Usage: tpscope_gui_bench [--spans N] [--ranks R] [--file PATH] [--regenerate] [--workers K]
+// (--ranks: R ranks in TP groups of 8, default 8; use another --file for another shape.)
 #include <QGuiApplication>
 #include <QImage>
 #include <QPainter>
@@ -47,7 +48,7 @@ double cpuMs(clockid_t clock) {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-std::string generate(const fs::path& path, int64_t target) {
+std::string generate(const fs::path& path, int64_t target, int ranks) {
   tracedb::CreateOptions options;
   options.overwrite = true;
   options.runId = "bench";
@@ -55,19 +56,23 @@ std::string generate(const fs::path& path, int64_t target) {
   auto created = tracedb::Writer::create(path, options);
   if (!created) return created.error();
   tracedb::Writer& w = **created;
-  constexpr int kRanks = 8, kLayers = 24, kOpsPerLayer = 20;
+  constexpr int kLayers = 24, kOpsPerLayer = 20;
   (void)w.setMeta(tracedb::meta_keys::kClockAligned, "1");
-  for (int r = 0; r < kRanks; ++r) {
+  for (int r = 0; r < ranks; ++r) {
     tracedb::RankInfo info;
     info.rank = r;
-    info.worldSize = kRanks;
-    info.tpRank = r;
-    info.tpSize = kRanks;
+    info.worldSize = ranks;
+    info.tpRank = r % 8;
+    info.tpSize = std::min(8, ranks);
     (void)w.putRank(info);
     (void)w.putThread({r, 0, "cpu", "main"});
     (void)w.putThread({r, 7, "cuda-stream", "stream 7"});
   }
-  (void)w.putGroup({"tp-0", {0, 1, 2, 3, 4, 5, 6, 7}, "nccl"});
+  for (int g = 0; g < (ranks + 7) / 8; ++g) {  // TP groups of 8 consecutive ranks
+    std::vector<int> members;
+    for (int r = 8 * g; r < std::min(ranks, 8 * g + 8); ++r) members.push_back(r);
+    (void)w.putGroup({"tp-" + std::to_string(g), members, "nccl"});
+  }
   std::vector<uint32_t> ops, kernels, layerNames;
   for (const char* n : {"aten::mm", "aten::add", "aten::gelu", "aten::softmax", "aten::layer_norm", "aten::copy_"})
     ops.push_back(*w.intern(n));
@@ -81,7 +86,7 @@ std::string generate(const fs::path& path, int64_t target) {
   std::vector<tracedb::SpanRow> batch;
   for (int step = 0; written < target; ++step) {
     (void)w.begin();
-    for (int r = 0; r < kRanks && written < target; ++r) {
+    for (int r = 0; r < ranks && written < target; ++r) {
       int64_t t = step * 120'000'000LL + r * 3'000;
       const int64_t stepBegin = t;
       batch.clear();
@@ -113,7 +118,7 @@ std::string generate(const fs::path& path, int64_t target) {
                            step, layer, phase, {}});
           tracedb::CollectiveRow c;
           c.rank = r;
-          c.group = "tp-0";
+          c.group = "tp-" + std::to_string(r / 8);
           c.seq = seq + pass * kLayers + l;
           c.op = "all_reduce";
           c.dtype = "bfloat16";
@@ -166,15 +171,17 @@ int main(int argc, char** argv) {
   fs::path file = fs::temp_directory_path() / "tpscope-gui-bench.db";
   bool regenerate = false;
   int workers = std::max(1, QThread::idealThreadCount());
+  int ranks = 8;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--spans") && i + 1 < argc) spans = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--file") && i + 1 < argc) file = argv[++i];
     else if (!std::strcmp(argv[i], "--regenerate")) regenerate = true;
     else if (!std::strcmp(argv[i], "--workers") && i + 1 < argc) workers = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--ranks") && i + 1 < argc) ranks = std::max(1, std::atoi(argv[++i]));
   }
   if (regenerate || !fs::exists(file)) {
     const auto t0 = Clock::now();
-    if (std::string err = generate(file, spans); !err.empty()) {
+    if (std::string err = generate(file, spans, ranks); !err.empty()) {
       std::fprintf(stderr, "generate: %s\n", err.c_str());
       return 1;
     }
@@ -222,7 +229,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   const gui::RunData& sr = **summary;
-  const gui::Viewport all = [&] {
+  gui::Viewport all = [&] {
     gui::Viewport v;
     v.widthPx = plotWidth;
     v.nsPerPx = static_cast<double>(sr.endNs - sr.beginNs) * 1.02 / plotWidth;
@@ -232,6 +239,8 @@ int main(int argc, char** argv) {
   {
     gui::TimelineLayout layout;
     layout.build(*sr.timeline);
+    // The lanes the widget asks for at the top of the lanes: those on screen and a screen's height below.
+    all.lastLane = layout.laneFrom(2 * (kHeight - gui::TimelineLayout::kRulerHeight)) + 1;
     const gui::Frame first = gui::computeFrame(*sr.timeline, all);
     QPainter p(&image);
     gui::TimelinePainter painter;

@@ -62,6 +62,11 @@ int TimelineLayout::laneAt(int contentY) const {
   return contentY < laneTop[lane] + laneHeight[lane] ? lane : -1;
 }
 
+int TimelineLayout::laneFrom(int contentY) const {
+  auto it = std::upper_bound(laneTop.begin(), laneTop.end(), contentY);
+  return std::max(0, static_cast<int>(it - laneTop.begin()) - 1);
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Painter
 
@@ -370,7 +375,13 @@ TimelineView::TimelineView(QWidget* parent) : QWidget(parent) {
   setMinimumSize(400, 200);
   setAttribute(Qt::WA_OpaquePaintEvent);
   vbar_ = new QScrollBar(Qt::Vertical, this);
-  connect(vbar_, &QScrollBar::valueChanged, this, [this] { update(); });
+  connect(vbar_, &QScrollBar::valueChanged, this, [this] {
+    // A scroll past the lanes the last frame covers asks for the lanes now on screen.
+    if (layout_.laneFrom(vbar_->value()) < coveredLanes_.first ||
+        layout_.laneFrom(vbar_->value() + height()) >= coveredLanes_.second)
+      requestFrame();
+    else update();
+  });
   connect(&scheduler_, &FrameScheduler::frameReady, this, [this] { update(); });
 }
 
@@ -514,6 +525,11 @@ void TimelineView::requestFrame() {
     Viewport wide = viewport_;
     wide.startNs -= static_cast<qint64>(viewport_.widthPx / 2 * viewport_.nsPerPx);
     wide.widthPx = viewport_.widthPx * 2;
+    // The lanes on screen, and a screen's height of them either side, so a scroll shows lanes before the next frame.
+    const int screen = std::max(1, height() - TimelineLayout::kRulerHeight);
+    wide.firstLane = layout_.laneFrom(vbar_->value() - screen);
+    wide.lastLane = layout_.laneFrom(vbar_->value() + 2 * screen) + 1;
+    coveredLanes_ = {wide.firstLane, wide.lastLane};
     scheduler_.request(wide);
   }
   emit viewportChanged();

@@ -31,6 +31,7 @@ struct TimelineLayout {
   int totalHeight = 0;
   void build(const TimelineData& timeline);
   int laneAt(int contentY) const;  // -1 if none
+  int laneFrom(int contentY) const;  // the lane at or above contentY (0 above the first)
 };
 
 struct CollectiveKey {
@@ -150,6 +151,7 @@ class TimelineView : public QWidget {
   FrameScheduler scheduler_;
   TimelineLayout layout_;
   Viewport viewport_;
+  std::pair<int, int> coveredLanes_{0, INT32_MAX};  // the lanes of the newest frame request, [first, last)
   QScrollBar* vbar_ = nullptr;
   SpanRef selectedSpan_;
   CollectiveKey selectedCollective_;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <climits>
 #include <random>
 
 #include "test_dir.h"
@@ -65,7 +66,9 @@ TEST(LaneSummary, EverySpanIsInsideExactlyOneEntryOfItsRow) {
   const auto spans = randomSpans(11, 4000);
   const LaneSummary summary = summarizeLanes(spans, 512);
   EXPECT_EQ(summary.spanCount, static_cast<int64_t>(spans.size()));
-  ASSERT_GT(summary.bucketNs, 1);
+  int64_t lo = INT64_MAX, hi = INT64_MIN;
+  for (const auto& s : spans) lo = std::min(lo, s.beginNs), hi = std::max(hi, s.endNs());
+  EXPECT_EQ(summary.originNs, lo);
   size_t rowsChecked = 0, bucketsOfSeveral = 0;
   for (int lane = 0; lane < 2; ++lane) {
     std::vector<SpanRow> mine;
@@ -77,9 +80,12 @@ TEST(LaneSummary, EverySpanIsInsideExactlyOneEntryOfItsRow) {
         return r.rank == lane && r.thread == 3 * lane && r.depth == static_cast<int>(d);
       });
       ASSERT_NE(it, summary.rows.end()) << "lane " << lane << " depth " << d;
+      // A bucket per 16 spans of the row, at most 512 here, over the run's extent.
+      const int64_t buckets = std::clamp<int64_t>(static_cast<int64_t>(rows[d].size() / 16), 1, 512);
+      EXPECT_EQ(it->bucketNs, (hi - lo + buckets - 1) / buckets) << "lane " << lane << " depth " << d;
       const auto& entries = it->entries;
       for (size_t i = 1; i < entries.size(); ++i) ASSERT_LE(entries[i - 1].endNs, entries[i].beginNs);
-      EXPECT_LE(entries.size(), 3u * 512u);
+      EXPECT_LE(entries.size(), 3u * static_cast<size_t>(buckets));
       // Walk spans and entries together: each span falls in the entry that contains it, and the entry's count,
       // kind and exactness follow from the spans found in it.
       size_t e = 0, inEntry = 0;
@@ -100,7 +106,7 @@ TEST(LaneSummary, EverySpanIsInsideExactlyOneEntryOfItsRow) {
         ASSERT_LT(e, entries.size());
         ASSERT_LE(entries[e].beginNs, s.beginNs);
         ASSERT_GE(entries[e].endNs, s.endNs());
-        if (s.durNs >= summary.bucketNs) {  // a long span is kept as itself
+        if (s.durNs >= it->bucketNs) {  // a long span is kept as itself
           EXPECT_EQ(entries[e].count, 1u);
           EXPECT_EQ(entries[e].beginNs, s.beginNs);
           EXPECT_EQ(entries[e].endNs, s.endNs());
@@ -152,12 +158,12 @@ TEST(LaneSummary, RoundTripsThroughTheFileAndIsIgnoredOnceStale) {
     ASSERT_TRUE(read->has_value());
     const LaneSummary& got = **read;
     EXPECT_EQ(got.originNs, expected.originNs);
-    EXPECT_EQ(got.bucketNs, expected.bucketNs);
     EXPECT_EQ(got.spanCount, static_cast<int64_t>(spans.size()));
     ASSERT_EQ(got.rows.size(), expected.rows.size());
     for (size_t i = 0; i < got.rows.size(); ++i) {
       EXPECT_EQ(got.rows[i].rank, expected.rows[i].rank);
       EXPECT_EQ(got.rows[i].depth, expected.rows[i].depth);
+      EXPECT_EQ(got.rows[i].bucketNs, expected.rows[i].bucketNs);
       EXPECT_EQ(got.rows[i].entries, expected.rows[i].entries);
     }
   }

@@ -1,5 +1,7 @@
 #include "tpscope/gui/frame_scheduler.h"
 
+#include <algorithm>
+
 namespace tpscope::gui {
 
 size_t Frame::itemCount() const {
@@ -17,7 +19,9 @@ Frame computeFrame(const TimelineData& timeline, const Viewport& viewport) {
   frame.level = timeline.levelFor(viewport.nsPerPx);
   const TimelineData& source = frame.source(timeline);
   frame.items.resize(source.lanes().size());
-  for (size_t l = 0; l < source.lanes().size(); ++l) {
+  const size_t first = static_cast<size_t>(std::max(0, viewport.firstLane));
+  const size_t last = std::min(source.lanes().size(), static_cast<size_t>(std::max(0, viewport.lastLane)));
+  for (size_t l = first; l < last; ++l) {  // lanes off the requested range keep no items
     const size_t rows = source.lanes()[l].rows.size();
     frame.items[l].resize(rows);
     for (size_t d = 0; d < rows; ++d)

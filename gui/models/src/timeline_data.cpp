@@ -92,7 +92,9 @@ TimelineData TimelineData::fromSummary(const tracedb::LaneSummary& summary, cons
   TimelineData data;
   data.strings_ = std::move(strings);
   data.summary_ = true;
-  data.bucketNs_ = summary.bucketNs;
+  data.bucketNs_ = INT64_MAX;  // the finest row's
+  for (const tracedb::LaneSummaryRow& in : summary.rows) data.bucketNs_ = std::min(data.bucketNs_, in.bucketNs);
+  if (summary.rows.empty()) data.bucketNs_ = 0;
   data.spanCount_ = static_cast<size_t>(std::max<int64_t>(0, summary.spanCount));
   int64_t lo = INT64_MAX, hi = INT64_MIN;
   int lastRank = INT32_MIN;

@@ -6,7 +6,6 @@
 #include <array>
 #include <climits>
 #include <cstring>
-#include <deque>
 #include <map>
 #include <string>
 
@@ -19,7 +18,6 @@ namespace {
 constexpr const char* kVersionKey = "lane_summary.version";
 constexpr const char* kSpanKey = "lane_summary.span_max_id";
 constexpr const char* kOriginKey = "lane_summary.origin_ns";
-constexpr const char* kBucketKey = "lane_summary.bucket_ns";
 constexpr const char* kCountKey = "lane_summary.spans";
 constexpr size_t kEntryBytes = 32;
 constexpr int kKinds = kSpanKindCount;
@@ -27,10 +25,11 @@ constexpr int kKinds = kSpanKindCount;
 constexpr const char* kSchema = R"SQL(
 DROP TABLE IF EXISTS lane_summary;
 CREATE TABLE lane_summary(
-  rank    INTEGER NOT NULL,
-  thread  INTEGER NOT NULL,
-  depth   INTEGER NOT NULL,
-  entries BLOB NOT NULL,
+  rank      INTEGER NOT NULL,
+  thread    INTEGER NOT NULL,
+  depth     INTEGER NOT NULL,
+  bucket_ns INTEGER NOT NULL,
+  entries   BLOB NOT NULL,
   PRIMARY KEY(rank, thread, depth)
 ) WITHOUT ROWID;
 )SQL";
@@ -55,31 +54,42 @@ LaneSummaryEntry entryOf(const Span& s, uint32_t count) {
   return {s.beginNs, s.endNs, s.name, s.step, count, s.layer, s.kind, s.phase};
 }
 
+// A row of `spans` spans gets a bucket per kSpansPerBucket of them, at most `buckets`: entries stay a small share of
+// the spans whatever the run's shape (a run of 1,000 sparse lanes as well as one of 16 dense ones).
+int64_t rowBucketNs(size_t spans, int64_t extentNs, int buckets) {
+  const int64_t n = std::clamp<int64_t>(static_cast<int64_t>(spans / kSpansPerBucket), 1, std::max(1, buckets));
+  return std::max<int64_t>(1, (extentNs + n - 1) / n);
+}
+
 // One lane's spans into rows by depth, each row summarised; appended to `out` in depth order.
-void summarizeLane(int rank, int thread, std::vector<Span>& spans, int64_t origin, int64_t bucketNs,
+void summarizeLane(int rank, int thread, std::vector<Span>& spans, int64_t origin, int64_t extentNs, int buckets,
                    std::vector<LaneSummaryRow>& out) {
   auto before = [](const Span& a, const Span& b) {
     if (a.beginNs != b.beginNs) return a.beginNs < b.beginNs;
     return a.endNs > b.endNs;  // the enclosing span first, as the viewer orders them
   };
   if (!std::is_sorted(spans.begin(), spans.end(), before)) std::sort(spans.begin(), spans.end(), before);
-  std::deque<std::vector<LaneSummaryEntry>> entries;  // by depth; a deque keeps the summarisers' references valid
-  std::deque<RowSummarizer> rows;
+  // Pass 1: each span's depth (a span nests under every open span it begins inside) and each row's size.
+  std::vector<uint32_t> depths(spans.size());
+  std::vector<size_t> sizes;
   std::vector<int64_t> openEnds;  // stack of the ends of open spans
-  for (const Span& s : spans) {
-    while (!openEnds.empty() && openEnds.back() <= s.beginNs) openEnds.pop_back();
-    const size_t depth = openEnds.size();
-    openEnds.push_back(s.endNs);
-    if (rows.size() <= depth) {
-      entries.emplace_back();
-      rows.emplace_back(origin, bucketNs, entries.back());
-    }
-    rows[depth].add(entryOf(s, 1));
+  for (size_t i = 0; i < spans.size(); ++i) {
+    while (!openEnds.empty() && openEnds.back() <= spans[i].beginNs) openEnds.pop_back();
+    depths[i] = static_cast<uint32_t>(openEnds.size());
+    openEnds.push_back(spans[i].endNs);
+    if (sizes.size() <= depths[i]) sizes.resize(depths[i] + 1, 0);
+    ++sizes[depths[i]];
   }
-  for (size_t d = 0; d < rows.size(); ++d) {
-    rows[d].finish();
-    out.push_back({rank, thread, static_cast<int>(d), std::move(entries[d])});
-  }
+  // Pass 2: each row through its summariser.
+  const size_t firstRow = out.size();
+  for (size_t d = 0; d < sizes.size(); ++d)
+    out.push_back({rank, thread, static_cast<int>(d), rowBucketNs(sizes[d], extentNs, buckets), {}});
+  std::vector<RowSummarizer> rows;
+  rows.reserve(sizes.size());
+  for (size_t d = 0; d < sizes.size(); ++d)
+    rows.emplace_back(origin, out[firstRow + d].bucketNs, out[firstRow + d].entries);
+  for (size_t i = 0; i < spans.size(); ++i) rows[depths[i]].add(entryOf(spans[i], 1));
+  for (auto& r : rows) r.finish();
   std::vector<Span>().swap(spans);
 }
 
@@ -87,10 +97,9 @@ LaneSummary summarize(std::map<std::pair<int, int>, std::vector<Span>>& lanes, i
   LaneSummary out;
   if (lanes.empty()) return out;
   out.originNs = lo;
-  out.bucketNs = std::max<int64_t>(1, (hi - lo + buckets - 1) / std::max(1, buckets));
   for (auto& [key, spans] : lanes) {
     out.spanCount += static_cast<int64_t>(spans.size());
-    summarizeLane(key.first, key.second, spans, out.originNs, out.bucketNs, out.rows);
+    summarizeLane(key.first, key.second, spans, lo, hi - lo, buckets, out.rows);
   }
   return out;
 }
@@ -150,13 +159,14 @@ std::vector<LaneSummaryEntry> entriesOf(const void* data, size_t bytes) {
 
 Status write(sqlite3* db, const std::filesystem::path& path, const LaneSummary& summary) {
   if (Status s = detail::exec(db, path, kSchema); !s) return s;
-  detail::Stmt st(db, "INSERT INTO lane_summary VALUES (?, ?, ?, ?)");
+  detail::Stmt st(db, "INSERT INTO lane_summary VALUES (?, ?, ?, ?, ?)");
   for (const auto& row : summary.rows) {
     const std::string blob = blobOf(row.entries);
     st.bind(1, row.rank);
     st.bind(2, row.thread);
     st.bind(3, row.depth);
-    sqlite3_bind_blob(st.get(), 4, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
+    st.bind(4, row.bucketNs);
+    sqlite3_bind_blob(st.get(), 5, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
     if (st.step() != SQLITE_DONE) return detail::sqliteError(db, path, "cannot write lane_summary");
     st.reset();
   }
@@ -166,7 +176,6 @@ Status write(sqlite3* db, const std::filesystem::path& path, const LaneSummary& 
   const std::pair<const char*, int64_t> stamps[] = {{kVersionKey, kLaneSummaryVersion},
                                                     {kSpanKey, spans},
                                                     {kOriginKey, summary.originNs},
-                                                    {kBucketKey, summary.bucketNs},
                                                     {kCountKey, summary.spanCount}};
   for (const auto& [key, value] : stamps) {
     meta.bind(1, std::string_view(key));
@@ -250,8 +259,8 @@ Result<std::optional<LaneSummary>> readLaneSummary(Reader& reader) {
   sqlite3* db = detail::Access::db(reader);
   const auto value = [&](const char* key) { return detail::metaInt(reader, key); };
   const auto version = value(kVersionKey), stamp = value(kSpanKey), origin = value(kOriginKey),
-             bucket = value(kBucketKey), count = value(kCountKey);
-  if (!version || *version != kLaneSummaryVersion || !stamp || !origin || !bucket || *bucket < 1 || !count)
+             count = value(kCountKey);
+  if (!version || *version != kLaneSummaryVersion || !stamp || !origin || !count)
     return std::optional<LaneSummary>();
   int64_t spans = 0, collectives = 0;
   if (Status s = detail::recordStamp(db, reader.path(), &spans, &collectives); !s) return s;
@@ -259,18 +268,18 @@ Result<std::optional<LaneSummary>> readLaneSummary(Reader& reader) {
 
   LaneSummary out;
   out.originNs = *origin;
-  out.bucketNs = *bucket;
   out.spanCount = *count;
-  detail::Stmt st(db, "SELECT rank, thread, depth, entries FROM lane_summary ORDER BY rank, thread, depth");
+  detail::Stmt st(db,
+                  "SELECT rank, thread, depth, bucket_ns, entries FROM lane_summary ORDER BY rank, thread, depth");
   if (!st.valid()) return std::optional<LaneSummary>();  // stamped but no table: read the spans instead
   int rc;
   while ((rc = st.step()) == SQLITE_ROW) {
-    const void* data = sqlite3_column_blob(st.get(), 3);
-    const auto bytes = static_cast<size_t>(sqlite3_column_bytes(st.get(), 3));
+    const void* data = sqlite3_column_blob(st.get(), 4);
+    const auto bytes = static_cast<size_t>(sqlite3_column_bytes(st.get(), 4));
     if (bytes % kEntryBytes != 0)
       return Status::error(reader.path().string() + ": lane_summary: an entries blob of " + std::to_string(bytes) +
                            " bytes is not a whole number of entries");
-    out.rows.push_back({st.i32(0), st.i32(1), st.i32(2), entriesOf(data, bytes)});
+    out.rows.push_back({st.i32(0), st.i32(1), st.i32(2), std::max<int64_t>(1, st.i64(3)), entriesOf(data, bytes)});
   }
   if (rc != SQLITE_DONE) return detail::sqliteError(db, reader.path(), "cannot read lane_summary");
   return std::optional<LaneSummary>(std::move(out));

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <array>
+#include <climits>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -91,6 +92,10 @@ struct Viewport {
   int64_t startNs = 0;
   double nsPerPx = 1.0;  // > 0
   int widthPx = 1;       // > 0
+  // The lanes a frame covers, [firstLane, lastLane): the view asks for those on screen (with a margin), so a run of
+  // thousands of lanes costs a frame what the screen shows.
+  int firstLane = 0;
+  int lastLane = INT32_MAX;
   int64_t endNs() const;
 };
 
@@ -151,7 +156,7 @@ class TimelineData {
   // The index of the level a frame at `nsPerPx` is drawn from; -1 for this timeline.
   int levelFor(double nsPerPx) const;
   const TimelineData& level(int index) const { return index < 0 ? *this : *levels_[static_cast<size_t>(index)]; }
-  // The bucket width of a summary timeline (fromSummary), 0 otherwise.
+  // The bucket width of a level (buildLevels), the finest row's of a summary timeline (fromSummary), 0 otherwise.
   int64_t bucketNs() const { return bucketNs_; }
 
   const std::vector<Lane>& lanes() const { return lanes_; }

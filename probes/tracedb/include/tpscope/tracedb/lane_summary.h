@@ -3,18 +3,21 @@
 // reason; this is one level of them, at a resolution finer than any screen shows the whole run at.
 //
 // What it holds. The spans of each lane (rank × thread) are put into rows by nesting depth exactly as the viewer does
-// (sorted by begin, the longer first at equal begins; a span nests under every open span it begins inside), and the
-// run's time [origin, origin + buckets × bucketNs) is cut into `buckets` equal buckets. In each row:
+// (sorted by begin, the longer first at equal begins; a span nests under every open span it begins inside). Each
+// row's time from the run's first begin is cut into equal buckets, one per kSpansPerBucket spans of the row and at
+// most `buckets` (4,096: finer than any screen shows a whole run), so the entries stay a small share of the spans
+// whatever the run's shape. In each row:
 //   - a span at least one bucket long is kept as itself (count 1): at most `buckets` of them fit in a row;
 //   - the shorter spans that begin in one bucket become one entry: their hull [first begin, last end), how many they
 //     are, their majority kind (ties: lowest id), and the name, step, layer and phase of the longest of them. A bucket
 //     with a single short span keeps that span as itself (count 1).
 // Entries of a row are sorted and disjoint (short spans of a bucket end before the next bucket's first begins, and a
-// long span begins after every short span of its bucket), so a row has at most 2 × buckets + buckets entries.
+// long span begins after every short span of its bucket), so a row has at most 3 × its buckets entries.
 // Times are the file's own (the spans table's); names are the file's string ids.
 //
 // Stored in table lane_summary (docs/schema.md): one row per (rank, thread, depth), its entries packed in a blob
-// (kEntryBytes each, little-endian: begin i64, end i64, name u32, step i32, count u32, layer i16, kind u8, phase u8),
+// with its bucket width (32 bytes each, little-endian: begin i64, end i64, name u32, step i32, count u32, layer i16,
+// kind u8, phase u8),
 // stamped in meta with the definition's version and the span ids it was computed from; a reader that finds another
 // version, or spans added since, gets nothing and reads the spans.
 #pragma once
@@ -33,7 +36,8 @@
 namespace tpscope::tracedb {
 
 inline constexpr int kLaneSummaryVersion = 1;
-inline constexpr int kLaneSummaryBuckets = 4096;
+inline constexpr int kLaneSummaryBuckets = 4096;  // at most, per row
+inline constexpr size_t kSpansPerBucket = 16;
 
 struct LaneSummaryEntry {
   int64_t beginNs = 0;
@@ -51,17 +55,17 @@ struct LaneSummaryRow {
   int rank = 0;
   int thread = 0;
   int depth = 0;
+  int64_t bucketNs = 1;  // this row's bucket width
   std::vector<LaneSummaryEntry> entries;  // sorted by begin, disjoint
 };
 
 struct LaneSummary {
-  int64_t originNs = 0;  // first span's begin
-  int64_t bucketNs = 1;
+  int64_t originNs = 0;  // first span's begin: bucket 0 of every row starts here
   int64_t spanCount = 0;  // spans summarised
   std::vector<LaneSummaryRow> rows;  // by rank, thread, depth
 };
 
-// Summarises spans given in any order (consumed). `buckets` ≥ 1.
+// Summarises spans given in any order (consumed). `buckets` ≥ 1: the most a row gets.
 LaneSummary summarizeLanes(std::vector<SpanRow> spans, int buckets = kLaneSummaryBuckets);
 
 // The rule above for one row whose spans are already laid out (sorted by begin, disjoint): add() them in order, then
