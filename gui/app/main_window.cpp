@@ -34,6 +34,8 @@ constexpr Shortcut kShortcuts[] = {
     {"Shift+drag, drag on the ruler", "Measure a time range"},
     {"Click", "Select a span; a communication span selects its collective on every rank"},
     {"0 / Home", "Zoom to the whole run"},
+    {"Click a group header", "Fold or unfold its lanes (a TP group, or a host)"},
+    {"Ctrl+] / Ctrl+[", "Expand / collapse all lane groups"},
     {"Esc", "Clear selection and measurement"},
     {"Double-click a finding", "Jump to its evidence"},
     {"F1", "This list"},
@@ -125,6 +127,10 @@ void MainWindow::buildMenus() {
     view->addAction(names[i], QKeySequence(QString("Ctrl+%1").arg(i + 1)), this, [this, i] { tabs_->setCurrentIndex(i); });
   view->addSeparator();
   view->addAction("Zoom to &whole run", QKeySequence(Qt::Key_Home), this, [this] { timeline_->zoomAll(); });
+  view->addAction("&Expand all lane groups", QKeySequence(Qt::CTRL | Qt::Key_BracketRight), this,
+                  [this] { timeline_->setGroupsCollapsed(false); });
+  view->addAction("&Collapse all lane groups", QKeySequence(Qt::CTRL | Qt::Key_BracketLeft), this,
+                  [this] { timeline_->setGroupsCollapsed(true); });
 
   auto* bar = addToolBar("Search");
   bar->setObjectName("search");

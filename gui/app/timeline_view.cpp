@@ -9,6 +9,7 @@
 #include <QWheelEvent>
 #include <algorithm>
 #include <array>
+#include <set>
 #include <cmath>
 
 #include "tpscope/gui/findings_model.h"
@@ -42,17 +43,74 @@ double tickStep(double minNs) {
 // ---------------------------------------------------------------------------------------------------------------
 // Layout
 
-void TimelineLayout::build(const TimelineData& timeline) {
+std::vector<LaneGroup> laneGroups(const RunData& run) {
+  if (!run.timeline) return {};
+  const auto& lanes = run.timeline->lanes();
+  // A key per lane: its rank's TP group, or its rank's host.
+  auto keysBy = [&](auto keyOfRank) {
+    std::vector<std::string> keys;
+    for (const Lane& lane : lanes) keys.push_back(keyOfRank(lane.rank));
+    return keys;
+  };
+  std::map<int, std::string> tpOf, hostOf;
+  for (const auto& g : run.groups)
+    if (g.name.rfind("tp-", 0) == 0)
+      for (int r : g.ranks) tpOf[r] = g.name;
+  for (const auto& r : run.ranks)
+    if (!r.host.empty()) hostOf[r.rank] = r.host;
+  auto grouped = [&](const std::vector<std::string>& keys) -> std::vector<LaneGroup> {
+    std::vector<LaneGroup> out;
+    std::set<std::string> seen;
+    for (size_t l = 0; l < keys.size(); ++l) {
+      if (keys[l].empty()) return {};
+      if (!out.empty() && keys[l] == keys[out.back().firstLane]) {
+        out.back().lastLane = static_cast<int>(l) + 1;
+        continue;
+      }
+      if (!seen.insert(keys[l]).second) return {};  // a group's lanes are not consecutive
+      out.push_back({keys[l], static_cast<int>(l), static_cast<int>(l) + 1, false, 0});
+    }
+    if (out.size() < 2) return {};
+    for (LaneGroup& g : out) {
+      const int a = lanes[g.firstLane].rank, b = lanes[g.lastLane - 1].rank;
+      g.label += a == b ? " · rank " + std::to_string(a) : " · ranks " + std::to_string(a) + "–" + std::to_string(b);
+    }
+    return out;
+  };
+  auto groups = grouped(keysBy([&](int rank) { return tpOf.count(rank) ? tpOf[rank] : std::string(); }));
+  if (groups.empty()) groups = grouped(keysBy([&](int rank) { return hostOf.count(rank) ? hostOf[rank] : ""; }));
+  return groups;
+}
+
+void TimelineLayout::build(const TimelineData& timeline, std::vector<LaneGroup> laneGroups) {
   laneTop.clear();
   laneHeight.clear();
+  groups = std::move(laneGroups);
   int y = 0;
-  for (const Lane& lane : timeline.lanes()) {
-    const int h = std::max<int>(1, static_cast<int>(lane.rows.size())) * kRowHeight + kLaneGap;
+  size_t g = 0;
+  for (size_t l = 0; l < timeline.lanes().size(); ++l) {
+    bool hidden = false;
+    if (g < groups.size() && static_cast<int>(l) == groups[g].firstLane) {
+      groups[g].top = y;
+      y += kGroupHeight;
+    }
+    if (g < groups.size() && static_cast<int>(l) >= groups[g].firstLane && static_cast<int>(l) < groups[g].lastLane) {
+      hidden = groups[g].collapsed;
+      if (static_cast<int>(l) + 1 == groups[g].lastLane) ++g;
+    }
+    const int h =
+        hidden ? 0 : std::max<int>(1, static_cast<int>(timeline.lanes()[l].rows.size())) * kRowHeight + kLaneGap;
     laneTop.push_back(y);
     laneHeight.push_back(h);
     y += h;
   }
   totalHeight = y;
+}
+
+int TimelineLayout::groupAt(int contentY) const {
+  for (size_t g = 0; g < groups.size(); ++g)
+    if (contentY >= groups[g].top && contentY < groups[g].top + kGroupHeight) return static_cast<int>(g);
+  return -1;
 }
 
 int TimelineLayout::laneAt(int contentY) const {
@@ -105,6 +163,7 @@ void TimelinePainter::paint(QPainter& p, const QSize& size, const Frame* frame) 
   paintRange(p, size);
   p.restore();
   paintLaneLabels(p, size);
+  paintGroupHeaders(p, size);
   paintRuler(p, size);
   paintFindingMarks(p);
 }
@@ -168,7 +227,7 @@ void TimelinePainter::paintSpans(QPainter& p, const QSize& size, const Frame* fr
   for (size_t l = 0; l < t.lanes().size(); ++l) {
     const int y0 = laneY(static_cast<int>(l));
     const int h = layout->laneHeight[l];
-    if (y0 + h < top || y0 > size.height()) continue;
+    if (h == 0 || y0 + h < top || y0 > size.height()) continue;  // collapsed, or off screen
     if (l % 2) p.fillRect(QRect(0, y0, width, h), palette::kLaneAlt);
     if (!frame || l >= frame->items.size()) continue;
     const Lane& lane = t.lanes()[l];
@@ -228,7 +287,7 @@ void TimelinePainter::paintSpans(QPainter& p, const QSize& size, const Frame* fr
 // The selected span, outlined.
 void TimelinePainter::paintSelection(QPainter& p) const {
   const TimelineData& t = *run->timeline;
-  if (t.contains(selectedSpan)) {
+  if (t.contains(selectedSpan) && layout->laneHeight[selectedSpan.lane] > 0) {
     const LaneRow& r = t.row(selectedSpan);
     const int y = laneY(selectedSpan.lane) + selectedSpan.row * TimelineLayout::kRowHeight;
     const double x0 = xOf(r.begin[selectedSpan.index]);
@@ -265,12 +324,29 @@ void TimelinePainter::paintLaneLabels(QPainter& p, const QSize& size) const {
   p.setPen(palette::kText);
   for (size_t l = 0; l < t.lanes().size(); ++l) {
     const int y0 = laneY(static_cast<int>(l));
-    if (y0 + layout->laneHeight[l] < top || y0 > size.height()) continue;
+    if (layout->laneHeight[l] == 0 || y0 + layout->laneHeight[l] < top || y0 > size.height()) continue;
     p.drawText(QRect(6, y0, TimelineLayout::kLabelWidth - 8, TimelineLayout::kRowHeight), Qt::AlignVCenter,
                QString::fromStdString(t.lanes()[l].label));
     p.setPen(QColor(60, 62, 70));
     p.drawLine(0, y0 + layout->laneHeight[l] - 1, width, y0 + layout->laneHeight[l] - 1);
     p.setPen(palette::kText);
+  }
+}
+
+// Each lane group's header across the whole width: ▸ collapsed (with how many lanes it hides) or ▾ expanded.
+void TimelinePainter::paintGroupHeaders(QPainter& p, const QSize& size) const {
+  const int top = TimelineLayout::kRulerHeight;
+  for (const LaneGroup& g : layout->groups) {
+    const int y = top + g.top - scrollY;
+    if (y + TimelineLayout::kGroupHeight < top || y > size.height()) continue;
+    const QRect band(0, y, size.width(), TimelineLayout::kGroupHeight);
+    p.fillRect(band, QColor(38, 41, 50));
+    p.setPen(QColor(70, 74, 86));
+    p.drawLine(band.bottomLeft(), band.bottomRight());
+    p.setPen(palette::kText);
+    QString text = QString::fromUtf8(g.collapsed ? "\u25B8 " : "\u25BE ") + QString::fromStdString(g.label);
+    if (g.collapsed) text += QString(" · %1 lanes").arg(g.lastLane - g.firstLane);
+    p.drawText(band.adjusted(6, 0, -6, 0), Qt::AlignVCenter | Qt::AlignLeft, text);
   }
 }
 
@@ -297,7 +373,7 @@ void TimelinePainter::paintCollectives(QPainter& p, const QSize& size) const {
   const int right = size.width() + 2;
   auto band = [&](const tracedb::CollectiveRow& c, qint64 end) -> QRectF {
     const int lane = laneOfRecord(c);
-    if (lane < 0) return {};
+    if (lane < 0 || layout->laneHeight[lane] == 0) return {};
     const double x0 = xOf(c.enqueueNs);
     const double x1 = std::min<double>(std::max(x0 + 3, xOf(end)), right);
     return QRectF(x0, laneY(lane) + 1, x1 - x0, layout->laneHeight[lane] - TimelineLayout::kLaneGap - 2);
@@ -323,6 +399,7 @@ void TimelinePainter::paintCollectives(QPainter& p, const QSize& size) const {
       const TimelineData& t = *run->timeline;
       for (size_t l = 0; l < t.lanes().size(); ++l) {
         if (t.lanes()[l].rank != m.rank) continue;
+        if (layout->laneHeight[l] == 0) break;  // in a collapsed group
         const double x = xOf(m.timeNs);
         const int y0 = laneY(static_cast<int>(l));
         const int h = layout->laneHeight[l] - TimelineLayout::kLaneGap;
@@ -422,7 +499,16 @@ void TimelineView::setRun(RunPtr run, bool keepViewport) {
     }
     for (auto& [rank, list] : collectivesByRank_)
       std::sort(list.begin(), list.end(), [](const auto* a, const auto* b) { return a->enqueueNs < b->enqueueNs; });
-    layout_.build(*run_->timeline);
+    // Lane groups keep the state the user left them in; a new run with many lanes opens with all but the first
+    // collapsed, so the first screen shows the shape of the job rather than 64 lanes of it.
+    auto groups = laneGroups(*run_);
+    if (!keepViewport) collapsed_.clear();
+    const bool many = run_->timeline->lanes().size() > 64;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      auto [it, added] = collapsed_.emplace(groups[g].label, many && g > 0);
+      groups[g].collapsed = it->second;
+    }
+    layout_.build(*run_->timeline, std::move(groups));
   } else {
     layout_ = {};
   }
@@ -469,6 +555,31 @@ void TimelineView::zoomAll() {
   requestFrame();
 }
 
+void TimelineView::toggleGroup(int group) {
+  if (!run_ || group < 0 || group >= static_cast<int>(layout_.groups.size())) return;
+  auto groups = layout_.groups;
+  groups[group].collapsed = !groups[group].collapsed;
+  collapsed_[groups[group].label] = groups[group].collapsed;
+  layout_.build(*run_->timeline, std::move(groups));
+  resizeEvent(nullptr);  // the scroll range follows the new height
+  requestFrame();
+}
+
+void TimelineView::setGroupsCollapsed(bool collapsed) {
+  if (!run_ || layout_.groups.empty()) return;
+  auto groups = layout_.groups;
+  for (auto& g : groups) collapsed_[g.label] = g.collapsed = collapsed;
+  layout_.build(*run_->timeline, std::move(groups));
+  resizeEvent(nullptr);
+  requestFrame();
+}
+
+void TimelineView::revealLane(int lane) {
+  for (size_t g = 0; g < layout_.groups.size(); ++g)
+    if (lane >= layout_.groups[g].firstLane && lane < layout_.groups[g].lastLane && layout_.groups[g].collapsed)
+      toggleGroup(static_cast<int>(g));
+}
+
 void TimelineView::showRange(qint64 beginNs, qint64 endNs, int rank) {
   if (!run_) return;
   const qint64 extent = std::max<qint64>(1000, endNs - beginNs);
@@ -478,7 +589,8 @@ void TimelineView::showRange(qint64 beginNs, qint64 endNs, int rank) {
   if (rank >= 0 && run_->timeline) {
     for (size_t l = 0; l < run_->timeline->lanes().size(); ++l)
       if (run_->timeline->lanes()[l].rank == rank) {
-        vbar_->setValue(layout_.laneTop[l]);
+        revealLane(static_cast<int>(l));
+        vbar_->setValue(layout_.laneTop[l] - (layout_.groups.empty() ? 0 : TimelineLayout::kGroupHeight));
         break;
       }
   }
@@ -502,6 +614,7 @@ void TimelineView::selectSpan(const SpanRef& ref) {
     const qint64 b = r.begin[ref.index], e = r.end[ref.index];
     if (b < viewport_.startNs || e > viewport_.endNs() || (e - b) / viewport_.nsPerPx < 4)
       showRange(b - (e - b) * 2, e + (e - b) * 2, -1);
+    revealLane(ref.lane);
     const int top = layout_.laneTop[ref.lane];
     if (top < vbar_->value() || top > vbar_->value() + height() - 80) vbar_->setValue(top);
   }
@@ -704,6 +817,11 @@ void TimelineView::mouseReleaseEvent(QMouseEvent* e) {
     return;
   }
   if (drag == Drag::Pan && !moved_) {
+    const int group = layout_.groupAt(e->pos().y() - TimelineLayout::kRulerHeight + vbar_->value());
+    if (e->pos().y() >= TimelineLayout::kRulerHeight && group >= 0) {  // a click on a group's header folds it
+      toggleGroup(group);
+      return;
+    }
     const SpanRef ref = hit(e->pos());
     selectedSpan_ = ref;
     const CollectiveKey key = collectiveAt(ref);

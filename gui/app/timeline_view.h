@@ -21,15 +21,32 @@
 
 namespace tpscope::gui {
 
+// A run of consecutive lanes shown under one header that collapses them (a TP group, or a host): what keeps a run of
+// thousands of lanes navigable, as Perfetto's process groups do.
+struct LaneGroup {
+  std::string label;      // "tp-3 · ranks 24–31"
+  int firstLane = 0;      // [firstLane, lastLane)
+  int lastLane = 0;
+  bool collapsed = false;
+  int top = 0;            // y of the header, content coordinates
+};
+
+// The lane groups of a run: its TP groups when there are several and each holds consecutive lanes, else its hosts
+// when there are several and each holds consecutive lanes, else none.
+std::vector<LaneGroup> laneGroups(const RunData& run);
+
 struct TimelineLayout {
   static constexpr int kRulerHeight = 26;
   static constexpr int kRowHeight = 16;
   static constexpr int kLaneGap = 6;
   static constexpr int kLabelWidth = 150;
+  static constexpr int kGroupHeight = 18;
   std::vector<int> laneTop;     // y of each lane, content coordinates (0 = below the ruler)
-  std::vector<int> laneHeight;
+  std::vector<int> laneHeight;  // 0 for a lane of a collapsed group
+  std::vector<LaneGroup> groups;  // each with its header above its lanes; empty: no headers
   int totalHeight = 0;
-  void build(const TimelineData& timeline);
+  void build(const TimelineData& timeline, std::vector<LaneGroup> laneGroups = {});
+  int groupAt(int contentY) const;  // the group whose header is at contentY; -1 if none
   int laneAt(int contentY) const;  // -1 if none
   int laneFrom(int contentY) const;  // the lane at or above contentY (0 above the first)
 };
@@ -81,6 +98,7 @@ struct TimelinePainter {
   void paintSelection(QPainter& p) const;
   void paintRange(QPainter& p, const QSize& size) const;
   void paintLaneLabels(QPainter& p, const QSize& size) const;
+  void paintGroupHeaders(QPainter& p, const QSize& size) const;
   void paintCollectives(QPainter& p, const QSize& size) const;
   void paintFindingMarks(QPainter& p) const;
   int laneY(int lane) const;
@@ -99,6 +117,10 @@ class TimelineView : public QWidget {
   // Shows [beginNs, endNs) (with a small margin) and scrolls the lanes of `rank` into view (-1: keep).
   void showRange(qint64 beginNs, qint64 endNs, int rank = -1);
   void zoomAll();
+  // Collapses or expands every lane group (View menu), or one group (a click on its header).
+  void setGroupsCollapsed(bool collapsed);
+  void toggleGroup(int group);
+  const TimelineLayout& layout() const { return layout_; }
   void selectCollective(const CollectiveKey& key);
   void selectSpan(const SpanRef& ref);  // also scrolls to it
 
@@ -106,7 +128,6 @@ class TimelineView : public QWidget {
   SpanRef selectedSpan() const { return selectedSpan_; }
   CollectiveKey selectedCollective() const { return selectedCollective_; }
   std::optional<std::pair<qint64, qint64>> range() const { return range_; }
-  const TimelineLayout& layout() const { return layout_; }
   // Rectangle of a lane in widget coordinates (for tests and jumping).
   QRect laneRect(int lane) const;
   // Blocks until the frame for the current viewport is ready (tests, screenshots).
@@ -139,6 +160,7 @@ class TimelineView : public QWidget {
   void zoomAt(double factor, double x);
   void pan(double px);
   void clampViewport();
+  void revealLane(int lane);  // expands the group that holds it
   void requestFrame();
   int plotWidth() const;
   qint64 timeAt(double x) const;
@@ -152,6 +174,7 @@ class TimelineView : public QWidget {
   TimelineLayout layout_;
   Viewport viewport_;
   std::pair<int, int> coveredLanes_{0, INT32_MAX};  // the lanes of the newest frame request, [first, last)
+  std::map<std::string, bool> collapsed_;  // by group label: kept across reloads of the same run
   QScrollBar* vbar_ = nullptr;
   SpanRef selectedSpan_;
   CollectiveKey selectedCollective_;

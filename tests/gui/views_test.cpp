@@ -17,6 +17,7 @@
 #include "main_window.h"
 #include "tpscope/analysis/summary.h"
 #include "tpscope/gui/palette.h"
+#include "tpscope/tracedb/writer.h"
 
 namespace tpscope::gui {
 namespace {
@@ -355,6 +356,68 @@ TEST(SummaryWindow, EverySpanReplacesTheSummaryAndKeepsTheView) {
   EXPECT_EQ(window.timeline()->viewport().startNs, zoomed.startNs);
   EXPECT_EQ(window.timeline()->viewport().nsPerPx, zoomed.nsPerPx);
   EXPECT_EQ(window.tabs()->currentIndex(), MainWindow::kFindingsTab) << "the NaN run opens on its chain";
+}
+
+// A run of 72 ranks in 9 TP groups: lanes grouped under collapsible headers, all but the first group collapsed on
+// open (more than 64 lanes); a click on a header, a jump to a rank and the View menu's actions unfold them.
+TEST(GroupedLanes, TpGroupsFoldUnderHeaders) {
+  const fs::path dir = scratchDir("grouped-lanes");
+  {
+    tracedb::CreateOptions o;
+    o.overwrite = true;
+    o.source = "merge";
+    auto w = tracedb::Writer::create(dir / "run.db", o);
+    ASSERT_TRUE(w) << w.error();
+    ASSERT_TRUE((*w)->setMeta(tracedb::meta_keys::kClockAligned, "1"));
+    const uint32_t name = *(*w)->intern("forward");
+    for (int r = 0; r < 72; ++r) {
+      tracedb::RankInfo info;
+      info.rank = r;
+      info.worldSize = 72;
+      ASSERT_TRUE((*w)->putRank(info));
+      ASSERT_TRUE((*w)->addSpan({r, 0, tracedb::SpanKind::Compute, name, 1000 + r, 5000, 0, 0,
+                                 tracedb::Phase::Forward, {}}));
+    }
+    for (int g = 0; g < 9; ++g) {
+      std::vector<int> ranks;
+      for (int r = 8 * g; r < 8 * g + 8; ++r) ranks.push_back(r);
+      ASSERT_TRUE((*w)->putGroup({"tp-" + std::to_string(g), ranks, "gloo"}));
+    }
+    ASSERT_TRUE((*w)->close());
+  }
+  MainWindow window(QString::fromStdString((dir / "settings.ini").string()));
+  window.resize(1200, 700);
+  window.show();
+  QSignalSpy analysed(window.loader(), &RunLoader::analysisLoaded);
+  window.openPath(QString::fromStdString((dir / "run.db").string()));
+  ASSERT_TRUE(analysed.wait(30000));
+  QCoreApplication::processEvents();
+  window.tabs()->setCurrentIndex(MainWindow::kTimelineTab);
+  TimelineView* view = window.timeline();
+  const TimelineLayout& layout = view->layout();
+  ASSERT_EQ(layout.groups.size(), 9u);
+  EXPECT_EQ(layout.groups[3].label, "tp-3 · ranks 24–31");
+  EXPECT_FALSE(layout.groups[0].collapsed);
+  for (size_t g = 1; g < 9; ++g) EXPECT_TRUE(layout.groups[g].collapsed) << "group " << g;
+  EXPECT_GT(layout.laneHeight[0], 0);
+  EXPECT_EQ(layout.laneHeight[8], 0);
+  // The header of group 1 is painted, and a click on it unfolds the group.
+  view->waitForFrame();
+  const int headerY = TimelineLayout::kRulerHeight + layout.groups[1].top + TimelineLayout::kGroupHeight / 2;
+  EXPECT_EQ(view->grab().toImage().pixelColor(view->width() / 2, headerY), QColor(38, 41, 50));
+  QTest::mouseClick(view, Qt::LeftButton, {}, QPoint(view->width() / 2, headerY));
+  EXPECT_FALSE(view->layout().groups[1].collapsed);
+  EXPECT_GT(view->layout().laneHeight[8], 0);
+  // A jump to a rank of a folded group unfolds it.
+  view->showRange(0, 10000, 70);
+  EXPECT_FALSE(view->layout().groups[8].collapsed);
+  EXPECT_GT(view->layout().laneHeight[70], 0);
+  view->showRange(0, 10000, 0);  // back to the top
+  view->waitForFrame();
+  save(view, "timeline-lane-groups");
+  // View → Collapse all: only the headers are left.
+  view->setGroupsCollapsed(true);
+  EXPECT_EQ(view->layout().totalHeight, 9 * TimelineLayout::kGroupHeight);
 }
 
 TEST_F(ViewsTest, BadFileShowsAnErrorDialogAndKeepsTheRun) {
