@@ -26,7 +26,7 @@ constexpr Shortcut kShortcuts[] = {
     {"Ctrl+Shift+O", "Open a capture folder (rank-*.db, live)"},
     {"F5", "Reload"},
     {"Ctrl+L", "Follow a capture in progress (live)"},
-    {"Ctrl+1 … Ctrl+5", "Timeline, Gradient health, Communication, Desync, Findings"},
+    {"Ctrl+1 … Ctrl+6", "Timeline, Gradient health, Communication, Desync, Findings, Pipeline"},
     {"Ctrl+F", "Search spans by name; Enter / F3: next match"},
     {"W / S, mouse wheel", "Zoom in / out (around the cursor)"},
     {"A / D, drag", "Pan left / right (drag also scrolls lanes)"},
@@ -54,11 +54,13 @@ MainWindow::MainWindow(const QString& settingsFile, QWidget* parent) : QMainWind
   comm_ = new CommunicationView(tabs_);
   desync_ = new DesyncView(tabs_);
   findings_ = new FindingsView(tabs_);
+  pipeline_ = new PipelineView(tabs_);
   tabs_->addTab(timeline_, "Timeline");
   tabs_->addTab(grad_, "Gradient health");
   tabs_->addTab(comm_, "Communication");
   tabs_->addTab(desync_, "Desync");
   tabs_->addTab(findings_, "Findings");
+  tabs_->addTab(pipeline_, "Pipeline");
   setCentralWidget(tabs_);
 
   auto* dock = new QDockWidget("Details", this);
@@ -91,6 +93,12 @@ MainWindow::MainWindow(const QString& settingsFile, QWidget* parent) : QMainWind
   connect(comm_, &CommunicationView::showCollective, this, &MainWindow::showCollective);
   connect(desync_, &DesyncView::showCollective, this, &MainWindow::showCollective);
   connect(findings_, &FindingsView::jumpToEvidence, this, &MainWindow::jumpToEvidence);
+  connect(pipeline_, &PipelineView::spanRequested, this, [this](SpanRef span) {  // a pass block → its span
+    if (!run_ || !run_->timeline->contains(span)) return;
+    tabs_->setCurrentIndex(kTimelineTab);
+    timeline_->selectSpan(span);
+    details_->setPlainText(timeline_->describeSpan(span));
+  });
 
   restoreGeometry(settings_->value("window/geometry").toByteArray());
   restoreState(settings_->value("window/state").toByteArray());
@@ -122,8 +130,8 @@ void MainWindow::buildMenus() {
   file->addAction("&Quit", QKeySequence::Quit, this, [this] { close(); });
 
   QMenu* view = menuBar()->addMenu("&View");
-  const char* names[] = {"&Timeline", "&Gradient health", "&Communication", "&Desync", "&Findings"};
-  for (int i = 0; i < 5; ++i)
+  const char* names[] = {"&Timeline", "&Gradient health", "&Communication", "&Desync", "&Findings", "&Pipeline"};
+  for (int i = 0; i < 6; ++i)
     view->addAction(names[i], QKeySequence(QString("Ctrl+%1").arg(i + 1)), this, [this, i] { tabs_->setCurrentIndex(i); });
   view->addSeparator();
   view->addAction("Zoom to &whole run", QKeySequence(Qt::Key_Home), this, [this] { timeline_->zoomAll(); });
@@ -200,10 +208,12 @@ void MainWindow::onRunLoaded(RunPtr run, qint64 ms) {
   grad_->setRun(run_);
   comm_->setRun(run_);
   findings_->setRun(run_, analysis_ && keep ? analysis_ : nullptr);
+  pipeline_->setRun(run_);
   if (!keep) {
     analysis_.reset();
     comm_->setAnalysis(nullptr);
     desync_->setAnalysis(nullptr);
+    pipeline_->setAnalysis(nullptr);
   }
   setWindowTitle(QString("tpscope — %1%2").arg(path_, run_->live ? " (capture folder)" : ""));
   statusBar()->showMessage(QString("%1 spans · %2 ranks · %3 collective records · %4 in %5 ms%6")
@@ -230,6 +240,7 @@ void MainWindow::onAnalysisLoaded(AnalysisPtr analysis) {
   comm_->setAnalysis(analysis_);
   desync_->setAnalysis(analysis_);
   findings_->setRun(run_, analysis_);
+  pipeline_->setAnalysis(analysis_);
   // The heatmap opens on the step where the analysis puts the first non-finite value (nonfinite_order.h), which
   // may be an activation before any gradient shows one.
   for (const auto& f : analysis_->findings)

@@ -17,6 +17,7 @@
 #include "communication_view.h"
 #include "desync_view.h"
 #include "findings_view.h"
+#include "pipeline_view.h"
 #include "grad_health_view.h"
 #include "timeline_view.h"
 #include "tpscope/gui/live_follower.h"
@@ -27,7 +28,7 @@ namespace tpscope::gui {
 class MainWindow : public QMainWindow {
   Q_OBJECT
  public:
-  enum Tab { kTimelineTab, kGradTab, kCommTab, kDesyncTab, kFindingsTab };
+  enum Tab { kTimelineTab, kGradTab, kCommTab, kDesyncTab, kFindingsTab, kPipelineTab };
   // `settingsFile`: an INI file to keep state in (tests); empty: the user's settings.
   explicit MainWindow(const QString& settingsFile = {}, QWidget* parent = nullptr);
   ~MainWindow() override;
@@ -45,6 +46,7 @@ class MainWindow : public QMainWindow {
   CommunicationView* communication() { return comm_; }
   DesyncView* desync() { return desync_; }
   FindingsView* findings() { return findings_; }
+  PipelineView* pipeline() { return pipeline_; }
   QTabWidget* tabs() { return tabs_; }
   QPlainTextEdit* details() { return details_; }
   const QString& lastError() const { return lastError_; }
@@ -84,6 +86,7 @@ class MainWindow : public QMainWindow {
   CommunicationView* comm_ = nullptr;
   DesyncView* desync_ = nullptr;
   FindingsView* findings_ = nullptr;
+  PipelineView* pipeline_ = nullptr;
   QPlainTextEdit* details_ = nullptr;
   QLineEdit* search_ = nullptr;
   QMenu* recentMenu_ = nullptr;

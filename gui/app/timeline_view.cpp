@@ -17,8 +17,6 @@
 
 namespace tpscope::gui {
 
-namespace {
-
 QString formatDuration(double ns) {
   const double a = std::abs(ns);
   if (a >= 1e9) return QString::number(ns / 1e9, 'f', 3) + " s";
@@ -26,6 +24,8 @@ QString formatDuration(double ns) {
   if (a >= 1e3) return QString::number(ns / 1e3, 'f', 2) + " µs";
   return QString::number(ns, 'f', 0) + " ns";
 }
+
+namespace {
 
 // A "nice" tick step (1, 2, 5 × 10^k ns) at least minNs.
 double tickStep(double minNs) {

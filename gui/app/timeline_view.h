@@ -21,6 +21,9 @@
 
 namespace tpscope::gui {
 
+// A duration for display: "1.234 s", "12.345 ms", "3.21 µs", "850 ns".
+QString formatDuration(double ns);
+
 // A run of consecutive lanes shown under one header that collapses them (a TP group, or a host): what keeps a run of
 // thousands of lanes navigable, as Perfetto's process groups do.
 struct LaneGroup {

@@ -46,6 +46,45 @@ std::string writeRankFile(const fs::path& path, int rank, int64_t epochUnixNs, i
   return {};
 }
 
+const std::vector<PipelinePass> kPipelinePasses = {
+    {0, false, 0, 0, 2'000'000},          {0, false, 1, 2'000'000, 2'000'000},  {0, true, 0, 9'000'000, 4'000'000},
+    {0, false, 2, 13'000'000, 2'000'000}, {0, true, 1, 16'000'000, 4'000'000}, {0, false, 3, 20'000'000, 2'000'000},
+    {0, true, 2, 24'000'000, 4'000'000},  {0, true, 3, 33'000'000, 4'000'000},  {1, false, 0, 2'000'000, 2'000'000},
+    {1, true, 0, 4'000'000, 5'000'000},   {1, false, 1, 9'000'000, 2'000'000},  {1, true, 1, 11'000'000, 5'000'000},
+    {1, false, 2, 16'000'000, 2'000'000}, {1, true, 2, 18'000'000, 5'000'000}, {1, false, 3, 23'000'000, 2'000'000},
+    {1, true, 3, 25'000'000, 5'000'000},
+};
+
+std::string writePipelineRun(const fs::path& path) {
+  CreateOptions o;
+  o.overwrite = true;
+  o.runId = "pipeline";
+  o.source = "merge";
+  auto w = Writer::create(path, o);
+  if (!w) return w.error();
+  auto check = [](const Status& s) { return s.isOk() ? std::string() : s.message(); };
+  if (auto e = check((*w)->setMeta(meta_keys::kClockAligned, "1")); !e.empty()) return e;
+  if (auto e = check((*w)->setMeta(meta_keys::kPipeline, R"({"schedule":"1f1b","stages":2,"microbatches":4,)"
+                                                         R"("virtual_stages":1,"stage_of_rank":[0,1]})"));
+      !e.empty())
+    return e;
+  for (int r = 0; r < 2; ++r) {
+    RankInfo info;
+    info.rank = r;
+    info.worldSize = 2;
+    if (auto e = check((*w)->putRank(info)); !e.empty()) return e;
+  }
+  for (int step = 0; step < 2; ++step)
+    for (const PipelinePass& p : kPipelinePasses) {
+      auto name = (*w)->intern((p.backward ? "backward mb " : "forward mb ") + std::to_string(p.microbatch));
+      if (!name) return name.error();
+      const SpanRow span{p.stage, 0, SpanKind::Compute, *name, step * kPipelineStepNs + p.beginNs, p.durNs, step, -1,
+                         p.backward ? Phase::Backward : Phase::Forward, {}};
+      if (auto e = check((*w)->addSpan(span)); !e.empty()) return e;
+    }
+  return check((*w)->close());
+}
+
 std::string writeFixtureRun(const fs::path& path) {
   CreateOptions options;
   options.overwrite = true;

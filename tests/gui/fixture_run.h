@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace tpscope::gui::testing {
 
@@ -31,6 +32,19 @@ std::string writeFixtureRun(const std::filesystem::path& path);
 // One rank's file of a capture in progress: rank `rank`, one compute span [1000, 1500) named `name`.
 std::string writeRankFile(const std::filesystem::path& path, int rank, int64_t epochUnixNs, int64_t clockOffsetNs,
                           const std::string& name);
+
+// A pipeline-parallel run: 2 stages (rank 0, rank 1), 1F1B, 4 micro-batches, 2 steps kPipelineStepNs apart. Pass
+// spans "forward mb K" (2 ms on both stages) and "backward mb K" (4 ms on stage 0, 5 ms on stage 1: the longest
+// stage), at the times kPipelinePasses lists (ns from the step's start).
+inline constexpr int64_t kPipelineStepNs = 50'000'000;
+struct PipelinePass {
+  int stage;
+  bool backward;
+  int microbatch;
+  int64_t beginNs, durNs;
+};
+extern const std::vector<PipelinePass> kPipelinePasses;
+std::string writePipelineRun(const std::filesystem::path& path);
 
 // A scratch folder under the build tree, emptied at creation.
 std::filesystem::path scratchDir(const std::string& name);

@@ -16,6 +16,7 @@
 #include "tpscope/gui/grad_health_model.h"
 #include "tpscope/gui/live_follower.h"
 #include "tpscope/gui/palette.h"
+#include "tpscope/gui/pipeline_model.h"
 #include "tpscope/gui/run_loader.h"
 #include "tpscope/analysis/summary.h"
 #include "tpscope/tracedb/writer.h"
@@ -151,6 +152,57 @@ TEST_F(ModelsTest, ASummarisedRunOpensOnItsSummaryThenEverySpan) {
   EXPECT_FALSE(loaded.at(1).at(0).value<RunPtr>()->summaryOnly());
   EXPECT_EQ(loaded.at(1).at(0).value<RunPtr>()->timeline->spanCount(), run().timeline->spanCount());
 }
+
+// The pipeline view's chart: a row per stage with the measured passes of one step, the step's window, the stage
+// with the most pass time; computed here from the fixture's own pass list.
+TEST(PipelineChartTest, StagesShowTheirMeasuredPassesAndTheLongestStage) {
+  const fs::path dir = scratchDir("pipeline-model");
+  ASSERT_EQ(writePipelineRun(dir / "run.db"), "");
+  auto run = loadRun(dir / "run.db");
+  ASSERT_TRUE(run) << run.error();
+  const PipelineChart chart = pipelineChart(**run, 1);
+  ASSERT_TRUE(chart.present());
+  EXPECT_EQ(chart.schedule, "1f1b");
+  EXPECT_EQ(chart.stages, 2);
+  EXPECT_EQ(chart.microbatches, 4);
+  EXPECT_EQ(chart.steps, (std::vector<int>{0, 1}));
+  EXPECT_EQ(chart.step, 1);
+  int64_t first = INT64_MAX, last = INT64_MIN;
+  std::array<int64_t, 2> busy{};
+  for (const auto& p : kPipelinePasses) {
+    first = std::min(first, kPipelineStepNs + p.beginNs);
+    last = std::max(last, kPipelineStepNs + p.beginNs + p.durNs);
+    busy[static_cast<size_t>(p.stage)] += p.durNs;  // a stage's passes do not overlap
+  }
+  EXPECT_EQ(chart.beginNs, first);
+  EXPECT_EQ(chart.endNs, last);
+  ASSERT_EQ(chart.rows.size(), 2u);
+  for (int stage = 0; stage < 2; ++stage) {
+    const PipelineRow& row = chart.rows[static_cast<size_t>(stage)];
+    EXPECT_EQ(row.stage, stage);
+    EXPECT_EQ(row.rank, stage);
+    EXPECT_EQ(row.busyNs, busy[static_cast<size_t>(stage)]);
+    ASSERT_EQ(row.blocks.size(), 8u);
+    for (size_t i = 1; i < row.blocks.size(); ++i) EXPECT_LE(row.blocks[i - 1].beginNs, row.blocks[i].beginNs);
+    for (const PipelineBlock& b : row.blocks) {
+      const auto want = std::find_if(kPipelinePasses.begin(), kPipelinePasses.end(), [&](const PipelinePass& p) {
+        return p.stage == stage && kPipelineStepNs + p.beginNs == b.beginNs;
+      });
+      ASSERT_NE(want, kPipelinePasses.end());
+      EXPECT_EQ(b.backward, want->backward);
+      EXPECT_EQ(b.microbatch, want->microbatch);
+      EXPECT_EQ(b.endNs - b.beginNs, want->durNs);
+      const TimelineData& t = *(*run)->timeline;
+      EXPECT_EQ(t.string(t.row(b.span).name[b.span.index]),
+                (b.backward ? "backward mb " : "forward mb ") + std::to_string(b.microbatch));
+    }
+  }
+  EXPECT_EQ(chart.longestStage, 1);
+  EXPECT_EQ(pipelineChart(**run, 0).step, 0);
+  EXPECT_EQ(pipelineChart(**run, 7).step, 1) << "an unknown step shows the middle one";
+}
+
+TEST_F(ModelsTest, ARunWithoutPipelineHasNoChart) { EXPECT_FALSE(pipelineChart(run()).present()); }
 
 TEST_F(ModelsTest, FrameSchedulerDeliversTheNewestRequest) {
   FrameScheduler scheduler;

@@ -420,6 +420,44 @@ TEST(GroupedLanes, TpGroupsFoldUnderHeaders) {
   EXPECT_EQ(view->layout().totalHeight, 9 * TimelineLayout::kGroupHeight);
 }
 
+// The pipeline view: the measured schedule of a step, passes as numbered blocks on the bubble's shade, the longest
+// stage named; a click on a block selects its pass span on the timeline.
+TEST(PipelineWindow, ShowsTheMeasuredScheduleAndJumpsToAPass) {
+  const fs::path dir = scratchDir("pipeline-window");
+  ASSERT_EQ(writePipelineRun(dir / "run.db"), "");
+  MainWindow window(QString::fromStdString((dir / "settings.ini").string()));
+  window.resize(1200, 700);
+  window.show();
+  QSignalSpy analysed(window.loader(), &RunLoader::analysisLoaded);
+  window.openPath(QString::fromStdString((dir / "run.db").string()));
+  ASSERT_TRUE(analysed.wait(30000));
+  QCoreApplication::processEvents();
+  window.tabs()->setCurrentIndex(MainWindow::kPipelineTab);
+  QCoreApplication::processEvents();
+  PipelineCanvas* canvas = window.pipeline()->canvas();
+  const PipelineChart& chart = canvas->chart();
+  ASSERT_TRUE(chart.present());
+  EXPECT_EQ(chart.rows.size(), 2u);
+  const QString headline = window.pipeline()->headline()->text();
+  EXPECT_TRUE(headline.contains("1f1b · 2 stages × 4 micro-batches")) << headline.toStdString();
+  EXPECT_TRUE(headline.contains("analytic bubble 20.0 %")) << headline.toStdString();
+  EXPECT_TRUE(headline.contains("measured over")) << headline.toStdString();
+  const QImage image = save(canvas, "pipeline");
+  // Stage 0's first pass is forward micro-batch 0 (blue); stage 1 idles at the window's start (the bubble's shade).
+  const QRect first = canvas->blockRect(0, 0);
+  EXPECT_EQ(image.pixelColor(first.left() + 2, first.top() + 3), QColor(66, 133, 244));
+  const QRect window1 = canvas->windowRect(1);
+  EXPECT_EQ(image.pixelColor(window1.left() + 2, window1.top() + 3), QColor(96, 56, 60));
+  // A click on stage 1's first backward block selects that pass on the timeline.
+  size_t backward = 0;
+  while (!chart.rows[1].blocks[backward].backward) ++backward;
+  const SpanRef span = chart.rows[1].blocks[backward].span;
+  QTest::mouseClick(canvas, Qt::LeftButton, {}, canvas->blockRect(1, backward).center());
+  EXPECT_EQ(window.tabs()->currentIndex(), MainWindow::kTimelineTab);
+  EXPECT_EQ(window.timeline()->selectedSpan(), span);
+  EXPECT_TRUE(window.details()->toPlainText().contains("backward mb 0")) << window.details()->toPlainText().toStdString();
+}
+
 TEST_F(ViewsTest, BadFileShowsAnErrorDialogAndKeepsTheRun) {
   std::ofstream(dir_ / "garbage.db") << "not a database";
   QSignalSpy failed(window_->loader(), &RunLoader::failed);

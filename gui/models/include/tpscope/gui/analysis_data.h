@@ -18,6 +18,7 @@
 #include "tpscope/analysis/collectives.h"
 #include "tpscope/analysis/desync.h"
 #include "tpscope/analysis/finding.h"
+#include "tpscope/analysis/pipeline.h"
 #include "tpscope/analysis/run_info.h"
 
 namespace tpscope::gui {
@@ -29,6 +30,7 @@ struct AnalysisData {
   analysis::Breakdown breakdown;
   analysis::CollectiveAnalysis collectives;
   analysis::DesyncReport desync;
+  analysis::PipelineReport pipeline;  // present only for a pipeline-parallel run
   std::vector<std::string> errors;
 };
 
