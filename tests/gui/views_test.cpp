@@ -38,6 +38,17 @@ bool hasColour(const QImage& image, QRect area, const QColor& colour, int tolera
   return false;
 }
 
+// Shows `window` at 1200×700, opens `run` and waits until it is analysed.
+bool openAnalysed(MainWindow& window, const fs::path& run) {
+  window.resize(1200, 700);
+  window.show();
+  QSignalSpy analysed(window.loader(), &RunLoader::analysisLoaded);
+  window.openPath(QString::fromStdString(run.string()));
+  if (!analysed.wait(30000)) return false;
+  QCoreApplication::processEvents();
+  return true;
+}
+
 QImage save(QWidget* w, const std::string& name) {
   const QImage image = w->grab().toImage();
   const fs::path dir = fs::path(TPSCOPE_GUI_TEST_ARTEFACTS);
@@ -386,12 +397,7 @@ TEST(GroupedLanes, TpGroupsFoldUnderHeaders) {
     ASSERT_TRUE((*w)->close());
   }
   MainWindow window(QString::fromStdString((dir / "settings.ini").string()));
-  window.resize(1200, 700);
-  window.show();
-  QSignalSpy analysed(window.loader(), &RunLoader::analysisLoaded);
-  window.openPath(QString::fromStdString((dir / "run.db").string()));
-  ASSERT_TRUE(analysed.wait(30000));
-  QCoreApplication::processEvents();
+  ASSERT_TRUE(openAnalysed(window, dir / "run.db"));
   window.tabs()->setCurrentIndex(MainWindow::kTimelineTab);
   TimelineView* view = window.timeline();
   const TimelineLayout& layout = view->layout();
@@ -426,12 +432,7 @@ TEST(PipelineWindow, ShowsTheMeasuredScheduleAndJumpsToAPass) {
   const fs::path dir = scratchDir("pipeline-window");
   ASSERT_EQ(writePipelineRun(dir / "run.db"), "");
   MainWindow window(QString::fromStdString((dir / "settings.ini").string()));
-  window.resize(1200, 700);
-  window.show();
-  QSignalSpy analysed(window.loader(), &RunLoader::analysisLoaded);
-  window.openPath(QString::fromStdString((dir / "run.db").string()));
-  ASSERT_TRUE(analysed.wait(30000));
-  QCoreApplication::processEvents();
+  ASSERT_TRUE(openAnalysed(window, dir / "run.db"));
   window.tabs()->setCurrentIndex(MainWindow::kPipelineTab);
   QCoreApplication::processEvents();
   PipelineCanvas* canvas = window.pipeline()->canvas();
