@@ -1,7 +1,12 @@
 // Collective statistics: bandwidth conventions, latency, skew, straggler attribution and clock uncertainty.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <tuple>
+
+#include "collective_table.h"
 #include "test_file.h"
+#include "test_runs.h"
 #include "tpscope/analysis/collectives.h"
 #include "tpscope/analysis/diagnose.h"
 #include "tpscope/analysis/run_info.h"
@@ -24,6 +29,37 @@ void putRanksAndGroup(tracedb::Writer& w, int n, int64_t uncertaintyNs) {
     members.push_back(r);
   }
   ASSERT_TRUE(w.putGroup({"tp-0", members, "gloo"}));
+}
+
+// Large tables are read by worker threads, each a range of row ids with its own dictionary: the joined table is the
+// one a single scan gives, text ids included.
+TEST(CollectiveTable, WorkersLoadTheTableOneScanLoads) {
+  const auto path = testDir() / "run.db";
+  testing::RunSpec spec;
+  spec.hangGroup = "dp-1";  // a rank that never enters one collective: its group's text appears late
+  spec.hangRank = 3;
+  spec.hangSeq = 5;
+  spec.mismatchGroup = "tp-0";
+  spec.mismatchSeq = 3;
+  spec.mismatchRank = 1;
+  ASSERT_TRUE(testing::writeRun(path, spec));
+  auto load = [&](const char* threads) {
+    ::setenv("TPSCOPE_ANALYSIS_THREADS", threads, 1);
+    auto r = openReader(path);
+    auto t = detail::loadCollectives(*r);
+    ::unsetenv("TPSCOPE_ANALYSIS_THREADS");
+    EXPECT_TRUE(t.isOk()) << t.error();
+    return t ? std::move(*t) : detail::CollectiveTable{};
+  };
+  const detail::CollectiveTable one = load("1"), three = load("3");
+  ASSERT_GT(one.rows.size(), 3u);
+  EXPECT_EQ(one.text, three.text);
+  auto fields = [](const detail::CollectiveRecord& c) {
+    return std::tie(c.group, c.rank, c.seq, c.op, c.dtype, c.shape, c.callsite, c.state, c.numel, c.bytes, c.step,
+                    c.layer, c.enqueueNs, c.startNs, c.endNs);
+  };
+  ASSERT_EQ(one.rows.size(), three.rows.size());
+  for (size_t i = 0; i < one.rows.size(); ++i) EXPECT_TRUE(fields(one.rows[i]) == fields(three.rows[i])) << "row " << i;
 }
 
 TEST(BusBandwidth, NcclTestsFactors) {

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "tpscope/tracedb/query.h"
+#include "workers.h"
 
 namespace tpscope::analysis::detail {
 
@@ -22,21 +23,37 @@ bool CollectiveTable::started(const CollectiveRecord& r) const {
   return r.hasStart() || s == "started" || s == "completed";
 }
 
-tracedb::Result<CollectiveTable> loadCollectives(tracedb::Reader& reader) {
-  CollectiveTable t;
-  t.text.emplace_back();
-  // Keys view the strings owned by `owned` (a deque: stable addresses), so lookups allocate nothing.
-  std::deque<std::string> owned;
-  std::unordered_map<std::string_view, uint32_t> ids{{std::string_view(), 0}};
-  auto intern = [&](std::string_view v) -> uint32_t {
+namespace {
+
+// Interns a table's text: each new string gets the next id, so ids follow the order of first appearance.
+class Dictionary {
+ public:
+  // Takes over `text` (text[0] = "", added when empty) and its ids.
+  explicit Dictionary(std::vector<std::string>& text) : text_(text) {
+    if (text_.empty()) text_.emplace_back();
+    for (size_t i = 1; i < text_.size(); ++i) ids_.emplace(owned_.emplace_back(text_[i]), static_cast<uint32_t>(i));
+  }
+
+  uint32_t intern(std::string_view v) {
     if (v.empty()) return 0;
-    auto it = ids.find(v);
-    if (it != ids.end()) return it->second;
-    const auto id = static_cast<uint32_t>(t.text.size());
-    t.text.emplace_back(v);
-    ids.emplace(owned.emplace_back(v), id);
+    auto it = ids_.find(v);
+    if (it != ids_.end()) return it->second;
+    const auto id = static_cast<uint32_t>(text_.size());
+    text_.emplace_back(v);
+    ids_.emplace(owned_.emplace_back(v), id);
     return id;
-  };
+  }
+
+ private:
+  std::vector<std::string>& text_;
+  // Keys view the strings owned by `owned_` (a deque: stable addresses), so lookups allocate nothing.
+  std::deque<std::string> owned_;
+  std::unordered_map<std::string_view, uint32_t> ids_{{std::string_view(), 0}};
+};
+
+// The rows with ids in [from, to], in id order, their text interned into `part.text`.
+tracedb::Status scanRows(tracedb::Reader& reader, int64_t from, int64_t to, CollectiveTable& part) {
+  Dictionary dict(part.text);
   // Consecutive rows mostly repeat a column's value (the members of one collective, one op, one state): compare
   // with the previous row's text before hashing.
   struct Last {
@@ -48,14 +65,16 @@ tracedb::Result<CollectiveTable> loadCollectives(tracedb::Reader& reader) {
     Last& l = last[slot];
     if (v == l.text) return l.id;
     l.text.assign(v);
-    return l.id = intern(v);
+    return l.id = dict.intern(v);
   };
   reader.preferMemoryMap();
   Query q(reader,
           "SELECT group_name, rank, seq, op, dtype, shape, callsite, state, numel, bytes, step, layer, enqueue_ns,"
-          " start_ns, end_ns FROM collectives",
+          " start_ns, end_ns FROM collectives WHERE id BETWEEN ? AND ?",
           "table 'collectives'");
-  auto s = q.each([&](Query& r) {
+  q.bind(1, from).bind(2, to);
+  part.rows.reserve(static_cast<size_t>(std::max<int64_t>(0, to - from + 1)));
+  return q.each([&](Query& r) {
     CollectiveRecord c;
     c.group = column(0, r.view(0));
     c.rank = r.i32(1);
@@ -72,9 +91,31 @@ tracedb::Result<CollectiveTable> loadCollectives(tracedb::Reader& reader) {
     c.enqueueNs = r.i64(12);
     c.startNs = r.isNull(13) ? CollectiveRecord::kNone : r.i64(13);
     c.endNs = r.isNull(14) ? CollectiveRecord::kNone : r.i64(14);
-    t.rows.push_back(c);
+    part.rows.push_back(c);
   });
-  if (!s) return s;
+}
+
+// Appends the parts' rows in part order. A later part's strings are interned after the earlier parts' in their order
+// of first appearance: the ids one scan of all rows in id order gives.
+CollectiveTable join(std::vector<CollectiveTable>& parts) {
+  CollectiveTable t = std::move(parts.front());
+  Dictionary dict(t.text);
+  size_t total = t.rows.size();
+  for (size_t p = 1; p < parts.size(); ++p) total += parts[p].rows.size();
+  t.rows.reserve(total);
+  for (size_t p = 1; p < parts.size(); ++p) {
+    std::vector<uint32_t> id(parts[p].text.size());
+    for (size_t i = 0; i < id.size(); ++i) id[i] = dict.intern(parts[p].text[i]);
+    for (CollectiveRecord c : parts[p].rows) {
+      for (uint32_t* field : {&c.group, &c.op, &c.dtype, &c.shape, &c.callsite, &c.state}) *field = id[*field];
+      t.rows.push_back(c);
+    }
+  }
+  return t;
+}
+
+// Sorts the rows by (group name, seq, rank).
+void sortRows(CollectiveTable& t) {
   // Order groups by name, not by first appearance.
   std::vector<uint32_t> order(t.text.size());
   std::iota(order.begin(), order.end(), 0u);
@@ -87,6 +128,23 @@ tracedb::Result<CollectiveTable> loadCollectives(tracedb::Reader& reader) {
     return a.rank < b.rank;
   };
   if (!std::is_sorted(t.rows.begin(), t.rows.end(), less)) std::sort(t.rows.begin(), t.rows.end(), less);
+}
+
+}  // namespace
+
+tracedb::Result<CollectiveTable> loadCollectives(tracedb::Reader& reader) {
+  auto ids = reader.collectiveIdRange();
+  if (!ids) return ids.status();
+  // Large tables are read by several threads, each a range of row ids (workers.h).
+  const unsigned workers = workerCount(ids->last - ids->first + 1);
+  std::vector<CollectiveTable> parts(workers);
+  auto s = scanIdRanges(reader, ids->first, ids->last, workers,
+                        [&](tracedb::Reader& own, int64_t from, int64_t to, unsigned w) {
+                          return scanRows(own, from, to, parts[w]);
+                        });
+  if (!s) return s;
+  CollectiveTable t = join(parts);
+  sortRows(t);
   return t;
 }
 

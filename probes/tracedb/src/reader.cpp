@@ -71,6 +71,26 @@ Status query(sqlite3* db, const std::filesystem::path& path, const std::string& 
   return Status::ok();
 }
 
+// The first and last row id of `table` (a table with an `id INTEGER PRIMARY KEY`).
+Result<IdRange> idRangeOf(sqlite3* db, const std::filesystem::path& path, const std::string& table) {
+  // Two queries: SQLite answers min(id) and max(id) from the rowid b-tree only when each stands alone (together they
+  // scan a whole index).
+  IdRange range;
+  auto one = [&](const char* aggregate, int64_t& end) {
+    return query(
+        db, path, std::string("SELECT ") + aggregate + "(id) FROM " + table, nullptr,
+        [&](Stmt& st) {
+          if (!st.isNull(0)) end = st.i64(0);
+          return false;
+        },
+        "table '" + table + "'");
+  };
+  if (Status s = one("min", range.first); !s) return s;
+  if (Status s = one("max", range.last); !s) return s;
+  if (range.last < range.first) return IdRange{};
+  return range;
+}
+
 // query() collecting one T per row; `make` turns the current row into a T.
 template <class T, class MakeFn>
 Result<std::vector<T>> collect(sqlite3* db, const std::filesystem::path& path, const std::string& sql,
@@ -283,24 +303,8 @@ Status Reader::forEachSpanInIdRange(int64_t fromId, int64_t toId, const std::fun
       "table 'spans'");
 }
 
-Result<IdRange> Reader::spanIdRange() {
-  // Two queries: SQLite answers min(id) and max(id) from the rowid b-tree only when each stands alone (together they
-  // scan a whole index).
-  IdRange range;
-  auto one = [&](const char* sql, int64_t& end) {
-    return query(
-        db_, path_, sql, nullptr,
-        [&](Stmt& st) {
-          if (!st.isNull(0)) end = st.i64(0);
-          return false;
-        },
-        "table 'spans'");
-  };
-  if (Status s = one("SELECT min(id) FROM spans", range.first); !s) return s;
-  if (Status s = one("SELECT max(id) FROM spans", range.last); !s) return s;
-  if (range.last < range.first) return IdRange{};
-  return range;
-}
+Result<IdRange> Reader::spanIdRange() { return idRangeOf(db_, path_, "spans"); }
+Result<IdRange> Reader::collectiveIdRange() { return idRangeOf(db_, path_, "collectives"); }
 
 Result<std::vector<SpanRow>> Reader::spans(const SpanQuery& q) {
   std::vector<SpanRow> out;
