@@ -4,10 +4,12 @@
 #include <cstdlib>
 #include <tuple>
 
+#include "analysis_internal.h"
 #include "collective_table.h"
 #include "test_file.h"
 #include "test_runs.h"
 #include "tpscope/analysis/collectives.h"
+#include "tpscope/analysis/crash.h"
 #include "tpscope/analysis/diagnose.h"
 #include "tpscope/analysis/run_info.h"
 
@@ -60,6 +62,56 @@ TEST(CollectiveTable, WorkersLoadTheTableOneScanLoads) {
   };
   ASSERT_EQ(one.rows.size(), three.rows.size());
   for (size_t i = 0; i < one.rows.size(); ++i) EXPECT_TRUE(fields(one.rows[i]) == fields(three.rows[i])) << "row " << i;
+}
+
+// diagnose and report hand the loaded table to the run info and the rank ends instead of scanning the collectives
+// again: the same answers as the scans, on a run with a crash (a rank whose records stop early) and one with a hang.
+TEST(CollectiveTable, RunInfoAndRankEndsFromTheTableAreTheScansOnes) {
+  for (const bool crash : {true, false}) {
+    const auto path = testDir() / (crash ? "crash.db" : "hang.db");
+    testing::RunSpec spec;
+    if (crash) {
+      spec.crashRank = 2;
+      spec.crashStep = 3;
+    } else {
+      spec.hangGroup = "tp-0";
+      spec.hangRank = 1;
+      spec.hangSeq = 7;
+    }
+    ASSERT_TRUE(testing::writeRun(path, spec));
+    auto r = openReader(path);
+    auto table = detail::loadCollectives(*r);
+    ASSERT_TRUE(table.isOk()) << table.error();
+    auto scanned = loadRunInfo(*r);
+    auto taken = detail::loadRunInfo(*r, *table);
+    ASSERT_TRUE(scanned.isOk() && taken.isOk());
+    auto ranks = [](const RunInfo& i) {
+      std::vector<int> out;
+      for (const auto& ri : i.ranks) out.push_back(ri.rank);
+      return out;
+    };
+    auto groups = [](const RunInfo& i) {
+      std::vector<std::pair<std::string, std::vector<int>>> out;
+      for (const auto& g : i.groups) out.emplace_back(g.name, g.ranks);
+      return out;
+    };
+    EXPECT_EQ(ranks(*scanned), ranks(*taken));
+    EXPECT_EQ(groups(*scanned), groups(*taken));
+    EXPECT_EQ(scanned->beginNs, taken->beginNs);
+    EXPECT_EQ(scanned->endNs, taken->endNs);
+    auto endsScanned = analyzeRankEnds(*r, *scanned);
+    auto endsTaken = detail::analyzeRankEnds(*r, *taken, *table);
+    ASSERT_TRUE(endsScanned.isOk() && endsTaken.isOk());
+    auto fields = [](const RankEnd& e) {
+      return std::tie(e.rank, e.lastRecordNs, e.lastStep, e.crashed, e.stoppedEarly);
+    };
+    ASSERT_EQ(endsScanned->size(), endsTaken->size());
+    for (size_t i = 0; i < endsScanned->size(); ++i)
+      EXPECT_TRUE(fields((*endsScanned)[i]) == fields((*endsTaken)[i])) << "rank " << (*endsScanned)[i].rank;
+    if (crash) {
+      EXPECT_TRUE(std::any_of(endsTaken->begin(), endsTaken->end(), [](const RankEnd& e) { return e.stoppedEarly; }));
+    }
+  }
 }
 
 TEST(BusBandwidth, NcclTestsFactors) {

@@ -25,6 +25,8 @@ struct CollectiveRecord {
   static constexpr int64_t kNone = INT64_MIN;
   bool hasStart() const { return startNs != kNone; }
   bool hasEnd() const { return endNs != kNone; }
+  // The latest time the record tells: coalesce(end_ns, start_ns, enqueue_ns).
+  int64_t lastNs() const { return hasEnd() ? endNs : hasStart() ? startNs : enqueueNs; }
 };
 
 struct CollectiveTable {

@@ -213,7 +213,11 @@ void markHangsCausedByCrashes(std::vector<Finding>& all) {
 DiagnoseResult diagnose(tracedb::Reader& reader, const DiagnoseOptions& options) {
   DiagnoseResult result;
   std::vector<Finding> all;
-  auto info = loadRunInfo(reader);
+  // The collectives are loaded once and feed the run info, the rank ends, desync and the collective analysis. Where
+  // they cannot be loaded, the run info and the rank ends read the file themselves and what fails is reported as
+  // before.
+  auto table = detail::loadCollectives(reader);
+  auto info = table ? detail::loadRunInfo(reader, *table) : loadRunInfo(reader);
   if (!info) {
     result.errors.push_back("run info: " + info.error());
     return result;
@@ -225,11 +229,10 @@ DiagnoseResult diagnose(tracedb::Reader& reader, const DiagnoseOptions& options)
   };
   using Findings = tracedb::Result<std::vector<Finding>>;
   take("crash", [&]() -> Findings {
-    auto ends = analyzeRankEnds(reader, *info);
+    auto ends = table ? detail::analyzeRankEnds(reader, *info, *table) : analyzeRankEnds(reader, *info);
     if (!ends) return ends.status();
     return crashFindings(reader, *ends, *info);
   });
-  auto table = detail::loadCollectives(reader);
   if (!table) result.errors.push_back("collectives: " + table.error());
   take("desync", [&]() -> Findings {
     if (!table) return std::vector<Finding>{};
