@@ -64,6 +64,38 @@ TEST(CollectiveTable, WorkersLoadTheTableOneScanLoads) {
   for (size_t i = 0; i < one.rows.size(); ++i) EXPECT_TRUE(fields(one.rows[i]) == fields(three.rows[i])) << "row " << i;
 }
 
+// The rows come sorted by (group name, seq, rank) whatever the order they were written in: by one packed integer where
+// the values fit 64 bits, by the three-part comparison where a seq spans more.
+TEST(CollectiveTable, RowsSortByGroupNameSeqAndRank) {
+  for (const int64_t far : {int64_t{9}, INT64_MAX - 1}) {
+    const auto path = testDir() / ("far-" + std::to_string(far) + ".db");
+    {
+      auto w = newWriter(path);
+      for (const char* group : {"tp-1", "dp-0", "tp-0"})
+        for (const int64_t seq : {far, int64_t{-3}, int64_t{2}})
+          for (const int rank : {3, 0, 2}) {
+            tracedb::CollectiveRow c;
+            c.rank = rank;
+            c.group = group;
+            c.seq = seq;
+            c.op = "all_reduce";
+            ASSERT_TRUE(w->upsertCollective(c));
+          }
+      ASSERT_TRUE(w->close());
+    }
+    auto r = openReader(path);
+    auto t = detail::loadCollectives(*r);
+    ASSERT_TRUE(t.isOk()) << t.error();
+    ASSERT_EQ(t->rows.size(), 27u);
+    std::vector<std::tuple<std::string, int64_t, int>> got, want;
+    for (const auto& c : t->rows) got.emplace_back(t->str(c.group), c.seq, c.rank);
+    for (const char* group : {"dp-0", "tp-0", "tp-1"})
+      for (const int64_t seq : {int64_t{-3}, int64_t{2}, far})
+        for (const int rank : {0, 2, 3}) want.emplace_back(group, seq, rank);
+    EXPECT_EQ(got, want);
+  }
+}
+
 // diagnose and report hand the loaded table to the run info and the rank ends instead of scanning the collectives
 // again: the same answers as the scans, on a run with a crash (a rank whose records stop early) and one with a hang.
 TEST(CollectiveTable, RunInfoAndRankEndsFromTheTableAreTheScansOnes) {
