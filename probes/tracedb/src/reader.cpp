@@ -2,9 +2,11 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <limits>
 #include <string>
 #include <system_error>
+#include <tuple>
 #include <variant>
 
 #include "schema.h"
@@ -428,8 +430,14 @@ StepStatRow readStepStat(Stmt& st) {
 }  // namespace
 
 Result<std::vector<StepStatRow>> Reader::stepStats() {
-  return collect<StepStatRow>(db_, path_, std::string(kStepStatColumns) + " ORDER BY step, rank", nullptr,
-                              readStepStat, "table 'step_stats'");
+  // Sorted here: SQLite's ORDER BY sorts the whole table through a temporary B-tree, several times slower (the
+  // primary key orders by rank first). (rank, step) is unique: the order is the same.
+  auto rows = collect<StepStatRow>(db_, path_, kStepStatColumns, nullptr, readStepStat, "table 'step_stats'");
+  if (rows)
+    std::stable_sort(rows->begin(), rows->end(), [](const StepStatRow& a, const StepStatRow& b) {
+      return std::tie(a.step, a.rank) < std::tie(b.step, b.rank);
+    });
+  return rows;
 }
 
 Result<std::vector<StepStatRow>> Reader::latestStepStats(int n) {
