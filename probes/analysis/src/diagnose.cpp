@@ -15,6 +15,7 @@
 #include "tpscope/analysis/sdc.h"
 #include "analysis_internal.h"
 #include "evidence_util.h"
+#include "workers.h"
 
 namespace tpscope::analysis {
 
@@ -222,6 +223,10 @@ DiagnoseResult diagnose(tracedb::Reader& reader, const DiagnoseOptions& options)
     result.errors.push_back("run info: " + info.error());
     return result;
   }
+  // The anomaly analysis reads only its own tables and the run info: it runs alongside the others (workers.h), and
+  // its findings take their place below.
+  detail::Concurrently<AnomalyReport> anomalies(
+      reader, [&](tracedb::Reader& own) { return analyzeAnomalies(own, *info, options.anomalies); });
   auto take = [&](const char* name, auto&& produce) {
     auto r = produce();
     if (!r) result.errors.push_back(std::string(name) + ": " + r.error());
@@ -248,16 +253,17 @@ DiagnoseResult diagnose(tracedb::Reader& reader, const DiagnoseOptions& options)
     return nonFiniteFindings(*result.reports.nonfinite, *info);
   });
   take("silent corruption", [&]() -> Findings { return silentCorruptionFindings(reader); });
+  // The breakdown and the collective analysis feed both the straggler and the overhead rules: computed once, here
+  // while the anomaly analysis runs.
+  auto breakdown = computeBreakdown(reader);
+  std::optional<CollectiveAnalysis> collectives;
+  if (table) collectives = detail::analyzeCollectives(*table, *info);
   take("anomalies", [&]() -> Findings {
-    auto r = analyzeAnomalies(reader, *info, options.anomalies);
+    auto r = anomalies.get();
     if (!r) return r.status();
     return anomalyFindings(*r, *info);
   });
-  // The breakdown and the collective analysis feed both the straggler and the overhead rules: computed once.
-  auto breakdown = computeBreakdown(reader);
   if (!breakdown) result.errors.push_back("breakdown: " + breakdown.error());
-  std::optional<CollectiveAnalysis> collectives;
-  if (table) collectives = detail::analyzeCollectives(*table, *info);
   take("stragglers", [&]() -> Findings {
     if (!collectives) return std::vector<Finding>{};
     return stragglerFindings(*collectives, *info, breakdown ? &*breakdown : nullptr, options);

@@ -2,14 +2,30 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <thread>
 #include <vector>
 
 namespace tpscope::analysis::detail {
 
+namespace {
+
+// TPSCOPE_ANALYSIS_THREADS, where it is a positive count.
+std::optional<int> threadsSetting() {
+  const char* env = std::getenv("TPSCOPE_ANALYSIS_THREADS");
+  if (env == nullptr || std::atoi(env) <= 0) return std::nullopt;
+  return std::atoi(env);
+}
+
+}  // namespace
+
+bool workersOn() {
+  if (auto n = threadsSetting()) return *n > 1;
+  return std::thread::hardware_concurrency() > 1;
+}
+
 unsigned workerCount(int64_t rows) {
-  if (const char* env = std::getenv("TPSCOPE_ANALYSIS_THREADS"); env && std::atoi(env) > 0)
-    return static_cast<unsigned>(std::min(std::atoi(env), 16));
+  if (auto n = threadsSetting()) return static_cast<unsigned>(std::min(*n, 16));
   if (rows < 500'000) return 1;
   return std::clamp(std::thread::hardware_concurrency(), 1u, 4u);
 }
