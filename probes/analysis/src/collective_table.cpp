@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <bit>
-#include <climits>
+#include <cstdint>
 #include <deque>
 #include <numeric>
 #include <string_view>
@@ -120,13 +120,14 @@ class JoinedRows {
 
   size_t size() const { return offsets_.back(); }
 
-  // Row `i` of the sequence, its group, seq and rank only (the sort's key): no text id but the group's is mapped.
+  // Calls fn(group, seq, rank) for each row in sequence order (the sort's key; the group as the table's text id).
   template <class Fn>
   void forEachKey(Fn&& fn) const {
     for (size_t p = 0; p < parts_.size(); ++p)
       for (const CollectiveRecord& c : parts_[p].rows) fn(ids_[p][c.group], c.seq, c.rank);
   }
 
+  // Row `i` of the sequence, all its text ids the table's.
   CollectiveRecord at(size_t i) const {
     const size_t p = static_cast<size_t>(std::upper_bound(offsets_.begin(), offsets_.end(), i) - offsets_.begin()) - 1;
     CollectiveRecord c = parts_[p].rows[i - offsets_[p]];

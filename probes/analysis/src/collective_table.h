@@ -1,5 +1,6 @@
 // Internal: every collective record of a run, loaded once with a table scan (no ORDER BY, so the cost is the same
-// with or without indexes) into compact rows sorted by (group, seq, rank). Text columns are interned into small
+// with or without indexes; a large table by several threads, workers.h) into compact rows sorted by (group, seq,
+// rank). Text columns are interned into small
 // per-table dictionaries, so comparing ops/dtypes/shapes across ranks is an integer comparison.
 #pragma once
 

@@ -1,5 +1,6 @@
-// Internal: worker threads for the analyses' large scans. A worker reads through its own Reader of the same file
-// (reader.h: one SQLite connection per thread), so a scan is split by row id, never by sharing a connection.
+// Internal: worker threads for the analyses: a large scan split by row id, or one analysis run alongside others. A
+// worker reads through its own Reader of the same file (reader.h: one SQLite connection per thread), never through
+// the caller's.
 #pragma once
 
 #include <cstdint>
