@@ -1,8 +1,15 @@
 // Collective statistics: bandwidth conventions, latency, skew, straggler attribution and clock uncertainty.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <tuple>
+
+#include "analysis_internal.h"
+#include "collective_table.h"
 #include "test_file.h"
+#include "test_runs.h"
 #include "tpscope/analysis/collectives.h"
+#include "tpscope/analysis/crash.h"
 #include "tpscope/analysis/diagnose.h"
 #include "tpscope/analysis/run_info.h"
 
@@ -24,6 +31,119 @@ void putRanksAndGroup(tracedb::Writer& w, int n, int64_t uncertaintyNs) {
     members.push_back(r);
   }
   ASSERT_TRUE(w.putGroup({"tp-0", members, "gloo"}));
+}
+
+// Large tables are read by worker threads, each a range of row ids with its own dictionary: the joined table is the
+// one a single scan gives, text ids included.
+TEST(CollectiveTable, WorkersLoadTheTableOneScanLoads) {
+  const auto path = testDir() / "run.db";
+  testing::RunSpec spec;
+  spec.hangGroup = "dp-1";  // a rank that never enters one collective: its group's text appears late
+  spec.hangRank = 3;
+  spec.hangSeq = 5;
+  spec.mismatchGroup = "tp-0";
+  spec.mismatchSeq = 3;
+  spec.mismatchRank = 1;
+  ASSERT_TRUE(testing::writeRun(path, spec));
+  auto load = [&](const char* threads) {
+    ::setenv("TPSCOPE_ANALYSIS_THREADS", threads, 1);
+    auto r = openReader(path);
+    auto t = detail::loadCollectives(*r);
+    ::unsetenv("TPSCOPE_ANALYSIS_THREADS");
+    EXPECT_TRUE(t.isOk()) << t.error();
+    return t ? std::move(*t) : detail::CollectiveTable{};
+  };
+  const detail::CollectiveTable one = load("1"), three = load("3");
+  ASSERT_GT(one.rows.size(), 3u);
+  EXPECT_EQ(one.text, three.text);
+  auto fields = [](const detail::CollectiveRecord& c) {
+    return std::tie(c.group, c.rank, c.seq, c.op, c.dtype, c.shape, c.callsite, c.state, c.numel, c.bytes, c.step,
+                    c.layer, c.enqueueNs, c.startNs, c.endNs);
+  };
+  ASSERT_EQ(one.rows.size(), three.rows.size());
+  for (size_t i = 0; i < one.rows.size(); ++i) EXPECT_TRUE(fields(one.rows[i]) == fields(three.rows[i])) << "row " << i;
+}
+
+// The rows come sorted by (group name, seq, rank) whatever the order they were written in: by one packed integer where
+// the values fit 64 bits, by the three-part comparison where a seq spans more.
+TEST(CollectiveTable, RowsSortByGroupNameSeqAndRank) {
+  for (const int64_t far : {int64_t{9}, INT64_MAX - 1}) {
+    const auto path = testDir() / ("far-" + std::to_string(far) + ".db");
+    {
+      auto w = newWriter(path);
+      for (const char* group : {"tp-1", "dp-0", "tp-0"})
+        for (const int64_t seq : {far, int64_t{-3}, int64_t{2}})
+          for (const int rank : {3, 0, 2}) {
+            tracedb::CollectiveRow c;
+            c.rank = rank;
+            c.group = group;
+            c.seq = seq;
+            c.op = "all_reduce";
+            ASSERT_TRUE(w->upsertCollective(c));
+          }
+      ASSERT_TRUE(w->close());
+    }
+    auto r = openReader(path);
+    auto t = detail::loadCollectives(*r);
+    ASSERT_TRUE(t.isOk()) << t.error();
+    ASSERT_EQ(t->rows.size(), 27u);
+    std::vector<std::tuple<std::string, int64_t, int>> got, want;
+    for (const auto& c : t->rows) got.emplace_back(t->str(c.group), c.seq, c.rank);
+    for (const char* group : {"dp-0", "tp-0", "tp-1"})
+      for (const int64_t seq : {int64_t{-3}, int64_t{2}, far})
+        for (const int rank : {0, 2, 3}) want.emplace_back(group, seq, rank);
+    EXPECT_EQ(got, want);
+  }
+}
+
+// diagnose and report hand the loaded table to the run info and the rank ends instead of scanning the collectives
+// again: the same answers as the scans, on a run with a crash (a rank whose records stop early) and one with a hang.
+TEST(CollectiveTable, RunInfoAndRankEndsFromTheTableAreTheScansOnes) {
+  for (const bool crash : {true, false}) {
+    const auto path = testDir() / (crash ? "crash.db" : "hang.db");
+    testing::RunSpec spec;
+    if (crash) {
+      spec.crashRank = 2;
+      spec.crashStep = 3;
+    } else {
+      spec.hangGroup = "tp-0";
+      spec.hangRank = 1;
+      spec.hangSeq = 7;
+    }
+    ASSERT_TRUE(testing::writeRun(path, spec));
+    auto r = openReader(path);
+    auto table = detail::loadCollectives(*r);
+    ASSERT_TRUE(table.isOk()) << table.error();
+    auto scanned = loadRunInfo(*r);
+    auto taken = detail::loadRunInfo(*r, *table);
+    ASSERT_TRUE(scanned.isOk() && taken.isOk());
+    auto ranks = [](const RunInfo& i) {
+      std::vector<int> out;
+      for (const auto& ri : i.ranks) out.push_back(ri.rank);
+      return out;
+    };
+    auto groups = [](const RunInfo& i) {
+      std::vector<std::pair<std::string, std::vector<int>>> out;
+      for (const auto& g : i.groups) out.emplace_back(g.name, g.ranks);
+      return out;
+    };
+    EXPECT_EQ(ranks(*scanned), ranks(*taken));
+    EXPECT_EQ(groups(*scanned), groups(*taken));
+    EXPECT_EQ(scanned->beginNs, taken->beginNs);
+    EXPECT_EQ(scanned->endNs, taken->endNs);
+    auto endsScanned = analyzeRankEnds(*r, *scanned);
+    auto endsTaken = detail::analyzeRankEnds(*r, *taken, *table);
+    ASSERT_TRUE(endsScanned.isOk() && endsTaken.isOk());
+    auto fields = [](const RankEnd& e) {
+      return std::tie(e.rank, e.lastRecordNs, e.lastStep, e.crashed, e.stoppedEarly);
+    };
+    ASSERT_EQ(endsScanned->size(), endsTaken->size());
+    for (size_t i = 0; i < endsScanned->size(); ++i)
+      EXPECT_TRUE(fields((*endsScanned)[i]) == fields((*endsTaken)[i])) << "rank " << (*endsScanned)[i].rank;
+    if (crash) {
+      EXPECT_TRUE(std::any_of(endsTaken->begin(), endsTaken->end(), [](const RankEnd& e) { return e.stoppedEarly; }));
+    }
+  }
 }
 
 TEST(BusBandwidth, NcclTestsFactors) {

@@ -1,5 +1,6 @@
 // The reads and writes other libraries used to hand-roll in SQL: Query and its read-only form for `tpscope sql`, span
-// ranges by id, alerts since an id, the newest step stats and ids, rank-file edits, and the shared clock alignment.
+// and collective ranges by id, alerts since an id, the newest step stats and ids, rank-file edits, and the shared
+// clock alignment.
 #include <gtest/gtest.h>
 
 #include "test_dir.h"
@@ -52,6 +53,9 @@ TEST(TraceDbAccess, SpansByIdRangeAlertsSinceAndNewest) {
   ASSERT_TRUE(range.isOk());
   EXPECT_EQ(range->first, 1);
   EXPECT_EQ(range->last, 5);
+  auto noCollectives = (*r)->collectiveIdRange();
+  ASSERT_TRUE(noCollectives.isOk()) << noCollectives.error();
+  EXPECT_TRUE(noCollectives->empty());
   std::vector<int> steps;
   ASSERT_TRUE((*r)->forEachSpanInIdRange(2, 4, [&](const SpanRow& s) {
     steps.push_back(s.step);
@@ -72,6 +76,28 @@ TEST(TraceDbAccess, SpansByIdRangeAlertsSinceAndNewest) {
   ASSERT_TRUE(ids.isOk());
   EXPECT_EQ(ids->span, 5);
   EXPECT_EQ(ids->collective, 0);
+}
+
+TEST(TraceDbAccess, CollectiveIdRange) {
+  TempDir dir;
+  {
+    auto w = Writer::create(dir / "rank-0.db", CreateOptions{false, "r1", 0, "capture"});
+    ASSERT_TRUE(w.isOk()) << w.error();
+    for (int64_t seq = 1; seq <= 3; ++seq) {
+      CollectiveRow c;
+      c.group = "tp-0";
+      c.seq = seq;
+      c.op = "all_reduce";
+      ASSERT_TRUE((*w)->upsertCollective(c));
+    }
+    ASSERT_TRUE((*w)->close());
+  }
+  auto r = Reader::open(dir / "rank-0.db");
+  ASSERT_TRUE(r.isOk()) << r.error();
+  auto range = (*r)->collectiveIdRange();
+  ASSERT_TRUE(range.isOk()) << range.error();
+  EXPECT_EQ(range->first, 1);
+  EXPECT_EQ(range->last, 3);
 }
 
 TEST(TraceDbAccess, QueryErrorsNameTheFile) {

@@ -66,6 +66,11 @@ tracedb::Result<GradSeries> readGradSeries(tracedb::Reader& reader) {
   GradSeries g;
   Query q(reader, "SELECT rank, param, step, l2_norm, layer FROM grad_stats WHERE nan_count = 0 AND inf_count = 0",
           "table 'grad_stats'");
+  // Rows come a (rank, step) at a time, its parameters in turn: the current (rank, step)'s sum and each layer's
+  // current step are kept at hand, so most rows look up no map but their series.
+  std::pair<int, int> sqKey{INT32_MIN, INT32_MIN};
+  double* sq = nullptr;
+  std::map<int, std::pair<int, std::vector<double>*>> layerStep;  // layer → its current step and that step's norms
   auto s = q.each([&](Query& r) {
     const int rank = r.i32(0);
     const int64_t param = r.i64(1);
@@ -73,9 +78,22 @@ tracedb::Result<GradSeries> readGradSeries(tracedb::Reader& reader) {
     const double norm = r.f64(3);
     const int layer = r.i32(4);
     g.byParam[{rank, param}].emplace_back(step, norm);
-    if (std::isfinite(norm)) g.rankStepSq[{rank, step}] += norm * norm;
+    if (std::isfinite(norm)) {
+      if (sq == nullptr || sqKey != std::pair{rank, step}) {
+        sqKey = {rank, step};
+        sq = &g.rankStepSq[sqKey];
+      }
+      *sq += norm * norm;
+    }
     g.params.try_emplace(param, std::string(), layer);
-    if (layer >= 0 && std::isfinite(norm) && norm > 0) g.layerNorms[layer][step].push_back(norm);
+    if (layer >= 0 && std::isfinite(norm) && norm > 0) {
+      auto& [current, norms] = layerStep.try_emplace(layer, step, nullptr).first->second;
+      if (norms == nullptr || current != step) {
+        current = step;
+        norms = &g.layerNorms[layer][step];
+      }
+      norms->push_back(norm);
+    }
   });
   if (!s) return s;
   for (auto& [id, p] : g.params) p.first = reader.string(static_cast<uint32_t>(id));

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <map>
 #include <atomic>
-#include <cstdlib>
 #include <set>
 #include <thread>
 
@@ -12,12 +11,14 @@
 #include "tpscope/analysis/summary.h"
 #include "tpscope/tracedb/query.h"
 #include "tpscope/tracedb/summary.h"
+#include "workers.h"
 
 namespace tpscope::analysis {
 
 using detail::DeviceLanes;
 using detail::Interval;
 using detail::IntervalSet;
+using detail::workerCount;
 using tracedb::Query;
 
 TimeShares& TimeShares::operator+=(const TimeShares& o) {
@@ -311,15 +312,6 @@ auto breakdownOfRank(int rank, RankData& rd) {
   return out;
 }
 
-// Worker threads for large files: each scans a rowid range of spans on its own read-only connection.
-// TPSCOPE_ANALYSIS_THREADS overrides the count (1: no worker threads).
-unsigned workerCount(int64_t spans) {
-  if (const char* env = std::getenv("TPSCOPE_ANALYSIS_THREADS"); env && std::atoi(env) > 0)
-    return static_cast<unsigned>(std::min(std::atoi(env), 16));
-  if (spans < 500'000) return 1;
-  return std::clamp(std::thread::hardware_concurrency(), 1u, 4u);
-}
-
 }  // namespace
 
 tracedb::Result<Breakdown> computeBreakdown(tracedb::Reader& reader) {
@@ -341,27 +333,13 @@ tracedb::Result<Breakdown> computeBreakdownFromRecords(tracedb::Reader& reader) 
     if (workers <= 1) {
       if (auto s = scanSpans(reader, *devices, minId, maxId, data); !s) return s;
     } else {
-      const int64_t chunk = (maxId - minId + workers) / workers;
       std::vector<RankMap> parts(workers);
-      std::vector<tracedb::Status> status(workers);
-      std::vector<std::thread> threads;
-      for (unsigned w = 1; w < workers; ++w) {
-        threads.emplace_back([&, w]() {
-          auto own = tracedb::Reader::open(reader.path());
-          if (!own) {
-            status[w] = own.status();
-            return;
-          }
-          status[w] = scanSpans(**own, *devices, minId + w * chunk, std::min(maxId, minId + (w + 1) * chunk - 1),
-                                parts[w]);
-        });
-      }
-      status[0] = scanSpans(reader, *devices, minId, minId + chunk - 1, parts[0]);
-      for (auto& t : threads) t.join();
-      for (unsigned w = 0; w < workers; ++w) {
-        if (!status[w]) return status[w];
-        mergeInto(data, std::move(parts[w]));
-      }
+      auto s = detail::scanIdRanges(reader, minId, maxId, workers,
+                                    [&](tracedb::Reader& own, int64_t from, int64_t to, unsigned w) {
+                                      return scanSpans(own, *devices, from, to, parts[w]);
+                                    });
+      if (!s) return s;
+      for (auto& part : parts) mergeInto(data, std::move(part));
     }
   }
   {

@@ -1,5 +1,6 @@
 // Internal: every collective record of a run, loaded once with a table scan (no ORDER BY, so the cost is the same
-// with or without indexes) into compact rows sorted by (group, seq, rank). Text columns are interned into small
+// with or without indexes; a large table by several threads, workers.h) into compact rows sorted by (group, seq,
+// rank). Text columns are interned into small
 // per-table dictionaries, so comparing ops/dtypes/shapes across ranks is an integer comparison.
 #pragma once
 
@@ -25,6 +26,8 @@ struct CollectiveRecord {
   static constexpr int64_t kNone = INT64_MIN;
   bool hasStart() const { return startNs != kNone; }
   bool hasEnd() const { return endNs != kNone; }
+  // The latest time the record tells: coalesce(end_ns, start_ns, enqueue_ns).
+  int64_t lastNs() const { return hasEnd() ? endNs : hasStart() ? startNs : enqueueNs; }
 };
 
 struct CollectiveTable {

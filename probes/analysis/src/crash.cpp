@@ -4,6 +4,7 @@
 #include <cctype>
 #include <map>
 
+#include "analysis_internal.h"
 #include "evidence_util.h"
 #include "tpscope/tracedb/query.h"
 
@@ -30,9 +31,9 @@ bool crashReason(std::string reason) {
 
 using detail::f;
 
-}  // namespace
-
-tracedb::Result<std::vector<RankEnd>> analyzeRankEnds(tracedb::Reader& reader, const RunInfo& info) {
+// analyzeRankEnds, with the collectives from `table` where given, else from a scan of the file.
+tracedb::Result<std::vector<RankEnd>> rankEnds(tracedb::Reader& reader, const RunInfo& info,
+                                               const detail::CollectiveTable* table) {
   std::map<int, RankEnd> ends;
   for (const auto& r : info.ranks) {
     RankEnd& e = ends[r.rank];
@@ -48,12 +49,16 @@ tracedb::Result<std::vector<RankEnd>> analyzeRankEnds(tracedb::Reader& reader, c
     e.lastStep = std::max(e.lastStep, step);
   };
   for (const RankExtent& x : info.spanExtents) take(x.rank, x.lastNs, x.lastStep);
+  // Plain scans aggregated here: a GROUP BY would sort the table first.
+  if (table) {
+    for (const detail::CollectiveRecord& c : table->rows) take(c.rank, c.lastNs(), c.step);
+  } else {
+    Query q(reader, "SELECT rank, coalesce(end_ns, start_ns, enqueue_ns), step FROM collectives",
+            "table 'collectives'");
+    if (auto s = q.each([&](Query& r) { take(r.i32(0), r.i64(1), r.i32(2)); }); !s) return s;
+  }
   {
-    // Plain scans aggregated here: a GROUP BY would sort the table first.
-    Query q(reader,
-            "SELECT rank, coalesce(end_ns, start_ns, enqueue_ns), step FROM collectives UNION ALL"
-            " SELECT rank, coalesce(end_ns, begin_ns, 0), step FROM step_stats",
-            "tables 'collectives' and 'step_stats'");
+    Query q(reader, "SELECT rank, coalesce(end_ns, begin_ns, 0), step FROM step_stats", "table 'step_stats'");
     if (auto s = q.each([&](Query& r) { take(r.i32(0), r.i64(1), r.i32(2)); }); !s) return s;
   }
   int64_t runLast = INT64_MIN, runFirst = info.beginNs;
@@ -71,6 +76,17 @@ tracedb::Result<std::vector<RankEnd>> analyzeRankEnds(tracedb::Reader& reader, c
     out.push_back(e);
   }
   return out;
+}
+
+}  // namespace
+
+tracedb::Result<std::vector<RankEnd>> analyzeRankEnds(tracedb::Reader& reader, const RunInfo& info) {
+  return rankEnds(reader, info, nullptr);
+}
+
+tracedb::Result<std::vector<RankEnd>> detail::analyzeRankEnds(tracedb::Reader& reader, const RunInfo& info,
+                                                               const CollectiveTable& table) {
+  return rankEnds(reader, info, &table);
 }
 
 tracedb::Result<std::vector<Finding>> crashFindings(tracedb::Reader& reader, const std::vector<RankEnd>& ends,

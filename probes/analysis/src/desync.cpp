@@ -112,16 +112,31 @@ struct Progress {
 struct GroupScan {
   std::map<int, Progress> byRank;
   std::vector<int64_t> mismatched;                      // seqs whose members disagree on op/size/dtype
-  std::map<int64_t, std::pair<size_t, size_t>> rowsOf;  // seq → row range, for the seqs we need again
-  size_t firstRow = SIZE_MAX, endRow = 0;               // the group's rows
+  // (seq, row range) of each of the group's collectives, in seq order (the table's), for the seqs needed again. A
+  // sorted vector, not a map: a large run has hundreds of thousands.
+  std::vector<std::pair<int64_t, std::pair<size_t, size_t>>> rowsOf;
+  size_t firstRow = SIZE_MAX, endRow = 0;  // the group's rows
+
+  // The row range of `seq` ([0, 0) when the group has none).
+  std::pair<size_t, size_t> rowsOfSeq(int64_t seq) const {
+    auto it = std::lower_bound(rowsOf.begin(), rowsOf.end(), seq,
+                               [](const auto& entry, int64_t s) { return entry.first < s; });
+    return it != rowsOf.end() && it->first == seq ? it->second : std::pair<size_t, size_t>{0, 0};
+  }
 };
 
 // One pass over the collectives: per group, each member's progress and the seqs whose members disagree.
 std::map<std::string, GroupScan> scanGroups(const detail::CollectiveTable& table) {
   std::map<std::string, GroupScan> scans;
+  uint32_t lastGroup = UINT32_MAX;  // the table comes a group at a time: its scan is looked up when it changes
+  GroupScan* scan = nullptr;
   table.forEachCollective([&](size_t b, size_t e) {
     const detail::CollectiveRecord& first = table.rows[b];
-    GroupScan& g = scans[table.str(first.group)];
+    if (first.group != lastGroup) {
+      scan = &scans[table.str(first.group)];
+      lastGroup = first.group;
+    }
+    GroupScan& g = *scan;
     bool mismatch = false;
     for (size_t i = b; i < e; ++i) {
       const detail::CollectiveRecord& c = table.rows[i];
@@ -138,7 +153,7 @@ std::map<std::string, GroupScan> scanGroups(const detail::CollectiveTable& table
       else p.firstIncomplete = std::min(p.firstIncomplete, c.seq);
     }
     if (mismatch) g.mismatched.push_back(first.seq);
-    g.rowsOf[first.seq] = {b, e};
+    g.rowsOf.emplace_back(first.seq, std::pair{b, e});
     g.firstRow = std::min(g.firstRow, b);
     g.endRow = std::max(g.endRow, e);
   });
@@ -147,9 +162,8 @@ std::map<std::string, GroupScan> scanGroups(const detail::CollectiveTable& table
 
 std::vector<MemberRecord> recordsOf(const detail::CollectiveTable& table, const GroupScan& g, int64_t seq) {
   std::vector<MemberRecord> recs;
-  auto it = g.rowsOf.find(seq);
-  if (it != g.rowsOf.end())
-    for (size_t i = it->second.first; i < it->second.second; ++i) recs.push_back(toMember(table, table.rows[i]));
+  const auto [b, e] = g.rowsOfSeq(seq);
+  for (size_t i = b; i < e; ++i) recs.push_back(toMember(table, table.rows[i]));
   return recs;
 }
 
@@ -274,7 +288,7 @@ void addMismatches(const GroupScan& scan, const detail::CollectiveTable& table, 
   for (size_t i = 0; i < scan.mismatched.size() && i < 100; ++i) {
     SeqMismatch sm;
     sm.seq = scan.mismatched[i];
-    const auto [b, e] = scan.rowsOf.at(sm.seq);
+    const auto [b, e] = scan.rowsOfSeq(sm.seq);
     for (size_t row = b; row < e; ++row) {
       const detail::CollectiveRecord& c = table.rows[row];
       MemberRecord r = toMember(table, c);

@@ -15,6 +15,7 @@
 #include "tpscope/analysis/sdc.h"
 #include "analysis_internal.h"
 #include "evidence_util.h"
+#include "workers.h"
 
 namespace tpscope::analysis {
 
@@ -213,11 +214,19 @@ void markHangsCausedByCrashes(std::vector<Finding>& all) {
 DiagnoseResult diagnose(tracedb::Reader& reader, const DiagnoseOptions& options) {
   DiagnoseResult result;
   std::vector<Finding> all;
-  auto info = loadRunInfo(reader);
+  // The collectives are loaded once and feed the run info, the rank ends, desync and the collective analysis. Where
+  // they cannot be loaded, the run info and the rank ends read the file themselves and what fails is reported as
+  // before.
+  auto table = detail::loadCollectives(reader);
+  auto info = table ? detail::loadRunInfo(reader, *table) : loadRunInfo(reader);
   if (!info) {
     result.errors.push_back("run info: " + info.error());
     return result;
   }
+  // The anomaly analysis reads only its own tables and the run info: it runs alongside the others (workers.h), and
+  // its findings take their place below.
+  detail::Concurrently<AnomalyReport> anomalies(
+      reader, [&](tracedb::Reader& own) { return analyzeAnomalies(own, *info, options.anomalies); });
   auto take = [&](const char* name, auto&& produce) {
     auto r = produce();
     if (!r) result.errors.push_back(std::string(name) + ": " + r.error());
@@ -225,11 +234,10 @@ DiagnoseResult diagnose(tracedb::Reader& reader, const DiagnoseOptions& options)
   };
   using Findings = tracedb::Result<std::vector<Finding>>;
   take("crash", [&]() -> Findings {
-    auto ends = analyzeRankEnds(reader, *info);
+    auto ends = table ? detail::analyzeRankEnds(reader, *info, *table) : analyzeRankEnds(reader, *info);
     if (!ends) return ends.status();
     return crashFindings(reader, *ends, *info);
   });
-  auto table = detail::loadCollectives(reader);
   if (!table) result.errors.push_back("collectives: " + table.error());
   take("desync", [&]() -> Findings {
     if (!table) return std::vector<Finding>{};
@@ -245,16 +253,17 @@ DiagnoseResult diagnose(tracedb::Reader& reader, const DiagnoseOptions& options)
     return nonFiniteFindings(*result.reports.nonfinite, *info);
   });
   take("silent corruption", [&]() -> Findings { return silentCorruptionFindings(reader); });
+  // The breakdown and the collective analysis feed both the straggler and the overhead rules: computed once, here
+  // while the anomaly analysis runs.
+  auto breakdown = computeBreakdown(reader);
+  std::optional<CollectiveAnalysis> collectives;
+  if (table) collectives = detail::analyzeCollectives(*table, *info);
   take("anomalies", [&]() -> Findings {
-    auto r = analyzeAnomalies(reader, *info, options.anomalies);
+    auto r = anomalies.get();
     if (!r) return r.status();
     return anomalyFindings(*r, *info);
   });
-  // The breakdown and the collective analysis feed both the straggler and the overhead rules: computed once.
-  auto breakdown = computeBreakdown(reader);
   if (!breakdown) result.errors.push_back("breakdown: " + breakdown.error());
-  std::optional<CollectiveAnalysis> collectives;
-  if (table) collectives = detail::analyzeCollectives(*table, *info);
   take("stragglers", [&]() -> Findings {
     if (!collectives) return std::vector<Finding>{};
     return stragglerFindings(*collectives, *info, breakdown ? &*breakdown : nullptr, options);

@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <queue>
 #include <set>
+#include <tuple>
 
 #include "evidence_util.h"
 #include "tpscope/tracedb/query.h"
@@ -150,30 +152,49 @@ tracedb::Status readAlertEvents(tracedb::Reader& reader, std::vector<NonFiniteEv
 tracedb::Status readStepStatEvents(tracedb::Reader& reader, std::vector<NonFiniteEvent>& events,
                                    std::map<std::pair<int, int>, int64_t>& stepEnd) {
   // SQLite stores NaN as NULL. A NULL loss or grad_norm is a NaN where the rank records that column at other steps
-  // (tpscope-train always does); ±Inf is stored as it is.
+  // (tpscope-train always does); ±Inf is stored as it is. Per column: 2 ±Inf, 1 NULL, 0 otherwise.
+  struct Row {
+    int rank, step;
+    std::optional<int64_t> endNs;
+    int loss, norm;
+  };
+  std::vector<Row> rows;
+  std::map<int, std::pair<bool, bool>> has;  // rank → records a loss, a grad_norm at some step
+  // One plain scan, the ranks' columns judged here: a GROUP BY joined back searched the primary key once per row.
   Query q(reader,
-          "WITH has AS (SELECT rank, max(loss IS NOT NULL) AS loss, max(grad_norm IS NOT NULL) AS norm"
-          "  FROM step_stats GROUP BY rank)"
-          " SELECT s.rank, s.step, s.end_ns,"
-          " CASE WHEN abs(s.loss) > 1.7976931348623157e308 THEN 2 WHEN s.loss IS NULL AND h.loss THEN 1 ELSE 0 END,"
-          " CASE WHEN abs(s.grad_norm) > 1.7976931348623157e308 THEN 2 WHEN s.grad_norm IS NULL AND h.norm THEN 1"
-          "  ELSE 0 END"
-          " FROM step_stats s JOIN has h ON h.rank = s.rank",
+          "SELECT rank, step, end_ns,"
+          " CASE WHEN abs(loss) > 1.7976931348623157e308 THEN 2 WHEN loss IS NULL THEN 1 ELSE 0 END,"
+          " CASE WHEN abs(grad_norm) > 1.7976931348623157e308 THEN 2 WHEN grad_norm IS NULL THEN 1 ELSE 0 END"
+          " FROM step_stats",
           "table 'step_stats'");
-  return q.each([&](Query& r) {
-    const int rank = r.i32(0), step = r.i32(1);
-    if (!r.isNull(2)) stepEnd[{rank, step}] = r.i64(2);
-    const int loss = r.i32(3), norm = r.i32(4);
-    if (loss == 0 && norm == 0) return;
+  auto s = q.each([&](Query& r) {
+    const Row row{r.i32(0), r.i32(1), r.optI64(2), r.i32(3), r.i32(4)};
+    auto& [loss, norm] = has[row.rank];
+    loss = loss || row.loss != 1;
+    norm = norm || row.norm != 1;
+    rows.push_back(row);
+  });
+  if (!s) return s;
+  // In (rank, step) order, the order the events came in before (through the primary key).
+  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+    return std::tie(a.rank, a.step) < std::tie(b.rank, b.step);
+  });
+  for (const Row& row : rows) {
+    if (row.endNs) stepEnd[{row.rank, row.step}] = *row.endNs;
+    const auto [hasLoss, hasNorm] = has.at(row.rank);
+    const int loss = row.loss == 1 && !hasLoss ? 0 : row.loss;
+    const int norm = row.norm == 1 && !hasNorm ? 0 : row.norm;
+    if (loss == 0 && norm == 0) continue;
     NonFiniteEvent e;
     e.source = "step_stats";
-    e.rank = rank;
-    e.step = step;
+    e.rank = row.rank;
+    e.step = row.step;
     e.param = norm != 0 ? "grad_norm" : "loss";
     ((norm != 0 ? norm : loss) == 1 ? e.nanCount : e.infCount) = 1;
-    if (!r.isNull(2)) e.boundNs = r.i64(2);
+    if (row.endNs) e.boundNs = *row.endNs;
     events.push_back(std::move(e));
-  });
+  }
+  return tracedb::Status::ok();
 }
 
 // The origin among the sorted events: the earliest event of the earliest step. A NaN at the same step beats an Inf.

@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "analysis_internal.h"
 #include "tpscope/analysis/summary.h"
 #include "tpscope/tracedb/query.h"
 
@@ -15,15 +16,17 @@ using tracedb::Query;
 
 tracedb::Result<Report> buildReport(tracedb::Reader& reader) {
   Report r;
-  auto info = loadRunInfo(reader);
+  // The collectives are loaded once, for the run info and the collective analysis; where they cannot be, the run
+  // info reads the file itself and the first failure is the one reported before.
+  auto table = detail::loadCollectives(reader);
+  auto info = table ? detail::loadRunInfo(reader, *table) : loadRunInfo(reader);
   if (!info) return info.status();
   r.info = std::move(*info);
   auto b = computeBreakdown(reader);
   if (!b) return b.status();
   r.breakdown = std::move(*b);
-  auto c = analyzeCollectives(reader, r.info);
-  if (!c) return c.status();
-  r.collectives = std::move(*c);
+  if (!table) return table.status();
+  r.collectives = detail::analyzeCollectives(*table, r.info);
   auto p = analyzePipeline(reader);
   if (!p) return p.status();
   r.pipeline = std::move(*p);

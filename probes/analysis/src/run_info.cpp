@@ -11,6 +11,7 @@
 #include <optional>
 #include <set>
 
+#include "analysis_internal.h"
 #include "tpscope/tracedb/query.h"
 
 namespace tpscope::analysis {
@@ -109,28 +110,17 @@ class RunInfoLoader {
   tracedb::Status scanCollectives() {
     Query q(reader_, "SELECT group_name, rank, enqueue_ns, coalesce(end_ns, start_ns, enqueue_ns) FROM collectives",
             "table 'collectives'");
-    std::string lastGroup;
-    int lastRank = INT32_MIN;
-    std::set<int>* members = nullptr;
-    auto s = q.each([&](Query& row) {
-      const std::string_view g = row.view(0);
-      const int r = row.i32(1);
-      if (members == nullptr || g != lastGroup) {
-        lastGroup.assign(g);
-        members = &seen_[lastGroup];
-        lastRank = INT32_MIN;
-      }
-      if (r != lastRank) {
-        members->insert(r);
-        lastRank = r;
-      }
-      collFirst_ = std::min(collFirst_, row.i64(2));
-      collLast_ = std::max(collLast_, row.i64(3));
-    });
+    auto s = q.each([&](Query& row) { addCollective(row.view(0), row.i32(1), row.i64(2), row.i64(3)); });
     if (!s) return s;
-    for (const auto& [g, m] : seen_)
-      for (int r : m) addRank(r);
+    addSeenRanks();
     return tracedb::Status::ok();
+  }
+
+  // The same from the collectives already loaded (diagnose and report load them anyway): no second scan.
+  void takeCollectives(const detail::CollectiveTable& table) {
+    for (const detail::CollectiveRecord& c : table.rows)
+      addCollective(table.str(c.group), c.rank, c.enqueueNs, c.lastNs());
+    addSeenRanks();
   }
 
   tracedb::Status scanStepStatRanks() {
@@ -179,6 +169,27 @@ class RunInfoLoader {
   }
 
  private:
+  // One collective record; `lastNs` is its latest time (CollectiveRecord::lastNs). Records mostly come in runs
+  // of one group and one rank: the group's set is looked up and the rank inserted only when they change.
+  void addCollective(std::string_view group, int rank, int64_t enqueueNs, int64_t lastNs) {
+    if (members_ == nullptr || group != lastGroup_) {
+      lastGroup_.assign(group);
+      members_ = &seen_[lastGroup_];
+      lastRank_ = INT32_MIN;
+    }
+    if (rank != lastRank_) {
+      members_->insert(rank);
+      lastRank_ = rank;
+    }
+    collFirst_ = std::min(collFirst_, enqueueNs);
+    collLast_ = std::max(collLast_, lastNs);
+  }
+
+  void addSeenRanks() {
+    for (const auto& [g, m] : seen_)
+      for (int r : m) addRank(r);
+  }
+
   void addRank(int r) {
     if (known_.insert(r).second) {
       tracedb::RankInfo ri;
@@ -247,12 +258,18 @@ class RunInfoLoader {
   RunInfo& info_;
   std::set<int> known_;
   std::map<std::string, std::set<int>> seen_;  // group → ranks seen in its collectives
+  std::string lastGroup_;                      // addCollective's current run of records
+  std::set<int>* members_ = nullptr;
+  int lastRank_ = INT32_MIN;
   int64_t collFirst_ = INT64_MAX, collLast_ = INT64_MIN;
 };
 
 }  // namespace
 
-tracedb::Result<RunInfo> loadRunInfo(tracedb::Reader& reader) {
+namespace {
+
+// loadRunInfo, with the collectives' part from `table` where given, else from a scan of the file.
+tracedb::Result<RunInfo> loadRunInfoFrom(tracedb::Reader& reader, const detail::CollectiveTable* table) {
   RunInfo info;
   auto ranks = reader.ranks();
   if (!ranks) return ranks.status();
@@ -263,13 +280,22 @@ tracedb::Result<RunInfo> loadRunInfo(tracedb::Reader& reader) {
   info.groups = std::move(*groups);
 
   RunInfoLoader load(reader, info);
-  if (auto s = load.scanCollectives(); !s) return s;
+  if (table) load.takeCollectives(*table);
+  else if (auto s = load.scanCollectives(); !s) return s;
   if (auto s = load.scanStepStatRanks(); !s) return s;
   if (auto s = load.readSpanExtents(); !s) return s;
   load.mergeSeenGroups();
   if (auto s = load.timeExtent(); !s) return s;
   if (auto config = reader.metaValue(tracedb::meta_keys::kConfig)) info.model = parseModel(*config);
   return info;
+}
+
+}  // namespace
+
+tracedb::Result<RunInfo> loadRunInfo(tracedb::Reader& reader) { return loadRunInfoFrom(reader, nullptr); }
+
+tracedb::Result<RunInfo> detail::loadRunInfo(tracedb::Reader& reader, const CollectiveTable& table) {
+  return loadRunInfoFrom(reader, &table);
 }
 
 std::string formatRanks(std::vector<int> ranks) {

@@ -96,7 +96,8 @@ class Reader {
   // Spans with id in [fromId, toId), in id order (the order they were written; in a merged file (rank, thread,
   // begin)). Cheaper than forEachSpan for a parallel scan of a whole file: no sort, one B-tree range per worker.
   Status forEachSpanInIdRange(int64_t fromId, int64_t toId, const std::function<bool(const SpanRow&)>& callback);
-  Result<IdRange> spanIdRange();  // empty if there are no spans
+  Result<IdRange> spanIdRange();        // empty if there are no spans
+  Result<IdRange> collectiveIdRange();  // the same for the collectives
   Result<int64_t> spanCount();
   Result<TimeRange> timeRange();  // over spans and collectives
 
