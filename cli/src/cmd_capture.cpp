@@ -27,6 +27,8 @@ Watchdog: no new span, collective or step on any rank for --hang-timeout seconds
   bitflip:rank=R,step=S[,tensor=NAME|allreduce][,bit=B][,phase=fwd|bwd]  (one bit of a parameter after the update,
   or of an all-reduce result: silent data corruption, found by the replica fingerprint check)
   (nan/inf phase=fwd: into layer L's output activation; bwd, the default: into its first parameter's gradient)
+  Pipeline placement (--pp > 1): stage=S in place of rank=R (stage S's first rank); mb=K (nan, inf, hang): only in
+  micro-batch K's passes (0-based), e.g. nan:stage=1,step=3,layer=2,phase=fwd,mb=1
 --health KEY=VALUE,...: nonfinite, grad_spike, loss_spike (off|warn|skip-step|stop), replica (off|warn|stop),
   grad_spike.factor|mads|window|warmup, loss_spike.*, replica.every|rtol, skip_window, skip_max
   (replica: the policy of the replica checks, silent_corruption included; replica.every: their period N, default 10)

@@ -44,6 +44,11 @@ const char* envOr(const char* name, const char* fallback) {
   return v != nullptr ? v : fallback;
 }
 
+// " of micro-batch K" for a spec placed in one micro-batch, else "".
+std::string ofMicrobatch(const FaultSpec& s) {
+  return s.microbatch >= 0 ? fmt::format(" of micro-batch {}", s.microbatch) : std::string();
+}
+
 void announce(const std::string& what) {
   std::fprintf(stderr, "tpscope inject: %s\n", what.c_str());
   std::fflush(stderr);
@@ -104,10 +109,11 @@ void FaultInjector::attachGradientHooks(const std::vector<std::string>& names, c
       const double value = s.kind == FaultKind::Nan ? std::numeric_limits<double>::quiet_NaN()
                                                     : std::numeric_limits<double>::infinity();
       params[target].register_hook([this, i, s, name, value](const at::Tensor& g) -> at::Tensor {
-        if (fired_[i] || step_ != s.step) return at::Tensor();
+        if (fired_[i] || step_ != s.step || !inMicrobatch(s)) return at::Tensor();
         fired_[i] = true;
-        announce(fmt::format("rank {} step {}: {} enters the gradient of {} ({})", rank_, step_,
-                             s.kind == FaultKind::Nan ? "NaN" : "+Inf", name, formatFaultSpec(s)));
+        announce(fmt::format("rank {} step {}: {} enters the gradient of {}{} ({})", rank_, step_,
+                             s.kind == FaultKind::Nan ? "NaN" : "+Inf", name, ofMicrobatch(s),
+                             formatFaultSpec(s)));
         at::Tensor out = g.clone();
         out.view({-1}).narrow(0, 0, 1).fill_(value);
         return out;
@@ -131,11 +137,11 @@ at::Tensor FaultInjector::corruptActivation(int layer, const at::Tensor& output)
   for (size_t i = 0; i < specs_.size(); ++i) {
     const FaultSpec& s = specs_[i];
     if ((s.kind != FaultKind::Nan && s.kind != FaultKind::Inf) || s.phase != FaultPhase::Forward) continue;
-    if (fired_[i] || s.step != step_ || std::max(s.layer, 0) != layer) continue;
+    if (fired_[i] || s.step != step_ || std::max(s.layer, 0) != layer || !inMicrobatch(s)) continue;
     fired_[i] = true;
     const bool nan = s.kind == FaultKind::Nan;
-    announce(fmt::format("rank {} step {}: {} enters the output of layer {} in the forward pass ({})", rank_, step_,
-                         nan ? "NaN" : "+Inf", layer, formatFaultSpec(s)));
+    announce(fmt::format("rank {} step {}: {} enters the output of layer {} in the forward pass{} ({})", rank_, step_,
+                         nan ? "NaN" : "+Inf", layer, ofMicrobatch(s), formatFaultSpec(s)));
     // Out of place and differentiable (the gradient of an addition passes through): autograd sees a normal graph.
     at::Tensor bad = torch::zeros(output.sizes(), output.options());
     bad.view({-1}).narrow(0, 0, 1).fill_(nan ? std::numeric_limits<double>::quiet_NaN()
@@ -150,7 +156,8 @@ void FaultInjector::beforeCollective(const Communicator& comm, const char* op, p
     const FaultSpec& s = specs_[i];
     if (s.kind == FaultKind::Delay) {
       std::this_thread::sleep_for(std::chrono::milliseconds(s.ms));
-    } else if (s.kind == FaultKind::Hang && s.step == step_ && !fired_[i] && phaseMatches(s.phase, phase)) {
+    } else if (s.kind == FaultKind::Hang && s.step == step_ && !fired_[i] && phaseMatches(s.phase, phase) &&
+               inMicrobatch(s)) {
       fired_[i] = true;
       const auto limit = 2 * comm.timeout();
       announce(fmt::format("rank {} step {}: skips {} seq {} on group {} and stalls ({})", rank_, step_, op,
@@ -246,9 +253,11 @@ StepHooks::StepHooks(Mesh& mesh, const std::vector<std::string>& names, const st
   std::string error;
   auto specs = parseFaultList(envOr("TPSCOPE_INJECT", ""), &error);
   if (!specs) throw ConfigError("TPSCOPE_INJECT: " + error);
-  for (const auto& s : *specs)
-    if (std::string why = checkFaultSpec(s, mesh.worldSize(), modelLayers); !why.empty())
+  for (auto& s : *specs) {
+    if (std::string why = checkFaultSpec(s, mesh.worldSize(), modelLayers, mesh.pp()); !why.empty())
       throw ConfigError("TPSCOPE_INJECT: " + why);
+    if (s.stage >= 0) s.rank = s.stage * mesh.tp() * mesh.dp();  // the stage's first rank (mesh.h's rank order)
+  }
   for (const auto& s : *specs)
     // Pipeline stages hold other parameters: the rank the flip targets checks the name (its error stops the job).
     if (s.kind == FaultKind::Bitflip && s.rank == mesh.rank() && !s.tensor.empty() && s.tensor != kBitflipAllReduce &&

@@ -82,6 +82,8 @@ at::Tensor PipelineRunner::run(int64_t step, const BatchSampler& sampler, double
   for (const PipelineOp& op : ops_) backwardsLeft += op.forward ? 0 : 1;
   for (const PipelineOp& op : ops_) {
     Gpt& model = chunks_[static_cast<size_t>(op.chunk)];
+    // The pass's micro-batch, from its receive on: capture's --inject ...,mb=K fires in it only.
+    if (FaultInjector* f = activeFaults()) f->setMicrobatch(op.microbatch);
     const bool pre = model->options.pre_process(), post = model->options.post_process();
     if (op.forward) {
       beforeForward(op.microbatch);
@@ -135,6 +137,7 @@ at::Tensor PipelineRunner::run(int64_t step, const BatchSampler& sampler, double
     }
   }
   for (auto& s : sends) s.wait();
+  if (FaultInjector* f = activeFaults()) f->setMicrobatch(-1);
   ++stepsRun_;
   return lossSum;
 }

@@ -72,7 +72,8 @@ TEST(FaultSpec, RoundTripsThroughItsCanonicalText) {
   for (std::string_view text : {"nan:rank=1,step=3,layer=2", "inf:rank=0,step=4", "spike:rank=2,step=5,factor=250",
                                 "hang:rank=3,step=7,phase=bwd", "mismatch:rank=1,step=2", "slow:rank=1,ms=40",
                                 "nan:rank=2,step=3,layer=0,phase=fwd", "mismatch:rank=0,step=1,phase=fwd",
-                                "delay:rank=0,ms=5", "crash:rank=1,step=9"}) {
+                                "delay:rank=0,ms=5", "crash:rank=1,step=9", "nan:stage=1,step=3,layer=2,phase=fwd,mb=1",
+                                "hang:stage=0,step=2,mb=3", "slow:stage=2,ms=100"}) {
     const FaultSpec s = parseOk(text);
     EXPECT_EQ(formatFaultSpec(s), text);
     EXPECT_EQ(parseOk(formatFaultSpec(s)), s);
@@ -93,7 +94,7 @@ TEST(FaultSpec, ListsJoinWithSemicolons) {
 
 TEST(FaultSpec, RefusesMalformedSpecsClearly) {
   EXPECT_NE(parseError("boom:rank=1").find("unknown fault 'boom'"), std::string::npos);
-  EXPECT_NE(parseError("nan").find("missing parameters (nan:rank=R,step=S[,layer=L][,phase=fwd|bwd])"),
+  EXPECT_NE(parseError("nan").find("missing parameters (nan:rank=R|stage=S,step=S[,layer=L][,phase=fwd|bwd][,mb=K])"),
             std::string::npos);
   EXPECT_NE(parseError("nan:rank=1").find("missing step=S"), std::string::npos);
   EXPECT_NE(parseError("spike:rank=1,step=2").find("missing factor=F"), std::string::npos);
@@ -111,6 +112,30 @@ TEST(FaultSpec, RefusesMalformedSpecsClearly) {
   EXPECT_NE(parseError("nan:rank=1,step=2 ").find("not an integer"), std::string::npos);
   // Every message quotes the spec.
   EXPECT_EQ(parseError("crash:rank=1").rfind("--inject 'crash:rank=1': ", 0), 0u);
+}
+
+// Pipeline placement: stage=S in place of rank=R, mb=K for the kinds that run inside one micro-batch's pass.
+TEST(FaultSpec, PlacesFaultsOnAStageAndAMicrobatch) {
+  FaultSpec s = parseOk("nan:stage=1,step=3,layer=2,phase=fwd,mb=1");
+  EXPECT_EQ(s.stage, 1);
+  EXPECT_EQ(s.microbatch, 1);
+  EXPECT_EQ(s.phase, FaultPhase::Forward);
+  s = parseOk("hang:rank=2,step=2,mb=0");
+  EXPECT_EQ(s.stage, -1);
+  EXPECT_EQ(s.rank, 2);
+  EXPECT_EQ(s.microbatch, 0);
+  EXPECT_NE(parseError("nan:rank=1,stage=1,step=2").find("give rank=R or stage=S, not both"), std::string::npos);
+  EXPECT_NE(parseError("slow:stage=1,ms=5,mb=1").find("unknown key 'mb' for slow"), std::string::npos);
+  EXPECT_NE(parseError("nan:stage=-1,step=2").find("must be a stage >= 0"), std::string::npos);
+  EXPECT_NE(parseError("hang:stage=0,step=2,mb=x").find("must be a micro-batch >= 0"), std::string::npos);
+  EXPECT_NE(parseError("nan:step=2,mb=1").find("missing rank=R"), std::string::npos);
+  // Against the job: stages exist, and a run without pipeline parallelism takes neither key.
+  EXPECT_EQ(checkFaultSpec(parseOk("nan:stage=1,step=1"), 4, 2, 2), "");
+  EXPECT_NE(checkFaultSpec(parseOk("nan:stage=2,step=1"), 4, 2, 2).find("stage 2 does not exist in a pipeline of 2"),
+            std::string::npos);
+  EXPECT_NE(checkFaultSpec(parseOk("hang:rank=0,step=1,mb=1"), 4, 2, 1).find("this run has none (--pp 1)"),
+            std::string::npos);
+  EXPECT_EQ(checkFaultSpec(parseOk("hang:rank=0,step=1,mb=1"), 4, 2, 2), "");
 }
 
 TEST(FaultSpec, ChecksRanksAndLayersAgainstTheJob) {

@@ -4,6 +4,9 @@
 // pipeline object; a healthy pipeline run gets no finding of warning or worse.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
+
 #include "capture_test_util.h"
 
 namespace tpscope::capture_test {
@@ -100,6 +103,47 @@ TEST(PipelineCapture, NanIsTracedAcrossTheStagesItsActivationReaches) {
   EXPECT_EQ(origins[0].layer, 0) << d.summary();
   EXPECT_EQ(origins[0].ranks, std::vector<int>{1}) << d.summary();
   EXPECT_EQ(origins[0].group, "p2p-0-1") << d.summary();
+}
+
+// Pipeline placement of a fault: nan:stage=1,...,mb=1 lands on stage 1's first rank (rank 1 here) in micro-batch 1's
+// forward pass only; its alert says so, and the diagnosis starts the NaN there.
+TEST(PipelineCapture, StageAndMicrobatchPlaceANanInOnePass) {
+  const auto dir = testDir("pipeline_nan_stage_mb");
+  const RunResult r = capture(dir, 2, 1, 1, 4,
+                              {"--pp", "2", "--microbatches", "2", "--inject",
+                               "nan:stage=1,step=3,layer=1,phase=fwd,mb=1"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::ifstream log(dir / "logs" / "rank-1.log");  // the rank's own stderr, where the injector announces itself
+  const std::string said((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(said.find("rank 1 step 3: NaN enters the output of layer 1 in the forward pass of micro-batch 1"),
+            std::string::npos)
+      << said;
+  Db db(dir / "run.db");
+  EXPECT_EQ(db.integer("SELECT count(*) FROM alerts WHERE kind = 'nonfinite_activation' AND rank = 1 AND step = 3 "
+                       "AND json_extract(evidence, '$.micro_batch') = 1"),
+            1);
+  EXPECT_EQ(db.integer("SELECT count(*) FROM alerts WHERE kind = 'nonfinite_activation' AND step < 3"), 0);
+  const Diagnosis d = diagnose(dir / "run.db");
+  const auto origins = d.ofKind("nan_origin");
+  ASSERT_EQ(origins.size(), 1u) << d.summary();
+  EXPECT_EQ(origins[0].rank, 1) << d.summary();
+  EXPECT_EQ(origins[0].step, 3) << d.summary();
+}
+
+// hang:stage=0,step=2,mb=2: stage 0 passes micro-batches 0 and 1 of step 2 and stalls at micro-batch 2's first
+// message, its activation send: with 4 messages a step on the pair, that is seq 4 + 3 = 7, micro-batch (7 − 1) mod 4.
+TEST(PipelineCapture, AHangPlacedInAMicrobatchStallsThatMicrobatchsMessage) {
+  const auto dir = testDir("pipeline_hang_mb");
+  const RunResult r = capture(dir, 2, 1, 1, 4,
+                              {"--pp", "2", "--microbatches", "4", "--inject", "hang:stage=0,step=2,mb=2",
+                               "--hang-timeout", "2", "--grace", "1"});
+  ASSERT_EQ(r.status, 3) << r.output;
+  const Diagnosis d = diagnose(dir / "run.db");
+  const auto hangs = d.ofKind("pipeline_hang", "critical");
+  ASSERT_EQ(hangs.size(), 1u) << d.summary();
+  EXPECT_EQ(hangs[0].group, "p2p-0-1");
+  EXPECT_EQ(hangs[0].seq, 7) << d.summary();
+  EXPECT_EQ(hangs[0].numbers.at("microbatch"), "2") << d.summary();
 }
 
 // Stage 0 computes 100 ms longer per step (--inject slow on a pipeline rank: spread over its forward passes, as on a

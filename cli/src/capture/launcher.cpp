@@ -479,7 +479,8 @@ std::optional<int> CaptureSession::parseFaultsAndHealth() {
     std::string error;
     auto spec = core::parseFaultSpec(text, &error);
     if (!spec) return bad(error);
-    if (std::string why = core::checkFaultSpec(*spec, world_, layers_.value_or(0)); !why.empty()) return bad(why);
+    if (std::string why = core::checkFaultSpec(*spec, world_, layers_.value_or(0), o_.pp); !why.empty())
+      return bad(why);
     faults_.push_back(*spec);
   }
   if (!o_.onNonfinite.empty()) {

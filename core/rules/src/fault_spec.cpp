@@ -20,17 +20,21 @@ struct KindInfo {
   std::string_view optional;
 };
 
+// "rank" in `required` is met by rank=R or stage=S (exactly one of them).
 constexpr KindInfo kKinds[] = {
-    {FaultKind::Nan, "nan", "nan:rank=R,step=S[,layer=L][,phase=fwd|bwd]", "rank,step", "layer,phase"},
-    {FaultKind::Inf, "inf", "inf:rank=R,step=S[,layer=L][,phase=fwd|bwd]", "rank,step", "layer,phase"},
-    {FaultKind::Spike, "spike", "spike:rank=R,step=S,factor=F", "rank,step,factor", ""},
-    {FaultKind::Hang, "hang", "hang:rank=R,step=S[,phase=fwd|bwd]", "rank,step", "phase"},
-    {FaultKind::Mismatch, "mismatch", "mismatch:rank=R,step=S[,phase=fwd|bwd]", "rank,step", "phase"},
-    {FaultKind::Slow, "slow", "slow:rank=R,ms=M", "rank,ms", ""},
-    {FaultKind::Delay, "delay", "delay:rank=R,ms=M", "rank,ms", ""},
-    {FaultKind::Crash, "crash", "crash:rank=R,step=S", "rank,step", ""},
-    {FaultKind::Bitflip, "bitflip", "bitflip:rank=R,step=S[,tensor=NAME|allreduce][,bit=B][,phase=fwd|bwd]",
-     "rank,step", "tensor,bit,phase"},
+    {FaultKind::Nan, "nan", "nan:rank=R|stage=S,step=S[,layer=L][,phase=fwd|bwd][,mb=K]", "rank,step",
+     "layer,phase,mb"},
+    {FaultKind::Inf, "inf", "inf:rank=R|stage=S,step=S[,layer=L][,phase=fwd|bwd][,mb=K]", "rank,step",
+     "layer,phase,mb"},
+    {FaultKind::Spike, "spike", "spike:rank=R|stage=S,step=S,factor=F", "rank,step,factor", ""},
+    {FaultKind::Hang, "hang", "hang:rank=R|stage=S,step=S[,phase=fwd|bwd][,mb=K]", "rank,step", "phase,mb"},
+    {FaultKind::Mismatch, "mismatch", "mismatch:rank=R|stage=S,step=S[,phase=fwd|bwd]", "rank,step", "phase"},
+    {FaultKind::Slow, "slow", "slow:rank=R|stage=S,ms=M", "rank,ms", ""},
+    {FaultKind::Delay, "delay", "delay:rank=R|stage=S,ms=M", "rank,ms", ""},
+    {FaultKind::Crash, "crash", "crash:rank=R|stage=S,step=S", "rank,step", ""},
+    {FaultKind::Bitflip, "bitflip",
+     "bitflip:rank=R|stage=S,step=S[,tensor=NAME|allreduce][,bit=B][,phase=fwd|bwd]", "rank,step",
+     "tensor,bit,phase"},
 };
 
 const KindInfo& info(FaultKind kind) {
@@ -105,17 +109,19 @@ std::optional<FaultSpec> parseFaultSpec(std::string_view text, std::string* erro
     if (eq == std::string_view::npos || eq == 0 || eq + 1 == item.size())
       return fail(fmt::format("'{}' is not key=value ({})", item, kind->usage));
     const std::string_view key = item.substr(0, eq), value = item.substr(eq + 1);
-    if (!listHas(kind->required, key) && !listHas(kind->optional, key))
+    if (!listHas(kind->required, key) && !listHas(kind->optional, key) && key != "stage")
       return fail(fmt::format("unknown key '{}' for {} ({})", key, kind->name, kind->usage));
     if (!kv.emplace(std::string(key), std::string(value)).second)
       return fail(fmt::format("key '{}' given twice", key));
     if (comma == std::string_view::npos) break;
     rest.remove_prefix(comma + 1);
   }
+  if (kv.contains("rank") && kv.contains("stage"))
+    return fail(fmt::format("give rank=R or stage=S, not both ({})", kind->usage));
   for (std::string_view req = kind->required; !req.empty();) {
     const size_t comma = req.find(',');
     const std::string_view key = req.substr(0, comma);
-    if (!kv.contains(key)) {
+    if (!kv.contains(key) && !(key == "rank" && kv.contains("stage"))) {
       const std::string upper = key == "factor" ? "F" : key == "ms" ? "M" : key == "rank" ? "R" : "S";
       return fail(fmt::format("missing {}={} ({})", key, upper, kind->usage));
     }
@@ -129,6 +135,11 @@ std::optional<FaultSpec> parseFaultSpec(std::string_view text, std::string* erro
       const auto n = detail::parseSpecInt(value);
       if (!n || *n < 0 || *n > 63) return fail(fmt::format("bit={} must be a bit index from 0 to 63", value));
       spec.bit = static_cast<int>(*n);
+    } else if (key == "stage" || key == "mb") {
+      const auto n = detail::parseSpecInt(value);
+      if (!n || *n < 0 || *n > 1'000'000)
+        return fail(fmt::format("{}={} must be {} >= 0", key, value, key == "stage" ? "a stage" : "a micro-batch"));
+      (key == "stage" ? spec.stage : spec.microbatch) = static_cast<int>(*n);
     } else if (key == "rank" || key == "step" || key == "layer" || key == "ms") {
       const auto n = detail::parseSpecInt(value);
       if (!n) return fail(fmt::format("{}={} is not an integer", key, value));
@@ -175,7 +186,8 @@ std::optional<std::vector<FaultSpec>> parseFaultList(std::string_view text, std:
 }
 
 std::string formatFaultSpec(const FaultSpec& s) {
-  std::string out = fmt::format("{}:rank={}", faultKindName(s.kind), s.rank);
+  std::string out = s.stage >= 0 ? fmt::format("{}:stage={}", faultKindName(s.kind), s.stage)
+                                 : fmt::format("{}:rank={}", faultKindName(s.kind), s.rank);
   if (s.step >= 1) out += fmt::format(",step={}", s.step);
   if (s.layer >= 0) out += fmt::format(",layer={}", s.layer);
   if (s.kind == FaultKind::Spike) out += fmt::format(",factor={}", s.factor);
@@ -184,6 +196,7 @@ std::string formatFaultSpec(const FaultSpec& s) {
   if (s.bit >= 0) out += fmt::format(",bit={}", s.bit);
   if (s.phase == FaultPhase::Forward) out += ",phase=fwd";
   if (s.phase == FaultPhase::Backward) out += ",phase=bwd";
+  if (s.microbatch >= 0) out += fmt::format(",mb={}", s.microbatch);
   return out;
 }
 
@@ -193,8 +206,14 @@ std::string formatFaultList(const std::vector<FaultSpec>& specs) {
   return out;
 }
 
-std::string checkFaultSpec(const FaultSpec& spec, int worldSize, int layers) {
-  if (spec.rank >= worldSize)
+std::string checkFaultSpec(const FaultSpec& spec, int worldSize, int layers, int stages) {
+  if (stages > 0 && spec.stage >= stages)
+    return fmt::format("--inject '{}': stage {} does not exist in a pipeline of {} stages (stages 0-{})",
+                       formatFaultSpec(spec), spec.stage, stages, stages - 1);
+  if (stages == 1 && (spec.stage >= 0 || spec.microbatch >= 0))
+    return fmt::format("--inject '{}': stage= and mb= place a fault in a pipeline; this run has none (--pp 1)",
+                       formatFaultSpec(spec));
+  if (spec.stage < 0 && spec.rank >= worldSize)
     return fmt::format("--inject '{}': rank {} does not exist in a job of {} ranks (ranks 0-{})",
                        formatFaultSpec(spec), spec.rank, worldSize, worldSize - 1);
   if (layers > 0 && spec.layer >= layers)
@@ -205,7 +224,8 @@ std::string checkFaultSpec(const FaultSpec& spec, int worldSize, int layers) {
 
 bool operator==(const FaultSpec& a, const FaultSpec& b) {
   return a.kind == b.kind && a.rank == b.rank && a.step == b.step && a.layer == b.layer && a.factor == b.factor &&
-         a.ms == b.ms && a.phase == b.phase && a.tensor == b.tensor && a.bit == b.bit;
+         a.ms == b.ms && a.phase == b.phase && a.tensor == b.tensor && a.bit == b.bit && a.stage == b.stage &&
+         a.microbatch == b.microbatch;
 }
 
 }  // namespace tpscope::core

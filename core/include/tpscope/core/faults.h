@@ -72,6 +72,9 @@ class FaultInjector {
   void spreadSlowOverPasses() { slowInPasses_ = true; }
   // PipelineRunner, inside each forward pass span: 1/`passesPerStep` of this rank's slow delay.
   void slowPass(int passesPerStep);
+  // PipelineRunner, before each forward or backward pass: the micro-batch it runs (a spec with mb=K fires only in
+  // micro-batch K's passes); -1 outside a pass.
+  void setMicrobatch(int microbatch) { microbatch_ = microbatch; }
   // Trainer, once, before the DP reducer registers its hooks: gradient hooks for nan/inf/spike.
   void attachGradientHooks(const std::vector<std::string>& names, const std::vector<int>& layers,
                            std::vector<at::Tensor> params);
@@ -95,7 +98,9 @@ class FaultInjector {
   std::vector<bool> fired_;
   int rank_;
   int step_ = 0;
+  int microbatch_ = -1;
   bool slowInPasses_ = false;
+  bool inMicrobatch(const FaultSpec& s) const { return s.microbatch < 0 || s.microbatch == microbatch_; }
 };
 
 // The injector installed in this process, or null. One relaxed load.

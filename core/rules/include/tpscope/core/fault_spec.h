@@ -19,7 +19,12 @@
 //                                     or, with tensor=allreduce, of the result of rank R's first all-reduce of step S
 //                                     (of that phase). Silent data corruption: found by the replica fingerprints
 //                                     (replica_check.h). B counts from the least significant bit of the element.
-// Ranks are global ranks (0-based); steps are 1-based optimizer steps; layers 0-based transformer layers.
+// Pipeline placement: stage=S in place of rank=R puts the fault on stage S's first rank (TP rank 0, DP rank 0:
+// global rank S × TP × DP), on a run with --pp > 1; mb=K (nan, inf, hang) fires it in micro-batch K's pass only
+// (nan/inf: that micro-batch's forward pass, phase=fwd, or its backward pass; hang: the first collective or
+// point-to-point message of that micro-batch's passes).
+// Ranks are global ranks (0-based); steps are 1-based optimizer steps; layers 0-based transformer layers;
+// micro-batches 0-based, below --microbatches.
 // Lists (environment variable TPSCOPE_INJECT) join specs with ';'.
 #pragma once
 
@@ -46,6 +51,8 @@ struct FaultSpec {
   FaultPhase phase = FaultPhase::Any;  // nan/inf: Any means backward (the gradient)
   std::string tensor;                  // bitflip: a parameter name, kBitflipAllReduce, or "" (the default target)
   int bit = -1;                        // bitflip: -1 means kDefaultFlipBit
+  int stage = -1;       // stage=S given: the fault's rank is stage S's first (StepHooks resolves it); -1: rank=R
+  int microbatch = -1;  // mb=K: only in micro-batch K's passes; -1: any
 };
 
 // bitflip's tensor= value that targets an all-reduce result instead of a parameter.
@@ -60,9 +67,9 @@ std::optional<std::vector<FaultSpec>> parseFaultList(std::string_view text, std:
 // The canonical text of a spec; parseFaultSpec(formatFaultSpec(s)) == s.
 std::string formatFaultSpec(const FaultSpec& spec);
 std::string formatFaultList(const std::vector<FaultSpec>& specs);
-// Empty when the spec fits a job of `worldSize` ranks (and `layers` transformer layers, when known: > 0);
-// otherwise the reason, naming the spec.
-std::string checkFaultSpec(const FaultSpec& spec, int worldSize, int layers = 0);
+// Empty when the spec fits a job of `worldSize` ranks (and `layers` transformer layers, when known: > 0; and
+// `stages` pipeline stages, when known: > 0); otherwise the reason, naming the spec.
+std::string checkFaultSpec(const FaultSpec& spec, int worldSize, int layers = 0, int stages = 0);
 
 bool operator==(const FaultSpec& a, const FaultSpec& b);
 
