@@ -69,22 +69,35 @@ TEST(PipelineCapture, TraceCarriesStagesMicrobatchesAndMatchedPointToPoint) {
     EXPECT_TRUE(f.severity == "info") << "healthy pipeline run: " << d.summary();
 }
 
+// An evidence number of a finding as JSON text; "" when absent.
+std::string number(const Finding& f, const std::string& key) {
+  auto it = f.numbers.find(key);
+  return it == f.numbers.end() ? std::string() : it->second;
+}
+
+// A 2-stage, 4-micro-batch capture with `inject` (a hang), which must stop as hung; its one critical pipeline_hang.
+Finding pipelineHang(const std::string& name, const std::string& inject, Diagnosis& d) {
+  const auto dir = testDir(name);
+  const RunResult r = capture(dir, 2, 1, 1, 4,
+                              {"--pp", "2", "--microbatches", "4", "--inject", inject, "--hang-timeout", "2", "--grace",
+                               "1"});
+  EXPECT_EQ(r.status, 3) << r.output;
+  d = diagnose(dir / "run.db");
+  const auto hangs = d.ofKind("pipeline_hang", "critical");
+  EXPECT_EQ(hangs.size(), 1u) << d.summary();
+  return hangs.empty() ? Finding{} : hangs[0];
+}
+
 // Stage 0 stalls before its first send of step 2 (--inject hang): diagnose names a pipeline_hang — stage 0 never sent
 // micro-batch 0's activation to stage 1, on p2p 0 -> 1 seq m + 1 (the first message of the second step).
 TEST(PipelineCapture, AStageThatNeverSendsIsNamedByPairSeqStageAndMicrobatch) {
-  const auto dir = testDir("pipeline_hang");
-  const RunResult r = capture(dir, 2, 1, 1, 4,
-                              {"--pp", "2", "--microbatches", "4", "--inject", "hang:rank=0,step=2",
-                               "--hang-timeout", "2", "--grace", "1"});
-  ASSERT_EQ(r.status, 3) << r.output;
-  const Diagnosis d = diagnose(dir / "run.db");
-  const auto hangs = d.ofKind("pipeline_hang", "critical");
-  ASSERT_EQ(hangs.size(), 1u) << d.summary();
-  EXPECT_EQ(hangs[0].group, "p2p-0-1");
-  EXPECT_EQ(hangs[0].seq, 5);
-  EXPECT_EQ(hangs[0].numbers.at("microbatch"), "0");
-  EXPECT_EQ(hangs[0].numbers.at("stage"), "0");
-  EXPECT_EQ(hangs[0].message, "stage 0 (rank 0) never sent micro-batch 0's activation to stage 1 (rank 1): p2p 0 -> 1 seq 5")
+  Diagnosis d;
+  const Finding hang = pipelineHang("pipeline_hang", "hang:rank=0,step=2", d);
+  EXPECT_EQ(hang.group, "p2p-0-1");
+  EXPECT_EQ(hang.seq, 5);
+  EXPECT_EQ(number(hang, "microbatch"), "0");
+  EXPECT_EQ(number(hang, "stage"), "0");
+  EXPECT_EQ(hang.message, "stage 0 (rank 0) never sent micro-batch 0's activation to stage 1 (rank 1): p2p 0 -> 1 seq 5")
       << d.summary();
 }
 
@@ -133,17 +146,11 @@ TEST(PipelineCapture, StageAndMicrobatchPlaceANanInOnePass) {
 // hang:stage=0,step=2,mb=2: stage 0 passes micro-batches 0 and 1 of step 2 and stalls at micro-batch 2's first
 // message, its activation send: with 4 messages a step on the pair, that is seq 4 + 3 = 7, micro-batch (7 − 1) mod 4.
 TEST(PipelineCapture, AHangPlacedInAMicrobatchStallsThatMicrobatchsMessage) {
-  const auto dir = testDir("pipeline_hang_mb");
-  const RunResult r = capture(dir, 2, 1, 1, 4,
-                              {"--pp", "2", "--microbatches", "4", "--inject", "hang:stage=0,step=2,mb=2",
-                               "--hang-timeout", "2", "--grace", "1"});
-  ASSERT_EQ(r.status, 3) << r.output;
-  const Diagnosis d = diagnose(dir / "run.db");
-  const auto hangs = d.ofKind("pipeline_hang", "critical");
-  ASSERT_EQ(hangs.size(), 1u) << d.summary();
-  EXPECT_EQ(hangs[0].group, "p2p-0-1");
-  EXPECT_EQ(hangs[0].seq, 7) << d.summary();
-  EXPECT_EQ(hangs[0].numbers.at("microbatch"), "2") << d.summary();
+  Diagnosis d;
+  const Finding hang = pipelineHang("pipeline_hang_mb", "hang:stage=0,step=2,mb=2", d);
+  EXPECT_EQ(hang.group, "p2p-0-1");
+  EXPECT_EQ(hang.seq, 7) << d.summary();
+  EXPECT_EQ(number(hang, "microbatch"), "2") << d.summary();
 }
 
 // Stage 0 computes 100 ms longer per step (--inject slow on a pipeline rank: spread over its forward passes, as on a
