@@ -42,9 +42,6 @@ struct PassSpan {
 };
 #endif
 
-const Callsite kActSite{"pipeline activation", -1};
-const Callsite kGradSite{"pipeline activation gradient", -1};
-
 }  // namespace
 
 PipelineRunner::PipelineRunner(const TrainConfig& cfg, Mesh& mesh, std::vector<Gpt> chunks, c10::Device device)
@@ -59,6 +56,15 @@ PipelineRunner::PipelineRunner(const TrainConfig& cfg, Mesh& mesh, std::vector<G
   for (const PipelineOp& op : ops_) forwardPasses_ += op.forward ? 1 : 0;
   const bool withChunk = v > 1;
   for (const PipelineOp& op : ops_) passSite(op.forward, op.microbatch, op.chunk, withChunk);  // built up front
+  const int m = static_cast<int>(cfg.grad_accum);
+  siteNames_.reserve(2 * static_cast<size_t>(m));  // no reallocation: the callsites point into these strings
+  for (int mb = 0; mb < m; ++mb) siteNames_.push_back(fmt::format("pipeline activation of micro-batch {}", mb));
+  for (int mb = 0; mb < m; ++mb)
+    siteNames_.push_back(fmt::format("pipeline activation gradient of micro-batch {}", mb));
+  for (int mb = 0; mb < m; ++mb) {
+    actSites_.push_back({siteNames_[static_cast<size_t>(mb)].c_str(), -1});
+    gradSites_.push_back({siteNames_[static_cast<size_t>(m + mb)].c_str(), -1});
+  }
 }
 
 at::Tensor PipelineRunner::run(int64_t step, const BatchSampler& sampler, double lossScale, const ForwardFn& forward,
@@ -90,7 +96,8 @@ at::Tensor PipelineRunner::run(int64_t step, const BatchSampler& sampler, double
       at::Tensor input, ids, targets;
       if (op.recvFrom >= 0) {
         input = torch::empty({c.micro_batch_size, seq, c.hidden}, f32);
-        pg.recv(input, op.recvFrom, recvSeq(op), kActSite, probes::Phase::Forward);
+        pg.recv(input, op.recvFrom, recvSeq(op), actSites_.at(static_cast<size_t>(op.microbatch)),
+                probes::Phase::Forward);
         input.requires_grad_(true);
       }
       if (pre || post) {
@@ -109,7 +116,8 @@ at::Tensor PipelineRunner::run(int64_t step, const BatchSampler& sampler, double
       if (post) lossSum += out.detach().to(at::kFloat);
       if (op.sendTo >= 0) {
         at::Tensor wire = out.detach().to(at::kFloat).contiguous();
-        sends.push_back(pg.send(wire, op.sendTo, sendSeq(op), kActSite, probes::Phase::Forward));
+        sends.push_back(pg.send(wire, op.sendTo, sendSeq(op), actSites_.at(static_cast<size_t>(op.microbatch)),
+                                probes::Phase::Forward));
       }
       saved[{op.microbatch, op.chunk}] = {input, out};
       continue;
@@ -121,7 +129,8 @@ at::Tensor PipelineRunner::run(int64_t step, const BatchSampler& sampler, double
     at::Tensor grad;
     if (!post) {
       grad = torch::empty({c.micro_batch_size, seq, c.hidden}, f32);
-      pg.recv(grad, op.recvFrom, recvSeq(op), kGradSite, probes::Phase::Backward);
+      pg.recv(grad, op.recvFrom, recvSeq(op), gradSites_.at(static_cast<size_t>(op.microbatch)),
+              probes::Phase::Backward);
     }
     if (--backwardsLeft == 0) beforeLastBackward();
     {
@@ -133,7 +142,8 @@ at::Tensor PipelineRunner::run(int64_t step, const BatchSampler& sampler, double
     }
     if (op.sendTo >= 0) {
       at::Tensor wire = sv.input.grad().to(at::kFloat).contiguous();
-      sends.push_back(pg.send(wire, op.sendTo, sendSeq(op), kGradSite, probes::Phase::Backward));
+      sends.push_back(pg.send(wire, op.sendTo, sendSeq(op), gradSites_.at(static_cast<size_t>(op.microbatch)),
+                              probes::Phase::Backward));
     }
   }
   for (auto& s : sends) s.wait();

@@ -17,6 +17,7 @@
 
 #include <functional>
 #include <map>
+#include <string>
 #include <memory>
 #include <vector>
 
@@ -53,6 +54,10 @@ class PipelineRunner {
   // the wire and the trace number them over the run (step k's message i is k·n + i), so (src, dst, seq) stays unique.
   std::map<std::pair<int, int>, uint64_t> perStep_;
   uint64_t stepsRun_ = 0;
+  // Per micro-batch, the callsites of its activation and activation-gradient messages ("pipeline activation of
+  // micro-batch K"): the trace's send/recv records say which micro-batch they carry, whatever the schedule.
+  std::vector<std::string> siteNames_;
+  std::vector<Callsite> actSites_, gradSites_;
 };
 
 }  // namespace tpscope::core

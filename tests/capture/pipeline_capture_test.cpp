@@ -4,6 +4,7 @@
 // pipeline object; a healthy pipeline run gets no finding of warning or worse.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 
@@ -151,6 +152,29 @@ TEST(PipelineCapture, AHangPlacedInAMicrobatchStallsThatMicrobatchsMessage) {
   EXPECT_EQ(hang.group, "p2p-0-1");
   EXPECT_EQ(hang.seq, 7) << d.summary();
   EXPECT_EQ(number(hang, "microbatch"), "2") << d.summary();
+}
+
+// Interleaved 1F1B (2 chunks a stage, so the 4-layer small config): a pair's messages no longer follow the
+// micro-batches in order, and the hang is still told by micro-batch — the one the message's records name.
+TEST(PipelineCapture, AnInterleavedHangIsToldByTheMicrobatchItsMessageCarries) {
+  const auto dir = testDir("pipeline_hang_interleaved");
+  auto argv = captureArgv(dir, 2, 1, 1, 4,
+                          {"--pp", "2", "--schedule", "interleaved", "--virtual-stages", "2", "--microbatches", "4",
+                           "--inject", "hang:stage=0,step=2,mb=2", "--hang-timeout", "2", "--grace", "1"});
+  *(std::find(argv.begin(), argv.end(), "--config") + 1) =
+      (fs::path(TPSCOPE_TINY_CONFIG).parent_path() / "small.json").string();
+  const RunResult r = run(argv, captureLog(dir));
+  ASSERT_EQ(r.status, 3) << r.output;
+  const Diagnosis d = diagnose(dir / "run.db");
+  const auto hangs = d.ofKind("pipeline_hang", "critical");
+  ASSERT_EQ(hangs.size(), 1u) << d.summary();
+  EXPECT_EQ(hangs[0].group, "p2p-0-1") << d.summary();
+  EXPECT_EQ(number(hangs[0], "microbatch"), "2") << d.summary();
+  EXPECT_NE(hangs[0].message.find("never sent micro-batch 2's activation"), std::string::npos) << d.summary();
+  Db db(dir / "run.db");
+  EXPECT_EQ(db.value("SELECT callsite FROM collectives WHERE group_name = 'p2p-0-1' AND seq = " +
+                     std::to_string(hangs[0].seq) + " LIMIT 1"),
+            "pipeline activation of micro-batch 2 forward recv");
 }
 
 // Stage 0 computes 100 ms longer per step (--inject slow on a pipeline rank: spread over its forward passes, as on a

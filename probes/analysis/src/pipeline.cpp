@@ -1,6 +1,7 @@
 #include "tpscope/analysis/pipeline.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <map>
 #include <optional>
@@ -197,6 +198,25 @@ tracedb::Result<PipelineReport> analyzePipeline(tracedb::Reader& reader) {
   return out;
 }
 
+// The micro-batch a point-to-point message carries, from its records' callsite ("… of micro-batch K …"); -1 when
+// no record of it says.
+int microbatchOfMessage(tracedb::Reader& reader, const std::string& group, int64_t seq) {
+  tracedb::Query q(reader, "SELECT callsite FROM collectives WHERE group_name = ? AND seq = ?", "p2p callsites");
+  q.bind(1, std::string_view(group));
+  q.bind(2, seq);
+  int mb = -1;
+  (void)q.each([&](tracedb::Query& r) {
+    const std::string_view site = r.view(0);
+    constexpr std::string_view kKey = "micro-batch ";
+    const size_t at = site.find(kKey);
+    if (at == std::string_view::npos || mb >= 0) return;
+    int n = -1;
+    const char* first = site.data() + at + kKey.size();
+    if (std::from_chars(first, site.data() + site.size(), n).ec == std::errc() && n >= 0) mb = n;
+  });
+  return mb;
+}
+
 void namePipelineHangs(tracedb::Reader& reader, std::vector<Finding>& findings) {
   const std::optional<Layout> layout = readLayout(reader);
   if (!layout) return;
@@ -211,9 +231,11 @@ void namePipelineHangs(tracedb::Reader& reader, std::vector<Finding>& findings) 
     const bool forward = layout->schedule == "interleaved" ? dstStage == (srcStage + 1) % layout->stages
                                                            : dstStage > srcStage;
     const int64_t seq = fd.collective->seq;
-    const int mb = layout->schedule != "interleaved" && layout->microbatches > 0
-                       ? static_cast<int>((seq - 1) % layout->microbatches)
-                       : -1;
+    // The micro-batch: as the message's records say it (the engine's callsite "… of micro-batch K", any schedule);
+    // for a trace without it, gpipe and 1f1b carry one micro-batch per message in order on a pair.
+    int mb = microbatchOfMessage(reader, fd.collective->group, seq);
+    if (mb < 0 && layout->schedule != "interleaved" && layout->microbatches > 0)
+      mb = static_cast<int>((seq - 1) % layout->microbatches);
     const bool senderMissing = std::find(fd.ranks.begin(), fd.ranks.end(), src) != fd.ranks.end();
     const std::string what = std::string(forward ? "activation" : "activation gradient");
     const std::string mbText = mb >= 0 ? "micro-batch " + std::to_string(mb) + "'s " : "the ";

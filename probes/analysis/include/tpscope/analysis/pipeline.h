@@ -65,8 +65,10 @@ std::vector<Finding> pipelineFindings(const PipelineReport& report);
 // pipeline_hang: a `hang` finding on a point-to-point pseudo-group "p2p-<src>-<dst>" becomes a pipeline_hang, told
 // in pipeline terms — which stage never sent (or never received) which micro-batch's activation or gradient — with
 // evidence src, dst, seq (as before) plus src_stage, dst_stage, direction ("activation" / "activation_gradient")
-// and microbatch (gpipe and 1f1b: a pair carries one micro-batch per message in order, so micro-batch = (seq − 1)
-// mod m; −1 for interleaved). Nothing changes without meta 'pipeline'.
+// and microbatch: the one the message's records name in their callsite ("pipeline activation of micro-batch K",
+// every schedule, interleaved included); for a trace whose callsites do not say, gpipe and 1f1b carry one
+// micro-batch per message in order on a pair, so (seq − 1) mod m, and −1 for interleaved. Nothing changes without
+// meta 'pipeline'.
 void namePipelineHangs(tracedb::Reader& reader, std::vector<Finding>& findings);
 
 }  // namespace tpscope::analysis
