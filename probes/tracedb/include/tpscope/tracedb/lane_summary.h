@@ -15,11 +15,10 @@
 // long span begins after every short span of its bucket), so a row has at most 3 × its buckets entries.
 // Times are the file's own (the spans table's); names are the file's string ids.
 //
-// Stored in table lane_summary (docs/schema.md): one row per (rank, thread, depth), its entries packed in a blob
-// with its bucket width (32 bytes each, little-endian: begin i64, end i64, name u32, step i32, count u32, layer i16,
-// kind u8, phase u8),
-// stamped in meta with the definition's version and the span ids it was computed from; a reader that finds another
-// version, or spans added since, gets nothing and reads the spans.
+// Stored in table lane_summary (docs/schema.md): one row per (rank, thread, depth) with its bucket width and its
+// entries packed in a blob (32 bytes each, little-endian: begin i64, end i64, name u32, step i32, count u32, layer i16,
+// kind u8, phase u8), stamped in meta with the definition's version and the span ids it was computed from; a reader
+// that finds another version, or spans added since, gets nothing and reads the spans.
 #pragma once
 
 #include <algorithm>
