@@ -142,6 +142,8 @@ TEST(PipelineCapture, StageAndMicrobatchPlaceANanInOnePass) {
   ASSERT_EQ(origins.size(), 1u) << d.summary();
   EXPECT_EQ(origins[0].rank, 1) << d.summary();
   EXPECT_EQ(origins[0].step, 3) << d.summary();
+  EXPECT_EQ(number(origins[0], "microbatch"), "1") << d.summary();
+  EXPECT_NE(origins[0].message.find("of micro-batch 1"), std::string::npos) << d.summary();
 }
 
 // hang:stage=0,step=2,mb=2: stage 0 passes micro-batches 0 and 1 of step 2 and stalls at micro-batch 2's first

@@ -13,6 +13,7 @@
 #include "evidence_util.h"
 #include "tpscope/tracedb/query.h"
 #include "tpscope/analysis/collectives.h"
+#include "tpscope/analysis/pipeline.h"
 #include "tpscope/probes/alert_kinds.h"
 #include "tpscope/probes/nonfinite_order.h"
 
@@ -112,7 +113,8 @@ tracedb::Status readGradEvents(tracedb::Reader& reader, std::vector<NonFiniteEve
 }
 
 // 2. The live rules' non-finite alerts (activations with the time the output was produced; gradients).
-tracedb::Status readAlertEvents(tracedb::Reader& reader, std::vector<NonFiniteEvent>& events) {
+// `pipeline`: the run is pipeline-parallel, so an activation alert's micro-batch says where the value was born.
+tracedb::Status readAlertEvents(tracedb::Reader& reader, std::vector<NonFiniteEvent>& events, bool pipeline) {
   const std::string sql = "SELECT rank, step, layer, param, ts_ns, kind, evidence FROM alerts WHERE kind LIKE '" +
                           std::string(probes::alert_kinds::kNonfinitePrefix) +
                           "%' OR kind LIKE 'nan%' OR kind LIKE 'inf%'";
@@ -132,6 +134,11 @@ tracedb::Status readAlertEvents(tracedb::Reader& reader, std::vector<NonFiniteEv
       e.boundNs = r.i64(4);
     else
       e.tsNs = r.i64(4);
+    if (pipeline && e.tsNs) {
+      const auto j = nlohmann::json::parse(evidence, nullptr, false);
+      if (j.is_object())
+        if (auto it = j.find("micro_batch"); it != j.end() && it->is_number_integer()) e.microbatch = it->get<int>();
+    }
     e.nanCount = jsonCount(evidence, "nan_count");
     e.infCount = jsonCount(evidence, "inf_count");
     e.numel = jsonCount(evidence, "numel");
@@ -336,7 +343,7 @@ tracedb::Result<NonFiniteReport> analyzeNonFinite(tracedb::Reader& reader, const
   std::vector<NonFiniteEvent> events;
   std::map<std::pair<int, int>, int64_t> stepEnd;
   if (auto s = readGradEvents(reader, events); !s) return s;
-  if (auto s = readAlertEvents(reader, events); !s) return s;
+  if (auto s = readAlertEvents(reader, events, pipelineStages(reader) > 1); !s) return s;
   if (auto s = readStepStatEvents(reader, events, stepEnd); !s) return s;
   for (NonFiniteEvent& e : events) {
     if (e.tsNs)
@@ -387,6 +394,7 @@ std::vector<Finding> nonFiniteFindings(const NonFiniteReport& report, const RunI
   if (!o.param.empty()) where += " " + o.param;
   if (o.source == "grad_stats") where += " grad";
   else if (!o.phase.empty()) where += " (" + o.phase + ")";
+  if (o.microbatch >= 0) where += " of micro-batch " + std::to_string(o.microbatch);
   fd.message = std::string("first ") + (o.isNan() ? "NaN" : "Inf") + ": " + where;
   std::string line = "first non-finite value: ";
   if (o.nanCount > 0) line += std::to_string(o.nanCount) + " NaN";
@@ -435,6 +443,7 @@ std::vector<Finding> nonFiniteFindings(const NonFiniteReport& report, const RunI
   if (o.prevNorm) fd.number("prev_l2_norm", *o.prevNorm);
   if (o.medianNorm) fd.number("median_l2_norm", *o.medianNorm);
   fd.number("affected_ranks", static_cast<int64_t>(report.firstPerRank.size()));
+  if (o.microbatch >= 0) fd.number("microbatch", int64_t{o.microbatch});
   out.push_back(std::move(fd));
   // A second origin: affected ranks the spread path does not explain, each its own finding.
   for (const NonFiniteEvent& e : report.firstPerRank) {

@@ -48,6 +48,7 @@ struct NonFiniteEvent {
   std::optional<int64_t> boundNs;   // the latest time the rank can have first held it: tsNs, else its step's end
   std::optional<double> prevNorm;   // the rank's l2 norm of the same param at the previous step, if recorded
   std::optional<double> medianNorm; // its median over the previous steps
+  int microbatch = -1;  // a pipeline-parallel run's activation alert: the micro-batch whose forward produced it
   bool isNan() const { return nanCount > 0; }
 };
 
