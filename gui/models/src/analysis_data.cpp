@@ -44,11 +44,7 @@ AnalysisData loadAnalysis(const std::vector<fs::path>& files) {
       if (reports.breakdown) out.breakdown = std::move(*reports.breakdown);
       if (reports.collectives) out.collectives = std::move(*reports.collectives);
       if (reports.desync) out.desync = std::move(*reports.desync);
-      if (analysis::pipelineStages(**reader) > 1) {  // the pipeline view's measured bubble (analysis/pipeline.h)
-        auto pipeline = analysis::analyzePipeline(**reader);
-        if (pipeline) out.pipeline = std::move(*pipeline);
-        else out.errors.push_back("pipeline: " + pipeline.error());
-      }
+      if (reports.pipeline) out.pipeline = std::move(*reports.pipeline);  // the pipeline view's measured bubble
     }
   }
   if (!temporary.empty()) {

@@ -275,7 +275,8 @@ DiagnoseResult diagnose(tracedb::Reader& reader, const DiagnoseOptions& options)
   take("pipeline", [&]() -> Findings {
     auto r = analyzePipeline(reader);
     if (!r) return r.status();
-    return pipelineFindings(*r);
+    result.reports.pipeline = std::move(*r);
+    return pipelineFindings(*result.reports.pipeline);
   });
   if (breakdown) result.reports.breakdown = std::move(*breakdown);
   result.reports.collectives = std::move(collectives);

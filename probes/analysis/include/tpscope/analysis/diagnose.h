@@ -41,6 +41,7 @@
 #include "tpscope/analysis/desync.h"
 #include "tpscope/analysis/finding.h"
 #include "tpscope/analysis/nonfinite.h"
+#include "tpscope/analysis/pipeline.h"
 #include "tpscope/analysis/run_info.h"
 #include "tpscope/tracedb/reader.h"
 
@@ -67,6 +68,7 @@ struct DiagnoseReports {
   std::optional<CollectiveAnalysis> collectives;
   std::optional<DesyncReport> desync;
   std::optional<NonFiniteReport> nonfinite;
+  std::optional<PipelineReport> pipeline;  // present() only for a pipeline-parallel run
 };
 
 struct DiagnoseResult {
