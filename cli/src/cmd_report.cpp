@@ -138,15 +138,16 @@ void printPipeline(const analysis::PipelineReport& p, std::ostream& out) {
       << (p.virtualStages > 1 ? ", " + std::to_string(p.virtualStages) + " chunks per stage" : std::string())
       << "; analytic bubble " << pct(p.analyticBubblePct) << " of the pipeline time, measured over " << p.steps
       << " step" << (p.steps == 1 ? "" : "s") << ":\n";
-  Table t({"stage", "ranks", "window ms", "compute ms", "bubble", "warm-up/cool-down", "dependency wait",
-           "transfer"});
+  Table t({"stage", "ranks", "window ms", "compute ms", "own compute ms", "bubble", "warm-up/cool-down",
+           "dependency wait", "transfer"});
   for (const auto& s : p.perStage)
-    t.add({std::to_string(s.stage), analysis::formatRanks(s.ranks), ms(s.stepNs), ms(s.computeNs), pct(s.bubblePct),
-           pct(s.warmupCooldownPct), pct(s.dependencyWaitPct), pct(s.transferPct)});
+    t.add({std::to_string(s.stage), analysis::formatRanks(s.ranks), ms(s.stepNs), ms(s.computeNs),
+           ms(s.ownComputeNs), pct(s.bubblePct), pct(s.warmupCooldownPct), pct(s.dependencyWaitPct),
+           pct(s.transferPct)});
   t.print(out);
   if (p.longestStage >= 0)
     out << "longest stage: " << p.longestStage << " (" << pct(p.longestOverMeanPct)
-        << " more compute than the stages' mean)\n";
+        << " more own compute than the stages' mean)\n";
 }
 
 // Gradient norms by layer over the run (grad_stats: per step the median over ranks and parameters of the layer):

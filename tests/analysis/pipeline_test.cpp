@@ -22,7 +22,8 @@ constexpr int64_t kUs = 1000;  // the scenario's unit: 1 µs
 //   rank 0  F0 [0,10]  F1 [10,48] (slow)  recv grad0 [48,49]  B0 [49,69]  recv grad1 [69,82]  B1 [82,102]
 //   rank 1  recv act0 [0,12]  F0 [12,22]  B0 [22,42]  recv act1 [42,50]  F1 [50,60]  B1 [60,80]  send wait [80,81]
 // Sends posted: act0 at 10, act1 at 48 (rank 0); grad0 at 42, grad1 at 80 (rank 1). Window: [0, 102].
-void writeScenario(const std::filesystem::path& path) {
+// With `tpWait`, 28 of rank 0's F1 are a TP all-reduce [15,43] (waiting on a TP peer), not its own compute.
+void writeScenario(const std::filesystem::path& path, bool tpWait = false) {
   auto w = newWriter(path);
   ASSERT_TRUE(w);
   for (int r = 0; r < 2; ++r) {
@@ -80,6 +81,7 @@ void writeScenario(const std::filesystem::path& path) {
   p2p(0, "p2p-1-0", 1, "recv", 48, 49);
   p2p(1, "p2p-1-0", 2, "send", 80, 81);
   p2p(0, "p2p-1-0", 2, "recv", 69, 82);
+  if (tpWait) p2p(0, "tp-0", 1, "all_reduce", 15, 43);
   ASSERT_TRUE(w->close());
 }
 
@@ -116,6 +118,7 @@ TEST(PipelineBubble, KnownSplitOfEveryIdleInterval) {
   EXPECT_NEAR(s1.dependencyWaitPct, 100 * 6 / w, 1e-9);
   EXPECT_NEAR(s1.bubblePct, 100 * 42 / w, 1e-9);
   EXPECT_EQ(rep->longestStage, 0);
+  EXPECT_DOUBLE_EQ(s0.ownComputeNs, 88 * kUs);  // no collective inside its passes
   EXPECT_NEAR(rep->longestOverMeanPct, 100 * (88.0 / 74.0 - 1), 1e-9);
 
   // Stage 0 computes 88 µs against a mean of 74: 18.9 % more, an info-level stage_imbalance naming it.
@@ -147,10 +150,27 @@ TEST(PipelineBubble, KnownSplitOfEveryIdleInterval) {
   EXPECT_NEAR(p["analytic_bubble_pct"].get<double>(), 33.3333, 1e-3);
   EXPECT_EQ(p["longest_stage"], 0);
   ASSERT_EQ(p["per_stage"].size(), 2u);
-  for (const char* key : {"stage", "ranks", "step_ns", "compute_ns", "bubble_pct", "warmup_cooldown_pct",
+  for (const char* key : {"stage", "ranks", "step_ns", "compute_ns", "own_compute_ns", "bubble_pct", "warmup_cooldown_pct",
                           "dependency_wait_pct", "transfer_pct"})
     EXPECT_TRUE(p["per_stage"][1].contains(key)) << key;
   EXPECT_NEAR(p["per_stage"][1]["dependency_wait_pct"].get<double>(), 100 * 6 / w, 1e-3);
+}
+
+// A stage whose passes are long because it waited inside them on a TP collective is not the longest stage: the
+// bubble still counts the pass as busy, but the imbalance compares the stages' own compute.
+TEST(PipelineBubble, TpWaitInsideAPassIsNotTheStagesCompute) {
+  const auto path = testDir() / "pp_tpwait.db";
+  writeScenario(path, true);
+  auto reader = openReader(path);
+  ASSERT_TRUE(reader);
+  auto rep = analyzePipeline(*reader);
+  ASSERT_TRUE(rep.isOk()) << rep.error();
+  ASSERT_EQ(rep->perStage.size(), 2u);
+  EXPECT_DOUBLE_EQ(rep->perStage[0].computeNs, 88 * kUs);
+  EXPECT_DOUBLE_EQ(rep->perStage[0].ownComputeNs, 60 * kUs);
+  EXPECT_DOUBLE_EQ(rep->perStage[1].ownComputeNs, 60 * kUs);
+  EXPECT_NEAR(rep->longestOverMeanPct, 0, 1e-9);
+  EXPECT_TRUE(pipelineFindings(*rep).empty());
 }
 
 // A hang on a pipeline message (desync's `hang` on "p2p-0-1") is told in pipeline terms: 1F1B with m = 4, seq 5 is

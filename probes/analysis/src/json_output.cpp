@@ -146,6 +146,7 @@ Json pipelineJson(const PipelineReport& p) {
     x["ranks"] = s.ranks;
     x["step_ns"] = real(s.stepNs);
     x["compute_ns"] = real(s.computeNs);
+    x["own_compute_ns"] = real(s.ownComputeNs);
     x["bubble_pct"] = real(s.bubblePct);
     x["warmup_cooldown_pct"] = real(s.warmupCooldownPct);
     x["dependency_wait_pct"] = real(s.dependencyWaitPct);

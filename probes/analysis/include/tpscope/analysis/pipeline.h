@@ -35,6 +35,9 @@ struct PipelineStageBubble {
   std::vector<int> ranks;
   double stepNs = 0;     // mean pipeline window per step
   double computeNs = 0;  // mean compute (pass spans) per step
+  // The stage's own compute per step: its pass spans less the collectives inside them (TP communication and the wait
+  // for a slower TP peer), the median over its ranks and measured steps, so one preempted step does not move it.
+  double ownComputeNs = 0;
   double bubblePct = 0, warmupCooldownPct = 0, dependencyWaitPct = 0, transferPct = 0;  // of stepNs
 };
 
@@ -45,8 +48,8 @@ struct PipelineReport {
   double analyticBubblePct = 0;
   int steps = 0;                         // steps measured
   std::vector<PipelineStageBubble> perStage;
-  int longestStage = -1;                 // the stage with the most compute per step
-  double longestOverMeanPct = 0;         // how much more compute it has than the stages' mean, %
+  int longestStage = -1;                 // the stage with the most own compute per step
+  double longestOverMeanPct = 0;         // how much more own compute it has than the stages' mean, %
 };
 
 // Analytic bubble of a schedule, as a fraction of the step (see above).
