@@ -222,9 +222,10 @@ void MainWindow::onRunLoaded(RunPtr run, qint64 ms) {
                                .arg(run_->collectives.size())
                                .arg(run_->summaryOnly() ? "summary shown" : detail ? "every span read" : "opened")
                                .arg(ms)
-                               .arg(follower_.following() ? " · following live" : run_->summaryOnly()
-                                                                                    ? " · reading every span…"
-                                                                                    : ""));
+                               .arg(follower_.following() ? " · following live"
+                                    : run_->windowed      ? " · spans read for the time shown when zoomed in"
+                                    : run_->summaryOnly() ? " · reading every span…"
+                                                          : ""));
   freshOpen_ = !keep || (detail && freshOpen_);
   if (!reloading_ && !detail) {
     addRecent(path_);

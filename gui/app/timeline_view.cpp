@@ -5,6 +5,7 @@
 #include <QHelpEvent>
 #include <QKeyEvent>
 #include <QPainter>
+#include <QThread>
 #include <QToolTip>
 #include <QWheelEvent>
 #include <algorithm>
@@ -286,7 +287,7 @@ void TimelinePainter::paintSpans(QPainter& p, const QSize& size, const Frame* fr
 
 // The selected span, outlined.
 void TimelinePainter::paintSelection(QPainter& p) const {
-  const TimelineData& t = *run->timeline;
+  const TimelineData& t = selectedIn ? *selectedIn : *run->timeline;
   if (t.contains(selectedSpan) && layout->laneHeight[selectedSpan.lane] > 0) {
     const LaneRow& r = t.row(selectedSpan);
     const int y = laneY(selectedSpan.lane) + selectedSpan.row * TimelineLayout::kRowHeight;
@@ -460,6 +461,38 @@ TimelineView::TimelineView(QWidget* parent) : QWidget(parent) {
     else update();
   });
   connect(&scheduler_, &FrameScheduler::frameReady, this, [this] { update(); });
+  windowTimer_.setSingleShot(true);
+  windowTimer_.setInterval(150);
+  connect(&windowTimer_, &QTimer::timeout, this, &TimelineView::loadWindowNow);
+  windowPool_.setMaxThreadCount(1);
+}
+
+std::shared_ptr<const TimelineData> TimelineView::shown() const {
+  if (!run_) return nullptr;
+  const auto frame = scheduler_.latest();
+  return frame && frame->window ? frame->window : run_->timeline;
+}
+
+void TimelineView::loadWindowNow() {
+  if (!run_ || !run_->windowed || windowLoading_ || windowFailed_) return;
+  const qint64 w = std::max<qint64>(1, viewport_.endNs() - viewport_.startNs);
+  const qint64 from = viewport_.startNs - w, to = viewport_.endNs() + w;
+  const auto& current = scheduler_.window();
+  if (current && current->covers(viewport_.startNs - w / 2, viewport_.endNs() + w / 2)) return;
+  if (run_->timeline->weightIn(from, to) > kWindowSpanBudget) return;  // zoomed out: the summary is the picture
+  windowLoading_ = true;
+  const quint64 generation = windowGeneration_;
+  windowPool_.start([this, run = run_, from, to, generation] {
+    auto window = loadWindow(*run, from, to, std::max(1, QThread::idealThreadCount()));
+    std::shared_ptr<const TimelineData> data = window ? *window : nullptr;
+    QMetaObject::invokeMethod(this, [this, data, generation] {
+      windowLoading_ = false;
+      if (generation != windowGeneration_) return;
+      if (data) scheduler_.setWindow(data);
+      else windowFailed_ = true;  // not again for this run
+      requestFrame();  // drawn from the window now, or the next window if the view moved on meanwhile
+    });
+  });
 }
 
 int TimelineView::plotWidth() const {
@@ -485,6 +518,9 @@ void TimelineView::setRun(RunPtr run, bool keepViewport) {
   } else {
     selectedSpan_ = {};  // indices do not survive a reload
   }
+  selectedIn_ = run_ ? run_->timeline : nullptr;
+  ++windowGeneration_;  // a window being read belongs to the previous run
+  windowFailed_ = false;
   if (run_ && run_->timeline) {
     const auto& strings = run_->timeline->strings();
     nameColours_.resize(strings.size());
@@ -609,6 +645,7 @@ void TimelineView::selectCollective(const CollectiveKey& key) {
 
 void TimelineView::selectSpan(const SpanRef& ref) {
   selectedSpan_ = run_ && run_->timeline->contains(ref) ? ref : SpanRef{};
+  selectedIn_ = run_ ? run_->timeline : nullptr;
   if (selectedSpan_.valid()) {
     const LaneRow& r = run_->timeline->row(ref);
     const qint64 b = r.begin[ref.index], e = r.end[ref.index];
@@ -644,6 +681,8 @@ void TimelineView::requestFrame() {
     wide.lastLane = layout_.laneFrom(vbar_->value() + 2 * screen) + 1;
     coveredLanes_ = {wide.firstLane, wide.lastLane};
     scheduler_.request(wide);
+    if (run_->windowed && !(scheduler_.window() && scheduler_.window()->covers(wide.startNs, wide.endNs())))
+      windowTimer_.start();  // once the view settles
   }
   emit viewportChanged();
   update();
@@ -651,10 +690,19 @@ void TimelineView::requestFrame() {
 
 void TimelineView::waitForFrame() {
   requestFrame();
+  if (windowTimer_.isActive()) {
+    windowTimer_.stop();
+    loadWindowNow();
+  }
   QElapsedTimer timer;
   timer.start();
-  while (!scheduler_.idle() && timer.elapsed() < 10000) {
+  while ((!scheduler_.idle() || windowLoading_ || windowTimer_.isActive()) && timer.elapsed() < 10000) {
+    if (windowTimer_.isActive()) {
+      windowTimer_.stop();
+      loadWindowNow();
+    }
     scheduler_.waitForDone();
+    windowPool_.waitForDone();
     QCoreApplication::processEvents(QEventLoop::AllEvents, 20);
   }
   QCoreApplication::processEvents();
@@ -674,6 +722,7 @@ TimelinePainter TimelineView::painter() const {
   p.viewport = viewport_;
   p.scrollY = vbar_->value();
   p.selectedSpan = selectedSpan_;
+  p.selectedIn = selectedIn_.get();
   p.selectedCollective = selectedCollective_;
   p.range = range_;
   p.nameColours = &nameColours_;
@@ -737,7 +786,9 @@ SpanRef TimelineView::hit(const QPoint& pos, int* laneOut) const {
   if (laneOut) *laneOut = lane;
   if (lane < 0) return {};
   const int row = (contentY - layout_.laneTop[lane]) / TimelineLayout::kRowHeight;
-  const Lane& l = run_->timeline->lanes()[lane];
+  const auto shownTimeline = shown();
+  if (lane >= static_cast<int>(shownTimeline->lanes().size())) return {};
+  const Lane& l = shownTimeline->lanes()[lane];
   if (row >= static_cast<int>(l.rows.size())) return {};
   const LaneRow& r = l.rows[row];
   const qint64 t = timeAt(pos.x());
@@ -747,13 +798,13 @@ SpanRef TimelineView::hit(const QPoint& pos, int* laneOut) const {
   return {};
 }
 
-CollectiveKey TimelineView::collectiveAt(const SpanRef& ref) const {
-  if (!run_ || !ref.valid()) return {};
-  const LaneRow& r = run_->timeline->row(ref);
+CollectiveKey TimelineView::collectiveAt(const TimelineData& t, const SpanRef& ref) const {
+  if (!run_ || !t.contains(ref)) return {};
+  const LaneRow& r = t.row(ref);
   const uint8_t kind = r.kind[ref.index];
   if (kind != static_cast<uint8_t>(tracedb::SpanKind::Comm) && kind != static_cast<uint8_t>(tracedb::SpanKind::NcclKernel))
     return {};
-  const int rank = run_->timeline->lanes()[ref.lane].rank;
+  const int rank = t.lanes()[ref.lane].rank;
   auto it = collectivesByRank_.find(rank);
   if (it == collectivesByRank_.end()) return {};
   const qint64 b = r.begin[ref.index], e = r.end[ref.index];
@@ -822,9 +873,11 @@ void TimelineView::mouseReleaseEvent(QMouseEvent* e) {
       toggleGroup(group);
       return;
     }
+    const auto t = shown();
     const SpanRef ref = hit(e->pos());
     selectedSpan_ = ref;
-    const CollectiveKey key = collectiveAt(ref);
+    selectedIn_ = t;
+    const CollectiveKey key = collectiveAt(*t, ref);
     selectCollective(key);
     emit spanSelected(ref);
     if (key.valid()) emit collectiveSelected(key.group, key.seq);
@@ -855,18 +908,22 @@ void TimelineView::keyPressEvent(QKeyEvent* e) {
 }
 
 QString TimelineView::describeSpan(const SpanRef& ref) const {
-  if (!run_ || !run_->timeline->contains(ref)) return {};
-  const TimelineData& t = *run_->timeline;
+  if (!run_) return {};
+  return describeSpanIn(ref == selectedSpan_ && selectedIn_ ? *selectedIn_ : *run_->timeline, ref);
+}
+
+QString TimelineView::describeSpanIn(const TimelineData& t, const SpanRef& ref) const {
+  if (!run_ || !t.contains(ref)) return {};
   const LaneRow& r = t.row(ref);
   const size_t i = ref.index;
   if (!r.weight.empty() && r.weight[i] > 1)  // an entry of the run's lane summary, shown until every span is read
-    return QString("%1 spans, mostly %2, the longest \"%3\"\n%4\nbegin %5 · over %6\n(a summary: every span is "
-                   "being read)")
+    return QString("%1 spans, mostly %2, the longest \"%3\"\n%4\nbegin %5 · over %6\n%7")
         .arg(r.weight[i])
         .arg(QString::fromStdString(std::string(tracedb::spanKindName(static_cast<tracedb::SpanKind>(r.kind[i])))),
              QString::fromStdString(t.string(r.name[i])), QString::fromStdString(t.lanes()[ref.lane].label),
              formatDuration(static_cast<double>(r.begin[i] - run_->beginNs)),
-             formatDuration(static_cast<double>(r.end[i] - r.begin[i])));
+             formatDuration(static_cast<double>(r.end[i] - r.begin[i])),
+             run_->windowed ? "(a summary: zoom in to read these spans)" : "(a summary: every span is being read)");
   QString text = QString("%1\n%2 · %3\nbegin %4 · duration %5")
                      .arg(QString::fromStdString(t.string(r.name[i])),
                           QString::fromStdString(t.lanes()[ref.lane].label),
@@ -906,10 +963,11 @@ bool TimelineView::event(QEvent* e) {
   if (e->type() == QEvent::ToolTip) {
     auto* help = static_cast<QHelpEvent*>(e);
     int lane = -1;
+    const auto t = shown();
     const SpanRef ref = hit(help->pos(), &lane);
-    if (ref.valid()) {
-      const LaneRow& r = run_->timeline->row(ref);
-      QString text = describeSpan(ref);
+    if (ref.valid() && t->contains(ref)) {
+      const LaneRow& r = t->row(ref);
+      QString text = describeSpanIn(*t, ref);
       if ((r.end[ref.index] - r.begin[ref.index]) < lodThresholds(viewport_).minNs)
         text += "\n(among tiny spans merged at this zoom — zoom in to see each)";
       QToolTip::showText(help->globalPos(), text, this);

@@ -12,6 +12,8 @@
 #pragma once
 
 #include <QScrollBar>
+#include <QThreadPool>
+#include <QTimer>
 #include <QWidget>
 #include <map>
 #include <optional>
@@ -69,6 +71,7 @@ struct TimelinePainter {
   Viewport viewport;  // the time axis: x = kLabelWidth + (t - startNs) / nsPerPx
   int scrollY = 0;
   SpanRef selectedSpan;
+  const TimelineData* selectedIn = nullptr;  // the timeline selectedSpan indexes (null: run->timeline)
   CollectiveKey selectedCollective;
   std::optional<std::pair<qint64, qint64>> range;  // measured range, ns
   const std::vector<QColor>* nameColours = nullptr;  // by string id; invalid: use the kind's colour
@@ -108,6 +111,10 @@ struct TimelinePainter {
   int laneOfRecord(const tracedb::CollectiveRow& c) const;
 };
 
+// A windowed run's window is read only when the summary says the time holds at most this many spans (about 150 MB
+// laid out); zoomed out further, the summary is the picture.
+inline constexpr size_t kWindowSpanBudget = 2'000'000;
+
 class TimelineView : public QWidget {
   Q_OBJECT
  public:
@@ -137,6 +144,8 @@ class TimelineView : public QWidget {
   void waitForFrame();
   // Human-readable description of a span (the details panel).
   QString describeSpan(const SpanRef& ref) const;
+  // The newest frame (what is on screen, re-mapped to the viewport); null before the first.
+  std::shared_ptr<const Frame> latestFrame() const { return scheduler_.latest(); }
   QString describeCollective(const CollectiveKey& key) const;
   // The marks of the analysis' findings, one per finding placed in time (set by setAnalysis).
   const std::vector<TimelinePainter::FindingMark>& findingMarks() const { return findingMarks_; }
@@ -168,7 +177,11 @@ class TimelineView : public QWidget {
   int plotWidth() const;
   qint64 timeAt(double x) const;
   SpanRef hit(const QPoint& pos, int* lane = nullptr) const;
-  CollectiveKey collectiveAt(const SpanRef& ref) const;
+  CollectiveKey collectiveAt(const TimelineData& timeline, const SpanRef& ref) const;
+  QString describeSpanIn(const TimelineData& timeline, const SpanRef& ref) const;
+  // The timeline the newest frame was drawn from: a window of a windowed run's spans, or the run's timeline.
+  std::shared_ptr<const TimelineData> shown() const;
+  void loadWindowNow();  // a windowed run: reads every span of three screens' time around the view, within budget
   TimelinePainter painter() const;
 
   RunPtr run_;
@@ -180,6 +193,7 @@ class TimelineView : public QWidget {
   std::map<std::string, bool> collapsed_;  // by group label: kept across reloads of the same run
   QScrollBar* vbar_ = nullptr;
   SpanRef selectedSpan_;
+  std::shared_ptr<const TimelineData> selectedIn_;  // the timeline selectedSpan_ indexes
   CollectiveKey selectedCollective_;
   std::optional<std::pair<qint64, qint64>> range_;
   // Precomputed per run: colours of communication span names, records per rank by arrival, stuck records.
@@ -194,6 +208,13 @@ class TimelineView : public QWidget {
   QPoint pressPos_;
   qint64 pressStartNs_ = 0;
   bool moved_ = false;
+  // A windowed run (RunData::windowed): the time around the view is read once the view settles (windowTimer_), on
+  // windowPool_, if the summary says it holds at most kWindowSpanBudget spans.
+  QTimer windowTimer_;
+  bool windowLoading_ = false;
+  bool windowFailed_ = false;
+  quint64 windowGeneration_ = 0;
+  QThreadPool windowPool_;
 };
 
 }  // namespace tpscope::gui

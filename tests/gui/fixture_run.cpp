@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <limits>
+#include <random>
 #include <vector>
 
+#include "tpscope/tracedb/lane_summary.h"
 #include "tpscope/tracedb/writer.h"
 
 namespace tpscope::gui::testing {
@@ -54,6 +56,79 @@ const std::vector<PipelinePass> kPipelinePasses = {
     {1, false, 2, 16'000'000, 2'000'000}, {1, true, 2, 18'000'000, 5'000'000}, {1, false, 3, 23'000'000, 2'000'000},
     {1, true, 3, 25'000'000, 5'000'000},
 };
+
+std::string writeNestedRun(const fs::path& path, unsigned seed) {
+  CreateOptions o;
+  o.overwrite = true;
+  o.runId = "nested";
+  o.source = "merge";
+  auto w = Writer::create(path, o);
+  if (!w) return w.error();
+  auto check = [](const Status& s) { return s.isOk() ? std::string() : s.message(); };
+  if (auto e = check((*w)->setMeta(meta_keys::kClockAligned, "1")); !e.empty()) return e;
+  std::mt19937_64 rng(seed);
+  auto between = [&](int64_t a, int64_t b) { return std::uniform_int_distribution<int64_t>(a, b)(rng); };
+  std::vector<uint32_t> names;
+  for (const char* n : {"step", "layer", "aten::mm", "aten::add", "tiny", "kernel", "whole run"}) {
+    auto id = (*w)->intern(n);
+    if (!id) return id.error();
+    names.push_back(*id);
+  }
+  int64_t runEnd = 0;
+  for (int r = 0; r < 2; ++r) {
+    RankInfo info;
+    info.rank = r;
+    info.worldSize = 2;
+    if (auto e = check((*w)->putRank(info)); !e.empty()) return e;
+    int64_t t = between(0, 50'000);
+    for (int step = 0; step < 60; ++step) {
+      const int64_t stepBegin = t;
+      int64_t c = stepBegin + between(0, 2'000);
+      for (int layer = 0; layer < 8; ++layer) {
+        const int64_t layerBegin = c;
+        for (int op = 0; op < 6; ++op) {
+          const int64_t opBegin = c;
+          for (int k = between(0, 4); k > 0; --k) {
+            const int64_t d = between(50, 3'000);
+            if (auto e = check((*w)->addSpan({r, 0, SpanKind::Compute, names[4], c, d, step, layer, Phase::Forward,
+                                              {}}));
+                !e.empty())
+              return e;
+            c += d + between(0, 200);
+          }
+          c += between(1'000, 20'000);
+          if (auto e = check((*w)->addSpan({r, 0, SpanKind::Compute, names[2 + op % 2], opBegin, c - opBegin, step,
+                                            layer, Phase::Forward, {}}));
+              !e.empty())
+            return e;
+          if (between(0, 3) == 0) {  // a sparse stream of short kernels
+            if (auto e = check((*w)->addSpan({r, 7, SpanKind::Kernel, names[5], opBegin + between(0, 500),
+                                              between(100, 900), step, layer, Phase::None, {}}));
+                !e.empty())
+              return e;
+          }
+          c += between(0, 3'000);
+        }
+        if (auto e = check((*w)->addSpan({r, 0, SpanKind::Compute, names[1], layerBegin, c - layerBegin, step, layer,
+                                          Phase::Forward, {}}));
+            !e.empty())
+          return e;
+        c += between(0, 10'000);
+      }
+      c += between(0, 100'000);
+      if (auto e = check((*w)->addSpan({r, 0, SpanKind::Compute, names[0], stepBegin, c - stepBegin, step, -1,
+                                        Phase::Other, {}}));
+          !e.empty())
+        return e;
+      t = c + between(0, 400'000);  // idle between steps
+    }
+    runEnd = std::max(runEnd, t);
+  }
+  if (auto e = check((*w)->addSpan({1, 9, SpanKind::Other, names[6], 0, runEnd, -1, -1, Phase::None, {}})); !e.empty())
+    return e;
+  if (auto e = check((*w)->close()); !e.empty()) return e;
+  return check(writeLaneSummary(path));
+}
 
 std::string writePipelineRun(const fs::path& path) {
   CreateOptions o;

@@ -46,6 +46,12 @@ struct PipelinePass {
 extern const std::vector<PipelinePass> kPipelinePasses;
 std::string writePipelineRun(const std::filesystem::path& path);
 
+// A run of nested spans for the windows of a run too big to read whole (issue #17): ranks 0 and 1, each with a main
+// thread of steps ⊃ layers ⊃ ops ⊃ tiny spans (random durations and gaps from `seed`) and a sparse stream of short
+// kernels (thread 7), and one span on rank 1's thread 9 that lasts the whole run; about 20 k spans, the lane summary
+// written as merge writes it. Returns "" or an error message.
+std::string writeNestedRun(const std::filesystem::path& path, unsigned seed);
+
 // A scratch folder under the build tree, emptied at creation.
 std::filesystem::path scratchDir(const std::string& name);
 

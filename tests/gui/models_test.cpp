@@ -5,7 +5,10 @@
 #include <QAbstractItemModelTester>
 #include <QSignalSpy>
 #include <QSortFilterProxyModel>
+#include <cmath>
 #include <fstream>
+#include <random>
+#include <tuple>
 
 #include "fixture_run.h"
 #include "tpscope/gui/breakdown_model.h"
@@ -439,6 +442,94 @@ TEST(LiveFolder, AlignsRankFilesAndNoticesGrowth) {
   EXPECT_EQ(t.lanes()[0].rows[0].begin[0], 1000);
   EXPECT_EQ(t.lanes()[1].rows[0].begin[0], 1000 + 300 + 200) << "epoch difference plus clock offset";
   EXPECT_EQ(t.string(t.lanes()[1].rows[0].name[0]), "backward") << "names re-interned across files";
+}
+
+// A run over the full-load limit opens on its summary only (RunData::windowed); a window read from the file then
+// holds, row by row, exactly the spans the full timeline has overlapping it — checked against loadRun of the same
+// file at random windows from a hundredth of a step to a fifth of the run — and a frame inside the window is the
+// frame the full timeline draws.
+TEST(WindowedRun, AWindowHoldsEverySpanThatOverlapsItAsTheFullTimelineDoes) {
+  const fs::path path = scratchDir("windowed-model") / "run.db";
+  ASSERT_EQ(writeNestedRun(path, 7), "");
+  LoadOptions small;
+  small.fullLoadLimit = 1000;
+  auto summary = loadRunSummary(path, small);
+  ASSERT_TRUE(summary) << summary.error();
+  ASSERT_NE(*summary, nullptr);
+  const RunData& s = **summary;
+  ASSERT_TRUE(s.windowed);
+  ASSERT_TRUE(s.summaryOnly());
+  EXPECT_FALSE(loadRunSummary(path)->get()->windowed) << "under the default limit a run is read whole";
+  LoadOptions plain;
+  plain.useCache = false;
+  auto full = loadRun(path, plain);
+  ASSERT_TRUE(full) << full.error();
+  const TimelineData& f = *(*full)->timeline;
+  ASSERT_GT(f.spanCount(), 15'000u);
+  ASSERT_EQ(s.timeline->lanes().size(), f.lanes().size());
+
+  std::mt19937_64 rng(99);
+  const int64_t extent = f.endNs() - f.beginNs();
+  int compared = 0, framesCompared = 0, beganBefore = 0;
+  for (int trial = 0; trial < 24; ++trial) {
+    const int64_t width = std::max<int64_t>(100, static_cast<int64_t>(
+                                                     extent * std::pow(10.0, -std::uniform_real_distribution<>(0.7, 4.5)(rng))));
+    const int64_t a = f.beginNs() + std::uniform_int_distribution<int64_t>(0, extent - width)(rng), b = a + width;
+    auto window = loadWindow(s, a, b, 2);
+    ASSERT_TRUE(window) << window.error();
+    const TimelineData& w = **window;
+    EXPECT_TRUE(w.covers(a, b));
+    EXPECT_FALSE(w.covers(a - 1, b));
+    ASSERT_EQ(w.lanes().size(), f.lanes().size());
+    for (size_t l = 0; l < f.lanes().size(); ++l) {
+      EXPECT_EQ(w.lanes()[l].rank, f.lanes()[l].rank);
+      EXPECT_EQ(w.lanes()[l].thread, f.lanes()[l].thread);
+      const size_t rows = std::max(w.lanes()[l].rows.size(), f.lanes()[l].rows.size());
+      for (size_t d = 0; d < rows; ++d) {
+        using Key = std::tuple<int64_t, int64_t, std::string, int32_t, int16_t, uint8_t, uint8_t>;
+        auto keys = [&](const TimelineData& t, bool filter) {
+          std::vector<Key> out;
+          if (d >= t.lanes()[l].rows.size()) return out;
+          const LaneRow& r = t.lanes()[l].rows[d];
+          for (size_t i = 0; i < r.size(); ++i)
+            if (!filter || (r.begin[i] < b && (r.end[i] > a || r.begin[i] >= a)))
+              out.emplace_back(r.begin[i], r.end[i], t.string(r.name[i]), r.step[i], r.layer[i], r.kind[i], r.phase[i]);
+          return out;
+        };
+        const auto expected = keys(f, true);
+        const auto got = keys(w, false);
+        ASSERT_EQ(got, expected) << "window [" << a << ", " << b << ") lane " << l << " row " << d;
+        for (const Key& k : expected) beganBefore += std::get<0>(k) < a;
+        compared += static_cast<int>(expected.size());
+      }
+    }
+    // A frame well inside the window, zoomed in past the full timeline's coarsest level: the same picture.
+    Viewport vp;
+    vp.widthPx = 800;
+    vp.startNs = a + width / 4;
+    vp.nsPerPx = static_cast<double>(width) / 2 / vp.widthPx;
+    if (f.levelFor(vp.nsPerPx) >= 0) continue;
+    const Frame fromWindow = computeFrame(w, vp), fromFull = computeFrame(f, vp);
+    ASSERT_EQ(fromWindow.items.size(), fromFull.items.size());
+    for (size_t l = 0; l < fromFull.items.size(); ++l)
+      for (size_t d = 0; d < fromFull.items[l].size(); ++d) {
+        const auto& x = fromFull.items[l][d];
+        const auto& y = d < fromWindow.items[l].size() ? fromWindow.items[l][d] : std::vector<DrawItem>{};
+        ASSERT_EQ(x.size(), y.size()) << "lane " << l << " row " << d;
+        for (size_t i = 0; i < x.size(); ++i) {
+          EXPECT_EQ(std::tie(x[i].beginNs, x[i].endNs, x[i].count, x[i].kind, x[i].merged),
+                    std::tie(y[i].beginNs, y[i].endNs, y[i].count, y[i].kind, y[i].merged));
+        }
+      }
+    ++framesCompared;
+  }
+  EXPECT_GT(compared, 1000);
+  EXPECT_GT(beganBefore, 24) << "spans that began before the window (the whole-run span at least) are in it";
+  EXPECT_GT(framesCompared, 5);
+  // The summary's estimate of a window bounds what is read: the weights of the entries overlapping it.
+  EXPECT_EQ(s.timeline->weightIn(f.beginNs(), f.endNs() + 1), f.spanCount());
+  auto wrong = loadWindow(**full, 0, 10);
+  EXPECT_FALSE(wrong) << "only a run opened from its summary is read by windows";
 }
 
 }  // namespace

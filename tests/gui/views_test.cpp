@@ -369,6 +369,52 @@ TEST(SummaryWindow, EverySpanReplacesTheSummaryAndKeepsTheView) {
   EXPECT_EQ(window.tabs()->currentIndex(), MainWindow::kFindingsTab) << "the NaN run opens on its chain";
 }
 
+// A run over TPSCOPE_GUI_FULL_LOAD_LIMIT stays on its lane summary (one runLoaded, RunData::windowed). Zoomed in, the
+// view reads every span of the time it shows: the frame comes from a window that covers the view, and a click on
+// the ops row lands on an op — where the summary holds only blocks of several ops.
+TEST(WindowedRun, ZoomedInTheViewReadsAndDrawsEverySpanOfTheTimeItShows) {
+  const fs::path dir = scratchDir("windowed-view");
+  ASSERT_EQ(writeNestedRun(dir / "run.db", 3), "");
+  qputenv("TPSCOPE_GUI_FULL_LOAD_LIMIT", "1000");
+  MainWindow window(QString::fromStdString((dir / "settings.ini").string()));
+  QSignalSpy loaded(window.loader(), &RunLoader::runLoaded);
+  const bool opened = openAnalysed(window, dir / "run.db");
+  qunsetenv("TPSCOPE_GUI_FULL_LOAD_LIMIT");
+  ASSERT_TRUE(opened);
+  EXPECT_EQ(loaded.count(), 1) << "a windowed run is not read whole";
+  ASSERT_TRUE(window.run()->windowed);
+  window.tabs()->setCurrentIndex(MainWindow::kTimelineTab);
+  TimelineView* t = window.timeline();
+  // Rank 0's step 30 (row 0 of its main lane: a span as itself in the summary), zoomed to a twentieth of it.
+  const TimelineData& summary = *window.run()->timeline;
+  const int lane = summary.laneOf(0, 0);
+  ASSERT_GE(lane, 0);
+  const LaneRow& steps = summary.lanes()[lane].rows[0];
+  ASSERT_GT(steps.size(), 30u);
+  ASSERT_EQ(steps.weight[30], 1u);
+  const int64_t b = steps.begin[30] + (steps.end[30] - steps.begin[30]) * 2 / 5;
+  t->showRange(b, b + (steps.end[30] - steps.begin[30]) / 20);
+  t->waitForFrame();
+  const auto frame = t->latestFrame();
+  ASSERT_TRUE(frame);
+  ASSERT_TRUE(frame->window) << "zoomed in, the frame is drawn from the spans of a window";
+  EXPECT_TRUE(frame->window->covers(t->viewport().startNs, t->viewport().endNs()));
+  EXPECT_LT(frame->window->spanCount(), summary.spanCount());
+  // Click along the ops row (row 2) until a span is hit: an op, not a block of the summary.
+  TimelinePainter p;
+  p.viewport = t->viewport();
+  QSignalSpy selected(t, &TimelineView::spanSelected);
+  QString text;
+  for (int x = TimelineLayout::kLabelWidth + 20; x < t->width() - 40 && text.isEmpty(); x += 37) {
+    QTest::mouseClick(t, Qt::LeftButton, {}, QPoint(x, t->laneRect(lane).top() + TimelineLayout::kRowHeight * 5 / 2));
+    if (!selected.isEmpty() && selected.last().at(0).value<SpanRef>().valid())
+      text = t->describeSpan(selected.last().at(0).value<SpanRef>());
+  }
+  EXPECT_TRUE(text.startsWith("aten::")) << text.toStdString();
+  EXPECT_FALSE(text.contains("spans, mostly")) << text.toStdString();
+  save(t, "timeline-windowed");
+}
+
 // A run of 72 ranks in 9 TP groups: lanes grouped under collapsible headers, all but the first group collapsed on
 // open (more than 64 lanes); a click on a header, a jump to a rank and the View menu's actions unfold them.
 TEST(GroupedLanes, TpGroupsFoldUnderHeaders) {

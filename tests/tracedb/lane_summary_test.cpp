@@ -75,17 +75,27 @@ TEST(LaneSummary, EverySpanIsInsideExactlyOneEntryOfItsRow) {
     for (const auto& s : spans)
       if (s.rank == lane) mine.push_back(s);
     const auto rows = rowsOf(mine);
+    // A bucket per 16 spans of a row, at most 512 here, over the run's extent; the rank's finest bucket is how long
+    // a span must be to be kept as itself in any of its rows.
+    auto bucketOf = [&](size_t n) {
+      const int64_t buckets = std::clamp<int64_t>(static_cast<int64_t>(n / 16), 1, 512);
+      return (hi - lo + buckets - 1) / buckets;
+    };
+    int64_t keep = INT64_MAX;
+    for (const auto& row : rows) keep = std::min(keep, bucketOf(row.size()));
     for (size_t d = 0; d < rows.size(); ++d) {
       auto it = std::find_if(summary.rows.begin(), summary.rows.end(), [&](const LaneSummaryRow& r) {
         return r.rank == lane && r.thread == 3 * lane && r.depth == static_cast<int>(d);
       });
       ASSERT_NE(it, summary.rows.end()) << "lane " << lane << " depth " << d;
-      // A bucket per 16 spans of the row, at most 512 here, over the run's extent.
       const int64_t buckets = std::clamp<int64_t>(static_cast<int64_t>(rows[d].size() / 16), 1, 512);
-      EXPECT_EQ(it->bucketNs, (hi - lo + buckets - 1) / buckets) << "lane " << lane << " depth " << d;
+      EXPECT_EQ(it->bucketNs, bucketOf(rows[d].size())) << "lane " << lane << " depth " << d;
       const auto& entries = it->entries;
       for (size_t i = 1; i < entries.size(); ++i) ASSERT_LE(entries[i - 1].endNs, entries[i].beginNs);
-      EXPECT_LE(entries.size(), 3u * static_cast<size_t>(buckets));
+      const auto keptForTheRank = std::count_if(rows[d].begin(), rows[d].end(), [&](const SpanRow& s) {
+        return s.durNs >= keep && s.durNs < it->bucketNs;
+      });
+      EXPECT_LE(entries.size(), 3u * static_cast<size_t>(buckets) + 2u * static_cast<size_t>(keptForTheRank));
       // Walk spans and entries together: each span falls in the entry that contains it, and the entry's count,
       // kind and exactness follow from the spans found in it.
       size_t e = 0, inEntry = 0;
@@ -106,11 +116,12 @@ TEST(LaneSummary, EverySpanIsInsideExactlyOneEntryOfItsRow) {
         ASSERT_LT(e, entries.size());
         ASSERT_LE(entries[e].beginNs, s.beginNs);
         ASSERT_GE(entries[e].endNs, s.endNs());
-        if (s.durNs >= it->bucketNs) {  // a long span is kept as itself
+        if (s.durNs >= keep) {  // a span as long as the rank's finest bucket is kept as itself
           EXPECT_EQ(entries[e].count, 1u);
           EXPECT_EQ(entries[e].beginNs, s.beginNs);
           EXPECT_EQ(entries[e].endNs, s.endNs());
         }
+        if (entries[e].count > 1) EXPECT_LT(s.durNs, keep) << "merged spans are shorter than the rank's finest bucket";
         ++inEntry;
         ++kinds[static_cast<int>(s.kind)];
       }

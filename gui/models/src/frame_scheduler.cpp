@@ -36,6 +36,7 @@ FrameScheduler::~FrameScheduler() { pool_.waitForDone(); }
 
 void FrameScheduler::setTimeline(std::shared_ptr<const TimelineData> timeline) {
   timeline_ = std::move(timeline);
+  window_.reset();
   latest_.reset();
   ++epoch_;
 }
@@ -52,8 +53,10 @@ void FrameScheduler::startNext() {
   busy_ = true;
   const quint64 serial = ++serial_;
   const quint64 epoch = epoch_;
-  pool_.start([this, timeline = timeline_, viewport, serial, epoch] {
+  const bool windowed = window_ && window_->covers(viewport.startNs, viewport.endNs());
+  pool_.start([this, timeline = windowed ? window_ : timeline_, windowed, viewport, serial, epoch] {
     auto frame = std::make_shared<Frame>(computeFrame(*timeline, viewport));
+    if (windowed) frame->window = timeline;
     frame->serial = serial;
     QMetaObject::invokeMethod(this, [this, frame, epoch] {
       busy_ = false;

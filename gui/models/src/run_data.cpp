@@ -10,6 +10,7 @@
 
 #include "tpscope/tracedb/lane_summary.h"
 #include "tpscope/tracedb/merge.h"
+#include "tpscope/tracedb/query.h"
 #include "tpscope/tracedb/reader.h"
 #include "tpscope/tracedb/run_files.h"
 
@@ -320,9 +321,18 @@ Result<std::shared_ptr<const RunData>> loadRunSummary(const fs::path& path, cons
   SpanNames names;
   if (Status s = readTables(*opened, *run, names); !s) return s;
   const tracedb::FileClock& clock = opened->files[0].clock;
+  auto source = std::make_shared<SpanWindowSource>();
+  for (const tracedb::LaneSummaryRow& row : (*summary)->rows) {
+    source->shiftNs.emplace(row.rank, clock.shiftNs(row.rank));
+    auto [reach, added] = source->reachNs.emplace(row.rank, row.bucketNs);
+    if (!added) reach->second = std::min(reach->second, row.bucketNs);
+  }
+  source->nameMap = names.maps[0];
   auto timeline = std::make_shared<TimelineData>(TimelineData::fromSummary(
       **summary, names.maps[0], [&](int rank) { return clock.shiftNs(rank); }, std::move(names.strings),
       run->threads));
+  run->windowed = static_cast<int64_t>(timeline->spanCount()) > options.fullLoadLimit;
+  run->windowSource = std::move(source);
   if (options.timings) *options.timings = LoadTimings{msSince(phase), 0, 0};
   return finish(std::move(run), std::move(timeline));
 }
@@ -369,6 +379,93 @@ Result<std::shared_ptr<const RunData>> loadRun(const fs::path& path, const LoadO
   timings.buildMs = ms(phase);
   if (options.timings) *options.timings = timings;
   return finish(std::move(run), std::move(timeline));
+}
+
+Result<std::shared_ptr<const TimelineData>> loadWindow(const RunData& run, int64_t fromNs, int64_t toNs,
+                                                       int workers) {
+  if (!run.windowSource || !run.timeline || run.files.size() != 1)
+    return Status::error(run.source.string() + ": not a run file opened from its lane summary");
+  const SpanWindowSource& src = *run.windowSource;
+  const TimelineData& summary = *run.timeline;
+  std::vector<int> ranks;
+  for (const Lane& lane : summary.lanes())
+    if (ranks.empty() || ranks.back() != lane.rank) ranks.push_back(lane.rank);
+  auto at = [](const std::map<int, int64_t>& m, int rank) {
+    auto it = m.find(rank);
+    return it == m.end() ? int64_t{0} : it->second;
+  };
+  std::vector<std::vector<InputSpan>> parts(ranks.size());
+  std::atomic<size_t> next{0};
+  std::mutex errorMutex;
+  Status firstError = Status::ok();
+  auto work = [&] {
+    std::unique_ptr<Reader> reader;
+    for (size_t k; (k = next.fetch_add(1)) < ranks.size();) {
+      if (!reader) {
+        auto opened = Reader::open(run.files[0]);
+        if (!opened) {
+          std::lock_guard lock(errorMutex);
+          if (firstError) firstError = opened.status();
+          return;
+        }
+        reader = std::move(*opened);
+        reader->preferMemoryMap();
+      }
+      const int rank = ranks[k];
+      const int64_t sh = at(src.shiftNs, rank);
+      tracedb::Query q(*reader,
+                       "SELECT thread, kind, name, begin_ns, dur_ns, step, layer, phase FROM spans WHERE rank = ? "
+                       "AND begin_ns >= ? AND begin_ns < ?",
+                       "the spans of a window");
+      q.bind(1, int64_t{rank}).bind(2, fromNs - sh - at(src.reachNs, rank)).bind(3, toNs - sh);
+      std::vector<InputSpan>& out = parts[k];
+      Status st = q.each([&](tracedb::Query& r) {
+        InputSpan s;
+        s.rank = rank;
+        s.thread = r.i32(0);
+        s.kind = static_cast<uint8_t>(std::clamp(r.i32(1), 0, kKindCount - 1));
+        const int64_t name = r.i64(2);
+        s.name = name >= 0 && static_cast<uint64_t>(name) < src.nameMap.size() ? src.nameMap[name] : 0;
+        s.beginNs = r.i64(3) + sh;
+        s.endNs = s.beginNs + std::max<int64_t>(0, r.i64(4));
+        s.step = r.i32(5);
+        s.layer = static_cast<int16_t>(r.i32(6));
+        s.phase = static_cast<uint8_t>(r.i32(7));
+        if (s.endNs > fromNs || s.beginNs >= fromNs) out.push_back(s);  // one that ended before cannot nest one in
+      });
+      if (!st) {
+        std::lock_guard lock(errorMutex);
+        if (firstError) firstError = st;
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int w = 1; w < std::max(1, workers); ++w) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  if (!firstError) return firstError;
+  // The spans that began before the read but still overlap the window: longer than their row's bucket, so each is in
+  // the summary as itself (weight 1).
+  std::vector<InputSpan> spans;
+  for (const Lane& lane : summary.lanes()) {
+    const int64_t before = fromNs - at(src.reachNs, lane.rank);
+    for (const LaneRow& r : lane.rows) {
+      size_t i = static_cast<size_t>(std::upper_bound(r.end.begin(), r.end.end(), fromNs) - r.end.begin());
+      for (; i < r.size() && r.begin[i] < before; ++i)
+        if (r.weight.empty() || r.weight[i] == 1)
+          spans.push_back({lane.rank, lane.thread, r.begin[i], r.end[i], r.name[i], r.step[i], r.layer[i], r.kind[i],
+                           r.phase[i]});
+    }
+  }
+  size_t total = spans.size();
+  for (const auto& p : parts) total += p.size();
+  spans.reserve(total);
+  for (auto& p : parts) {
+    spans.insert(spans.end(), p.begin(), p.end());
+    std::vector<InputSpan>().swap(p);
+  }
+  return std::shared_ptr<const TimelineData>(
+      std::make_shared<TimelineData>(TimelineData::buildWindow(summary, std::move(spans), fromNs, toNs, workers)));
 }
 
 bool writeTimelineCache(const RunData& run) {

@@ -23,6 +23,11 @@ void RunLoader::load(const QString& path, bool withAnalysis) {
     timer.start();
     LoadOptions options;
     options.workers = std::max(1, QThread::idealThreadCount());
+    if (const QByteArray limit = qgetenv("TPSCOPE_GUI_FULL_LOAD_LIMIT"); !limit.isEmpty()) {
+      bool ok = false;
+      const qlonglong n = limit.toLongLong(&ok);
+      if (ok && n >= 0) options.fullLoadLimit = n;
+    }
     // A run file with a lane summary is on screen from the summary first; every span follows (the same load).
     if (auto summary = loadRunSummary(path.toStdString(), options); summary && *summary) {
       RunPtr first = *summary;
@@ -31,6 +36,16 @@ void RunLoader::load(const QString& path, bool withAnalysis) {
         if (generation == generation_) emit runLoaded(first, firstMs);
       });
       options.tablesFrom = first;
+      if (first->windowed) {  // too big to read whole: the view reads the spans of what it shows
+        if (withAnalysis) {
+          auto analysis = std::make_shared<const AnalysisData>(loadAnalysis(first->files));
+          QMetaObject::invokeMethod(this, [this, analysis, generation] {
+            if (generation == generation_) emit analysisLoaded(analysis);
+          });
+        }
+        QMetaObject::invokeMethod(this, [this] { --inFlight_; });
+        return;
+      }
     }
     auto run = loadRun(path.toStdString(), options);
     const qint64 ms = timer.elapsed();

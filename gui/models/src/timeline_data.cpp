@@ -73,6 +73,21 @@ void buildLane(std::vector<InputSpan>& spans, Lane& lane) {
   for (LaneRow& r : lane.rows) r.buildSummaries();
 }
 
+// Lanes are independent: sorts them on `workers` threads, biggest first (consumes perLane).
+void buildLanes(std::vector<std::vector<InputSpan>>& perLane, std::vector<Lane>& lanes, int workers) {
+  std::vector<size_t> order(perLane.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return perLane[a].size() > perLane[b].size(); });
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t k; (k = next.fetch_add(1)) < order.size();) buildLane(perLane[order[k]], lanes[order[k]]);
+  };
+  std::vector<std::thread> pool;
+  for (int w = 1; w < std::max(1, workers); ++w) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+}
+
 void nameLane(Lane& lane, int rank, int thread, const std::vector<tracedb::ThreadInfo>& threads) {
   lane.rank = rank;
   lane.thread = thread;
@@ -124,6 +139,54 @@ TimelineData TimelineData::fromSummary(const tracedb::LaneSummary& summary, cons
   data.beginNs_ = lo <= hi ? lo : 0;
   data.endNs_ = lo <= hi ? hi : 0;
   return data;
+}
+
+TimelineData TimelineData::buildWindow(const TimelineData& layout, std::vector<InputSpan> spans, int64_t fromNs,
+                                       int64_t toNs, int workers) {
+  TimelineData data;
+  data.strings_ = layout.strings_;
+  data.windowBegin_ = fromNs;
+  data.windowEnd_ = toNs;
+  data.lanes_.resize(layout.lanes_.size());
+  std::map<std::pair<int, int>, size_t> index;
+  for (size_t l = 0; l < layout.lanes_.size(); ++l) {
+    data.lanes_[l].rank = layout.lanes_[l].rank;
+    data.lanes_[l].thread = layout.lanes_[l].thread;
+    data.lanes_[l].label = layout.lanes_[l].label;
+    index[{layout.lanes_[l].rank, layout.lanes_[l].thread}] = l;
+  }
+  std::vector<std::vector<InputSpan>> perLane(data.lanes_.size());
+  int64_t lo = INT64_MAX, hi = INT64_MIN;
+  std::pair<int, int> last{INT32_MIN, INT32_MIN};
+  std::vector<InputSpan>* target = nullptr;
+  for (const InputSpan& s : spans) {
+    if (s.rank != last.first || s.thread != last.second) {
+      last = {s.rank, s.thread};
+      auto it = index.find(last);
+      target = it == index.end() ? nullptr : &perLane[it->second];
+    }
+    if (target == nullptr) continue;
+    target->push_back(s);
+    ++data.spanCount_;
+    lo = std::min(lo, s.beginNs);
+    hi = std::max(hi, s.endNs);
+  }
+  std::vector<InputSpan>().swap(spans);
+  data.beginNs_ = data.spanCount_ ? lo : fromNs;
+  data.endNs_ = data.spanCount_ ? hi : fromNs;
+  buildLanes(perLane, data.lanes_, workers);
+  return data;
+}
+
+size_t TimelineData::weightIn(int64_t fromNs, int64_t toNs) const {
+  size_t total = 0;
+  for (const Lane& lane : lanes_)
+    for (const LaneRow& r : lane.rows) {
+      // Ends are sorted within a row: the first entry ending after fromNs, then every entry beginning before toNs.
+      size_t i = static_cast<size_t>(std::upper_bound(r.end.begin(), r.end.end(), fromNs) - r.end.begin());
+      for (; i < r.size() && r.begin[i] < toNs; ++i) total += r.weight.empty() ? 1 : r.weight[i];
+    }
+  return total;
 }
 
 TimelineData TimelineData::build(std::vector<InputSpan> spans, std::vector<std::string> strings,
@@ -180,19 +243,7 @@ TimelineData TimelineData::build(std::vector<std::vector<InputSpan>> chunks, std
 
   data.lanes_.resize(keys.size());
   for (const auto& [key, index] : keys) nameLane(data.lanes_[index], key.first, key.second, threads);
-
-  // Lanes are independent: sort them on `workers` threads, biggest first.
-  std::vector<size_t> order(perLane.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return perLane[a].size() > perLane[b].size(); });
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t k; (k = next.fetch_add(1)) < order.size();) buildLane(perLane[order[k]], data.lanes_[order[k]]);
-  };
-  std::vector<std::thread> pool;
-  for (int w = 1; w < std::max(1, workers); ++w) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
+  buildLanes(perLane, data.lanes_, workers);
   return data;
 }
 

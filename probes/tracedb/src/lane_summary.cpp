@@ -61,45 +61,68 @@ int64_t rowBucketNs(size_t spans, int64_t extentNs, int buckets) {
   return std::max<int64_t>(1, (extentNs + n - 1) / n);
 }
 
-// One lane's spans into rows by depth, each row summarised; appended to `out` in depth order.
-void summarizeLane(int rank, int thread, std::vector<Span>& spans, int64_t origin, int64_t extentNs, int buckets,
-                   std::vector<LaneSummaryRow>& out) {
+// One lane's spans sorted and put into rows by depth: each span's depth (it nests under every open span it begins
+// inside) and each row's size.
+struct LaneRows {
+  int rank = 0, thread = 0;
+  std::vector<Span>* spans = nullptr;
+  std::vector<uint32_t> depths;
+  std::vector<size_t> sizes;
+};
+
+LaneRows layOut(int rank, int thread, std::vector<Span>& spans) {
   auto before = [](const Span& a, const Span& b) {
     if (a.beginNs != b.beginNs) return a.beginNs < b.beginNs;
     return a.endNs > b.endNs;  // the enclosing span first, as the viewer orders them
   };
   if (!std::is_sorted(spans.begin(), spans.end(), before)) std::sort(spans.begin(), spans.end(), before);
-  // Pass 1: each span's depth (a span nests under every open span it begins inside) and each row's size.
-  std::vector<uint32_t> depths(spans.size());
-  std::vector<size_t> sizes;
+  LaneRows lane{rank, thread, &spans, std::vector<uint32_t>(spans.size()), {}};
   std::vector<int64_t> openEnds;  // stack of the ends of open spans
   for (size_t i = 0; i < spans.size(); ++i) {
     while (!openEnds.empty() && openEnds.back() <= spans[i].beginNs) openEnds.pop_back();
-    depths[i] = static_cast<uint32_t>(openEnds.size());
+    lane.depths[i] = static_cast<uint32_t>(openEnds.size());
     openEnds.push_back(spans[i].endNs);
-    if (sizes.size() <= depths[i]) sizes.resize(depths[i] + 1, 0);
-    ++sizes[depths[i]];
+    if (lane.sizes.size() <= lane.depths[i]) lane.sizes.resize(lane.depths[i] + 1, 0);
+    ++lane.sizes[lane.depths[i]];
   }
-  // Pass 2: each row through its summariser.
+  return lane;
+}
+
+// Each row of a laid-out lane through its summariser, spans of at least `keepNs` kept as themselves; appended to
+// `out` in depth order.
+void summarizeRows(LaneRows& lane, int64_t origin, int64_t extentNs, int buckets, int64_t keepNs,
+                   std::vector<LaneSummaryRow>& out) {
   const size_t firstRow = out.size();
-  for (size_t d = 0; d < sizes.size(); ++d)
-    out.push_back({rank, thread, static_cast<int>(d), rowBucketNs(sizes[d], extentNs, buckets), {}});
+  for (size_t d = 0; d < lane.sizes.size(); ++d)
+    out.push_back({lane.rank, lane.thread, static_cast<int>(d), rowBucketNs(lane.sizes[d], extentNs, buckets), {}});
   std::vector<RowSummarizer> rows;
-  rows.reserve(sizes.size());
-  for (size_t d = 0; d < sizes.size(); ++d)
-    rows.emplace_back(origin, out[firstRow + d].bucketNs, out[firstRow + d].entries);
-  for (size_t i = 0; i < spans.size(); ++i) rows[depths[i]].add(entryOf(spans[i], 1));
+  rows.reserve(lane.sizes.size());
+  for (size_t d = 0; d < lane.sizes.size(); ++d)
+    rows.emplace_back(origin, out[firstRow + d].bucketNs, out[firstRow + d].entries,
+                      std::min(keepNs, out[firstRow + d].bucketNs));
+  const std::vector<Span>& spans = *lane.spans;
+  for (size_t i = 0; i < spans.size(); ++i) rows[lane.depths[i]].add(entryOf(spans[i], 1));
   for (auto& r : rows) r.finish();
-  std::vector<Span>().swap(spans);
+  std::vector<Span>().swap(*lane.spans);
 }
 
 LaneSummary summarize(std::map<std::pair<int, int>, std::vector<Span>>& lanes, int64_t lo, int64_t hi, int buckets) {
   LaneSummary out;
   if (lanes.empty()) return out;
   out.originNs = lo;
-  for (auto& [key, spans] : lanes) {
-    out.spanCount += static_cast<int64_t>(spans.size());
-    summarizeLane(key.first, key.second, spans, lo, hi - lo, buckets, out.rows);
+  // A rank at a time: a span at least as long as the finest bucket of any of the rank's rows is kept as itself, so
+  // whatever is merged into an entry is shorter than that — how far before a window a reader must look for a span
+  // that overlaps it (the viewer's windows of a big run, gui/run_data.h loadWindow).
+  for (auto it = lanes.begin(); it != lanes.end();) {
+    const int rank = it->first.first;
+    std::vector<LaneRows> rankLanes;
+    int64_t keepNs = INT64_MAX;
+    for (; it != lanes.end() && it->first.first == rank; ++it) {
+      out.spanCount += static_cast<int64_t>(it->second.size());
+      rankLanes.push_back(layOut(it->first.first, it->first.second, it->second));
+      for (size_t size : rankLanes.back().sizes) keepNs = std::min(keepNs, rowBucketNs(size, hi - lo, buckets));
+    }
+    for (LaneRows& lane : rankLanes) summarizeRows(lane, lo, hi - lo, buckets, keepNs, out.rows);
   }
   return out;
 }
@@ -189,7 +212,7 @@ Status write(sqlite3* db, const std::filesystem::path& path, const LaneSummary& 
 }  // namespace
 
 void RowSummarizer::add(const LaneSummaryEntry& s, uint32_t weight) {
-  if (s.endNs - s.beginNs >= bucketNs_) {  // at least a bucket long: kept as itself
+  if (s.endNs - s.beginNs >= keepNs_) {  // long enough to be kept as itself
     finish();
     out_.push_back(s);
     out_.back().count = weight;

@@ -24,11 +24,14 @@ struct Frame {
   // The level of detail the items index (TimelineData::level): -1 the timeline itself, else one of its coarser
   // levels, for a frame zoomed out to a level's bucket per pixel or coarser.
   int level = -1;
+  // A window of a big run's spans (FrameScheduler::setWindow) the frame was drawn from instead of the timeline.
+  std::shared_ptr<const TimelineData> window;
   quint64 serial = 0;
   size_t itemCount() const;
   // The timeline whose rows the items index.
   const TimelineData& source(const TimelineData& timeline) const {
-    return level < static_cast<int>(timeline.levels().size()) ? timeline.level(level) : timeline;
+    const TimelineData& base = window ? *window : timeline;
+    return level < static_cast<int>(base.levels().size()) ? base.level(level) : base;
   }
 };
 
@@ -44,6 +47,11 @@ class FrameScheduler : public QObject {
 
   void setTimeline(std::shared_ptr<const TimelineData> timeline);  // drops frames of the previous timeline
   const std::shared_ptr<const TimelineData>& timeline() const { return timeline_; }
+  // A window of every span of a big run's time range (TimelineData::buildWindow on the timeline's lanes): a frame
+  // whose viewport it covers is drawn from it, any other from the timeline (the summary). Kept until the next
+  // setWindow or setTimeline.
+  void setWindow(std::shared_ptr<const TimelineData> window) { window_ = std::move(window); }
+  const std::shared_ptr<const TimelineData>& window() const { return window_; }
   void request(const Viewport& viewport);
   std::shared_ptr<const Frame> latest() const { return latest_; }
   bool idle() const { return !busy_ && !pending_; }
@@ -57,6 +65,7 @@ class FrameScheduler : public QObject {
 
   QThreadPool pool_;
   std::shared_ptr<const TimelineData> timeline_;
+  std::shared_ptr<const TimelineData> window_;
   std::shared_ptr<const Frame> latest_;
   std::optional<Viewport> pending_;
   bool busy_ = false;

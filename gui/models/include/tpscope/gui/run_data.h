@@ -21,6 +21,15 @@
 
 namespace tpscope::gui {
 
+// What loadWindow needs to read a window of a run file's spans onto a summary timeline's lanes and time base.
+struct SpanWindowSource {
+  std::vector<uint32_t> nameMap;  // the file's string id → TimelineData::strings index
+  std::map<int, int64_t> shiftNs;  // rank → what moves its file times onto the run's time base
+  // rank → the finest bucket of its lane summary rows: a span at least that long is in the summary as itself
+  // (tracedb/lane_summary.h), so one that is not, and overlaps a window, began at most this long before it.
+  std::map<int, int64_t> reachNs;
+};
+
 struct RunData {
   std::filesystem::path source;               // what was opened
   std::vector<std::filesystem::path> files;   // the trace files read
@@ -39,6 +48,10 @@ struct RunData {
   bool timelineFromCache = false;  // the spans came from the timeline cache (see LoadOptions::useCache)
   // The timeline is the file's lane summary (loadRunSummary), shown while every span is read.
   bool summaryOnly() const { return timeline && timeline->summary(); }
+  // A run of more spans than LoadOptions::fullLoadLimit is never read whole: `timeline` stays its lane summary and the
+  // viewer reads the spans of the time it shows (loadWindow) when zoomed in.
+  bool windowed = false;
+  std::shared_ptr<const SpanWindowSource> windowSource;  // set by loadRunSummary
 
   std::vector<int> rankIds() const;  // sorted, from ranks, spans and collectives
   // [begin, end) of (rank, step) from step stats, else from its spans; false if unknown.
@@ -61,6 +74,10 @@ struct LoadOptions {
   bool useCache = true;            // read the timeline cache when it is valid
   // A run loadRunSummary() returned for the same path: its tables are taken instead of read again.
   std::shared_ptr<const RunData> tablesFrom;
+  // loadRunSummary marks a run of more spans than this RunData::windowed. Reading every span takes about 65 bytes a
+  // span at its peak (bench/gui), so 40 M spans stay under 3 GB. The viewer takes TPSCOPE_GUI_FULL_LOAD_LIMIT.
+  int64_t fullLoadLimit = kFullLoadLimit;
+  static constexpr int64_t kFullLoadLimit = 40'000'000;
 };
 
 // Writes the timeline cache of `run` if it is cacheable and has none yet. Returns true if a cache was written.
@@ -79,5 +96,13 @@ tracedb::Result<std::shared_ptr<const RunData>> loadRun(const std::filesystem::p
 // shows it, then calls loadRun with LoadOptions::tablesFrom set to it for every span. Blocking; any thread.
 tracedb::Result<std::shared_ptr<const RunData>> loadRunSummary(const std::filesystem::path& path,
                                                                const LoadOptions& options = {});
+
+// Every span of a windowed run (RunData::windowed, from loadRunSummary) that overlaps [fromNs, toNs), read from its
+// file by the (rank, begin) index and laid out on the summary's lanes (TimelineData::buildWindow): per rank, the spans
+// that begin in [fromNs − reach, toNs) (SpanWindowSource::reachNs), plus the summary's entries that are single spans
+// and began earlier but still overlap — together every span that overlaps. Ranks are read on up to `workers`
+// threads. The caller bounds the cost with the summary's TimelineData::weightIn(fromNs, toNs). Blocking; any thread.
+tracedb::Result<std::shared_ptr<const TimelineData>> loadWindow(const RunData& run, int64_t fromNs, int64_t toNs,
+                                                                int workers = 1);
 
 }  // namespace tpscope::gui

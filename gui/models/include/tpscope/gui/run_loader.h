@@ -1,6 +1,8 @@
 // Loads runs off the UI thread: the run's data and timeline first (what the first frame needs), the analyses after.
 // A run file with a lane summary is loaded twice over: runLoaded() comes first with the summary timeline
-// (RunData::summaryOnly(), a fraction of a second whatever the run's size), then again with every span.
+// (RunData::summaryOnly(), a fraction of a second whatever the run's size), then again with every span — unless the
+// run has more spans than TPSCOPE_GUI_FULL_LOAD_LIMIT (default LoadOptions::kFullLoadLimit): such a run stays
+// RunData::windowed, and the timeline reads the spans of the time it shows (loadWindow).
 //
 // Threading: a RunLoader lives on the UI thread; its work runs on its own thread pool and its signals are emitted on
 // the thread the loader lives in. A newer load() supersedes an older one: results of a superseded load are dropped.

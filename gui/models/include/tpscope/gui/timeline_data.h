@@ -147,6 +147,22 @@ class TimelineData {
                                   const std::vector<tracedb::ThreadInfo>& threads = {});
   // Whether this timeline is a summary (fromSummary) rather than every span.
   bool summary() const { return summary_; }
+  // A window of a run too big to hold every span in memory (issue #17; run_data.h loadWindow): `spans` (every span
+  // that overlaps [fromNs, toNs), in any order) laid out in the lanes of `layout` — the same lanes, in the same order,
+  // so a frame of either paints in one lane layout; spans of a lane `layout` lacks are dropped. Rows by nesting depth
+  // as build() gives them: a span's depth counts the spans open when it begins, and every one of those overlaps the
+  // window too.
+  static TimelineData buildWindow(const TimelineData& layout, std::vector<InputSpan> spans, int64_t fromNs,
+                                  int64_t toNs, int workers = 1);
+  // Whether this is a window (buildWindow) holding every span of [fromNs, toNs).
+  bool covers(int64_t fromNs, int64_t toNs) const {
+    return windowEnd_ > windowBegin_ && fromNs >= windowBegin_ && toNs <= windowEnd_;
+  }
+  int64_t windowBeginNs() const { return windowBegin_; }
+  int64_t windowEndNs() const { return windowEnd_; }
+  // The spans the entries overlapping [fromNs, toNs) stand for (by weight), over every row: on a summary, about what
+  // a window of that time would read. O(rows × log n + entries in the range).
+  size_t weightIn(int64_t fromNs, int64_t toNs) const;
   // Coarser levels of detail (Perfetto's mipmaps): summaries of this timeline's rows (tracedb::RowSummarizer) at
   // bucket widths 4× apart, from 1/4,096 of the run down to where a level would hold more than 1/8 of the spans.
   // computeFrame() queries the coarsest level whose bucket is at most a pixel, so a zoomed-out frame costs the
@@ -208,6 +224,7 @@ class TimelineData {
   size_t spanCount_ = 0;
   bool summary_ = false;
   int64_t bucketNs_ = 0;
+  int64_t windowBegin_ = 0, windowEnd_ = 0;  // buildWindow's [fromNs, toNs)
   std::vector<std::shared_ptr<const TimelineData>> levels_;
 };
 

@@ -7,12 +7,17 @@
 // row's time from the run's first begin is cut into equal buckets, one per kSpansPerBucket spans of the row and at
 // most `buckets` (4,096: finer than any screen shows a whole run), so the entries stay a small share of the spans
 // whatever the run's shape. In each row:
-//   - a span at least one bucket long is kept as itself (count 1): at most `buckets` of them fit in a row;
+//   - a span at least one bucket long is kept as itself (count 1), and so is a span at least as long as the finest
+//     bucket of any row of its rank (version 2): whatever an entry merges is shorter than that, so a reader that
+//     wants every span overlapping a time t finds the longer ones here and the rest beginning at most that long
+//     before t (the viewer's windows of a run too big to read whole, gui/run_data.h loadWindow);
 //   - the shorter spans that begin in one bucket become one entry: their hull [first begin, last end), how many they
 //     are, their majority kind (ties: lowest id), and the name, step, layer and phase of the longest of them. A bucket
 //     with a single short span keeps that span as itself (count 1).
 // Entries of a row are sorted and disjoint (short spans of a bucket end before the next bucket's first begins, and a
-// long span begins after every short span of its bucket), so a row has at most 3 × its buckets entries.
+// kept span begins after every short span before it), so a row has at most 3 × its buckets entries plus the spans
+// kept for their rank's finest bucket (no more than the row's spans, and few: in a row that has many, that row's
+// bucket is the finest).
 // Times are the file's own (the spans table's); names are the file's string ids.
 //
 // Stored in table lane_summary (docs/schema.md): one row per (rank, thread, depth) with its bucket width and its
@@ -34,7 +39,7 @@
 
 namespace tpscope::tracedb {
 
-inline constexpr int kLaneSummaryVersion = 1;
+inline constexpr int kLaneSummaryVersion = 2;
 inline constexpr int kLaneSummaryBuckets = 4096;  // at most, per row
 inline constexpr size_t kSpansPerBucket = 16;
 
@@ -71,14 +76,18 @@ LaneSummary summarizeLanes(std::vector<SpanRow> spans, int buckets = kLaneSummar
 // finish(). The viewer uses it for finer levels of its own, from the rows it has built.
 class RowSummarizer {
  public:
-  RowSummarizer(int64_t originNs, int64_t bucketNs, std::vector<LaneSummaryEntry>& out)
-      : origin_(originNs), bucketNs_(std::max<int64_t>(1, bucketNs)), out_(out) {}
+  // Spans at least `keepNs` long are kept as themselves (default, and at most: a bucket).
+  RowSummarizer(int64_t originNs, int64_t bucketNs, std::vector<LaneSummaryEntry>& out, int64_t keepNs = INT64_MAX)
+      : origin_(originNs),
+        bucketNs_(std::max<int64_t>(1, bucketNs)),
+        keepNs_(std::clamp<int64_t>(keepNs, 1, std::max<int64_t>(1, bucketNs))),
+        out_(out) {}
   // `weight`: spans the added one stands for (a row that is itself a summary); counts and kinds add up by weight.
   void add(const LaneSummaryEntry& span, uint32_t weight = 1);
   void finish();
 
  private:
-  int64_t origin_, bucketNs_;
+  int64_t origin_, bucketNs_, keepNs_;
   std::vector<LaneSummaryEntry>& out_;
   int64_t index_ = -1, endNs_ = 0;
   uint32_t count_ = 0, entries_ = 0;
