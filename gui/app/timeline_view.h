@@ -111,9 +111,9 @@ struct TimelinePainter {
   int laneOfRecord(const tracedb::CollectiveRow& c) const;
 };
 
-// A windowed run's window is read only when the summary says the time holds at most this many spans (about 150 MB
-// laid out); zoomed out further, the summary is the picture.
-inline constexpr size_t kWindowSpanBudget = 2'000'000;
+// A windowed run's window is read only when the summary says the time holds at most this many spans (about 1 s to
+// read on the development machine, 80 MB laid out); zoomed out further, the summary is the picture.
+inline constexpr size_t kWindowSpanBudget = 1'000'000;
 
 class TimelineView : public QWidget {
   Q_OBJECT

@@ -126,6 +126,7 @@ std::string writeNestedRun(const fs::path& path, unsigned seed) {
   }
   if (auto e = check((*w)->addSpan({1, 9, SpanKind::Other, names[6], 0, runEnd, -1, -1, Phase::None, {}})); !e.empty())
     return e;
+  if (auto e = check((*w)->createIndexes()); !e.empty()) return e;
   if (auto e = check((*w)->close()); !e.empty()) return e;
   return check(writeLaneSummary(path));
 }

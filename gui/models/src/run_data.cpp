@@ -331,7 +331,15 @@ Result<std::shared_ptr<const RunData>> loadRunSummary(const fs::path& path, cons
   auto timeline = std::make_shared<TimelineData>(TimelineData::fromSummary(
       **summary, names.maps[0], [&](int rank) { return clock.shiftNs(rank); }, std::move(names.strings),
       run->threads));
-  run->windowed = static_cast<int64_t>(timeline->spanCount()) > options.fullLoadLimit;
+  // Windows are read by the (rank, begin) index that merge, capture and import create; a file without it is read whole.
+  bool indexed = false;
+  {
+    tracedb::Query q(*opened->files[0].reader,
+                     "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'spans_rank_begin'",
+                     "the span index");
+    if (Status st = q.each([&](tracedb::Query& r) { indexed = r.i64(0) > 0; }); !st) return st;
+  }
+  run->windowed = indexed && static_cast<int64_t>(timeline->spanCount()) > options.fullLoadLimit;
   run->windowSource = std::move(source);
   if (options.timings) *options.timings = LoadTimings{msSince(phase), 0, 0};
   return finish(std::move(run), std::move(timeline));

@@ -74,7 +74,8 @@ struct LoadOptions {
   bool useCache = true;            // read the timeline cache when it is valid
   // A run loadRunSummary() returned for the same path: its tables are taken instead of read again.
   std::shared_ptr<const RunData> tablesFrom;
-  // loadRunSummary marks a run of more spans than this RunData::windowed. Reading every span takes about 65 bytes a
+  // loadRunSummary marks a run of more spans than this RunData::windowed (when the file has the span index that merge,
+  // capture and import create). Reading every span takes about 65 bytes a
   // span at its peak (bench/gui), so 40 M spans stay under 3 GB. The viewer takes TPSCOPE_GUI_FULL_LOAD_LIMIT.
   int64_t fullLoadLimit = kFullLoadLimit;
   static constexpr int64_t kFullLoadLimit = 40'000'000;
