@@ -11,7 +11,10 @@ int main(int argc, char** argv) {
   QApplication::setApplicationName("tpscope-gui");
   QApplication::setApplicationVersion(QStringLiteral(TPSCOPE_VERSION));
   QCommandLineParser parser;
-  parser.setApplicationDescription("tpscope trace viewer");
+  parser.setApplicationDescription(
+      "tpscope trace viewer\n\nEnvironment: TPSCOPE_GUI_FULL_LOAD_LIMIT=N — a run file of more than N spans (default "
+      "40000000) is never read whole: the timeline shows its lane summary and reads the spans of the time on screen "
+      "when zoomed in.");
   parser.addHelpOption();
   parser.addVersionOption();
   parser.addPositionalArgument("RUN", "run file, rank file or capture folder to open");

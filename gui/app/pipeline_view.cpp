@@ -154,7 +154,12 @@ void PipelineView::showStep(int step) {
 void PipelineView::refresh() {
   const PipelineChart& c = canvas_->chart();
   if (!c.present()) {
-    headline_->setText(run_ && run_->summaryOnly() ? "Reading every span…" : "No pipeline parallelism in this run.");
+    if (run_ && run_->windowed)
+      headline_->setText(QString("This run has %1 spans, more than the viewer reads whole; the pipeline chart needs "
+                                 "every pass span (TPSCOPE_GUI_FULL_LOAD_LIMIT above %1 reads them all).")
+                             .arg(run_->timeline->spanCount()));
+    else
+      headline_->setText(run_ && run_->summaryOnly() ? "Reading every span…" : "No pipeline parallelism in this run.");
     return;
   }
   const double window = static_cast<double>(std::max<int64_t>(1, c.endNs - c.beginNs));
