@@ -179,26 +179,36 @@ void setRank(kineto::RankModel& m, int rank) {
 
 // Ranks known only by their coordinates get Megatron's global rank: TP fastest, then DP, then PP
 // (rank = pp·T·D + dp·T + tp, T and D the TP and DP sizes named or seen). Their TP/DP position goes to `ranks`.
-void resolveRanks(std::vector<LoadedFile>& loaded) {
-  int tpSize = 1, dpSize = 1;
+// Coordinates that are negative or give a rank beyond kMaxCoordinateRank are an error naming the file.
+constexpr int64_t kMaxCoordinateRank = 1 << 20;
+
+Status resolveRanks(std::span<const fs::path> inputs, std::vector<LoadedFile>& loaded) {
+  int64_t tpSize = 1, dpSize = 1;
   for (const LoadedFile& f : loaded)
     for (const LoadedRank& r : f.ranks) {
-      tpSize = std::max({tpSize, r.coords.tpSize.value_or(1), r.coords.tp.value_or(0) + 1});
-      dpSize = std::max({dpSize, r.coords.dpSize.value_or(1), r.coords.dp.value_or(0) + 1});
+      tpSize = std::max<int64_t>({tpSize, r.coords.tpSize.value_or(1), int64_t{r.coords.tp.value_or(0)} + 1});
+      dpSize = std::max<int64_t>({dpSize, r.coords.dpSize.value_or(1), int64_t{r.coords.dp.value_or(0)} + 1});
     }
-  for (LoadedFile& f : loaded)
-    for (LoadedRank& r : f.ranks) {
+  for (size_t i = 0; i < loaded.size(); ++i)
+    for (LoadedRank& r : loaded[i].ranks) {
       if (!r.coords.any()) continue;
-      const int tp = r.coords.tp.value_or(0), dp = r.coords.dp.value_or(0), pp = r.coords.pp.value_or(0);
+      const int64_t tp = r.coords.tp.value_or(0), dp = r.coords.dp.value_or(0), pp = r.coords.pp.value_or(0);
+      const int64_t rank = pp * tpSize * dpSize + dp * tpSize + tp;
+      if (tp < 0 || dp < 0 || pp < 0 || tpSize > kMaxCoordinateRank || dpSize > kMaxCoordinateRank ||
+          pp > kMaxCoordinateRank || rank > kMaxCoordinateRank)
+        return Status::error(inputs[i].string() + ": rank coordinates pp " + std::to_string(pp) + ", tp " +
+                             std::to_string(tp) + ", dp " + std::to_string(dp) + " (from its " + r.rankSource +
+                             ") are out of range (ranks 0 to " + std::to_string(kMaxCoordinateRank) + ")");
       if (!r.rankKnown) {
-        setRank(r.model, pp * tpSize * dpSize + dp * tpSize + tp);
+        setRank(r.model, static_cast<int>(rank));
         r.rankKnown = true;
       }
-      r.model.info.tpRank = tp;
-      r.model.info.tpSize = tpSize;
-      r.model.info.dpRank = dp;
-      r.model.info.dpSize = dpSize;
+      r.model.info.tpRank = static_cast<int>(tp);
+      r.model.info.tpSize = static_cast<int>(tpSize);
+      r.model.info.dpRank = static_cast<int>(dp);
+      r.model.info.dpSize = static_cast<int>(dpSize);
     }
+  return Status::ok();
 }
 
 // The inputs and the output can be used: some inputs, an output in an existing folder, not one of the inputs.
@@ -241,7 +251,7 @@ Result<InputsMeta> collectInputs(std::span<const fs::path> inputs, std::vector<L
                                  KinetoImportStats& stats) {
   for (const LoadedFile& f : loaded)
     if (!f.status) return f.status;
-  resolveRanks(loaded);
+  if (Status s = resolveRanks(inputs, loaded); !s) return s;
   InputsMeta meta;
   std::map<int, fs::path> rankOwner;
   for (size_t i = 0; i < inputs.size(); ++i) {

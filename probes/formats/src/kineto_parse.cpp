@@ -313,8 +313,10 @@ class FileParser {
     return false;
   }
 
-  // Reads the args of SpanArgs (pipeline and tpscope-export traces); false for any other arg.
+  // Reads the args of SpanArgs (pipeline and tpscope-export traces); false for any other arg. Kineto's own args
+  // ("External id", "Record function id", "Sequence number", ...) start with a capital and are passed over first.
   static bool parsePlaceArg(std::string_view key, ondemand::value& v, EventFields& f) {
+    if (key.empty() || key[0] < 'a' || key[0] > 'z') return false;
     int64_t SpanArgs::*number = nullptr;
     if (key == "step" || key == "iteration") number = &SpanArgs::step;
     else if (key == "mb_id" || key == "microbatch" || key == "micro_batch" || key == "microbatch_id")

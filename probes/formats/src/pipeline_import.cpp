@@ -79,16 +79,20 @@ bool assignSteps(const std::vector<Found>& passes, const RankModel& m, std::vect
 }
 
 // The nearest pass (of a direction, if given) before (`after` false: ended by `t`) or after (begun at or after
-// `t`) a time.
+// `t`) a time. `found` is sorted by begin, `passes` index-aligned with it.
 const PipelineRank::Pass* nearestPass(const std::vector<PipelineRank::Pass>& passes, const std::vector<Found>& found,
                                       int64_t t, std::optional<bool> forward, bool after) {
-  const PipelineRank::Pass* best = nullptr;
-  for (size_t k = 0; k < passes.size(); ++k) {
-    if (forward && passes[k].forward != *forward) continue;
-    if (after && found[k].begin >= t) return &passes[k];
-    if (!after && found[k].end <= t) best = &passes[k];
+  auto firstAtOrAfter = std::lower_bound(found.begin(), found.end(), t,
+                                         [](const Found& f, int64_t time) { return f.begin < time; });
+  const auto from = static_cast<size_t>(firstAtOrAfter - found.begin());
+  if (after) {
+    for (size_t k = from; k < passes.size(); ++k)
+      if (!forward || passes[k].forward == *forward) return &passes[k];
+    return nullptr;
   }
-  return best;
+  for (size_t k = from; k-- > 0;)
+    if (found[k].end <= t && (!forward || passes[k].forward == *forward)) return &passes[k];
+  return nullptr;
 }
 
 // The passes' step, micro-batch and chunk into out.passes.
@@ -113,10 +117,12 @@ void describePasses(const KinetoFile& file, const std::vector<Found>& found, con
 
 }  // namespace
 
-Status recognisePipelineRank(const KinetoFile& file, RankModel& m, const InternFn& intern, PipelineRank& out) {
+namespace {
+
+// The rank's pass and transfer spans (host lanes only), sorted by begin, and the ends of its optimizer spans.
+void collectSpans(const KinetoFile& file, const RankModel& m, std::vector<Found>& passes, std::vector<Found>& transfers,
+                  std::vector<int64_t>& optimizerEnds) {
   const int64_t base = file.baseTimeNs.value_or(0);
-  std::vector<Found> passes, transfers;
-  std::vector<int64_t> optimizerEnds;
   for (size_t i = 0; i < file.spans.size(); ++i) {
     const tracedb::SpanRow& row = m.spans[i];
     if (row.thread >= kGpuLaneBase) continue;
@@ -127,101 +133,133 @@ Status recognisePipelineRank(const KinetoFile& file, RankModel& m, const InternF
     else if (name.role == PipeName::Role::Transfer) transfers.push_back(f);
     else if (isOptimizerSpan(row, s.name)) optimizerEnds.push_back(f.end);
   }
-  if (passes.empty() && transfers.empty()) return Status::ok();
   auto byBegin = [](const Found& a, const Found& b) { return std::tie(a.begin, a.span) < std::tie(b.begin, b.span); };
   std::sort(passes.begin(), passes.end(), byBegin);
   std::sort(transfers.begin(), transfers.end(), byBegin);
-  std::vector<int> steps;
-  const bool rowSteps = assignSteps(passes, m, optimizerEnds, steps);
-  describePasses(file, passes, steps, out);
+}
 
+// Gives a span a name of the pipeline contract (kept alive in out.names for the intern function's views).
+Status rename(tracedb::SpanRow& row, std::string name, const InternFn& intern, PipelineRank& out) {
+  out.names.push_back(std::move(name));
+  auto id = intern(out.names.back());
+  if (!id) return id.status();
+  row.name = *id;
+  return Status::ok();
+}
+
+Status renamePasses(const std::vector<Found>& passes, RankModel& m, const InternFn& intern, PipelineRank& out) {
   std::set<int> chunks;
   for (const PipelineRank::Pass& p : out.passes) chunks.insert(p.chunk);
   const bool withChunk = chunks.size() > 1;
-  auto rename = [&](tracedb::SpanRow& row, std::string name) -> Status {
-    out.names.push_back(std::move(name));
-    auto id = intern(out.names.back());
-    if (!id) return id.status();
-    row.name = *id;
-    return Status::ok();
-  };
   for (size_t k = 0; k < passes.size(); ++k) {
     const PipelineRank::Pass& p = out.passes[k];
     tracedb::SpanRow& row = m.spans[passes[k].span];
     std::string name = std::string(p.forward ? "forward mb " : "backward mb ") + std::to_string(p.microbatch);
     if (withChunk) name += " chunk " + std::to_string(p.chunk);
-    if (Status s = rename(row, std::move(name)); !s) return s;
+    if (Status s = rename(row, std::move(name), intern, out); !s) return s;
     row.kind = SpanKind::Compute;
     row.phase = p.forward ? Phase::Forward : Phase::Backward;
     row.step = p.step;
   }
+  return Status::ok();
+}
 
-  // Where the rank was last busy on each thread: the end of its latest pass or transfer span, with its step.
-  struct Busy {
-    int64_t end;
-    int step;
-    int thread;
-  };
-  std::vector<Busy> busy;
-  for (size_t k = 0; k < passes.size(); ++k)
-    busy.push_back({passes[k].end, out.passes[k].step, m.spans[passes[k].span].thread});
-  std::vector<int> transferSteps;
+bool anyReceive(const PipeName& name) {
+  for (int j = 0; j < name.messageCount; ++j)
+    if (!name.messages[static_cast<size_t>(j)].send) return true;
+  return false;
+}
+
+// The steps of the transfers: their rows' own where the passes took theirs from the rows, else the step of the pass
+// next to them (a receive's next pass, a send's previous one).
+std::vector<int> transferSteps(const std::vector<Found>& transfers, const std::vector<Found>& passes, bool rowSteps,
+                               const RankModel& m, const PipelineRank& out) {
+  std::vector<int> steps;
   for (const Found& t : transfers) {
-    const tracedb::SpanRow& row = m.spans[t.span];
-    bool anyRecv = false;
-    for (int j = 0; j < t.name.messageCount; ++j) anyRecv = anyRecv || !t.name.messages[static_cast<size_t>(j)].send;
-    int step = rowSteps || passes.empty() ? row.step : -1;
-    if (step < 0) {  // the step of the pass next to it: a receive's next pass, a send's previous one
-      const PipelineRank::Pass* p = nearestPass(out.passes, passes, anyRecv ? t.begin : t.end, std::nullopt, anyRecv);
-      if (!p) p = nearestPass(out.passes, passes, anyRecv ? t.end : t.begin, std::nullopt, !anyRecv);
+    const bool recv = anyReceive(t.name);
+    int step = rowSteps || passes.empty() ? m.spans[t.span].step : -1;
+    if (step < 0) {
+      const PipelineRank::Pass* p = nearestPass(out.passes, passes, recv ? t.begin : t.end, std::nullopt, recv);
+      if (!p) p = nearestPass(out.passes, passes, recv ? t.end : t.begin, std::nullopt, !recv);
       step = p ? p->step : 0;
     }
-    transferSteps.push_back(step);
-    busy.push_back({t.end, step, row.thread});
+    steps.push_back(std::max(step, 0));
   }
+  return steps;
+}
+
+// When each receive began to wait: the end of the rank's previous pass or transfer span on the same thread, if that
+// span is in the receive's step; else the receive's own begin.
+std::vector<int64_t> waitStarts(const std::vector<Found>& transfers, const std::vector<int>& steps,
+                                const std::vector<Found>& passes, const RankModel& m, const PipelineRank& out) {
+  struct Busy {
+    int thread;
+    int64_t end;
+    int step;
+    bool operator<(const Busy& o) const { return std::tie(thread, end) < std::tie(o.thread, o.end); }
+  };
+  std::vector<Busy> busy;
+  for (size_t k = 0; k < passes.size(); ++k) busy.push_back({m.spans[passes[k].span].thread, passes[k].end, out.passes[k].step});
+  for (size_t k = 0; k < transfers.size(); ++k) busy.push_back({m.spans[transfers[k].span].thread, transfers[k].end, steps[k]});
+  std::sort(busy.begin(), busy.end());
+  std::vector<int64_t> starts;
+  for (size_t k = 0; k < transfers.size(); ++k) {
+    const Busy key{m.spans[transfers[k].span].thread, transfers[k].begin, 0};
+    auto it = std::upper_bound(busy.begin(), busy.end(), key);  // the first that ends after the transfer begins
+    const bool previous = it != busy.begin() && std::prev(it)->thread == key.thread && std::prev(it)->step == steps[k];
+    starts.push_back(previous ? std::prev(it)->end : transfers[k].begin);
+  }
+  return starts;
+}
+
+// The transfers' messages into out.messages; their spans renamed "recv" / "send wait".
+Status recordTransfers(const KinetoFile& file, const std::vector<Found>& transfers, const std::vector<Found>& passes,
+                       bool rowSteps, RankModel& m, const InternFn& intern, PipelineRank& out) {
+  const std::vector<int> steps = transferSteps(transfers, passes, rowSteps, m, out);
+  const std::vector<int64_t> waits = waitStarts(transfers, steps, passes, m, out);
   for (size_t k = 0; k < transfers.size(); ++k) {
     const Found& t = transfers[k];
     tracedb::SpanRow& row = m.spans[t.span];
     const SpanArgs* a = argsOf(file, t.span);
-    const int step = transferSteps[k];
-    int64_t waitFrom = t.begin;
-    bool found = false;
-    for (const Busy& b : busy)
-      if (b.thread == row.thread && b.step == step && b.end <= t.begin && (!found || b.end > waitFrom)) {
-        waitFrom = b.end;
-        found = true;
-      }
-    if (!found) waitFrom = t.begin;
-    bool anyRecv = false;
     for (int j = 0; j < t.name.messageCount; ++j) {
-      const PipeMessage& what = t.name.messages[static_cast<size_t>(j)];
-      anyRecv = anyRecv || !what.send;
       PipelineRank::Message msg;
-      msg.what = what;
-      msg.step = step;
+      msg.what = t.name.messages[static_cast<size_t>(j)];
+      msg.step = steps[k];
       msg.thread = row.thread;
       msg.beginNs = t.begin;
       msg.endNs = t.end;
-      msg.waitFromNs = what.send ? t.begin : waitFrom;
+      msg.waitFromNs = msg.what.send ? t.begin : waits[k];
       msg.bytes = a ? a->bytes : -1;
-      if (a && a->microbatch >= 0) {
-        msg.microbatch = static_cast<int>(a->microbatch);
-      } else {
-        const PipelineRank::Pass* p =
-            nearestPass(out.passes, passes, what.send ? t.end : t.begin, what.activation, !what.send);
-        if (p) msg.microbatch = p->microbatch;
-      }
+      const PipelineRank::Pass* p =
+          nearestPass(out.passes, passes, msg.what.send ? t.end : t.begin, msg.what.activation, !msg.what.send);
+      msg.microbatch = a && a->microbatch >= 0 ? static_cast<int>(a->microbatch) : p ? p->microbatch : -1;
       out.messages.push_back(msg);
     }
-    if (Status s = rename(row, anyRecv ? "recv" : "send wait"); !s) return s;
+    if (Status s = rename(row, anyReceive(t.name) ? "recv" : "send wait", intern, out); !s) return s;
     row.kind = SpanKind::Comm;
     row.phase = t.name.messages[0].activation ? Phase::Forward : Phase::Backward;
-    row.step = step;
+    row.step = steps[k];
   }
   return Status::ok();
 }
 
+}  // namespace
+
+Status recognisePipelineRank(const KinetoFile& file, RankModel& m, const InternFn& intern, PipelineRank& out) {
+  std::vector<Found> passes, transfers;
+  std::vector<int64_t> optimizerEnds;
+  collectSpans(file, m, passes, transfers, optimizerEnds);
+  if (passes.empty() && transfers.empty()) return Status::ok();
+  std::vector<int> steps;
+  const bool rowSteps = assignSteps(passes, m, optimizerEnds, steps);
+  describePasses(file, passes, steps, out);
+  if (Status s = renamePasses(passes, m, intern, out); !s) return s;
+  return recordTransfers(file, transfers, passes, rowSteps, m, intern, out);
+}
+
 namespace {
+
+constexpr int kMaxPipelineRanks = 1 << 20;
 
 struct Sided {
   const PipelineRank::Message* msg;
@@ -337,6 +375,10 @@ std::string assemblePipeline(std::vector<PipelineRankRef>& ranks, std::map<std::
     for (const auto& [step, mbs] : perStep) microbatches = std::max(microbatches, static_cast<int>(mbs.size()));
   }
   if (!anyPasses) return "";
+  if (world > kMaxPipelineRanks) {
+    skipped["pipeline ranks beyond 1048576 (no pipeline meta)"]++;
+    return "";
+  }
   if (stages < 2) {
     skipped["pipeline passes but fewer than 2 stages named (no pipeline meta)"]++;
     return "";

@@ -23,18 +23,35 @@ std::optional<int> number(const std::ssub_match& m) {
   return v;
 }
 
+// A non-negative decimal number that is all of `s`.
+std::optional<int> wholeNumber(std::string_view s) {
+  int v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || s[0] == '-' || ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
 // "forward mb 3" / "backward mb 3 chunk 1" exactly.
 std::optional<PipeName> nativePassName(std::string_view name) {
-  static const std::regex kPass("(forward|backward) mb ([0-9]+)(?: chunk ([0-9]+))?");
-  std::smatch m;
-  const std::string s(name);
-  if (!std::regex_match(s, m, kPass)) return std::nullopt;
   PipeName out;
   out.role = PipeName::Role::Pass;
-  out.forward = m[1].str() == "forward";
-  out.microbatch = number(m[2]).value_or(-1);
-  out.chunk = number(m[3]).value_or(-1);
-  return out;
+  for (std::string_view prefix : {"forward mb ", "backward mb "}) {
+    if (name.substr(0, prefix.size()) != prefix) continue;
+    out.forward = prefix[0] == 'f';
+    std::string_view rest = name.substr(prefix.size());
+    constexpr std::string_view kChunk = " chunk ";
+    if (const size_t at = rest.find(kChunk); at != std::string_view::npos) {
+      const std::optional<int> chunk = wholeNumber(rest.substr(at + kChunk.size()));
+      if (!chunk) return std::nullopt;
+      out.chunk = *chunk;
+      rest = rest.substr(0, at);
+    }
+    const std::optional<int> mb = wholeNumber(rest);
+    if (!mb) return std::nullopt;
+    out.microbatch = *mb;
+    return out;
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -66,7 +83,9 @@ RankCoords coordsFromName(std::string_view name) {
 }
 
 PipeName pipelineName(std::string_view name) {
+  // Called for every span of an import: most names are rejected by their length or first letter.
   if (name.size() < 12 || name.size() > 48) return {};
+  if (const char c = name[0]; c != 'f' && c != 'F' && c != 'b' && c != 'B') return {};
   if (std::optional<PipeName> native = nativePassName(name)) return *native;
   const std::string n = normalized(name);
   PipeName out;

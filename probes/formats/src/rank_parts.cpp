@@ -35,7 +35,49 @@ KinetoFile emptyLike(const KinetoFile& file) {
 
 }  // namespace
 
+namespace {
+
+// Whether the names of the file's processes and threads carry two or more distinct rank coordinates (cheap: the
+// names, not the events, are looked at).
+bool namesSeveralRanks(const KinetoFile& file) {
+  std::vector<RankCoords> seen;
+  auto note = [&](const std::string& name) {
+    const RankCoords c = coordsFromName(name);
+    if (c.any() && std::find(seen.begin(), seen.end(), c) == seen.end()) seen.push_back(c);
+  };
+  for (const auto& [lane, name] : file.threadNames) note(name);
+  for (const auto& [pid, name] : file.processNames) note(name);
+  return seen.size() >= 2;
+}
+
+// The one part of a file of one rank, from the coordinates its names carry (`named`, at most one distinct value),
+// completed by distributedInfo's.
+std::vector<RankPart> wholeFile(const KinetoFile& file, RankPart named) {
+  named.wholeFile = true;
+  named.events = {};
+  if (file.coords.any() || file.coords.ppSize || file.coords.tpSize || file.coords.dpSize) {
+    if (!named.coords.any()) named.source = "distributedInfo";
+    fillMissing(named.coords, file.coords);
+  }
+  std::vector<RankPart> out;
+  out.push_back(std::move(named));
+  return out;
+}
+
+// The coordinates a file of one rank names, the thread's before the process's.
+RankPart namedCoords(const KinetoFile& file) {
+  RankPart named;
+  for (const auto& [lane, name] : file.threadNames)
+    if (RankCoords c = coordsFromName(name); c.any()) return RankPart{c, "thread name", {}, true};
+  for (const auto& [pid, name] : file.processNames)
+    if (RankCoords c = coordsFromName(name); c.any()) return RankPart{c, "process name", {}, true};
+  return named;
+}
+
+}  // namespace
+
 std::vector<RankPart> splitByRank(const KinetoFile& file) {
+  if (!namesSeveralRanks(file)) return wholeFile(file, namedCoords(file));
   struct Lane {
     RankCoords coords;
     const char* source = "";
@@ -65,18 +107,8 @@ std::vector<RankPart> splitByRank(const KinetoFile& file) {
   };
   for (const RawSpan& s : file.spans) partFor(s.lane);
   for (const RawCounter& c : file.counters) partFor(c.lane);
-
-  if (parts.size() < 2) {
-    RankPart whole = parts.empty() ? RankPart{} : std::move(parts.front());
-    if (file.coords.any() || file.coords.ppSize || file.coords.tpSize || file.coords.dpSize) {
-      if (!whole.coords.any()) whole.source = "distributedInfo";
-      fillMissing(whole.coords, file.coords);
-    }
-    whole.wholeFile = true;
-    std::vector<RankPart> out;
-    out.push_back(std::move(whole));
-    return out;
-  }
+  if (parts.size() < 2)  // the names of several ranks, but the events of one (or none)
+    return wholeFile(file, parts.empty() ? RankPart{} : std::move(parts.front()));
   for (RankPart& p : parts) {
     p.wholeFile = false;
     p.events = emptyLike(file);
