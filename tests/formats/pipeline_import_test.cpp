@@ -381,6 +381,74 @@ TEST(ChromePipelineImport, UnmatchedSendsAndStrayEventsAreCounted) {
   EXPECT_TRUE((*reader)->metaValue("pipeline"));
 }
 
+std::string thread(int pid, int tid, const std::string& name) {
+  return R"({"ph":"M","name":"thread_name","pid":)" + std::to_string(pid) + ",\"tid\":" + std::to_string(tid) +
+         R"(,"args":{"name":")" + name + "\"}}";
+}
+std::string threadSpan(int tid, const std::string& name, int ts, int dur, const std::string& args) {
+  return R"({"ph":"X","cat":"user_annotation","pid":1,"tid":)" + std::to_string(tid) + R"(,"name":")" + name +
+         "\",\"ts\":" + std::to_string(ts) + ",\"dur\":" + std::to_string(dur) + ",\"args\":" + args + "}";
+}
+
+// Ranks as threads of one process ("pp_rank=S dp_rank=D"), two model chunks: global ranks in Megatron's order (DP
+// before PP), schedule interleaved, chunk names, and the last stage's activations going around to the first stage.
+TEST(ChromePipelineImport, InterleavedChunksOnThreadNamedDataParallelRanks) {
+  ScratchDir dir;
+  std::string events = process(1, "trainer");
+  for (int pp = 0; pp < 2; ++pp)
+    for (int dp = 0; dp < 2; ++dp) {
+      const int tid = 10 + pp * 2 + dp;
+      events += "," + thread(1, tid, "pp_rank=" + std::to_string(pp) + " dp_rank=" + std::to_string(dp));
+      int t = 0;
+      for (int chunk = 0; chunk < 2; ++chunk)
+        for (int mb = 0; mb < 2; ++mb) {
+          const std::string args = R"({"step":7,"mb_id":)" + std::to_string(mb) + R"(,"model_chunk":)" +
+                                   std::to_string(chunk) + "}";
+          if (pp == 0 && chunk == 1) events += "," + threadSpan(tid, "forward-recv", t, 1, args), t += 1;
+          events += "," + threadSpan(tid, "forward-compute", t, 10, args), t += 10;
+          if (pp == 1 && chunk == 0) events += "," + threadSpan(tid, "forward-send", t, 1, args), t += 1;
+        }
+      for (int chunk = 1; chunk >= 0; --chunk)
+        for (int mb = 0; mb < 2; ++mb) {
+          const std::string args = R"({"step":7,"mb_id":)" + std::to_string(mb) + R"(,"model_chunk":)" +
+                                   std::to_string(chunk) + "}";
+          events += "," + threadSpan(tid, "backward-compute", t, 20, args), t += 20;
+        }
+    }
+  const fs::path trace = writeTrace(dir, "t.json", events);
+  const std::vector<fs::path> inputs{trace};
+  auto stats = importChrome(inputs, dir / "run.db");
+  ASSERT_TRUE(stats) << stats.error();
+  EXPECT_EQ(stats->ranks, 4);
+  auto reader = tracedb::Reader::open(dir / "run.db");
+  ASSERT_TRUE(reader);
+  const json meta = json::parse(*(*reader)->metaValue("pipeline"));
+  EXPECT_EQ(meta["schedule"], "interleaved");
+  EXPECT_EQ(meta["virtual_stages"], 2);
+  EXPECT_EQ(meta["microbatches"], 2);
+  EXPECT_EQ(meta["stage_of_rank"], json({0, 0, 1, 1}));
+  auto ranks = (*reader)->ranks();
+  ASSERT_TRUE(ranks);
+  EXPECT_EQ((*ranks)[1].dpRank, 1);
+  EXPECT_EQ((*ranks)[1].dpSize, 2);
+  auto spans = (*reader)->spans();
+  ASSERT_TRUE(spans);
+  int chunkOne = 0;
+  for (const auto& sp : *spans) chunkOne += (*reader)->string(sp.name) == "forward mb 1 chunk 1" && sp.step == 7;
+  EXPECT_EQ(chunkOne, 4);
+  auto colls = (*reader)->collectives();
+  ASSERT_TRUE(colls);
+  std::map<std::string, int> byGroup;
+  for (const auto& c : *colls) byGroup[c.group + " " + c.op]++;
+  // Stage 1 (ranks 2, 3) sends each chunk-0 activation around to stage 0 of its own data-parallel replica.
+  EXPECT_EQ(byGroup, (std::map<std::string, int>{
+                         {"p2p-2-0 send", 2}, {"p2p-2-0 recv", 2}, {"p2p-3-1 send", 2}, {"p2p-3-1 recv", 2}}));
+  auto rep = analysis::analyzePipeline(**reader);
+  ASSERT_TRUE(rep) << rep.error();
+  EXPECT_TRUE(rep->present);
+  EXPECT_EQ(rep->virtualStages, 2);
+}
+
 TEST(ChromePipelineImport, TracesWithoutPipelineNamesGetNoPipeline) {
   ScratchDir dir;
   const std::vector<fs::path> inputs{fixture("nccl_meta_rank-0.json")};
