@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "pipeline_names.h"
@@ -452,6 +453,59 @@ TEST(ChromePipelineImport, InterleavedChunksOnThreadNamedDataParallelRanks) {
   ASSERT_TRUE(rep) << rep.error();
   EXPECT_TRUE(rep->present);
   EXPECT_EQ(rep->virtualStages, 2);
+}
+
+TEST(ChromePipelineImport, DamagedPipelineTracesNeverCrash) {
+  // The Megatron fixture with events dropped, digits changed (times, micro-batches, ranks in process names) and
+  // timer names swapped: every import succeeds or fails naming the file, and the analyses run on what it wrote.
+  ScratchDir dir;
+  std::vector<std::string> lines;
+  {
+    std::istringstream in(testing::readFile(fixture("megatron_1f1b_pp2_tp2.json")));
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("{\"ph\"", 0) == 0) lines.push_back(line.back() == ',' ? line.substr(0, line.size() - 1) : line);
+  }
+  const std::vector<std::string> names{"forward-send", "backward-recv", "forward-send-backward-recv", "backward-send",
+                                       "forward-recv", "backward-compute", "forward-compute", "optimizer"};
+  uint64_t seed = 2026;
+  auto next = [&seed] {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<size_t>(seed >> 33);
+  };
+  for (int round = 0; round < 40; ++round) {
+    std::vector<std::string> damaged = lines;
+    for (int k = 0; k < 4; ++k) {
+      std::string& line = damaged[next() % damaged.size()];
+      switch (next() % 3) {
+        case 0: damaged.erase(damaged.begin() + static_cast<std::ptrdiff_t>(next() % damaged.size())); break;
+        case 1:
+          if (const size_t at = line.find_first_of("0123456789", next() % line.size()); at != std::string::npos)
+            line[at] = static_cast<char>('0' + next() % 10);
+          break;
+        default:
+          for (const std::string& n : names)
+            if (const size_t at = line.find("\"" + n + "\""); at != std::string::npos) {
+              line.replace(at + 1, n.size(), names[next() % names.size()]);
+              break;
+            }
+      }
+    }
+    std::string text = "{\"traceEvents\": [\n";
+    for (size_t k = 0; k < damaged.size(); ++k) text += (k ? ",\n" : "") + damaged[k];
+    testing::writeFile(dir / "damaged.json", text + "\n]}\n");
+    fs::remove(dir / "run.db");
+    const std::vector<fs::path> inputs{dir / "damaged.json"};
+    auto stats = importChrome(inputs, dir / "run.db");
+    if (!stats) {
+      EXPECT_NE(stats.error().find("damaged.json"), std::string::npos) << stats.error();
+      EXPECT_FALSE(fs::exists(dir / "run.db"));
+      continue;
+    }
+    auto reader = tracedb::Reader::open(dir / "run.db");
+    ASSERT_TRUE(reader) << reader.error();
+    EXPECT_TRUE(analysis::analyzePipeline(**reader)) << "round " << round;
+    EXPECT_TRUE(analysis::diagnose(**reader).errors.empty()) << "round " << round;
+  }
 }
 
 TEST(ChromePipelineImport, TracesWithoutPipelineNamesGetNoPipeline) {
