@@ -246,7 +246,7 @@ struct InputsMeta {
   std::string inputsJson = "[", devicesJson = "{";
 };
 
-// The loaded files' errors in input order (whichever worker met them first), one file per rank, their costs summed.
+// The loaded files' errors in input order (whichever worker met them first), each rank held once, their costs summed.
 Result<InputsMeta> collectInputs(std::span<const fs::path> inputs, std::vector<LoadedFile>& loaded,
                                  KinetoImportStats& stats) {
   for (const LoadedFile& f : loaded)
