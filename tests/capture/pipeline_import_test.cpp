@@ -3,8 +3,10 @@
 // run only from the Chrome trace — ranks and stages from the process names, pass spans and steps from the events,
 // point-to-point records from the collective events — and must give the same pipeline report (schedule, stages,
 // micro-batches, stage of every rank, per-stage compute, own compute and bubble split) and the same pipeline
-// finding as the native run file.
+// finding as the native run file; so must a run with a stage made slow on purpose.
 #include <gtest/gtest.h>
+
+#include <set>
 
 #include "capture_test_util.h"
 
@@ -19,20 +21,45 @@ nlohmann::json pipelineReport(const fs::path& file) {
   return j.is_discarded() || !j.contains("pipeline") ? nlohmann::json() : j["pipeline"];
 }
 
+// `tpscope export --format chrome` of the capture in `dir`, then `tpscope import chrome` of that file: the imported
+// run file, or "" after a test failure.
+fs::path exportAndImport(const fs::path& dir, int ranks) {
+  const fs::path native = dir / "run.db", chrome = dir / "run.chrome.json", imported = dir / "imported.db";
+  const RunResult ex = run({TPSCOPE_BIN, "export", native.string(), "--format", "chrome", "-o", chrome.string()},
+                           dir / "export.log");
+  EXPECT_EQ(ex.status, 0) << ex.output;
+  const RunResult im = run({TPSCOPE_BIN, "import", "chrome", chrome.string(), "-o", imported.string()},
+                           dir / "import.log");
+  EXPECT_EQ(im.status, 0) << im.output;
+  EXPECT_NE(im.output.find("imported " + std::to_string(ranks) + " ranks from 1 file"), std::string::npos)
+      << im.output;
+  return ex.status == 0 && im.status == 0 ? imported : fs::path();
+}
+
+// The findings of the kinds the pipeline and collective analyses make, as "kind severity ranks" lines: the same on
+// the native and the imported run (alerts and gradient statistics, which the Chrome export does not carry in a
+// form the import reads back, are left out).
+std::multiset<std::string> pipelineFindings(const Diagnosis& d) {
+  std::multiset<std::string> out;
+  for (const Finding& f : d.findings) {
+    if (f.kind != "stage_imbalance" && f.kind != "straggler" && f.kind != "pipeline_hang" && f.kind != "hang" &&
+        f.kind != "desync" && f.kind != "comm_overhead")
+      continue;
+    std::string line = f.kind + " " + f.severity;
+    for (int r : f.ranks) line += " " + std::to_string(r);
+    out.insert(line);
+  }
+  return out;
+}
+
 TEST(PipelineImport, ChromeExportOfACaptureImportsToTheSamePipelineReport) {
   const auto dir = testDir("pipeline_import_tp2_pp2");
   const int steps = 4, m = 4;
   const RunResult r = capture(dir, 4, 2, 1, steps,
                               {"--pp", "2", "--schedule", "1f1b", "--microbatches", std::to_string(m)});
   ASSERT_EQ(r.status, 0) << r.output;
-  const fs::path native = dir / "run.db", chrome = dir / "run.chrome.json", imported = dir / "imported.db";
-  const RunResult ex = run({TPSCOPE_BIN, "export", native.string(), "--format", "chrome", "-o", chrome.string()},
-                            dir / "export.log");
-  ASSERT_EQ(ex.status, 0) << ex.output;
-  const RunResult im = run({TPSCOPE_BIN, "import", "chrome", chrome.string(), "-o", imported.string()},
-                            dir / "import.log");
-  ASSERT_EQ(im.status, 0) << im.output;
-  EXPECT_NE(im.output.find("imported 4 ranks from 1 file"), std::string::npos) << im.output;
+  const fs::path native = dir / "run.db", imported = exportAndImport(dir, 4);
+  ASSERT_FALSE(imported.empty());
 
   // The layout is inferred from the trace, not copied: the export carries no meta 'pipeline'.
   Db db(imported);
@@ -69,13 +96,26 @@ TEST(PipelineImport, ChromeExportOfACaptureImportsToTheSamePipelineReport) {
       EXPECT_NEAR(x[pct].get<double>(), y[pct].get<double>(), 0.01) << "stage " << s << " " << pct;
   }
 
-  // The pipeline finding (if the machine made one stage longer) is the same on both.
+  // The pipeline and collective findings (a stage_imbalance if the machine made one stage longer) are the same.
   const Diagnosis dn = diagnose(native), di = diagnose(imported);
-  EXPECT_EQ(dn.ofKind("stage_imbalance").size(), di.ofKind("stage_imbalance").size()) << dn.summary() << di.summary();
-  for (size_t k = 0; k < std::min(dn.ofKind("stage_imbalance").size(), di.ofKind("stage_imbalance").size()); ++k) {
-    EXPECT_EQ(dn.ofKind("stage_imbalance")[k].severity, di.ofKind("stage_imbalance")[k].severity);
-    EXPECT_EQ(dn.ofKind("stage_imbalance")[k].ranks, di.ofKind("stage_imbalance")[k].ranks);
-  }
+  EXPECT_EQ(pipelineFindings(dn), pipelineFindings(di)) << dn.summary() << "---\n" << di.summary();
+}
+
+// A stage made slow on purpose (the capture test's own fault): the import names it as the native run does, a
+// stage_imbalance warning on stage 0 and no straggler.
+TEST(PipelineImport, ASlowStageInAnImportedTraceIsTheSameStageImbalance) {
+  const auto dir = testDir("pipeline_import_slow");
+  const RunResult r = capture(dir, 2, 1, 1, 6,
+                              {"--pp", "2", "--microbatches", "4", "--inject", "slow:rank=0,ms=100"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  const fs::path imported = exportAndImport(dir, 2);
+  ASSERT_FALSE(imported.empty());
+  const Diagnosis dn = diagnose(dir / "run.db"), di = diagnose(imported);
+  const auto imbalance = di.ofKind("stage_imbalance", "warning");
+  ASSERT_EQ(imbalance.size(), 1u) << di.summary();
+  EXPECT_EQ(imbalance[0].numbers.at("stage"), "0") << di.summary();
+  EXPECT_TRUE(di.ofKind("straggler", "warning").empty()) << di.summary();
+  EXPECT_EQ(pipelineFindings(dn), pipelineFindings(di)) << dn.summary() << "---\n" << di.summary();
 }
 
 }  // namespace

@@ -44,6 +44,9 @@ TEST(ChromePipelineNames, RanksFromProcessAndThreadNames) {
   EXPECT_EQ(c.pp, 1);
   EXPECT_EQ(c.ppSize, 2);
   EXPECT_EQ(coordsFromName("global_rank=7").rank, 7);
+  c = coordsFromName("rank 3 (pp07.cluster) pp 1/2");  // a host name is not read
+  EXPECT_EQ(c.rank, 3);
+  EXPECT_EQ(c.pp, 1);
   // Names that carry no rank: Kineto's own thread and process names, a stage without its number.
   for (const char* none : {"thread 1074 (pt_main_thread)", "pyper:trainer:0:0", "python3.10", "stream 7", "main",
                            "GPU 0", "http 2"})

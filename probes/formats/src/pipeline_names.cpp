@@ -59,7 +59,12 @@ std::optional<PipeName> nativePassName(std::string_view name) {
 RankCoords coordsFromName(std::string_view name) {
   RankCoords c;
   if (name.find_first_of("0123456789") == std::string_view::npos) return c;
-  std::string text = normalized(name);
+  std::string text;  // lower case, '_' as '-', text in parentheses (tpscope's export puts the host there) left out
+  int depth = 0;
+  for (char ch : normalized(name)) {
+    depth += ch == '(' ? 1 : ch == ')' && depth > 0 ? -1 : 0;
+    text += depth > 0 || ch == ')' ? ' ' : ch;
+  }
   // pp/tp/dp, optionally followed by "rank", then the number and an optional "/size".
   static const std::regex kAxis("(^|[^a-z0-9-])(pp|tp|dp)[ -]?(rank)?[ =:]*([0-9]+)( */ *([0-9]+))?");
   std::string rest;

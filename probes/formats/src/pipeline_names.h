@@ -16,8 +16,8 @@ namespace tpscope::formats::kineto {
 
 // The rank coordinates a process or thread name carries: "PP rank 2, TP rank 0", "pp_rank=2 tp_rank=0 dp_rank=1",
 // "PP2 TP0", "pipeline rank 1" is not one (pp/tp/dp must be spelled so); sizes as "tp 1/2"; a global rank as
-// "rank 5" or "global_rank=5" (tpscope's export: "rank 5 (host) tp 1/2 dp 0/1 pp 1/2"). Case-insensitive. Nothing
-// set when the name carries none.
+// "rank 5" or "global_rank=5" (tpscope's export: "rank 5 (host) tp 1/2 dp 0/1 pp 1/2"). Case-insensitive; text in
+// parentheses (a host name) is not read. Nothing set when the name carries none.
 RankCoords coordsFromName(std::string_view name);
 
 // One point-to-point message a span stands for: sent or received, an activation (travels to the next stage) or an
