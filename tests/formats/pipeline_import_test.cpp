@@ -345,7 +345,7 @@ TEST(ChromePipelineImport, StageNameWithoutARankIsCountedNotGuessed) {
                                     process(1, "PP rank, TP rank 0") + "," + process(2, "PP rank, TP rank 1") + "," +
                                         span(1, "forward-compute", 0, 10) + "," + span(1, "backward-compute", 10, 20) +
                                         "," + span(2, "forward-compute", 0, 10) + "," +
-                                        span(2, "backward-compute", 10, 20));
+                                        span(2, "backward-compute", 10, 20) + "," + span(2, "backward-send", 30, 1));
   const std::vector<fs::path> inputs{trace};
   auto stats = importChrome(inputs, dir / "run.db");
   ASSERT_TRUE(stats) << stats.error();
@@ -353,6 +353,7 @@ TEST(ChromePipelineImport, StageNameWithoutARankIsCountedNotGuessed) {
   const auto skipped = skippedOf(dir / "run.db");
   EXPECT_EQ(skipped.at("pipeline passes on a rank whose stage is not named"), 2);
   EXPECT_EQ(skipped.at("pipeline passes but fewer than 2 stages named (no pipeline meta)"), 1);
+  EXPECT_EQ(skipped.at("pipeline transfer on a rank whose stage is not named (no record)"), 1);
   auto reader = tracedb::Reader::open(dir / "run.db");
   ASSERT_TRUE(reader);
   EXPECT_FALSE((*reader)->metaValue("pipeline"));

@@ -303,7 +303,12 @@ void pairMessages(std::vector<PipelineRankRef>& ranks, int stages, bool ring,
   for (PipelineRankRef& r : ranks) modelOf[r.rank] = r.model;
   std::map<std::pair<int, int>, std::pair<std::vector<Sided>, std::vector<Sided>>> pairs;  // (src, dst) -> sends, recvs
   for (const PipelineRankRef& r : ranks) {
-    if (!r.coords.pp) continue;
+    if (!r.coords.pp) {
+      if (!r.pipe->messages.empty())
+        skipped["pipeline transfer on a rank whose stage is not named (no record)"] +=
+            static_cast<int64_t>(r.pipe->messages.size());
+      continue;
+    }
     for (const PipelineRank::Message& m : r.pipe->messages) {
       const int stage = peerStage(m.what, *r.coords.pp, stages, ring);
       if (stage < 0) {
@@ -336,6 +341,16 @@ void pairMessages(std::vector<PipelineRankRef>& ranks, int stages, bool ring,
     if (recvs.size() > n) skipped["pipeline recv without a matching send (no record)"] += recvs.size() - n;
     if (n > 0) groups[group] = tracedb::GroupInfo{group, {key.first, key.second}, ""};
   }
+}
+
+// Counts the transfers of a run that gets no pipeline meta (no records are written for them); returns "".
+std::string unrecorded(const std::vector<PipelineRankRef>& ranks, std::map<std::string, int64_t>& skipped) {
+  for (const PipelineRankRef& r : ranks)
+    if (!r.pipe->messages.empty())
+      skipped[r.coords.pp ? "pipeline transfer in a trace without a pipeline (no record)"
+                          : "pipeline transfer on a rank whose stage is not named (no record)"] +=
+          static_cast<int64_t>(r.pipe->messages.size());
+  return "";
 }
 
 // gpipe when on every rank and step all forward passes begin before the first backward pass.
@@ -374,14 +389,14 @@ std::string assemblePipeline(std::vector<PipelineRankRef>& ranks, std::map<std::
     }
     for (const auto& [step, mbs] : perStep) microbatches = std::max(microbatches, static_cast<int>(mbs.size()));
   }
-  if (!anyPasses) return "";
+  if (!anyPasses) return unrecorded(ranks, skipped);
   if (world > kMaxPipelineRanks) {
     skipped["pipeline ranks beyond 1048576 (no pipeline meta)"]++;
-    return "";
+    return unrecorded(ranks, skipped);
   }
   if (stages < 2) {
     skipped["pipeline passes but fewer than 2 stages named (no pipeline meta)"]++;
-    return "";
+    return unrecorded(ranks, skipped);
   }
   const int virtualStages = std::max<int>(1, static_cast<int>(chunks.size()));
   pairMessages(ranks, stages, virtualStages > 1, groups, skipped);
