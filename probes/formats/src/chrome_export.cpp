@@ -11,6 +11,8 @@
 #include <set>
 #include <system_error>
 
+#include <simdjson.h>
+
 #include "json_text.h"
 #include "tpscope/tracedb/reader.h"
 
@@ -159,7 +161,28 @@ void writeHeader(EventSink& sink, const std::map<std::string, std::string>& meta
   o += "},\"traceEvents\":[";
 }
 
-// Processes (one per rank) and their threads; returns the number of ranks.
+// The stage of every rank and the stages, from meta 'pipeline' ({} without one, or when it cannot be read).
+std::pair<std::vector<int64_t>, int64_t> pipelineStages(const std::map<std::string, std::string>& meta) {
+  auto it = meta.find(std::string(tracedb::meta_keys::kPipeline));
+  if (it == meta.end()) return {};
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  int64_t stages = 0;
+  simdjson::dom::array ranks;
+  if (parser.parse(it->second).get(doc) || doc["stages"].get_int64().get(stages) ||
+      doc["stage_of_rank"].get_array().get(ranks))
+    return {};
+  std::vector<int64_t> stageOf;
+  for (simdjson::dom::element e : ranks) {
+    int64_t stage = -1;
+    if (e.get_int64().get(stage)) stage = -1;
+    stageOf.push_back(stage);
+  }
+  return {stageOf, stages};
+}
+
+// Processes (one per rank) and their threads; returns the number of ranks. The process name carries the rank and
+// its TP, DP and pipeline coordinates, which the Chrome import reads back (kineto/pipeline_names.h).
 int writeProcesses(EventSink& sink, const RunTables& t) {
   std::set<int> rankSet;
   for (const auto& r : t.ranks) rankSet.insert(r.rank);
@@ -170,6 +193,7 @@ int writeProcesses(EventSink& sink, const RunTables& t) {
   for (const auto& a : t.alerts) rankSet.insert(a.rank);
   std::map<int, const tracedb::RankInfo*> rankInfo;
   for (const auto& r : t.ranks) rankInfo[r.rank] = &r;
+  const auto [stageOf, stages] = pipelineStages(t.meta);
   for (int rank : rankSet) {
     std::string label = "rank " + std::to_string(rank);
     if (auto it = rankInfo.find(rank); it != rankInfo.end()) {
@@ -179,6 +203,8 @@ int writeProcesses(EventSink& sink, const RunTables& t) {
         label += " tp " + std::to_string(info.tpRank) + "/" + std::to_string(info.tpSize) + " dp " +
                  std::to_string(info.dpRank) + "/" + std::to_string(info.dpSize);
     }
+    if (rank >= 0 && static_cast<size_t>(rank) < stageOf.size() && stageOf[static_cast<size_t>(rank)] >= 0)
+      label += " pp " + std::to_string(stageOf[static_cast<size_t>(rank)]) + "/" + std::to_string(stages);
     metaEvent(sink, "process_name", pidOf(rank), std::nullopt, "name", label, std::nullopt);
     metaEvent(sink, "process_sort_index", pidOf(rank), std::nullopt, "sort_index", {}, rank);
   }

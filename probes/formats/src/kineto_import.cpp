@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <set>
 #include <system_error>
 #include <thread>
 #include <unordered_map>
@@ -16,6 +17,9 @@
 #include "kineto_model.h"
 #include "kineto_names.h"
 #include "kineto_parse.h"
+#include "chrome_places.h"
+#include "pipeline_import.h"
+#include "rank_parts.h"
 #include "tpscope/tracedb/writer.h"
 
 namespace tpscope::formats {
@@ -50,7 +54,7 @@ struct TempFileGuard {
   }
 };
 
-std::string runIdFor(std::span<const fs::path> inputs) {
+std::string runIdFor(std::span<const fs::path> inputs, std::string_view format) {
   uint64_t h = 1469598103934665603ULL;  // FNV-1a over names and sizes: same inputs, same run id
   auto mix = [&](std::string_view s) {
     for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
@@ -61,25 +65,73 @@ std::string runIdFor(std::span<const fs::path> inputs) {
     mix(std::to_string(fs::file_size(p, ec)));
   }
   char buf[32];
-  std::snprintf(buf, sizeof buf, "kineto-%016llx", static_cast<unsigned long long>(h));
-  return buf;
+  std::snprintf(buf, sizeof buf, "-%016llx", static_cast<unsigned long long>(h));
+  return std::string(format) + buf;
 }
 
 
 // Files parsed at once (each holds about 3x its JSON in memory while it is parsed).
 constexpr size_t kMaxLoadThreads = 8;
 
+// One rank of an input (a file holds one, or several when its process or thread names carry ranks).
+struct LoadedRank {
+  kineto::RankModel model;
+  kineto::RankCoords coords;
+  bool rankKnown = false;  // else the rank comes from the coordinates, once every input is loaded (resolveRanks)
+  std::string rankSource;
+  kineto::PipelineRank pipe;
+  std::vector<char> records;  // spans that were collective records (chrome_places.h)
+};
+
 // One input, parsed and interpreted; span names are ids into `names` until the write phase interns them.
 struct LoadedFile {
   Status status;
-  kineto::RankModel model;
+  std::vector<LoadedRank> ranks;
   std::vector<std::string> names;
-  std::string rankSource;
   std::string deviceProperties;
   int64_t events = 0, jsonBytes = 0;
   bool compressed = false;
   double parseSeconds = 0, modelSeconds = 0;
 };
+
+// The rank of a part, where the part itself says: distributedInfo.rank (a whole file), a global rank in its
+// process or thread name, the file name (a whole file); else its coordinates decide later, else the input order.
+void decideRank(const kineto::KinetoFile& file, const kineto::RankPart& part, size_t index, LoadedRank& out) {
+  out.coords = part.coords;
+  out.rankKnown = true;
+  if (part.wholeFile && file.rank) {
+    out.model.rank = *file.rank;
+    out.rankSource = "distributedInfo.rank";
+  } else if (part.coords.rank) {
+    out.model.rank = *part.coords.rank;
+    out.rankSource = part.source;
+  } else if (auto fromName = part.wholeFile ? kineto::rankFromFileName(file.path.filename().string()) : std::nullopt) {
+    out.model.rank = *fromName;
+    out.rankSource = "file name";
+  } else if (part.coords.any()) {
+    out.rankKnown = false;
+    out.rankSource = part.source + " (pp, tp, dp)";
+  } else {
+    out.model.rank = static_cast<int>(index);
+    out.rankSource = "input order";
+  }
+}
+
+// Interprets one part of a parsed file as one rank: the Kineto model, the Chrome args, the pipeline spans.
+Status loadRank(const kineto::KinetoFile& file, const kineto::RankPart& part, size_t index,
+                const kineto::InternFn& intern, LoadedRank& out) {
+  decideRank(file, part, index, out);
+  if (out.rankKnown && out.model.rank < 0)
+    return Status::error(file.path.string() + ": negative rank " + std::to_string(out.model.rank));
+  const kineto::KinetoFile& events = part.wholeFile ? file : part.events;
+  auto model = kineto::buildRankModel(events, out.rankKnown ? out.model.rank : 0, intern);
+  if (!model) return model.status();
+  out.model = std::move(*model);
+  out.records = kineto::applyPlaceArgs(events, out.model);
+  if (Status s = kineto::recognisePipelineRank(events, out.model, intern, out.pipe); !s) return s;
+  kineto::dropSpans(out.model, out.records);
+  return Status::ok();
+}
 
 LoadedFile loadFile(const fs::path& path, size_t index) {
   using Clock = std::chrono::steady_clock;
@@ -92,34 +144,22 @@ LoadedFile loadFile(const fs::path& path, size_t index) {
     return out;
   }
   const kineto::KinetoFile& file = *parsed;
-  std::optional<int> rank = file.rank;
-  out.rankSource = "distributedInfo.rank";
-  if (!rank) {
-    rank = kineto::rankFromFileName(path.filename().string());
-    out.rankSource = "file name";
-  }
-  if (!rank) {
-    rank = static_cast<int>(index);
-    out.rankSource = "input order";
-  }
-  if (*rank < 0) {
-    out.status = Status::error(path.string() + ": negative rank " + std::to_string(*rank));
-    return out;
-  }
-  std::unordered_map<std::string_view, uint32_t> ids;  // views into `file`, alive until the model is built
+  // Views into `file` and into the ranks' renamed pass names, alive until the models are built.
+  std::unordered_map<std::string_view, uint32_t> ids;
   kineto::InternFn intern = [&](std::string_view name) -> Result<uint32_t> {
     auto [it, inserted] = ids.emplace(name, static_cast<uint32_t>(out.names.size()));
     if (inserted) out.names.emplace_back(name);
     return it->second;
   };
   const auto modelStart = Clock::now();
-  auto model = kineto::buildRankModel(file, *rank, intern);
+  std::vector<kineto::RankPart> parts = kineto::splitByRank(file);
+  out.ranks.resize(parts.size());
+  for (size_t p = 0; p < parts.size(); ++p)
+    if (Status s = loadRank(file, parts[p], index, intern, out.ranks[p]); !s) {
+      out.status = s;
+      return out;
+    }
   out.modelSeconds = std::chrono::duration<double>(Clock::now() - modelStart).count();
-  if (!model) {
-    out.status = model.status();
-    return out;
-  }
-  out.model = std::move(*model);
   out.deviceProperties = file.deviceProperties;
   out.events = file.events;
   out.jsonBytes = static_cast<int64_t>(file.buffer.size);
@@ -127,10 +167,55 @@ LoadedFile loadFile(const fs::path& path, size_t index) {
   return out;
 }
 
+// Sets the rank of every row of a model built before its rank was known.
+void setRank(kineto::RankModel& m, int rank) {
+  m.rank = rank;
+  m.info.rank = rank;
+  for (auto& t : m.threads) t.rank = rank;
+  for (auto& s : m.spans) s.rank = rank;
+  for (auto& c : m.collectives) c.rank = rank;
+  for (auto& c : m.counters) c.rank = rank;
+}
+
+// Ranks known only by their coordinates get Megatron's global rank: TP fastest, then DP, then PP
+// (rank = pp·T·D + dp·T + tp, T and D the TP and DP sizes named or seen). Their TP/DP position goes to `ranks`.
+// Coordinates that are negative or give a rank beyond kMaxCoordinateRank are an error naming the file.
+constexpr int64_t kMaxCoordinateRank = 1 << 20;
+
+Status resolveRanks(std::span<const fs::path> inputs, std::vector<LoadedFile>& loaded) {
+  int64_t tpSize = 1, dpSize = 1;
+  for (const LoadedFile& f : loaded)
+    for (const LoadedRank& r : f.ranks) {
+      tpSize = std::max<int64_t>({tpSize, r.coords.tpSize.value_or(1), int64_t{r.coords.tp.value_or(0)} + 1});
+      dpSize = std::max<int64_t>({dpSize, r.coords.dpSize.value_or(1), int64_t{r.coords.dp.value_or(0)} + 1});
+    }
+  for (size_t i = 0; i < loaded.size(); ++i)
+    for (LoadedRank& r : loaded[i].ranks) {
+      if (!r.coords.any()) continue;
+      const int64_t tp = r.coords.tp.value_or(0), dp = r.coords.dp.value_or(0), pp = r.coords.pp.value_or(0);
+      const int64_t rank = pp * tpSize * dpSize + dp * tpSize + tp;
+      if (tp < 0 || dp < 0 || pp < 0 || tpSize > kMaxCoordinateRank || dpSize > kMaxCoordinateRank ||
+          pp > kMaxCoordinateRank || rank > kMaxCoordinateRank)
+        return Status::error(inputs[i].string() + ": rank coordinates pp " + std::to_string(pp) + ", tp " +
+                             std::to_string(tp) + ", dp " + std::to_string(dp) + " (from its " + r.rankSource +
+                             ") are out of range (ranks 0 to " + std::to_string(kMaxCoordinateRank) + ")");
+      if (!r.rankKnown) {
+        setRank(r.model, static_cast<int>(rank));
+        r.rankKnown = true;
+      }
+      r.model.info.tpRank = static_cast<int>(tp);
+      r.model.info.tpSize = static_cast<int>(tpSize);
+      r.model.info.dpRank = static_cast<int>(dp);
+      r.model.info.dpSize = static_cast<int>(dpSize);
+    }
+  return Status::ok();
+}
+
 // The inputs and the output can be used: some inputs, an output in an existing folder, not one of the inputs.
-Status checkPaths(std::span<const fs::path> inputs, const fs::path& output, const fs::path& dir) {
-  if (inputs.empty()) return Status::error("import kineto: no input files");
-  if (output.empty()) return Status::error("import kineto: no output file");
+Status checkPaths(std::span<const fs::path> inputs, const fs::path& output, const fs::path& dir,
+                  std::string_view format) {
+  if (inputs.empty()) return Status::error("import " + std::string(format) + ": no input files");
+  if (output.empty()) return Status::error("import " + std::string(format) + ": no output file");
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
     return Status::error(output.string() + ": folder " + dir.string() + " does not exist");
@@ -161,33 +246,37 @@ struct InputsMeta {
   std::string inputsJson = "[", devicesJson = "{";
 };
 
-// The loaded files' errors in input order (whichever worker met them first), one file per rank, their costs summed.
-Result<InputsMeta> collectInputs(std::span<const fs::path> inputs, const std::vector<LoadedFile>& loaded,
+// The loaded files' errors in input order (whichever worker met them first), each rank held once, their costs summed.
+Result<InputsMeta> collectInputs(std::span<const fs::path> inputs, std::vector<LoadedFile>& loaded,
                                  KinetoImportStats& stats) {
+  for (const LoadedFile& f : loaded)
+    if (!f.status) return f.status;
+  if (Status s = resolveRanks(inputs, loaded); !s) return s;
   InputsMeta meta;
   std::map<int, fs::path> rankOwner;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const LoadedFile& f = loaded[i];
-    if (!f.status) return f.status;
-    auto [owner, inserted] = rankOwner.emplace(f.model.rank, inputs[i]);
-    if (!inserted)
-      return Status::error(inputs[i].string() + ": holds rank " + std::to_string(f.model.rank) + " (from its " +
-                           f.rankSource + "), which " + owner->second.string() +
-                           " holds too; give each rank's trace once");
+    for (const LoadedRank& r : f.ranks) {
+      auto [owner, inserted] = rankOwner.emplace(r.model.rank, inputs[i]);
+      if (!inserted)
+        return Status::error(inputs[i].string() + ": holds rank " + std::to_string(r.model.rank) + " (from its " +
+                             r.rankSource + "), which " + owner->second.string() +
+                             " holds too; give each rank's trace once");
+      std::string& in = meta.inputsJson;
+      if (in.size() > 1) in += ",";
+      in += "{\"file\":";
+      appendJsonString(in, inputs[i].filename().string());
+      in += ",\"rank\":" + std::to_string(r.model.rank) + ",\"rank_from\":";
+      appendJsonString(in, r.rankSource);
+      in += ",\"bytes\":" + std::to_string(f.jsonBytes) + ",\"gzip\":" + (f.compressed ? "true" : "false") + "}";
+    }
     stats.parseSeconds += f.parseSeconds;
     stats.modelSeconds += f.modelSeconds;
     stats.events += f.events;
     stats.inputBytes += f.jsonBytes;
-    std::string& in = meta.inputsJson;
-    if (i) in += ",";
-    in += "{\"file\":";
-    appendJsonString(in, inputs[i].filename().string());
-    in += ",\"rank\":" + std::to_string(f.model.rank) + ",\"rank_from\":";
-    appendJsonString(in, f.rankSource);
-    in += ",\"bytes\":" + std::to_string(f.jsonBytes) + ",\"gzip\":" + (f.compressed ? "true" : "false") + "}";
     if (!f.deviceProperties.empty()) {
       if (meta.devicesJson.size() > 1) meta.devicesJson += ",";
-      meta.devicesJson += "\"" + std::to_string(f.model.rank) + "\":" + f.deviceProperties;
+      meta.devicesJson += "\"" + std::to_string(f.ranks.front().model.rank) + "\":" + f.deviceProperties;
     }
   }
   meta.inputsJson += "]";
@@ -197,17 +286,8 @@ Result<InputsMeta> collectInputs(std::span<const fs::path> inputs, const std::ve
 
 // One rank's model into the output, times shifted by `epoch`; its groups merge into `groups` (the largest member
 // list of a name wins). The model's spans are released once written.
-Status writeRank(tracedb::Writer& writer, LoadedFile& f, int64_t epoch,
+Status writeRank(tracedb::Writer& writer, kineto::RankModel& m, const std::vector<uint32_t>& nameIds, int64_t epoch,
                  std::map<std::string, tracedb::GroupInfo>& groups, KinetoImportStats& stats) {
-  kineto::RankModel& m = f.model;
-  // Span names were interned per file while loading; map them to the output's string ids once per name.
-  std::vector<uint32_t> nameIds;
-  nameIds.reserve(f.names.size());
-  for (const std::string& name : f.names) {
-    auto id = writer.intern(name);
-    if (!id) return id.status();
-    nameIds.push_back(*id);
-  }
   tracedb::RankInfo info = m.info;
   if (info.startNs) *info.startNs -= epoch;
   if (info.endNs) *info.endNs -= epoch;
@@ -249,7 +329,8 @@ Status writeRank(tracedb::Writer& writer, LoadedFile& f, int64_t epoch,
   return Status::ok();
 }
 
-Status writeMeta(tracedb::Writer& writer, int64_t epoch, const InputsMeta& inputs, const KinetoImportStats& stats) {
+Status writeMeta(tracedb::Writer& writer, int64_t epoch, const InputsMeta& inputs, const KinetoImportStats& stats,
+                 std::string_view format) {
   std::string skippedJson = "{";
   for (const auto& [reason, count] : stats.skipped) {
     if (skippedJson.size() > 1) skippedJson += ",";
@@ -259,8 +340,8 @@ Status writeMeta(tracedb::Writer& writer, int64_t epoch, const InputsMeta& input
   skippedJson += "}";
   for (auto [key, value] : std::initializer_list<std::pair<std::string_view, std::string>>{
            {tracedb::meta_keys::kEpochUnixNs, std::to_string(epoch)},
-           {tracedb::meta_keys::kTool, "tpscope import kineto"},
-           {tracedb::meta_keys::kSource, "kineto"},
+           {tracedb::meta_keys::kTool, "tpscope import " + std::string(format)},
+           {tracedb::meta_keys::kSource, std::string(format)},
            {"kineto_inputs", inputs.inputsJson},
            {"kineto_import_skipped", skippedJson}}) {
     if (Status s = writer.setMeta(key, value); !s) return s;
@@ -270,29 +351,76 @@ Status writeMeta(tracedb::Writer& writer, int64_t epoch, const InputsMeta& input
   return Status::ok();
 }
 
+// The pipeline of the run (pipeline_import.h): its point-to-point records into the models, meta 'pipeline' as JSON
+// ("" without one). Ranks with pipeline coordinates that are not a whole run's world get world_size = the ranks.
+std::string assemblePipeline(std::vector<LoadedFile>& loaded, std::map<std::string, tracedb::GroupInfo>& groups,
+                             KinetoImportStats& stats) {
+  std::vector<kineto::PipelineRankRef> refs;
+  int ranks = 0;
+  for (LoadedFile& f : loaded)
+    for (LoadedRank& r : f.ranks) {
+      refs.push_back({r.model.rank, r.coords, &r.pipe, &r.model});
+      ++ranks;
+    }
+  std::map<std::string, int64_t> skipped;
+  std::string json = kineto::assemblePipeline(refs, groups, skipped);
+  for (const auto& [reason, count] : skipped) stats.skipped[reason] += count;
+  for (LoadedFile& f : loaded)
+    for (LoadedRank& r : f.ranks)
+      if (r.coords.any() && r.model.info.worldSize < ranks) r.model.info.worldSize = ranks;
+  return json;
+}
+
+// Groups that only collective records name (tpscope's Chrome export carries no process groups): their members are
+// the ranks that hold a record of them.
+void addRecordGroups(const std::vector<LoadedFile>& loaded, std::map<std::string, tracedb::GroupInfo>& groups) {
+  std::map<std::string, std::set<int>> members;
+  for (const LoadedFile& f : loaded)
+    for (const LoadedRank& r : f.ranks)
+      for (const tracedb::CollectiveRow& c : r.model.collectives)
+        if (!groups.count(c.group)) members[c.group].insert(c.rank);
+  for (const auto& [name, ranks] : members) groups[name] = tracedb::GroupInfo{name, {ranks.begin(), ranks.end()}, ""};
+}
+
 // Write: one transaction into a temporary file (CreateOptions::bulkLoad), renamed onto the output when complete.
 Status writeOutput(std::span<const fs::path> inputs, const fs::path& output, const fs::path& dir,
-                   std::vector<LoadedFile>& loaded, const InputsMeta& meta, KinetoImportStats& stats) {
+                   std::vector<LoadedFile>& loaded, const InputsMeta& meta, KinetoImportStats& stats,
+                   std::string_view format) {
   TempFileGuard temp{dir / ("." + output.filename().string() + ".tmp-" + std::to_string(::getpid()))};
   removeWithSidecars(temp.path);
   tracedb::CreateOptions options;
   options.overwrite = true;
-  options.runId = runIdFor(inputs);
-  options.source = "kineto";
+  options.runId = runIdFor(inputs, format);
+  options.source = std::string(format);
   options.bulkLoad = true;
   auto created = tracedb::Writer::create(temp.path, options);
   if (!created) return created.status();
   std::unique_ptr<tracedb::Writer> writer = std::move(*created);
   if (Status s = writer->begin(); !s) return s;
 
-  int64_t epoch = loaded.front().model.minNs;
-  for (const LoadedFile& f : loaded) epoch = std::min(epoch, f.model.minNs);
+  int64_t epoch = loaded.front().ranks.front().model.minNs;
+  for (const LoadedFile& f : loaded)
+    for (const LoadedRank& r : f.ranks) epoch = std::min(epoch, r.model.minNs);
   std::map<std::string, tracedb::GroupInfo> groups;
-  for (LoadedFile& f : loaded)
-    if (Status s = writeRank(*writer, f, epoch, groups, stats); !s) return s;
+  const std::string pipeline = assemblePipeline(loaded, groups, stats);
+  for (LoadedFile& f : loaded) {
+    // Span names were interned per file while loading; map them to the output's string ids once per name.
+    std::vector<uint32_t> nameIds;
+    nameIds.reserve(f.names.size());
+    for (const std::string& name : f.names) {
+      auto id = writer->intern(name);
+      if (!id) return id.status();
+      nameIds.push_back(*id);
+    }
+    for (LoadedRank& r : f.ranks)
+      if (Status s = writeRank(*writer, r.model, nameIds, epoch, groups, stats); !s) return s;
+  }
+  addRecordGroups(loaded, groups);
   for (const auto& [name, g] : groups)
     if (Status s = writer->putGroup(g); !s) return s;
-  if (Status s = writeMeta(*writer, epoch, meta, stats); !s) return s;
+  if (!pipeline.empty())
+    if (Status s = writer->setMeta(tracedb::meta_keys::kPipeline, pipeline); !s) return s;
+  if (Status s = writeMeta(*writer, epoch, meta, stats, format); !s) return s;
 
   if (Status s = writer->commit(); !s) return s;
   if (Status s = writer->createIndexes(); !s) return s;
@@ -333,23 +461,36 @@ std::string KinetoImportStats::summary() const {
   return s;
 }
 
-Result<KinetoImportStats> importKineto(std::span<const fs::path> inputs, const fs::path& output) {
+namespace {
+
+Result<KinetoImportStats> importTraces(std::span<const fs::path> inputs, const fs::path& output,
+                                       std::string_view format) {
   using Clock = std::chrono::steady_clock;
   auto seconds = [](Clock::time_point from) { return std::chrono::duration<double>(Clock::now() - from).count(); };
   const auto t0 = Clock::now();
   const fs::path dir = output.has_parent_path() ? output.parent_path() : fs::path(".");
-  if (Status s = checkPaths(inputs, output, dir); !s) return s;
+  if (Status s = checkPaths(inputs, output, dir, format); !s) return s;
   std::vector<LoadedFile> loaded = loadFiles(inputs);
   KinetoImportStats stats;
   auto meta = collectInputs(inputs, loaded, stats);
   if (!meta) return meta.status();
   const auto writeStart = Clock::now();
-  if (Status s = writeOutput(inputs, output, dir, loaded, *meta, stats); !s) return s;
+  if (Status s = writeOutput(inputs, output, dir, loaded, *meta, stats, format); !s) return s;
   stats.writeSeconds = seconds(writeStart);
   stats.files = static_cast<int>(inputs.size());
-  stats.ranks = static_cast<int>(loaded.size());
+  for (const LoadedFile& f : loaded) stats.ranks += static_cast<int>(f.ranks.size());
   stats.seconds = seconds(t0);
   return stats;
+}
+
+}  // namespace
+
+Result<KinetoImportStats> importKineto(std::span<const fs::path> inputs, const fs::path& output) {
+  return importTraces(inputs, output, "kineto");
+}
+
+Result<KinetoImportStats> importChrome(std::span<const fs::path> inputs, const fs::path& output) {
+  return importTraces(inputs, output, "chrome");
 }
 
 }  // namespace tpscope::formats

@@ -80,6 +80,8 @@ struct EventFields {
   CollectiveMeta meta;
   std::string_view inputDims, inputTypes;
   std::string_view argName, argLabels;  // "M" events
+  bool hasArgs = false;
+  SpanArgs args;
   std::vector<std::pair<std::string_view, double>> numbers;  // "C" events
   const char* malformed = nullptr;
 
@@ -93,6 +95,8 @@ struct EventFields {
     hasMeta = false;
     meta = {};
     inputDims = inputTypes = argName = argLabels = {};
+    hasArgs = false;
+    args = {};
     numbers.clear();
     malformed = nullptr;
   }
@@ -305,6 +309,48 @@ class FileParser {
       if (v.get_string().get(*text)) *text = {};
       return true;
     }
+    parsePlaceArg(key, v, f);  // read, and still offered to a counter event as a number
+    return false;
+  }
+
+  // Reads the args of SpanArgs (pipeline and tpscope-export traces); false for any other arg. Kineto's own args
+  // ("External id", "Record function id", "Sequence number", ...) start with a capital and are passed over first.
+  static bool parsePlaceArg(std::string_view key, ondemand::value& v, EventFields& f) {
+    if (key.empty() || key[0] < 'a' || key[0] > 'z') return false;
+    int64_t SpanArgs::*number = nullptr;
+    if (key == "step" || key == "iteration") number = &SpanArgs::step;
+    else if (key == "mb_id" || key == "microbatch" || key == "micro_batch" || key == "microbatch_id")
+      number = &SpanArgs::microbatch;
+    else if (key == "model_chunk" || key == "chunk_id" || key == "virtual_pp_rank") number = &SpanArgs::chunk;
+    else if (key == "layer") number = &SpanArgs::layer;
+    else if (key == "bytes") number = &SpanArgs::bytes;
+    if (number) {
+      f.hasArgs = intValue(v, f.args.*number) || f.hasArgs;
+      return true;
+    }
+    std::string_view SpanArgs::*text = key == "phase"      ? &SpanArgs::phase
+                                       : key == "group"    ? &SpanArgs::group
+                                       : key == "op"       ? &SpanArgs::op
+                                       : key == "callsite" ? &SpanArgs::callsite
+                                       : key == "state"    ? &SpanArgs::state
+                                                           : nullptr;
+    if (text) {
+      f.hasArgs = !v.get_string().get(f.args.*text) || f.hasArgs;
+      return true;
+    }
+    if (key == "enqueue_ns") {
+      int64_t ns = 0;
+      if (intValue(v, ns)) {
+        f.args.enqueueNs = ns;
+        f.hasArgs = true;
+      }
+      return true;
+    }
+    if (key == "shape") {
+      ondemand::array a;
+      if (!v.get_array().get(a) && !a.raw_json().get(f.args.shape)) f.hasArgs = true;
+      return true;
+    }
     return false;
   }
 
@@ -411,6 +457,11 @@ class FileParser {
           s.meta = static_cast<int32_t>(file_.metas.size());
           file_.metas.push_back(f.meta);
         }
+        if (f.hasArgs) {
+          s.args = static_cast<int32_t>(file_.spanArgs.size());
+          f.args.cat = f.cat;
+          file_.spanArgs.push_back(f.args);
+        }
         file_.spans.push_back(s);
         return;
       }
@@ -440,7 +491,9 @@ class FileParser {
           file_.threadNames[f.lane] = std::string(f.argName);
         else if (f.name == "process_labels" && f.hasPid)
           file_.processLabels[f.lane.pid] = std::string(f.argLabels);
-        return;  // process_name, sort indexes, ...: layout hints with no tpscope equivalent
+        else if (f.name == "process_name" && f.hasPid && !f.argName.empty())
+          file_.processNames[f.lane.pid] = std::string(f.argName);  // may carry the rank (pipeline_ranks.h)
+        return;  // sort indexes, ...: layout hints with no tpscope equivalent
       case 's':
       case 'f':
       case 't':
@@ -465,6 +518,17 @@ class FileParser {
     }
   }
 
+  // distributedInfo keys of the parallel layout (Megatron's names for them), or nullptr.
+  static std::optional<int> RankCoords::*coordKey(std::string_view key) {
+    if (key == "pp_rank" || key == "pipeline_model_parallel_rank") return &RankCoords::pp;
+    if (key == "tp_rank" || key == "tensor_model_parallel_rank") return &RankCoords::tp;
+    if (key == "dp_rank" || key == "data_parallel_rank") return &RankCoords::dp;
+    if (key == "pp_size" || key == "pipeline_model_parallel_size") return &RankCoords::ppSize;
+    if (key == "tp_size" || key == "tensor_model_parallel_size") return &RankCoords::tpSize;
+    if (key == "dp_size" || key == "data_parallel_size") return &RankCoords::dpSize;
+    return nullptr;
+  }
+
   Status parseDistributedInfo(ondemand::value& value) {
     ondemand::object info;
     if (value.get_object().get(info)) {
@@ -479,6 +543,8 @@ class FileParser {
       int64_t n = 0;
       if (key == "rank") {
         if (intValue(v, n)) file_.rank = static_cast<int>(n);
+      } else if (std::optional<int> RankCoords::*coord = coordKey(key)) {
+        if (intValue(v, n)) file_.coords.*coord = static_cast<int>(n);
       } else if (key == "world_size") {
         if (intValue(v, n)) file_.worldSize = static_cast<int>(n);
       } else if (key == "backend") {

@@ -47,6 +47,25 @@ struct CollectiveMeta {
   int64_t inNelems = -1, outNelems = -1, groupSize = -1, seq = -1;
 };
 
+// Args beyond Kineto's that name where in training an event happened: pipeline-parallel traces (Megatron-style
+// "step", "mb_id", "model_chunk") and tpscope's own Chrome export ("step", "layer", "phase", and a collective
+// record's "group", "op", "enqueue_ns", "callsite", ...). Only events that carry one of them get a record.
+struct SpanArgs {
+  int64_t step = -1, microbatch = -1, chunk = -1, layer = -1;
+  int64_t bytes = -1;
+  std::optional<int64_t> enqueueNs;  // ns, in the file's time (before its base is added)
+  std::string_view phase, group, op, callsite, state, shape;  // shape: raw JSON array
+  std::string_view cat;  // the event's "cat" as written ("compute", "collective", ...)
+};
+
+// Where a rank sits in the parallel layout, from distributedInfo or a process or thread name ("PP rank 2, TP rank
+// 0", "pp_rank=2 tp_rank=0", tpscope's "rank 5 (host) tp 1/2 dp 0/1 pp 1/2"). Unset fields are unknown.
+struct RankCoords {
+  std::optional<int> rank, pp, tp, dp, ppSize, tpSize, dpSize;
+  bool any() const { return rank || pp || tp || dp; }
+  bool operator==(const RankCoords&) const = default;
+};
+
 struct RawSpan {  // one "X" event
   std::string_view name;
   Cat cat = Cat::Other;
@@ -55,6 +74,7 @@ struct RawSpan {  // one "X" event
   int64_t durNs = 0;
   int64_t externalId = -1, correlation = -1, device = -1, stream = -1;
   int32_t meta = -1;  // index into KinetoFile::metas
+  int32_t args = -1;  // index into KinetoFile::spanArgs
   std::string_view inputDims, inputTypes;  // raw JSON arrays ("Input Dims", "Input type"), may be empty
 };
 
@@ -83,6 +103,7 @@ struct KinetoFile {
   std::shared_ptr<void> stringStorage;   // the parser whose string buffer holds the unescaped string views
   bool objectForm = false;
   std::optional<int> rank, worldSize;
+  RankCoords coords;  // distributedInfo's pp_rank, tp_rank, dp_rank and sizes
   std::string backend;
   std::vector<PgConfig> pgConfig;
   std::optional<int64_t> baseTimeNs;
@@ -90,10 +111,12 @@ struct KinetoFile {
 
   std::vector<RawSpan> spans;
   std::vector<CollectiveMeta> metas;
+  std::vector<SpanArgs> spanArgs;
   std::vector<RawFlow> flows;
   std::vector<RawCounter> counters;
   std::unordered_map<LaneKey, std::string, LaneKeyHash> threadNames;  // "thread_name" metadata
   std::unordered_map<int64_t, std::string> processLabels;             // "process_labels" ("CPU", "GPU 0")
+  std::unordered_map<int64_t, std::string> processNames;              // "process_name"
   std::vector<std::string> laneStrings;  // string pid/tid values: id -1 - i  <->  laneStrings[i]
   int64_t events = 0;
   std::map<std::string, int64_t> skipped;  // reason -> count (unknown or malformed events)

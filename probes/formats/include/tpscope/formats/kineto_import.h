@@ -20,6 +20,14 @@
 //   else "default_pg"; shape/numel/bytes describe the input tensor (schema), from "In msg nelems" or the backend
 //   op's first tensor argument.
 //   "C" events -> counters.
+// Chrome traces and pipeline runs (importChrome takes any Chrome Trace Event JSON; a Kineto trace is one): a file
+//   may hold several ranks, one per process or thread whose name carries it ("PP rank 2, TP rank 0", tpscope's
+//   export "rank 5 ... pp 1/2"); ranks known only by (pp, tp, dp) get Megatron's global rank (TP fastest, then DP,
+//   then PP). Args "step", "layer", "phase" and a tpscope span-kind "cat" place a span; an event of cat
+//   "collective" with args group/seq/op is a collective record. Megatron-style timers (forward-compute,
+//   backward-send, ...) and tpscope's pass names become the pipeline contract of docs/schema.md — pass spans,
+//   point-to-point records paired per directed pair, meta 'pipeline' — as docs/formats.md "Pipeline-parallel
+//   traces" lists; a trace without them imports exactly as before.
 // Times: Kineto's µs (JSON numbers, converted exactly from their text) become ns since the earliest event across
 // all inputs. A file's absolute time is baseTimeNanoseconds + ts when it has a base, else ts (unix µs); meta
 // 'epoch_unix_ns' is the absolute time of time 0, and ranks are aligned by absolute time.
@@ -63,8 +71,12 @@ struct KinetoImportStats {
   std::string summary() const;
 };
 
-// Imports `inputs` (one per rank) into the run file `output`. See the contract above.
+// Imports `inputs` (one per rank, or several ranks per file as above) into the run file `output`. See the contract
+// above. Meta 'tool' is "tpscope import kineto", 'source' "kineto".
 tpscope::tracedb::Result<KinetoImportStats> importKineto(std::span<const std::filesystem::path> inputs,
+                                                         const std::filesystem::path& output);
+// The same import for Chrome Trace Event JSON of any tool; meta 'tool' "tpscope import chrome", 'source' "chrome".
+tpscope::tracedb::Result<KinetoImportStats> importChrome(std::span<const std::filesystem::path> inputs,
                                                          const std::filesystem::path& output);
 
 }  // namespace tpscope::formats
