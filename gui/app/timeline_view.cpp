@@ -877,7 +877,7 @@ void TimelineView::mouseReleaseEvent(QMouseEvent* e) {
     const SpanRef ref = hit(e->pos());
     selectedSpan_ = ref;
     selectedIn_ = t;
-    const CollectiveKey key = collectiveAt(*t, ref);
+    const CollectiveKey key = t ? collectiveAt(*t, ref) : CollectiveKey{};
     selectCollective(key);
     emit spanSelected(ref);
     if (key.valid()) emit collectiveSelected(key.group, key.seq);
@@ -965,7 +965,7 @@ bool TimelineView::event(QEvent* e) {
     int lane = -1;
     const auto t = shown();
     const SpanRef ref = hit(help->pos(), &lane);
-    if (ref.valid() && t->contains(ref)) {
+    if (ref.valid() && t && t->contains(ref)) {
       const LaneRow& r = t->row(ref);
       QString text = describeSpanIn(*t, ref);
       if ((r.end[ref.index] - r.begin[ref.index]) < lodThresholds(viewport_).minNs)

@@ -452,8 +452,8 @@ Result<std::shared_ptr<const TimelineData>> loadWindow(const RunData& run, int64
   work();
   for (auto& t : pool) t.join();
   if (!firstError) return firstError;
-  // The spans that began before the read but still overlap the window: longer than their row's bucket, so each is in
-  // the summary as itself (weight 1).
+  // The spans that began before the read but still overlap the window: longer than their rank's finest bucket, so
+  // each is in the summary as itself (weight 1).
   std::vector<InputSpan> spans;
   for (const Lane& lane : summary.lanes()) {
     const int64_t before = fromNs - at(src.reachNs, lane.rank);
