@@ -173,6 +173,59 @@ TEST(PipelineBubble, TpWaitInsideAPassIsNotTheStagesCompute) {
   EXPECT_TRUE(pipelineFindings(*rep).empty());
 }
 
+// An engine that numbers ranks pipeline stage fastest (rank = replica × stages + stage) rather than Megatron's TP,
+// then DP, then PP: each rank's pipeline is its place among its stage's ranks, so two replicas running at different
+// times each get their own window. Per replica: F [0,10] on stage 0, F [10,20] and B [20,30] on stage 1, B [30,40] on
+// stage 0 — a 40 µs window, 20 µs of compute per stage; replica 1 the same 1,000 µs later.
+TEST(PipelineBubble, PipelinesFollowStageOfRankWhateverTheRankOrder) {
+  const auto path = testDir() / "pp_fastest.db";
+  {
+    auto w = newWriter(path);
+    ASSERT_TRUE(w);
+    for (int r = 0; r < 4; ++r) {
+      tracedb::RankInfo ri;
+      ri.rank = r;
+      ri.worldSize = 4;
+      ASSERT_TRUE(w->putRank(ri));
+    }
+    ASSERT_TRUE(w->setMeta("pipeline", R"({"schedule":"gpipe","stages":2,"microbatches":1,"virtual_stages":1,)"
+                                       R"("stage_of_rank":[0,1,0,1]})"));
+    auto span = [&](int rank, const char* name, int64_t b, int64_t e) {
+      auto id = w->intern(name);
+      ASSERT_TRUE(id.isOk());
+      tracedb::SpanRow s;
+      s.rank = rank;
+      s.kind = tracedb::SpanKind::Compute;
+      s.name = *id;
+      s.beginNs = b * kUs;
+      s.durNs = (e - b) * kUs;
+      s.step = 1;
+      ASSERT_TRUE(w->addSpan(s));
+    };
+    for (int replica = 0; replica < 2; ++replica) {
+      const int64_t t = 1000 * replica;
+      const int first = 2 * replica, last = 2 * replica + 1;
+      span(first, "forward mb 0", t, t + 10);
+      span(last, "forward mb 0", t + 10, t + 20);
+      span(last, "backward mb 0", t + 20, t + 30);
+      span(first, "backward mb 0", t + 30, t + 40);
+    }
+    ASSERT_TRUE(w->close());
+  }
+  auto reader = openReader(path);
+  ASSERT_TRUE(reader);
+  auto rep = analyzePipeline(*reader);
+  ASSERT_TRUE(rep.isOk()) << rep.error();
+  ASSERT_EQ(rep->perStage.size(), 2u);
+  EXPECT_EQ(rep->perStage[0].ranks, (std::vector<int>{0, 2}));
+  EXPECT_EQ(rep->perStage[1].ranks, (std::vector<int>{1, 3}));
+  for (const auto& s : rep->perStage) {
+    EXPECT_DOUBLE_EQ(s.stepNs, 40 * kUs) << "stage " << s.stage;
+    EXPECT_DOUBLE_EQ(s.computeNs, 20 * kUs) << "stage " << s.stage;
+    EXPECT_NEAR(s.bubblePct, 50, 1e-9) << "stage " << s.stage;
+  }
+}
+
 // A hang on a pipeline message (desync's `hang` on "p2p-0-1") is told in pipeline terms: 1F1B with m = 4, seq 5 is
 // the first message of the second step on that pair, micro-batch 0's activation, which stage 0 never sent.
 TEST(PipelineHang, NamesStageMicrobatchAndDirection) {

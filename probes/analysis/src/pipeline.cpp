@@ -152,8 +152,16 @@ tracedb::Result<PipelineReport> analyzePipeline(tracedb::Reader& reader) {
   out.virtualStages = l.virtualStages;
   out.analyticBubblePct = 100.0 * analyticPipelineBubble(l.schedule, l.stages, l.microbatches, l.virtualStages);
   const int world = static_cast<int>(l.stageOfRank.size());
-  const int perStage = std::max(1, world / l.stages);
   auto stageOf = [&](int rank) { return rank >= 0 && rank < world ? l.stageOfRank[rank] : -1; };
+  // A rank's pipeline: its place among its stage's ranks in rank order — (DP, TP) in Megatron's order (TP fastest,
+  // then DP, then PP, where it is rank mod ranks-per-stage), and the same for an engine that orders PP fastest.
+  std::vector<int> pipelineOf(static_cast<size_t>(world), -1);
+  {
+    std::map<int, int> seen;  // stage -> ranks of it so far
+    for (int r = 0; r < world; ++r)
+      if (stageOf(r) >= 0) pipelineOf[static_cast<size_t>(r)] = seen[stageOf(r)]++;
+  }
+  auto pipeline = [&](int rank) { return rank >= 0 && rank < world ? pipelineOf[static_cast<size_t>(rank)] : -1; };
 
   // The window of each (pipeline, step): first pass begun to last pass ended over the pipeline's stages.
   std::map<std::pair<int, int>, Interval> window;
@@ -161,7 +169,8 @@ tracedb::Result<PipelineReport> analyzePipeline(tracedb::Reader& reader) {
   for (const auto& [key, rs] : byRankStep) {
     if (rs.passes.empty()) continue;
     steps.insert(key.second);
-    auto [it, fresh] = window.insert({{key.first % perStage, key.second}, {rs.begin, rs.end}});
+    if (pipeline(key.first) < 0) continue;
+    auto [it, fresh] = window.insert({{pipeline(key.first), key.second}, {rs.begin, rs.end}});
     if (!fresh) it->second = {std::min(it->second.first, rs.begin), std::max(it->second.second, rs.end)};
   }
   std::set<int> measured = steps;
@@ -177,7 +186,7 @@ tracedb::Result<PipelineReport> analyzePipeline(tracedb::Reader& reader) {
   for (const auto& [key, rs] : byRankStep) {
     const int stage = stageOf(key.first);
     if (stage < 0 || stage >= l.stages || rs.passes.empty() || !measured.count(key.second)) continue;
-    const Interval w = window.at({key.first % perStage, key.second});
+    const Interval w = window.at({pipeline(key.first), key.second});
     const IntervalSet win({w});
     const IntervalSet compute = IntervalSet(rs.passes).intersect(win);
     const IntervalSet idle = win.subtract(compute);
