@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <atomic>
 #include <mutex>
 #include <set>
@@ -265,29 +266,34 @@ Result<std::vector<SpanChunk>> spanChunks(tracedb::RunFiles& opened, int workers
   return chunks;
 }
 
+// Runs task(k, worker) for every k in [0, n) on up to `workers` threads (the calling one is worker 0); the first
+// error wins, and the others still finish.
+Status forEachOnWorkers(size_t n, int workers, const std::function<Status(size_t k, int worker)>& task) {
+  std::atomic<size_t> next{0};
+  std::mutex errorMutex;
+  Status firstError = Status::ok();
+  auto work = [&](int worker) {
+    for (size_t k; (k = next.fetch_add(1)) < n;)
+      if (Status st = task(k, worker); !st) {
+        std::lock_guard lock(errorMutex);
+        if (firstError) firstError = st;
+      }
+  };
+  std::vector<std::thread> pool;
+  for (int w = 1; w < std::max(1, workers); ++w) pool.emplace_back(work, w);
+  work(0);
+  for (auto& t : pool) t.join();
+  return firstError;
+}
+
 // Pass 2: the chunks read in parallel (one connection per chunk); the first error wins.
 Status readSpans(const RunData& run, const tracedb::RunFiles& opened, const std::vector<SpanChunk>& chunks,
                  const SpanNames& names, int workers, std::vector<std::vector<InputSpan>>& spans) {
   spans.resize(chunks.size());
-  std::atomic<size_t> next{0};
-  std::mutex errorMutex;
-  Status firstError = Status::ok();
-  auto work = [&] {
-    for (size_t k; (k = next.fetch_add(1)) < chunks.size();) {
-      const SpanChunk& c = chunks[k];
-      Status st =
-          readSpanChunk(run.files[c.file], c.lo, c.hi, opened.files[c.file].clock, names.maps[c.file], spans[k]);
-      if (!st) {
-        std::lock_guard lock(errorMutex);
-        if (firstError) firstError = st;
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int w = 1; w < std::max(1, workers); ++w) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
-  return firstError;
+  return forEachOnWorkers(chunks.size(), workers, [&](size_t k, int) {
+    const SpanChunk& c = chunks[k];
+    return readSpanChunk(run.files[c.file], c.lo, c.hi, opened.files[c.file].clock, names.maps[c.file], spans[k]);
+  });
 }
 
 // The run's files, before anything is read from them.
@@ -403,55 +409,39 @@ Result<std::shared_ptr<const TimelineData>> loadWindow(const RunData& run, int64
     return it == m.end() ? int64_t{0} : it->second;
   };
   std::vector<std::vector<InputSpan>> parts(ranks.size());
-  std::atomic<size_t> next{0};
-  std::mutex errorMutex;
-  Status firstError = Status::ok();
-  auto work = [&] {
-    std::unique_ptr<Reader> reader;
-    for (size_t k; (k = next.fetch_add(1)) < ranks.size();) {
-      if (!reader) {
-        auto opened = Reader::open(run.files[0]);
-        if (!opened) {
-          std::lock_guard lock(errorMutex);
-          if (firstError) firstError = opened.status();
-          return;
-        }
-        reader = std::move(*opened);
-        reader->preferMemoryMap();
-      }
-      const int rank = ranks[k];
-      const int64_t sh = at(src.shiftNs, rank);
-      tracedb::Query q(*reader,
-                       "SELECT thread, kind, name, begin_ns, dur_ns, step, layer, phase FROM spans WHERE rank = ? "
-                       "AND begin_ns >= ? AND begin_ns < ?",
-                       "the spans of a window");
-      q.bind(1, int64_t{rank}).bind(2, fromNs - sh - at(src.reachNs, rank)).bind(3, toNs - sh);
-      std::vector<InputSpan>& out = parts[k];
-      Status st = q.each([&](tracedb::Query& r) {
-        InputSpan s;
-        s.rank = rank;
-        s.thread = r.i32(0);
-        s.kind = static_cast<uint8_t>(std::clamp(r.i32(1), 0, kKindCount - 1));
-        const int64_t name = r.i64(2);
-        s.name = name >= 0 && static_cast<uint64_t>(name) < src.nameMap.size() ? src.nameMap[name] : 0;
-        s.beginNs = r.i64(3) + sh;
-        s.endNs = s.beginNs + std::max<int64_t>(0, r.i64(4));
-        s.step = r.i32(5);
-        s.layer = static_cast<int16_t>(r.i32(6));
-        s.phase = static_cast<uint8_t>(r.i32(7));
-        if (s.endNs > fromNs || s.beginNs >= fromNs) out.push_back(s);  // one that ended before cannot nest one in
-      });
-      if (!st) {
-        std::lock_guard lock(errorMutex);
-        if (firstError) firstError = st;
-      }
+  std::vector<std::unique_ptr<Reader>> readers(static_cast<size_t>(std::max(1, workers)));  // one per worker
+  Status read = forEachOnWorkers(ranks.size(), workers, [&](size_t k, int worker) -> Status {
+    std::unique_ptr<Reader>& reader = readers[static_cast<size_t>(worker)];
+    if (!reader) {
+      auto opened = Reader::open(run.files[0]);
+      if (!opened) return opened.status();
+      reader = std::move(*opened);
+      reader->preferMemoryMap();
     }
-  };
-  std::vector<std::thread> pool;
-  for (int w = 1; w < std::max(1, workers); ++w) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
-  if (!firstError) return firstError;
+    const int rank = ranks[k];
+    const int64_t sh = at(src.shiftNs, rank);
+    tracedb::Query q(*reader,
+                     "SELECT thread, kind, name, begin_ns, dur_ns, step, layer, phase FROM spans WHERE rank = ? "
+                     "AND begin_ns >= ? AND begin_ns < ?",
+                     "the spans of a window");
+    q.bind(1, int64_t{rank}).bind(2, fromNs - sh - at(src.reachNs, rank)).bind(3, toNs - sh);
+    std::vector<InputSpan>& out = parts[k];
+    return q.each([&](tracedb::Query& r) {
+      InputSpan s;
+      s.rank = rank;
+      s.thread = r.i32(0);
+      s.kind = static_cast<uint8_t>(std::clamp(r.i32(1), 0, kKindCount - 1));
+      const int64_t name = r.i64(2);
+      s.name = name >= 0 && static_cast<uint64_t>(name) < src.nameMap.size() ? src.nameMap[name] : 0;
+      s.beginNs = r.i64(3) + sh;
+      s.endNs = s.beginNs + std::max<int64_t>(0, r.i64(4));
+      s.step = r.i32(5);
+      s.layer = static_cast<int16_t>(r.i32(6));
+      s.phase = static_cast<uint8_t>(r.i32(7));
+      if (s.endNs > fromNs || s.beginNs >= fromNs) out.push_back(s);  // one that ended before cannot nest one in
+    });
+  });
+  if (!read) return read;
   // The spans that began before the read but still overlap the window: longer than their rank's finest bucket, so
   // each is in the summary as itself (weight 1).
   std::vector<InputSpan> spans;
