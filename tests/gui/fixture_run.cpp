@@ -57,15 +57,28 @@ const std::vector<PipelinePass> kPipelinePasses = {
     {1, true, 3, 25'000'000, 5'000'000},
 };
 
-std::string writeNestedRun(const fs::path& path, unsigned seed) {
+namespace {
+
+// A run file as merge writes it (overwritten, clock aligned), for the fixtures below.
+Result<std::unique_ptr<Writer>> newMergedRun(const fs::path& path, const std::string& runId) {
   CreateOptions o;
   o.overwrite = true;
-  o.runId = "nested";
+  o.runId = runId;
   o.source = "merge";
   auto w = Writer::create(path, o);
+  if (!w) return w.status();
+  if (Status s = (*w)->setMeta(meta_keys::kClockAligned, "1"); !s) return s;
+  return w;
+}
+
+std::string errorOf(const Status& s) { return s.isOk() ? std::string() : s.message(); }
+
+}  // namespace
+
+std::string writeNestedRun(const fs::path& path, unsigned seed) {
+  auto w = newMergedRun(path, "nested");
   if (!w) return w.error();
-  auto check = [](const Status& s) { return s.isOk() ? std::string() : s.message(); };
-  if (auto e = check((*w)->setMeta(meta_keys::kClockAligned, "1")); !e.empty()) return e;
+  auto check = errorOf;
   std::mt19937_64 rng(seed);
   auto between = [&](int64_t a, int64_t b) { return std::uniform_int_distribution<int64_t>(a, b)(rng); };
   std::vector<uint32_t> names;
@@ -132,14 +145,9 @@ std::string writeNestedRun(const fs::path& path, unsigned seed) {
 }
 
 std::string writePipelineRun(const fs::path& path) {
-  CreateOptions o;
-  o.overwrite = true;
-  o.runId = "pipeline";
-  o.source = "merge";
-  auto w = Writer::create(path, o);
+  auto w = newMergedRun(path, "pipeline");
   if (!w) return w.error();
-  auto check = [](const Status& s) { return s.isOk() ? std::string() : s.message(); };
-  if (auto e = check((*w)->setMeta(meta_keys::kClockAligned, "1")); !e.empty()) return e;
+  auto check = errorOf;
   if (auto e = check((*w)->setMeta(meta_keys::kPipeline, R"({"schedule":"1f1b","stages":2,"microbatches":4,)"
                                                          R"("virtual_stages":1,"stage_of_rank":[0,1]})"));
       !e.empty())

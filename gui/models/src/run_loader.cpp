@@ -28,27 +28,30 @@ void RunLoader::load(const QString& path, bool withAnalysis) {
       const qlonglong n = limit.toLongLong(&ok);
       if (ok && n >= 0) options.fullLoadLimit = n;
     }
+    auto shown = [&](RunPtr run, qint64 ms) {
+      QMetaObject::invokeMethod(this, [this, run, ms, generation] {
+        if (generation == generation_) emit runLoaded(run, ms);
+      });
+    };
+    auto analyse = [&](const RunPtr& run) {
+      if (!withAnalysis) return;
+      auto analysis = std::make_shared<const AnalysisData>(loadAnalysis(run->files));
+      QMetaObject::invokeMethod(this, [this, analysis, generation] {
+        if (generation == generation_) emit analysisLoaded(analysis);
+      });
+    };
     // A run file with a lane summary is on screen from the summary first; every span follows (the same load).
     if (auto summary = loadRunSummary(path.toStdString(), options); summary && *summary) {
       RunPtr first = *summary;
-      const qint64 firstMs = timer.elapsed();
-      QMetaObject::invokeMethod(this, [this, first, firstMs, generation] {
-        if (generation == generation_) emit runLoaded(first, firstMs);
-      });
+      shown(first, timer.elapsed());
       options.tablesFrom = first;
       if (first->windowed) {  // too big to read whole: the view reads the spans of what it shows
-        if (withAnalysis) {
-          auto analysis = std::make_shared<const AnalysisData>(loadAnalysis(first->files));
-          QMetaObject::invokeMethod(this, [this, analysis, generation] {
-            if (generation == generation_) emit analysisLoaded(analysis);
-          });
-        }
+        analyse(first);
         QMetaObject::invokeMethod(this, [this] { --inFlight_; });
         return;
       }
     }
     auto run = loadRun(path.toStdString(), options);
-    const qint64 ms = timer.elapsed();
     if (!run) {
       const QString message = QString::fromStdString(run.error());
       QMetaObject::invokeMethod(this, [this, path, message, generation] {
@@ -58,15 +61,8 @@ void RunLoader::load(const QString& path, bool withAnalysis) {
       return;
     }
     RunPtr loaded = *run;
-    QMetaObject::invokeMethod(this, [this, loaded, ms, generation] {
-      if (generation == generation_) emit runLoaded(loaded, ms);
-    });
-    if (withAnalysis) {
-      auto analysis = std::make_shared<const AnalysisData>(loadAnalysis(loaded->files));
-      QMetaObject::invokeMethod(this, [this, analysis, generation] {
-        if (generation == generation_) emit analysisLoaded(analysis);
-      });
-    }
+    shown(loaded, timer.elapsed());
+    analyse(loaded);
     writeTimelineCache(*loaded);  // after the run is on screen: the next open of this file skips the span table
     QMetaObject::invokeMethod(this, [this] { --inFlight_; });
   });

@@ -11,6 +11,7 @@
 
 #include "intervals.h"
 #include "tpscope/analysis/run_info.h"
+#include "tpscope/probes/spike_baseline.h"
 #include "tpscope/tracedb/query.h"
 
 namespace tpscope::analysis {
@@ -117,15 +118,6 @@ tracedb::Status readCollectives(tracedb::Reader& reader, std::map<std::pair<int,
   });
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  const size_t mid = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
-  if (v.size() % 2) return v[mid];
-  const double hi = v[mid];
-  return (hi + *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid))) / 2;
-}
-
 }  // namespace
 
 double analyticPipelineBubble(const std::string& schedule, int p, int m, int v) {
@@ -220,7 +212,7 @@ tracedb::Result<PipelineReport> analyzePipeline(tracedb::Reader& reader) {
       b.warmupCooldownPct = 100.0 * s.structural / s.window;
       b.dependencyWaitPct = 100.0 * s.dependency / s.window;
       b.bubblePct = b.transferPct + b.warmupCooldownPct + b.dependencyWaitPct;
-      b.ownComputeNs = median(s.own);
+      b.ownComputeNs = probes::medianOf(s.own);
       computeSum += b.ownComputeNs;
       ++counted;
       if (b.ownComputeNs > computeMax) {
