@@ -284,7 +284,11 @@ struct Arrival {
 std::map<int, Arrival> searchSpread(const NonFiniteEvent& origin, int64_t t0, const std::vector<Coll>& colls,
                                     const std::map<int, NonFiniteEvent>& first, const RunInfo& info) {
   std::map<std::pair<std::string, int64_t>, std::vector<const Coll*>> bySeq;
-  for (const Coll& c : colls) bySeq[{c.group, c.seq}].push_back(&c);
+  std::map<int, std::vector<const Coll*>> byRank;  // each rank's own records, in `colls` order
+  for (const Coll& c : colls) {
+    bySeq[{c.group, c.seq}].push_back(&c);
+    byRank[c.rank].push_back(&c);
+  }
   std::map<int, int64_t> slack;  // clock uncertainty per rank (merged files are aligned within it)
   for (const auto& ri : info.ranks) slack[ri.rank] = ri.clockUncertaintyNs;
   std::map<int, Arrival> reached;
@@ -296,8 +300,9 @@ std::map<int, Arrival> searchSpread(const NonFiniteEvent& origin, int64_t t0, co
     auto [t, r] = frontier.top();
     frontier.pop();
     if (reached[r].t < t) continue;
-    for (const Coll& c : colls) {
-      if (c.rank != r || c.enqueue < t || !carriesValues(c)) continue;
+    for (const Coll* own : byRank[r]) {
+      const Coll& c = *own;
+      if (c.enqueue < t || !carriesValues(c)) continue;
       for (const Coll* m : bySeq[{c.group, c.seq}]) {
         auto fe = first.find(m->rank);
         if (m->rank == r || fe == first.end() || fe->second.step < c.step) continue;
