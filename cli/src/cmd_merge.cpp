@@ -1,9 +1,6 @@
 // tpscope merge DIR|FILE... -o RUN: per-rank files → one run file (tracedb::merge). Folders (a capture folder each,
 // e.g. one per node of a multi-node job) give their rank-*.db files; files are taken as they are.
-#include <algorithm>
-#include <charconv>
 #include <iostream>
-#include <limits>
 
 #include "command.h"
 #include "tpscope/analysis/summary.h"
@@ -24,30 +21,12 @@ void addMerge(CLI::App& app, Context& ctx) {
   cmd->add_option("inputs", args->inputs, "Capture folders (their rank-*.db files) and/or rank files")->required();
   cmd->add_option("-o,--output", args->output, "The run file to write (replaced only on success)")->required();
   cmd->callback([args, &ctx]() {
-    std::vector<std::filesystem::path> files;
-    std::error_code ec;
-    for (const auto& input : args->inputs) {
-      if (!std::filesystem::is_directory(input, ec)) {
-        files.push_back(input);
-        continue;
-      }
-      const auto found = tracedb::rankFiles(input);
-      if (found.empty()) {
-        printError("merge", input.string() + ": no rank-*.db files in this folder");
-        ctx.exitCode = kExitBadInput;
-        return;
-      }
-      files.insert(files.end(), found.begin(), found.end());
+    auto files = rankFilesOf(args->inputs, "merge");
+    if (!files) {
+      ctx.exitCode = kExitBadInput;
+      return;
     }
-    // Folders in any order (node 1's before node 0's): the run file is written in rank order all the same.
-    auto rankOf = [](const std::filesystem::path& f) {
-      const std::string name = f.filename().string();
-      int rank = std::numeric_limits<int>::max();
-      if (name.starts_with("rank-")) std::from_chars(name.data() + 5, name.data() + name.size(), rank);
-      return rank;
-    };
-    std::stable_sort(files.begin(), files.end(), [&](const auto& a, const auto& b) { return rankOf(a) < rankOf(b); });
-    auto stats = tracedb::merge(files, args->output);
+    auto stats = tracedb::merge(*files, args->output);
     if (!stats) {
       printError("merge", stats.error());
       ctx.exitCode = kExitBadInput;

@@ -9,7 +9,9 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "tpscope/tracedb/reader.h"
 
@@ -40,6 +42,12 @@ void addRegisteredCommands(CLI::App& app, Context& ctx);
 
 // Opens a trace for reading; on failure prints "tpscope: <message naming the file>" to stderr and returns null.
 std::unique_ptr<tracedb::Reader> openRun(const std::filesystem::path& path);
+
+// The rank files of capture folders (their rank-*.db files) and of files named as they are, in rank order (folders in
+// any order: one per node of a multi-node job). On a folder without rank files prints the error for `command` and
+// returns nullopt.
+std::optional<std::vector<std::filesystem::path>> rankFilesOf(const std::vector<std::filesystem::path>& inputs,
+                                                             const std::string& command);
 
 // Prints "tpscope <command>: <message>" to stderr.
 void printError(const std::string& command, const std::string& message);

@@ -40,9 +40,11 @@ class Cli : public ::testing::Test {
     fs::create_directories(dir_);
   }
 
-  // Runs `tpscope ARGS` in the test folder (so that file names in the output are relative and stable).
-  Outcome tpscope(const std::string& args) {
-    const std::string cmd = "cd '" + dir_.string() + "' && '" TPSCOPE_CLI "' " + args + " >stdout.txt 2>stderr.txt";
+  // Runs `tpscope ARGS` in the test folder (so that file names in the output are relative and stable), with the
+  // environment assignments `env` ("NAME=value ...") where given.
+  Outcome tpscope(const std::string& args, const std::string& env = "") {
+    const std::string cmd =
+        "cd '" + dir_.string() + "' && " + env + " '" TPSCOPE_CLI "' " + args + " >stdout.txt 2>stderr.txt";
     Outcome r;
     const int status = std::system(cmd.c_str());
     r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -281,6 +283,44 @@ TEST_F(Cli, MergeRankFilesThenReport) {
   EXPECT_EQ(bad.rc, 2);
   EXPECT_NE(bad.err.find("missing.db"), std::string::npos) << bad.err;
   EXPECT_FALSE(fs::exists(dir_ / "y.db"));
+}
+
+TEST_F(Cli, DiagnoseCaptureFoldersWithoutMerging) {
+  testing::RunSpec spec = nanSpec();
+  spec.steps = 30;
+  spec.stragglerRank = 3;
+  ASSERT_TRUE(testing::writeRankFiles(dir_ / "node0", spec));
+  // Two nodes' folders: ranks 2 and 3 in the second.
+  fs::create_directories(dir_ / "node1");
+  for (const char* f : {"rank-2.db", "rank-3.db"}) fs::rename(dir_ / "node0" / f, dir_ / "node1" / f);
+  ASSERT_EQ(tpscope("merge node0 node1 -o run.db").rc, 0);
+  const Outcome merged = tpscope("diagnose run.db --json");
+  ASSERT_EQ(merged.rc, 0) << merged.err;
+  fs::create_directories(dir_ / "tmp");
+  const std::string tmp = "TMPDIR='" + (dir_ / "tmp").string() + "'";
+  // Folders in any order.
+  const Outcome direct = tpscope("diagnose node1 node0 --json", tmp);
+  ASSERT_EQ(direct.rc, 0) << direct.err;
+  EXPECT_TRUE(fs::is_empty(dir_ / "tmp"));  // the diagnosis file is removed
+  auto a = nlohmann::json::parse(merged.out), b = nlohmann::json::parse(direct.out);
+  EXPECT_EQ(b["file"], "node1 node0");
+  a.erase("file");
+  b.erase("file");
+  EXPECT_EQ(a, b);
+  EXPECT_FALSE(a["findings"].empty());
+  EXPECT_EQ(tpscope("diagnose run.db").out, tpscope("diagnose node0 node1").out);
+  EXPECT_EQ(tpscope("diagnose node0 node1 --fail-on critical").rc, 7);
+  // Bad input: named, exit 2, and no diagnosis file left behind.
+  fs::create_directories(dir_ / "none");
+  const Outcome empty = tpscope("diagnose none");
+  EXPECT_EQ(empty.rc, 2);
+  EXPECT_NE(empty.err.find("no rank-*.db files"), std::string::npos) << empty.err;
+  std::ofstream(dir_ / "node1" / "rank-7.db") << "not a trace";
+  const Outcome bad = tpscope("diagnose node0 node1", tmp);
+  EXPECT_EQ(bad.rc, 2);
+  EXPECT_NE(bad.err.find("rank-7.db"), std::string::npos) << bad.err;
+  EXPECT_TRUE(bad.out.empty()) << bad.out;
+  EXPECT_TRUE(fs::is_empty(dir_ / "tmp"));
 }
 
 TEST_F(Cli, DiffSaysWhatGotSlower) {

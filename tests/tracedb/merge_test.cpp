@@ -1,7 +1,13 @@
 // Merge of per-rank files: clock alignment by stored offsets, idempotence, refusals, atomic output.
 #include <gtest/gtest.h>
 
+#include <sqlite3.h>
+
+#include <algorithm>
 #include <fstream>
+#include <set>
+#include <tuple>
+#include <vector>
 
 #include "test_dir.h"
 #include "tpscope/tracedb/merge.h"
@@ -170,6 +176,90 @@ TEST(Merge, CorrelationFollowsRenumberedSpans) {
     EXPECT_EQ(row.text(1), "kernel of " + row.text(3));
   }));
   EXPECT_EQ(n, 6);
+}
+
+// The spans of `rank` as (thread, begin, name), by the query `order` of the index the analyses use.
+std::vector<std::string> spansBy(const std::filesystem::path& file, int rank, const std::string& order) {
+  std::vector<std::string> out;
+  auto r = Reader::open(file);
+  EXPECT_TRUE(r.isOk()) << r.error();
+  if (!r) return out;
+  Query q(**r,
+          "SELECT s.thread, s.begin_ns, n.value FROM spans s JOIN strings n ON n.id = s.name WHERE s.rank = ? " + order,
+          "spans");
+  q.bind(1, int64_t{rank});
+  EXPECT_TRUE(q.each([&](Query& row) {
+    out.push_back(std::to_string(row.i64(0)) + "@" + std::to_string(row.i64(1)) + " " + row.text(2));
+  }));
+  return out;
+}
+
+TEST(Merge, EndSpansAreEachRanksFirstAndNewest) {
+  TempDir dir;
+  // Rank 0: 700 spans on two threads with many equal begin times, written out of time order; rank 1 (same file):
+  // fewer spans than are kept.
+  auto w = Writer::create(dir / "rank-0.db", CreateOptions{false, "r1", 1'000, "capture"});
+  ASSERT_TRUE(w.isOk()) << w.error();
+  Writer& wr = **w;
+  for (int rank : {0, 1}) {
+    RankInfo info;
+    info.rank = rank;
+    info.worldSize = 2;
+    ASSERT_TRUE(wr.putRank(info));
+  }
+  struct Written {
+    int thread;
+    int64_t begin;
+    int order;
+  };
+  std::vector<Written> rank0;
+  for (int i = 0; i < 700; ++i) {
+    const int thread = i % 3 == 0 ? 1 : 0;
+    const int64_t begin = 10'000 - (i * 7919 % 700) / 3 * 10;  // a permutation in threes: ties
+    rank0.push_back({thread, begin, i});
+    ASSERT_TRUE(wr.addSpan(SpanRow{0, thread, SpanKind::Compute, *wr.intern("s" + std::to_string(i)), begin, 5, 0,
+                                   -1, Phase::Forward, {}}));
+  }
+  for (int i = 0; i < 40; ++i)
+    ASSERT_TRUE(wr.addSpan(SpanRow{1, 0, SpanKind::Compute, *wr.intern("r1-" + std::to_string(i)), 100 * i, 5, 0, -1,
+                                   Phase::Forward, {}}));
+  ASSERT_TRUE(wr.close());
+  const std::vector<std::filesystem::path> in = {dir / "rank-0.db"};
+  ASSERT_TRUE(merge(in, dir / "run.db").isOk());
+  ASSERT_TRUE(merge(in, dir / "ends.db", {MergeSpans::Ends}).isOk());
+
+  // Independently: rank 0's first span and newest kEndSpans by (begin, thread, order written).
+  std::sort(rank0.begin(), rank0.end(), [](const Written& a, const Written& b) {
+    return std::tie(a.begin, a.thread, a.order) < std::tie(b.begin, b.thread, b.order);
+  });
+  std::set<std::string> expected;
+  auto name = [](const Written& s) {
+    return std::to_string(s.thread) + "@" + std::to_string(s.begin) + " s" + std::to_string(s.order);
+  };
+  expected.insert(name(rank0.front()));
+  for (size_t i = rank0.size() - kEndSpans; i < rank0.size(); ++i) expected.insert(name(rank0[i]));
+  const auto kept = spansBy(dir / "ends.db", 0, "");
+  EXPECT_EQ(std::set<std::string>(kept.begin(), kept.end()), expected);
+  EXPECT_EQ(kept.size(), static_cast<size_t>(kEndSpans) + 1);
+  EXPECT_EQ(spansBy(dir / "ends.db", 1, "ORDER BY s.id").size(), 40u);
+
+  // The queries the analyses make through the spans_rank_begin index find the same spans in both files.
+  for (int rank : {0, 1})
+    for (const std::string& order : std::vector<std::string>{"ORDER BY s.begin_ns DESC LIMIT " +
+                                                                 std::to_string(kEndSpans),
+                                                             "ORDER BY s.begin_ns LIMIT 1",
+                                                             "ORDER BY s.begin_ns DESC LIMIT 1"})
+      EXPECT_EQ(spansBy(dir / "ends.db", rank, order), spansBy(dir / "run.db", rank, order)) << rank << " " << order;
+
+  // An input with a pipeline layout keeps every span (the pipeline analysis reads its passes).
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((dir / "rank-0.db").c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, "INSERT INTO meta VALUES ('pipeline', '{}')", nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(db);
+  }
+  ASSERT_TRUE(merge(in, dir / "pipeline.db", {MergeSpans::Ends}).isOk());
+  EXPECT_EQ(spansBy(dir / "pipeline.db", 0, "").size(), 700u);
 }
 
 TEST(Merge, IsIdempotent) {

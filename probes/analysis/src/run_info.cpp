@@ -12,6 +12,7 @@
 #include <set>
 
 #include "analysis_internal.h"
+#include "tpscope/tracedb/merge.h"
 #include "tpscope/tracedb/query.h"
 
 namespace tpscope::analysis {
@@ -218,7 +219,10 @@ class RunInfoLoader {
       RankExtent& e = extents[*found];
       e.rank = *found;
       e.firstNs = e.lastNs = first;
-      Query last(reader_, "SELECT begin_ns + dur_ns, step FROM spans WHERE rank = ? ORDER BY begin_ns DESC LIMIT 256",
+      // The newest kEndSpans: a diagnosis file keeps just these and the first (tracedb/merge.h).
+      Query last(reader_,
+                 "SELECT begin_ns + dur_ns, step FROM spans WHERE rank = ? ORDER BY begin_ns DESC LIMIT " +
+                     std::to_string(tracedb::kEndSpans),
                  "table 'spans'");
       last.bind(1, int64_t{*found});
       if (auto s = last.each([&](Query& row) {

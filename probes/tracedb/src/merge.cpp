@@ -5,9 +5,12 @@
 
 #include <algorithm>
 #include <charconv>
+#include <map>
 #include <set>
 #include <string>
 #include <system_error>
+#include <tuple>
+#include <vector>
 
 #include "sqlite_util.h"
 #include "tpscope/tracedb/reader.h"
@@ -22,7 +25,7 @@ namespace {
 // and strings remapped by temp.smap. Spans are written in (rank, thread, begin) order: readers that build per-lane
 // timelines then need no sort. Their ids are renumbered in that order (temp.idmap) and spans.correlation — a GPU
 // record's launching host span, an id within its file — follows its span to the new id. The shift of a rank missing from src.ranks is the plain epoch difference (?1).
-constexpr const char* kCopySql = R"SQL(
+constexpr const char* kCopyHeadSql = R"SQL(
 INSERT OR IGNORE INTO main.strings(value) SELECT value FROM src.strings;
 CREATE TEMP TABLE smap(old INTEGER PRIMARY KEY, new INTEGER NOT NULL);
 INSERT INTO temp.smap SELECT s.id, m.id FROM src.strings s JOIN main.strings m ON m.value = s.value;
@@ -32,8 +35,22 @@ INSERT OR REPLACE INTO main.ranks SELECT rank, host, pid, world_size, local_rank
 INSERT OR IGNORE INTO main.threads SELECT rank, thread, kind, name FROM src.threads;
 INSERT OR IGNORE INTO main.process_groups SELECT name, ranks, size, backend FROM src.process_groups;
 CREATE TEMP TABLE idmap(old INTEGER PRIMARY KEY, new INTEGER NOT NULL);
+)SQL";
+
+// The spans to copy, numbered in the order they are written: every one of them...
+constexpr const char* kAllSpansSql = R"SQL(
 INSERT INTO temp.idmap SELECT s.id, (SELECT coalesce(max(id), 0) FROM main.spans)
   + row_number() OVER (ORDER BY s.rank, s.thread, s.begin_ns, s.id) FROM src.spans s;
+)SQL";
+
+// ...or the spans of temp.keep (MergeSpans::Ends: keepEndSpans).
+constexpr const char* kKeptSpansSql = R"SQL(
+INSERT INTO temp.idmap SELECT s.id, (SELECT coalesce(max(id), 0) FROM main.spans)
+  + row_number() OVER (ORDER BY s.rank, s.thread, s.begin_ns, s.id) FROM temp.keep k JOIN src.spans s ON s.id = k.id;
+DROP TABLE temp.keep;
+)SQL";
+
+constexpr const char* kCopyTailSql = R"SQL(
 INSERT INTO main.spans(id, rank, thread, kind, name, begin_ns, dur_ns, step, layer, phase, correlation)
   SELECT o.new, s.rank, s.thread, s.kind, m.new, s.begin_ns + coalesce(h.shift, ?1), s.dur_ns, s.step, s.layer,
          s.phase, c.new
@@ -65,9 +82,54 @@ DROP TABLE temp.smap;
 DROP TABLE temp.idmap;
 )SQL";
 
-// Fills temp.shifts with each rank's shift, then runs kCopySql statement by statement, binding the epoch shift where it
-// appears. Errors name both files: a damaged input and a full disk under the output fail the same statements.
-Status copyAttached(sqlite3* db, const RunFile& in, const std::filesystem::path& output) {
+// temp.keep: the ids of the spans a diagnosis file keeps of the attached input (MergeSpans::Ends). Each rank's first
+// span and its newest kEndSpans, in the order the run file's ids give them (rank, thread, begin, then the input's
+// id), so that a query for a rank's first or newest spans through the spans_rank_begin index finds the same spans in
+// both files; every span of an input with a pipeline layout. Chosen here rather than by a window query: three
+// sorts of every span cost more than copying the rest of the input.
+Status keepEndSpans(sqlite3* db, const RunFile& in, const std::string& what) {
+  auto run = [&](const char* sql) { return detail::exec(db, in.path, sql); };
+  if (Status s = run("CREATE TEMP TABLE keep(id INTEGER PRIMARY KEY)"); !s) return s;
+  {
+    detail::Stmt pipeline(db, "SELECT 1 FROM src.meta WHERE key = ?");
+    if (!pipeline.valid()) return detail::sqliteError(db, in.path, what);
+    pipeline.bind(1, meta_keys::kPipeline);
+    if (pipeline.step() == SQLITE_ROW) return run("INSERT INTO temp.keep SELECT id FROM src.spans");
+  }
+  struct Key {
+    int thread;
+    int64_t begin, id;
+    bool operator<(const Key& o) const { return std::tie(begin, thread, id) < std::tie(o.begin, o.thread, o.id); }
+  };
+  std::map<int, std::vector<Key>> byRank;
+  {
+    detail::Stmt scan(db, "SELECT rank, thread, begin_ns, id FROM src.spans");
+    if (!scan.valid()) return detail::sqliteError(db, in.path, what);
+    int rc;
+    while ((rc = scan.step()) == SQLITE_ROW) byRank[scan.i32(0)].push_back({scan.i32(1), scan.i64(2), scan.i64(3)});
+    if (rc != SQLITE_DONE) return detail::sqliteError(db, in.path, what);
+  }
+  detail::Stmt keep(db, "INSERT OR IGNORE INTO temp.keep VALUES (?)");
+  if (!keep.valid()) return detail::sqliteError(db, in.path, what);
+  auto add = [&](const Key& k) {
+    keep.bind(1, k.id);
+    return detail::runStmt(keep, db, in.path, what);
+  };
+  for (auto& [rank, keys] : byRank) {
+    const auto newest = keys.size() > static_cast<size_t>(kEndSpans) ? keys.end() - kEndSpans : keys.begin();
+    std::nth_element(keys.begin(), newest, keys.end());
+    for (auto it = newest; it != keys.end(); ++it)
+      if (Status s = add(*it); !s) return s;
+    if (newest != keys.begin())
+      if (Status s = add(*std::min_element(keys.begin(), newest)); !s) return s;
+  }
+  return Status::ok();
+}
+
+// Fills temp.shifts with each rank's shift, then runs the copy statement by statement (kCopyHeadSql, the choice of
+// spans, kCopyTailSql), binding the epoch shift (?1) where it appears. Errors name both files: a damaged input and
+// a full disk under the output fail the same statements.
+Status copyAttached(sqlite3* db, const RunFile& in, const std::filesystem::path& output, MergeSpans spans) {
   const std::string what = "cannot merge it into " + output.string();
   const int64_t epochShift = in.clock.epochShiftNs;
   constexpr const char* kShifts = "CREATE TEMP TABLE shifts(rank INTEGER PRIMARY KEY, shift INTEGER NOT NULL)";
@@ -80,18 +142,20 @@ Status copyAttached(sqlite3* db, const RunFile& in, const std::filesystem::path&
     if (Status s = detail::runStmt(shift, db, in.path, what); !s) return s;
   }
   shift = detail::Stmt();
-  const char* sql = kCopySql;
-  while (*sql != '\0') {
-    sqlite3_stmt* st = nullptr;
-    const char* tail = nullptr;
-    if (sqlite3_prepare_v2(db, sql, -1, &st, &tail) != SQLITE_OK) return detail::sqliteError(db, in.path, what);
-    if (st == nullptr) break;  // only whitespace left
-    if (sqlite3_bind_parameter_count(st) >= 1) sqlite3_bind_int64(st, 1, epochShift);
-    const int rc = sqlite3_step(st);
-    sqlite3_finalize(st);
-    if (rc != SQLITE_DONE && rc != SQLITE_ROW) return detail::sqliteError(db, in.path, what);
-    sql = tail;
-  }
+  if (spans == MergeSpans::Ends)
+    if (Status s = keepEndSpans(db, in, what); !s) return s;
+  for (const char* sql : {kCopyHeadSql, spans == MergeSpans::All ? kAllSpansSql : kKeptSpansSql, kCopyTailSql})
+    while (*sql != '\0') {
+      sqlite3_stmt* st = nullptr;
+      const char* tail = nullptr;
+      if (sqlite3_prepare_v2(db, sql, -1, &st, &tail) != SQLITE_OK) return detail::sqliteError(db, in.path, what);
+      if (st == nullptr) break;  // only whitespace left
+      if (sqlite3_bind_parameter_count(st) >= 1) sqlite3_bind_int64(st, 1, epochShift);
+      const int rc = sqlite3_step(st);
+      sqlite3_finalize(st);
+      if (rc != SQLITE_DONE && rc != SQLITE_ROW) return detail::sqliteError(db, in.path, what);
+      sql = tail;
+    }
   return Status::ok();
 }
 
@@ -153,7 +217,8 @@ Result<std::string> checkInputs(const RunFiles& run) {
 
 }  // namespace
 
-Result<MergeStats> merge(std::span<const std::filesystem::path> inputs, const std::filesystem::path& output) {
+Result<MergeStats> merge(std::span<const std::filesystem::path> inputs, const std::filesystem::path& output,
+                         const MergeOptions& options) {
   if (inputs.empty()) return Status::error(output.string() + ": nothing to merge (no input files)");
   std::error_code ec;
   for (const auto& path : inputs)
@@ -176,6 +241,9 @@ Result<MergeStats> merge(std::span<const std::filesystem::path> inputs, const st
     std::filesystem::remove(tmp.string() + "-shm", ec);
     return s;
   };
+  // Written once into a temporary file that is renamed when complete: no journal and no syncs while copying (a
+  // failed merge removes the file; the journal mode is set back below).
+  if (Status s = detail::exec(db, tmp, "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF"); !s) return cleanup(s);
 
   for (const RunFile& in : run->files) {
     if (Status s = (*writer)->commit(); !s) return cleanup(s);
@@ -184,14 +252,15 @@ Result<MergeStats> merge(std::span<const std::filesystem::path> inputs, const st
     if (attach.step() != SQLITE_DONE) return cleanup(detail::sqliteError(db, in.path, "cannot attach for merge"));
     attach = detail::Stmt();
     Status s = detail::exec(db, in.path, "BEGIN");
-    if (s) s = copyAttached(db, in, output);
+    if (s) s = copyAttached(db, in, output, options.spans);
     if (s) s = detail::exec(db, output, "COMMIT");
     else (void)detail::exec(db, in.path, "ROLLBACK");
     (void)detail::exec(db, in.path, "DETACH DATABASE src");
     if (!s) return cleanup(s);
   }
   if (Status s = (*writer)->setMeta(meta_keys::kClockAligned, "1"); !s) return cleanup(s);
-  if (Status s = (*writer)->createIndexes(); !s) return cleanup(s);
+  if (options.indexes)
+    if (Status s = (*writer)->createIndexes(); !s) return cleanup(s);
   // A run file is written once: a rollback journal lets read-only readers open it without leaving -wal/-shm behind.
   if (Status s = detail::exec(db, output, "PRAGMA journal_mode = DELETE"); !s) return cleanup(s);
 

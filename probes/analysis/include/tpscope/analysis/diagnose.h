@@ -29,10 +29,11 @@
 // Threading: uses `reader` from the calling thread only.
 #pragma once
 
+#include <filesystem>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
-
-#include <optional>
 
 #include "tpscope/analysis/anomalies.h"
 #include "tpscope/analysis/breakdown.h"
@@ -44,6 +45,7 @@
 #include "tpscope/analysis/pipeline.h"
 #include "tpscope/analysis/run_info.h"
 #include "tpscope/tracedb/reader.h"
+#include "tpscope/tracedb/status.h"
 
 namespace tpscope::analysis {
 
@@ -80,5 +82,19 @@ struct DiagnoseResult {
 };
 
 DiagnoseResult diagnose(tracedb::Reader& reader, const DiagnoseOptions& options = {});
+
+// A diagnosis file of a run's rank files (a capture folder's, or several folders': one per node), so that diagnose()
+// needs no merged run file: every record diagnose reads, but of the spans only each rank's first and newest
+// (tracedb::MergeSpans::Ends), and the summaries that stand for the others (summary.h). Worker threads each merge a
+// share of the files into a part and summarise them; the parts are then merged into the file. diagnose() on it finds
+// what it finds on the run file `tpscope merge` writes of the same files.
+struct DiagnosisFileOptions {
+  size_t parts = 0;             // 0: one per core (one where worker threads are off, see TPSCOPE_ANALYSIS_THREADS)...
+  size_t minFilesPerPart = 64;  // ...and at least this many files in each
+};
+// Writes `output` from `rankFiles` (merge's refusals: different runs, a rank twice, unreadable files). On failure
+// `output` and the parts are left absent.
+tracedb::Status writeDiagnosisFile(std::span<const std::filesystem::path> rankFiles,
+                                   const std::filesystem::path& output, const DiagnosisFileOptions& options = {});
 
 }  // namespace tpscope::analysis

@@ -21,7 +21,22 @@ struct MergeStats {
   int64_t collectives = 0;
 };
 
-Result<MergeStats> merge(std::span<const std::filesystem::path> inputs, const std::filesystem::path& output);
+// What a merge copies of the spans.
+enum class MergeSpans {
+  All,   // every span: a run file
+  Ends,  // each rank's first span and its last kEndSpans spans by begin time, and every span of an input with a
+         // pipeline layout (meta 'pipeline'): what `diagnose` reads of the spans beside the summaries, which stand
+         // for the rest (a diagnosis file: analysis/diagnose.h, writeDiagnosisFile)
+};
+inline constexpr int kEndSpans = 256;
+
+struct MergeOptions {
+  MergeSpans spans = MergeSpans::All;
+  bool indexes = true;  // false: without the query indexes (a part of a larger merge that creates them)
+};
+
+Result<MergeStats> merge(std::span<const std::filesystem::path> inputs, const std::filesystem::path& output,
+                         const MergeOptions& options = {});
 
 // The rank files of a capture folder: DIR/rank-*.db in rank order.
 std::vector<std::filesystem::path> rankFiles(const std::filesystem::path& dir);
