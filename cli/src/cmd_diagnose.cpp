@@ -3,7 +3,13 @@
 // folder (analysis::writeDiagnosisFile) without writing a merged run file.
 #include <unistd.h>
 
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "command.h"
 #include "findings_text.h"
@@ -16,17 +22,59 @@ namespace {
 using analysis::Finding;
 using analysis::Severity;
 
-// The diagnosis file of rank files: removed when the command ends, however it ends.
-struct DiagnosisFile {
-  std::filesystem::path path;
+// The diagnosis file of rank files, in a private folder of the temporary folder (mkdtemp: no name another user can
+// take first). Removed with the folder when the command ends, and on SIGINT or SIGTERM: the handler unlinks every name
+// the file and its parts can have (merge's temporary name, SQLite's journal), all of them built beforehand, then
+// dies of the signal as it would have.
+class DiagnosisFile {
+ public:
   DiagnosisFile() = default;
   DiagnosisFile(const DiagnosisFile&) = delete;
   DiagnosisFile& operator=(const DiagnosisFile&) = delete;
   ~DiagnosisFile() {
-    if (path.empty()) return;
+    if (folder_.empty()) return;
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
     std::error_code ec;
-    for (const char* suffix : {"", "-journal", "-wal", "-shm"}) std::filesystem::remove(path.string() + suffix, ec);
+    std::filesystem::remove_all(folder_, ec);
+    names().clear();
   }
+
+  // Creates the folder; the file's path, or an error message.
+  tracedb::Result<std::filesystem::path> create() {
+    std::error_code ec;
+    std::string pattern = (std::filesystem::temp_directory_path(ec) / "tpscope-diagnose-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr)
+      return tracedb::Status::error(pattern + ": cannot create a folder for the diagnosis file: " +
+                                    std::strerror(errno));
+    folder_ = pattern;
+    const std::filesystem::path file = folder_ / "diagnosis.db";
+    const std::string tmp = ".tmp-" + std::to_string(::getpid());  // merge's temporary name (tracedb/merge.cpp)
+    std::vector<std::string> bases = {file.string()};
+    for (int p = 0; p < 16; ++p) bases.push_back(file.string() + ".part-" + std::to_string(p));
+    for (const std::string& b : bases)
+      for (const std::string& name : {b, b + tmp})
+        for (const char* suffix : {"", "-journal", "-wal", "-shm"}) names().push_back(name + suffix);
+    names().push_back(folder_.string());
+    std::signal(SIGINT, removeOnSignal);
+    std::signal(SIGTERM, removeOnSignal);
+    return file;
+  }
+
+ private:
+  static std::vector<std::string>& names() {
+    static std::vector<std::string> n;  // complete before the handler is installed; read only by it
+    return n;
+  }
+  static void removeOnSignal(int sig) {
+    const auto& n = names();
+    for (size_t i = 0; i + 1 < n.size(); ++i) ::unlink(n[i].c_str());
+    if (!n.empty()) ::rmdir(n.back().c_str());
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+  }
+
+  std::filesystem::path folder_;
 };
 
 struct DiagnoseArgs {
@@ -52,21 +100,27 @@ void addDiagnose(CLI::App& app, Context& ctx) {
     std::error_code ec;
     const bool runFile = args->runs.size() == 1 && !std::filesystem::is_directory(args->runs.front(), ec);
     DiagnosisFile scratch;
+    std::filesystem::path diagnosisFile;
     if (!runFile) {
       auto files = rankFilesOf(args->runs, "diagnose");
       if (!files) {
         ctx.exitCode = kExitBadInput;
         return;
       }
-      scratch.path = std::filesystem::temp_directory_path(ec) /
-                     ("tpscope-diagnose-" + std::to_string(::getpid()) + ".db");
-      if (tracedb::Status s = analysis::writeDiagnosisFile(*files, scratch.path); !s) {
+      auto path = scratch.create();
+      if (!path) {
+        printError("diagnose", path.error());
+        ctx.exitCode = kExitOutput;
+        return;
+      }
+      diagnosisFile = *path;
+      if (tracedb::Status s = analysis::writeDiagnosisFile(*files, diagnosisFile); !s) {
         printError("diagnose", s.message());
         ctx.exitCode = kExitBadInput;
         return;
       }
     }
-    auto reader = openRun(runFile ? args->runs.front() : scratch.path);
+    auto reader = openRun(runFile ? args->runs.front() : diagnosisFile);
     if (!reader) {
       ctx.exitCode = kExitBadInput;
       return;

@@ -2,10 +2,14 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -321,6 +325,40 @@ TEST_F(Cli, DiagnoseCaptureFoldersWithoutMerging) {
   EXPECT_NE(bad.err.find("rank-7.db"), std::string::npos) << bad.err;
   EXPECT_TRUE(bad.out.empty()) << bad.out;
   EXPECT_TRUE(fs::is_empty(dir_ / "tmp"));
+}
+
+TEST_F(Cli, DiagnoseOfFoldersStoppedBySignalLeavesNothing) {
+  testing::RunSpec spec;
+  spec.tp = 2;
+  spec.dp = 32;
+  spec.steps = 40;
+  ASSERT_TRUE(testing::writeRankFiles(dir_ / "cap", spec));
+  const fs::path tmp = dir_ / "tmp";
+  fs::create_directories(tmp);
+  for (int sig : {SIGTERM, SIGINT}) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      ::setenv("TMPDIR", tmp.c_str(), 1);
+      if (!std::freopen("/dev/null", "w", stdout)) ::_exit(126);
+      ::execl(TPSCOPE_CLI, "tpscope", "diagnose", (dir_ / "cap").c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    // Wait until the diagnosis file's folder holds a file, then stop the command.
+    bool writing = false;
+    for (int i = 0; i < 20000 && !writing; ++i) {
+      std::error_code ec;
+      for (const auto& d : fs::directory_iterator(tmp, ec))
+        if (!fs::is_empty(d.path(), ec)) writing = true;
+      if (!writing) ::usleep(500);
+    }
+    EXPECT_TRUE(writing);
+    ::kill(pid, sig);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == sig) << "status " << status;
+    EXPECT_TRUE(fs::is_empty(tmp)) << fs::directory_iterator(tmp)->path();
+  }
 }
 
 TEST_F(Cli, DiffSaysWhatGotSlower) {
