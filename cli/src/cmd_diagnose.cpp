@@ -51,7 +51,8 @@ class DiagnosisFile {
     const std::filesystem::path file = folder_ / "diagnosis.db";
     const std::string tmp = ".tmp-" + std::to_string(::getpid());  // merge's temporary name (tracedb/merge.cpp)
     std::vector<std::string> bases = {file.string()};
-    for (int p = 0; p < 16; ++p) bases.push_back(file.string() + ".part-" + std::to_string(p));
+    for (size_t p = 0; p < analysis::kMaxDiagnosisParts; ++p)
+      bases.push_back(file.string() + ".part-" + std::to_string(p));
     for (const std::string& b : bases)
       for (const std::string& name : {b, b + tmp})
         for (const char* suffix : {"", "-journal", "-wal", "-shm"}) names().push_back(name + suffix);

@@ -11,6 +11,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -44,10 +46,22 @@ inline int freePort() {
   return port;
 }
 
+// A fresh folder for a test's ranks. Removed when the test process exits with every test passed; a failed test's
+// folder stays, with its ranks' logs and trace files.
 inline std::filesystem::path scratchDir(const std::string& name) {
+  static std::vector<std::filesystem::path> made;
+  static const bool cleanup = [] {
+    return std::atexit([] {
+      if (!::testing::UnitTest::GetInstance()->Passed()) return;
+      std::error_code ec;
+      for (const auto& d : made) std::filesystem::remove_all(d, ec);
+    }) == 0;
+  }();
+  (void)cleanup;
   auto p = std::filesystem::temp_directory_path() / ("tpscope-core-" + name + "-" + std::to_string(::getpid()));
   std::filesystem::remove_all(p);
   std::filesystem::create_directories(p);
+  made.push_back(p);
   return p;
 }
 

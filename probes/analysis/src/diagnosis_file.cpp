@@ -77,11 +77,12 @@ void removeFile(const std::filesystem::path& path) {
 tracedb::Status writeDiagnosisFile(std::span<const std::filesystem::path> rankFiles,
                                    const std::filesystem::path& output, const DiagnosisFileOptions& options) {
   if (rankFiles.empty()) return tracedb::Status::error(output.string() + ": no rank files to diagnose");
-  const size_t cores = detail::workersOn() ? std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16) : 1;
+  const size_t cores =
+      detail::workersOn() ? std::clamp<size_t>(std::thread::hardware_concurrency(), 1, kMaxDiagnosisParts) : 1;
   // A part per core, of consecutive files (the parts in order keep the files' order); one part: the output itself.
   const size_t perPart = std::max<size_t>(1, options.minFilesPerPart);
-  const size_t partCount =
-      std::clamp<size_t>((rankFiles.size() + perPart - 1) / perPart, 1, options.parts > 0 ? options.parts : cores);
+  const size_t partCount = std::clamp<size_t>((rankFiles.size() + perPart - 1) / perPart, 1,
+                                              std::min(options.parts > 0 ? options.parts : cores, kMaxDiagnosisParts));
   std::vector<std::filesystem::path> partPaths;
   for (size_t p = 0; p < partCount; ++p)
     partPaths.push_back(partCount == 1 ? output
