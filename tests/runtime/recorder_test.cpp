@@ -4,8 +4,11 @@
 #undef TPSCOPE_PROBES_ENABLED
 #define TPSCOPE_PROBES_ENABLED 1
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
 
 #include <atomic>
+#include <chrono>
 #include <latch>
 #include <set>
 #include <thread>
@@ -385,11 +388,61 @@ TEST(Recorder, RecordsMetaRankAndThreadsReachTheFile) {
   EXPECT_EQ(alerts->back().severity, "error");
   EXPECT_EQ(alerts->back().evidence, R"({"nan":3})");
   EXPECT_LE(alerts->front().tsNs, alerts->back().tsNs);
+  auto counters = reader->counters();  // by name: the step's wait for a CPU, then the user's counter
+  ASSERT_TRUE(counters.isOk());
+  ASSERT_EQ(counters->size(), 2u);
+  EXPECT_EQ(counters->front().name, db::counter_names::kRunDelay);
+  EXPECT_GE(counters->front().value, 0.0);
+  EXPECT_EQ(counters->front().tsNs, *steps->front().endNs) << "read at the end of the step";
+  EXPECT_EQ(counters->back().name, "tokens_per_s");
+  EXPECT_DOUBLE_EQ(counters->back().value, 1234.5);
+}
+
+// The run delay counter is the thread's own: a step spent waiting behind a busy thread on the same core shows it.
+TEST(Recorder, EachStepRecordsTheTrainingThreadsWaitForACpu) {
+  tpscope::testing::TempDir dir;
+  ASSERT_TRUE(tp::start(options(dir.path())).isOk());
+  tp::Sink* sink = tp::sink();
+  ASSERT_NE(sink, nullptr);
+  // Pin this thread and a spinning one to the same CPU (the first this process may use): this thread then waits for it.
+  cpu_set_t before;
+  ASSERT_EQ(pthread_getaffinity_np(pthread_self(), sizeof before, &before), 0);
+  int cpu = 0;
+  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &before)) ++cpu;
+  ASSERT_LT(cpu, CPU_SETSIZE);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
+  std::atomic<bool> spin{true};
+  std::thread hog([&] {
+    pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+    while (spin.load(std::memory_order_relaxed)) {
+    }
+  });
+  for (int step = 0; step < 3; ++step) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(60);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+    tp::StepStat st;
+    st.step = step;
+    st.t0 = st.t1 = tp::rawTicks();
+    sink->stepStat(st);
+  }
+  spin = false;
+  hog.join();
+  pthread_setaffinity_np(pthread_self(), sizeof before, &before);
+  tp::stop();
+  auto reader = openRank(dir.path(), 2);
+  ASSERT_TRUE(reader);
   auto counters = reader->counters();
   ASSERT_TRUE(counters.isOk());
-  ASSERT_EQ(counters->size(), 1u);
-  EXPECT_EQ(counters->front().name, "tokens_per_s");
-  EXPECT_DOUBLE_EQ(counters->front().value, 1234.5);
+  ASSERT_EQ(counters->size(), 3u);
+  for (size_t i = 1; i < counters->size(); ++i) {
+    EXPECT_EQ((*counters)[i].name, db::counter_names::kRunDelay);
+    // 60 ms of work sharing one CPU with a spinning thread: several ms of it waiting (CFS shares it about evenly).
+    EXPECT_GT((*counters)[i].value - (*counters)[i - 1].value, 5e6) << "step " << i;
+  }
 }
 
 TEST(Recorder, AnExitedThreadsSpansAreKeptAndItsBufferFreed) {

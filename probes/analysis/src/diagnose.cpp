@@ -4,6 +4,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <vector>
 
 #include "tpscope/analysis/breakdown.h"
 #include "tpscope/analysis/collectives.h"
@@ -13,6 +14,8 @@
 #include "tpscope/analysis/pipeline.h"
 #include "tpscope/analysis/run_info.h"
 #include "tpscope/analysis/sdc.h"
+#include "tpscope/probes/spike_baseline.h"
+#include "tpscope/tracedb/query.h"
 #include "analysis_internal.h"
 #include "evidence_util.h"
 #include "workers.h"
@@ -50,8 +53,36 @@ double meanStepNs(const Breakdown* b) {
   return static_cast<double>(b->run.stepNs) / static_cast<double>(b->steps.size());
 }
 
+// Per rank, its training thread's wait for a CPU per step: the recorder's cumulative run delay (counter_names::
+// kRunDelay, sampled at each step's end) from its first sample to its last, over the steps between them. Ranks with
+// fewer than two samples (an older recorder, another tool's trace) are absent.
+tracedb::Result<std::map<int, double>> cpuWaitPerStep(tracedb::Reader& reader) {
+  std::map<int, double> out;
+  tracedb::Query q(reader,
+                   "SELECT c.rank, min(c.value), max(c.value), count(*) FROM counters c JOIN strings n ON n.id = c.name"
+                   " WHERE n.value = ? GROUP BY c.rank",
+                   "table 'counters'");
+  q.bind(1, tracedb::counter_names::kRunDelay);
+  auto s = q.each([&](tracedb::Query& r) {
+    if (r.i64(3) >= 2) out[r.i32(0)] = (r.f64(2) - r.f64(1)) / static_cast<double>(r.i64(3) - 1);
+  });
+  if (!s) return s;
+  return out;
+}
+
+// How much longer per step `rank` waited for a CPU than the other ranks (their median); nullopt without the figures.
+std::optional<double> cpuWaitExcess(const std::map<int, double>& cpuWait, int rank) {
+  const auto own = cpuWait.find(rank);
+  if (own == cpuWait.end()) return std::nullopt;
+  std::vector<double> others;
+  for (const auto& [r, ns] : cpuWait)
+    if (r != rank) others.push_back(ns);
+  if (others.empty()) return std::nullopt;
+  return own->second - probes::medianOf(std::move(others));
+}
+
 std::vector<Finding> stragglerFindings(const CollectiveAnalysis& ca, const RunInfo& info, const Breakdown* b,
-                                       const DiagnoseOptions& o) {
+                                       const std::map<int, double>& cpuWait, const DiagnoseOptions& o) {
   std::vector<Finding> out;
   const StragglerReport& sr = ca.stragglers;
   // Waiting propagates: a rank held up by the straggler arrives late at its next collective with others (its DP
@@ -104,10 +135,18 @@ std::vector<Finding> stragglerFindings(const CollectiveAnalysis& ca, const RunIn
     const double period = full ? schedulerPeriodNs(info.hostCpus.at(ri->host)) : 0;
     const double lagPerStep = perStep / static_cast<double>(std::max<size_t>(1, waiters.size()));
     const bool schedulerSized = full && r.pValue >= alpha && lagPerStep < period;
+    // Late because its training thread waited for a CPU (run queue), beyond what the other ranks waited, at least half
+    // as long as it is late (the waiting it caused per step and waiting rank): where every CPU runs a rank, that is
+    // the host's scheduling, not a fault.
+    const std::optional<double> cpuExcess = cpuWaitExcess(cpuWait, r.rank);
+    const double latePerStep = static_cast<double>(r.causedWaitNs) / static_cast<double>(std::max<int64_t>(1, sr.steps)) /
+                               static_cast<double>(std::max<size_t>(1, waiters.size()));
+    const bool cpuSized = cpuExcess && latePerStep > 0 && *cpuExcess >= 0.5 * latePerStep;
     Finding fd;
     fd.kind = FindingKind::Straggler;
     // Significant but small (a rank that shares its core with others, say): a figure, not a fault.
-    fd.severity = costPct >= (crowded ? o.stragglerLargeStepPct : o.stragglerMinStepPct) && !schedulerSized
+    fd.severity = costPct >= (crowded ? o.stragglerLargeStepPct : o.stragglerMinStepPct) && !schedulerSized &&
+                          !(cpuSized && full)
                       ? Severity::Warning
                       : Severity::Info;
     fd.rank = r.rank;
@@ -126,6 +165,12 @@ std::vector<Finding> stragglerFindings(const CollectiveAnalysis& ca, const RunIn
                            ms(static_cast<int64_t>(lagPerStep)) + " per step, within one scheduling period (" +
                            ms(static_cast<int64_t>(period)) + "), over " +
                            std::to_string(r.collectives) + " collectives may be the scheduler's: a longer run decides");
+    if (cpuSized)
+      fd.details.push_back("its training thread waited " + ms(static_cast<int64_t>(cpuWait.at(r.rank))) +
+                           " per step for a CPU, " + ms(static_cast<int64_t>(*cpuExcess)) +
+                           " more than the other ranks: " +
+                           (full ? "every CPU of host " + ri->host + " runs a rank, so this is the host's scheduling"
+                                 : std::string("another thread or process on its host holds its CPU")));
     if (crowded)
       fd.details.push_back("host " + ri->host + " runs more ranks than its " +
                            std::to_string(info.hostCpus.at(ri->host)) +
@@ -147,6 +192,7 @@ std::vector<Finding> stragglerFindings(const CollectiveAnalysis& ca, const RunIn
         .number("z", r.z)
         .number("p_value", r.pValue)
         .number("step_cost_pct", costPct);
+    if (cpuExcess) fd.number("cpu_wait_excess_ns_per_step", *cpuExcess);
     out.push_back(std::move(fd));
   }
   return out;
@@ -266,7 +312,9 @@ DiagnoseResult diagnose(tracedb::Reader& reader, const DiagnoseOptions& options)
   if (!breakdown) result.errors.push_back("breakdown: " + breakdown.error());
   take("stragglers", [&]() -> Findings {
     if (!collectives) return std::vector<Finding>{};
-    return stragglerFindings(*collectives, *info, breakdown ? &*breakdown : nullptr, options);
+    auto cpuWait = cpuWaitPerStep(reader);
+    if (!cpuWait) return cpuWait.status();
+    return stragglerFindings(*collectives, *info, breakdown ? &*breakdown : nullptr, *cpuWait, options);
   });
   take("breakdown", [&]() -> Findings {
     if (!breakdown) return std::vector<Finding>{};

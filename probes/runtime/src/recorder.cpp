@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "signals.h"
 
@@ -160,8 +161,30 @@ void Recorder::gradStats(int step, std::span<const GradStat> stats) noexcept {
   }
 }
 
+namespace {
+
+// The calling thread's time spent runnable but waiting for a CPU, in ns since it started (the second field of
+// /proc/thread-self/schedstat, Linux's run_delay); nullopt where the kernel does not give it.
+std::optional<int64_t> threadRunDelayNs() noexcept {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/self/task/%ld/schedstat", static_cast<long>(::syscall(SYS_gettid)));
+  std::FILE* f = std::fopen(path, "re");
+  if (f == nullptr) return std::nullopt;
+  unsigned long long onCpu = 0, runDelay = 0;
+  const int n = std::fscanf(f, "%llu %llu", &onCpu, &runDelay);
+  std::fclose(f);
+  if (n != 2) return std::nullopt;
+  return static_cast<int64_t>(runDelay);
+}
+
+}  // namespace
+
 void Recorder::stepStat(const StepStat& stat) noexcept {
   if (!started()) return;
+  // The training thread's wait for a CPU so far (counter_names::kRunDelay, one per step): where another thread or
+  // process holds its core, a rank arrives late at its collectives without being slow itself (analysis/diagnose.cpp).
+  const std::optional<int64_t> runDelay = threadRunDelayNs();
+  const uint64_t at = stat.t1 != 0 ? stat.t1 : rawTicks();  // the step's end
   try {
     std::lock_guard lock(recordsMutex_);
     if (records_.size() >= options_.recordQueue) {
@@ -169,6 +192,7 @@ void Recorder::stepStat(const StepStat& stat) noexcept {
       return;
     }
     records_.steps.push_back(RawStepStat{stat, options_.rank.rank});
+    if (runDelay) records_.counters.push_back(RawCounter{std::string(tracedb::counter_names::kRunDelay), static_cast<double>(*runDelay), at});
   } catch (...) {  // an allocation failed: the record is lost, and counted
     recordsDroppedFailed_.fetch_add(1, std::memory_order_relaxed);
   }

@@ -29,6 +29,13 @@ inline constexpr std::string_view kCaptureExit = "capture_exit";    // a rank fi
 inline constexpr std::string_view kPipeline = "pipeline";
 }  // namespace meta_keys
 
+// Well-known counter names (table counters).
+namespace counter_names {
+// A rank's training thread's time runnable but waiting for a CPU, ns since the thread started (Linux's run_delay),
+// written at the end of every step by the recorder.
+inline constexpr std::string_view kRunDelay = "sched.run_delay_ns";
+}  // namespace counter_names
+
 // Values of threads.kind: what a lane of the timeline is.
 namespace thread_kinds {
 inline constexpr std::string_view kCpu = "cpu";                // a host thread
