@@ -237,7 +237,7 @@ TEST(Scenario, ShortLargeLagIsAWarningWhereTheSchedulerCannotExplainIt) {
   EXPECT_EQ(longRun->severity, Severity::Warning);
 }
 
-// The recorder's run-delay counter (the training thread's wait for a CPU, cumulative, read at each step's end), added
+// The recorder's run-delay counter (the rank's threads' wait for a CPU, cumulative, read at each step's end), added
 // to a run file: each rank waits `baseNs` per step, rank `rank` `extraNs` more.
 void addRunDelay(const std::filesystem::path& path, int rank, int64_t baseNs, int64_t extraNs) {
   sqlite3* db = nullptr;
@@ -253,7 +253,7 @@ void addRunDelay(const std::filesystem::path& path, int rank, int64_t baseNs, in
 }
 
 // A pair whose rank 1 starts every step 8 ms late over 16 steps: a straggler warning (the long run above). When the
-// recorder says rank 1's training thread waited that long for a CPU, it is late because it did not get one: where
+// recorder says rank 1's threads waited that long for a CPU, it is late because it did not get one: where
 // every CPU of the host runs a rank (2 and 2) that is the host's scheduling, a figure; where CPUs are spare another
 // thread or process took it, still a warning, with the cause named. A CPU wait that explains less than half the lag
 // changes nothing.

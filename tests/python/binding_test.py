@@ -69,7 +69,7 @@ def binding_rows(work):
     expect("exit reason", q("SELECT exit_reason FROM ranks"), [("ok",)])
     expect("counters", q("SELECT name, value FROM counter_view WHERE name NOT LIKE 'tpscope.%' AND name NOT LIKE 'sched.%'"),
            [("loss scale", 1024.0)])
-    # The step's end records the training thread's wait for a CPU so far (the straggler rule reads it).
+    # The step's end records the process's wait for a CPU so far (the straggler rule reads it).
     expect("run delay at the step's end", q("SELECT count(*), min(value) >= 0 FROM counter_view "
                                             "WHERE name = 'sched.run_delay_ns'"), [(1, 1)])
     expect("the NaN counter counted as dropped", q("SELECT max(records_dropped) FROM recorder_stats"), [(1,)])

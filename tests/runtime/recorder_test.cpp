@@ -398,7 +398,7 @@ TEST(Recorder, RecordsMetaRankAndThreadsReachTheFile) {
   EXPECT_DOUBLE_EQ(counters->back().value, 1234.5);
 }
 
-// The run delay counter is the thread's own: a step spent waiting behind a busy thread on the same core shows it.
+// A step spent waiting behind a busy thread on the same core shows in the run delay counter.
 TEST(Recorder, EachStepRecordsTheTrainingThreadsWaitForACpu) {
   tpscope::testing::TempDir dir;
   ASSERT_TRUE(tp::start(options(dir.path())).isOk());

@@ -121,7 +121,9 @@ TEST(LaneSummary, EverySpanIsInsideExactlyOneEntryOfItsRow) {
           EXPECT_EQ(entries[e].beginNs, s.beginNs);
           EXPECT_EQ(entries[e].endNs, s.endNs());
         }
-        if (entries[e].count > 1) EXPECT_LT(s.durNs, keep) << "merged spans are shorter than the rank's finest bucket";
+        if (entries[e].count > 1) {
+          EXPECT_LT(s.durNs, keep) << "merged spans are shorter than the rank's finest bucket";
+        }
         ++inEntry;
         ++kinds[static_cast<int>(s.kind)];
       }

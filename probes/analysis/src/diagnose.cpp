@@ -53,9 +53,9 @@ double meanStepNs(const Breakdown* b) {
   return static_cast<double>(b->run.stepNs) / static_cast<double>(b->steps.size());
 }
 
-// Per rank, its training thread's wait for a CPU per step: the recorder's cumulative run delay (counter_names::
-// kRunDelay, sampled at each step's end) from its first sample to its last, over the steps between them. Ranks with
-// fewer than two samples (an older recorder, another tool's trace) are absent.
+// Per rank, its threads' wait for a CPU per step: the recorder's run delay (counter_names::kRunDelay, sampled at each
+// step's end) from its first sample to its last, over the steps between them. Ranks with fewer than two samples (an
+// older recorder, another tool's trace) are absent.
 tracedb::Result<std::map<int, double>> cpuWaitPerStep(tracedb::Reader& reader) {
   std::map<int, double> out;
   tracedb::Query q(reader,
@@ -135,7 +135,7 @@ std::vector<Finding> stragglerFindings(const CollectiveAnalysis& ca, const RunIn
     const double period = full ? schedulerPeriodNs(info.hostCpus.at(ri->host)) : 0;
     const double lagPerStep = perStep / static_cast<double>(std::max<size_t>(1, waiters.size()));
     const bool schedulerSized = full && r.pValue >= alpha && lagPerStep < period;
-    // Late because its training thread waited for a CPU (run queue), beyond what the other ranks waited, at least half
+    // Late because its threads waited for a CPU (run queue), beyond what the other ranks waited, at least half
     // as long as it is late (the waiting it caused per step and waiting rank): where every CPU runs a rank, that is
     // the host's scheduling, not a fault.
     const std::optional<double> cpuExcess = cpuWaitExcess(cpuWait, r.rank);
@@ -166,7 +166,7 @@ std::vector<Finding> stragglerFindings(const CollectiveAnalysis& ca, const RunIn
                            ms(static_cast<int64_t>(period)) + "), over " +
                            std::to_string(r.collectives) + " collectives may be the scheduler's: a longer run decides");
     if (cpuSized)
-      fd.details.push_back("its training thread waited " + ms(static_cast<int64_t>(cpuWait.at(r.rank))) +
+      fd.details.push_back("its threads waited " + ms(static_cast<int64_t>(cpuWait.at(r.rank))) +
                            " per step for a CPU, " + ms(static_cast<int64_t>(*cpuExcess)) +
                            " more than the other ranks: " +
                            (full ? "every CPU of host " + ri->host + " runs a rank, so this is the host's scheduling"

@@ -1,5 +1,6 @@
 #include "recorder.h"
 
+#include <dirent.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
@@ -163,27 +164,39 @@ void Recorder::gradStats(int step, std::span<const GradStat> stats) noexcept {
 
 namespace {
 
-// The calling thread's time spent runnable but waiting for a CPU, in ns since it started (the second field of
-// /proc/thread-self/schedstat, Linux's run_delay); nullopt where the kernel does not give it.
-std::optional<int64_t> threadRunDelayNs() noexcept {
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/self/task/%ld/schedstat", static_cast<long>(::syscall(SYS_gettid)));
-  std::FILE* f = std::fopen(path, "re");
-  if (f == nullptr) return std::nullopt;
-  unsigned long long onCpu = 0, runDelay = 0;
-  const int n = std::fscanf(f, "%llu %llu", &onCpu, &runDelay);
-  std::fclose(f);
-  if (n != 2) return std::nullopt;
-  return static_cast<int64_t>(runDelay);
+// The time this process's threads have spent runnable but waiting for a CPU, in ns, summed over the threads alive now
+// (the second field of /proc/self/task/<tid>/schedstat, Linux's run_delay): the training thread and the threads it
+// waits on (a collective's communication threads, intra-op workers). nullopt where the kernel does not give it.
+std::optional<int64_t> processRunDelayNs() noexcept {
+  DIR* tasks = ::opendir("/proc/self/task");
+  if (tasks == nullptr) return std::nullopt;
+  int64_t total = 0;
+  bool any = false;
+  while (const dirent* e = ::readdir(tasks)) {
+    if (e->d_name[0] == '.') continue;
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/self/task/%.20s/schedstat", e->d_name);
+    std::FILE* f = std::fopen(path, "re");
+    if (f == nullptr) continue;  // the thread has exited
+    unsigned long long onCpu = 0, runDelay = 0;
+    if (std::fscanf(f, "%llu %llu", &onCpu, &runDelay) == 2) {
+      total += static_cast<int64_t>(runDelay);
+      any = true;
+    }
+    std::fclose(f);
+  }
+  ::closedir(tasks);
+  if (!any) return std::nullopt;
+  return total;
 }
 
 }  // namespace
 
 void Recorder::stepStat(const StepStat& stat) noexcept {
   if (!started()) return;
-  // The training thread's wait for a CPU so far (counter_names::kRunDelay, one per step): where another thread or
-  // process holds its core, a rank arrives late at its collectives without being slow itself (analysis/diagnose.cpp).
-  const std::optional<int64_t> runDelay = threadRunDelayNs();
+  // The rank's wait for a CPU so far (counter_names::kRunDelay, one per step): where another process holds its cores,
+  // a rank arrives late at its collectives without being slow itself (analysis/diagnose.cpp).
+  const std::optional<int64_t> runDelay = processRunDelayNs();
   const uint64_t at = stat.t1 != 0 ? stat.t1 : rawTicks();  // the step's end
   try {
     std::lock_guard lock(recordsMutex_);
