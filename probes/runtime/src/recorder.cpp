@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <optional>
 
 #include "signals.h"
@@ -164,29 +166,44 @@ void Recorder::gradStats(int step, std::span<const GradStat> stats) noexcept {
 
 namespace {
 
-// The time this process's threads have spent runnable but waiting for a CPU, in ns, summed over the threads alive now
-// (the second field of /proc/self/task/<tid>/schedstat, Linux's run_delay): the training thread and the threads it
-// waits on (a collective's communication threads, intra-op workers). nullopt where the kernel does not give it.
+// The time this process's threads have spent runnable but waiting for a CPU since the first call, in ns (Linux's
+// run_delay, the second field of /proc/self/task/<tid>/schedstat): the training thread and the threads it waits on
+// (a collective's communication threads, intra-op workers). Summed as each thread's growth since it was last read,
+// so that a thread that exits takes nothing back: the total never decreases. nullopt where the kernel does not give
+// it.
 std::optional<int64_t> processRunDelayNs() noexcept {
+  static std::mutex mutex;
+  static std::map<long, int64_t> lastByThread;  // run_delay of each thread at the previous call
+  static int64_t total = 0;
   DIR* tasks = ::opendir("/proc/self/task");
   if (tasks == nullptr) return std::nullopt;
-  int64_t total = 0;
+  std::map<long, int64_t> now;
   bool any = false;
-  while (const dirent* e = ::readdir(tasks)) {
-    if (e->d_name[0] == '.') continue;
-    char path[64];
-    std::snprintf(path, sizeof path, "/proc/self/task/%.20s/schedstat", e->d_name);
-    std::FILE* f = std::fopen(path, "re");
-    if (f == nullptr) continue;  // the thread has exited
-    unsigned long long onCpu = 0, runDelay = 0;
-    if (std::fscanf(f, "%llu %llu", &onCpu, &runDelay) == 2) {
-      total += static_cast<int64_t>(runDelay);
-      any = true;
+  try {
+    while (const dirent* e = ::readdir(tasks)) {
+      if (e->d_name[0] == '.') continue;
+      char path[64];
+      std::snprintf(path, sizeof path, "/proc/self/task/%.20s/schedstat", e->d_name);
+      std::FILE* f = std::fopen(path, "re");
+      if (f == nullptr) continue;  // the thread has exited
+      unsigned long long onCpu = 0, runDelay = 0;
+      if (std::fscanf(f, "%llu %llu", &onCpu, &runDelay) == 2) {
+        now[std::strtol(e->d_name, nullptr, 10)] = static_cast<int64_t>(runDelay);
+        any = true;
+      }
+      std::fclose(f);
     }
-    std::fclose(f);
+  } catch (...) {  // an allocation failed: no sample this time
+    any = false;
   }
   ::closedir(tasks);
   if (!any) return std::nullopt;
+  std::lock_guard lock(mutex);
+  for (const auto& [tid, delay] : now) {
+    const auto seen = lastByThread.find(tid);
+    total += delay - (seen != lastByThread.end() && seen->second <= delay ? seen->second : 0);
+  }
+  lastByThread.swap(now);
   return total;
 }
 
@@ -205,7 +222,9 @@ void Recorder::stepStat(const StepStat& stat) noexcept {
       return;
     }
     records_.steps.push_back(RawStepStat{stat, options_.rank.rank});
-    if (runDelay) records_.counters.push_back(RawCounter{std::string(tracedb::counter_names::kRunDelay), static_cast<double>(*runDelay), at});
+    if (runDelay)
+      records_.counters.push_back(
+          RawCounter{std::string(tracedb::counter_names::kRunDelay), static_cast<double>(*runDelay), at});
   } catch (...) {  // an allocation failed: the record is lost, and counted
     recordsDroppedFailed_.fetch_add(1, std::memory_order_relaxed);
   }

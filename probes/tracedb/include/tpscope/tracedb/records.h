@@ -31,8 +31,8 @@ inline constexpr std::string_view kPipeline = "pipeline";
 
 // Well-known counter names (table counters).
 namespace counter_names {
-// The time a rank's threads have spent runnable but waiting for a CPU, ns, summed over the threads alive (Linux's
-// run_delay), written at the end of every step by the recorder.
+// The time a rank's threads have spent runnable but waiting for a CPU, ns (Linux's run_delay, each thread's growth
+// summed: it never decreases), written at the end of every step by the recorder.
 inline constexpr std::string_view kRunDelay = "sched.run_delay_ns";
 }  // namespace counter_names
 
