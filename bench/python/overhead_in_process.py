@@ -2,10 +2,12 @@
 """What recording costs a Python training step, measured inside one process so that other load on the machine hits
 both sides alike: samples/python/tp_train.py's model (one rank, TP = 1), hooks installed, trained in blocks of
 --block steps that alternate recording ON (tpscope.start(): every span, grad health, step stats, alerts into a rank
-file) and OFF (tpscope.stop(): the hooks stay installed and return after one check). The first step of each block is
-dropped. Reported: median wall and CPU time per step of each side (CPU: the process, every thread — the recorder's
-flusher included — and the main thread alone), ON vs OFF, and the fastest step of each side (on a shared machine the
-least disturbed estimate of what a step costs).
+file) and OFF (tpscope.stop(): the hooks stay installed and return after one check). The first step of each block
+is dropped, and so are the first two blocks (warm-up). Reported: median wall and CPU time per step of each side
+(CPU: the process, every thread — the recorder's flusher included — and the main thread alone), ON vs OFF; the
+fastest step of each side (on a shared machine the least disturbed estimate of what a step costs); and the median of
+paired differences (each ON step minus the OFF step beside it: slow drifts of the machine cancel; with --block 2
+every measured step has a neighbour of the other side).
 
 OFF is not an uninstrumented run: the installed hooks still cost a Python call per module call. run_overhead.py
 compares against a plain process (no tpscope at all) but needs a quiet machine to resolve a few percent.
@@ -14,24 +16,20 @@ Usage: PYTHONPATH=<build>/python /usr/bin/python3 bench/python/overhead_in_proce
        [-- tp_train.py model arguments]
 """
 import argparse
-import datetime
 import os
-import socket
 import statistics
 import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "samples", "python"))
+sys.path.insert(0, HERE)
+
+import sample_model  # noqa: E402
 
 
 def main():
-    argv = sys.argv[1:]
-    model_args = ["--layers", "4", "--hidden", "256", "--heads", "8", "--seq", "64", "--batch", "8"]
-    if "--" in argv:
-        model_args = argv[argv.index("--") + 1:]
-        argv = argv[:argv.index("--")]
+    argv, model_args = sample_model.split_argv(sys.argv[1:])
     p = argparse.ArgumentParser()
     p.add_argument("--blocks", type=int, default=10)
     p.add_argument("--block", type=int, default=4)
@@ -48,23 +46,11 @@ def main():
     for k in ("RANK", "WORLD_SIZE", "TPSCOPE_CLOCK_STORE"):
         os.environ.pop(k, None)
     tpscope.instrument()
-    torch.set_num_threads(1)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=0, world_size=1,
-                            timeout=datetime.timedelta(seconds=60))
-    sample = tp_train.argparse.ArgumentParser()
-    for name, default in (("--layers", 2), ("--hidden", 128), ("--heads", 4), ("--seq", 32), ("--batch", 8),
-                          ("--vocab", 256), ("--seed", 1234)):
-        sample.add_argument(name, type=int, default=default)
-    margs = sample.parse_args(model_args)
-    group = dist.new_group([0])
-    model = tp_train.TinyGPT(margs, 1, group, {})
+    margs, model = sample_model.build(model_args)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     times = {True: [], False: []}
     step = 0
-    for b in range(2 * args.blocks):
+    for b in range(2 * args.blocks + 2):  # the first two blocks (one per side) warm up and are not counted
         on = b % 2 == 0
         if on:
             tpscope.start()
@@ -78,7 +64,7 @@ def main():
             optimizer.step()
             loss.item()
             sample_ = (time.perf_counter() - t0, time.process_time() - c0, time.thread_time() - m0)
-            if i > 0:
+            if i > 0 and b >= 2:
                 times[on].append(sample_)
         if on:
             tpscope.stop()
@@ -93,6 +79,11 @@ def main():
           % tuple((med[True][k] / med[False][k] - 1) * 100 for k in range(3)))
     print("fastest steps: ON %.2f / OFF %.2f ms main thread CPU (%+.2f %%, %+.2f ms): the least disturbed estimate"
           % (low[True][2], low[False][2], (low[True][2] / low[False][2] - 1) * 100, low[True][2] - low[False][2]))
+    # Paired: each ON step against the OFF step measured next to it (the same place in the neighbouring block), so
+    # that slow drifts of the machine cancel; the median of those differences over the OFF median.
+    paired = [statistics.median(on[k] - off[k] for on, off in zip(times[True], times[False])) * 1e3 for k in range(3)]
+    print("paired (each ON step minus the OFF step beside it, median): wall %+.2f ms (%+.2f %%), main thread CPU "
+          "%+.2f ms (%+.2f %%)" % (paired[0], paired[0] / med[False][0] * 100, paired[2], paired[2] / med[False][2] * 100))
     dist.destroy_process_group()
 
 

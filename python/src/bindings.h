@@ -2,8 +2,9 @@
 // (core/health_rules.h). A thin layer: every record goes through the same Sink as the C++ engine's, so Python and
 // C++ ranks write the same rows at the same cost per record; nothing is re-implemented on the Python side.
 //
-// Threading: every function may be called from any Python thread; none releases the GIL (each call is far shorter
-// than a GIL hand-over) and none throws except where documented (bad arguments from Python: ValueError/TypeError).
+// Threading: every function may be called from any Python thread. Only host_stats and host_nonfinite, which read
+// whole tensors, release the GIL; every other call is far shorter than a GIL hand-over. None throws except where
+// documented (bad arguments from Python: ValueError/TypeError).
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -14,5 +15,7 @@ namespace tpscope::python {
 void bindRecorder(pybind11::module_& m);
 // class Health: HealthRules + the grad_stats rows it checks.
 void bindHealth(pybind11::module_& m);
+// host_stats, host_nonfinite: gradient health and the non-finite check of tensors in CPU memory, in one pass.
+void bindHostStats(pybind11::module_& m);
 
 }  // namespace tpscope::python

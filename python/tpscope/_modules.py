@@ -17,11 +17,12 @@ nodes that an earlier module owns; a submodule's region is walked once, by the s
 its span instead of its nodes, so the walk costs O(nodes) per forward pass whatever the nesting. Spans whose last
 node never runs (a branch that needs no gradient) end at the last node that did, when backward() returns.
 
-Non-finite check: the sum of each leaf module's first floating-point output (a module with submodules mostly returns
-a child's output or a residual sum of them, which the next leaf sees: each value is summed about once), with the
-time it was produced, kept on the device until the loss's backward() (one host sync per step in _training), so the
-first non-finite output in forward order — and when it was produced — is known. Only while gradients are enabled
-(training), at most _ACT_LIMIT per step.
+Non-finite check: each leaf module's first floating-point output (a module with submodules mostly returns a child's
+output or a residual sum of them, which the next leaf sees: each value is read about once), with the time it was
+produced, so that the first non-finite output in forward order — and when it was produced — is known at the loss's
+backward(). An output in CPU memory is read at once by the binding (_host: one pass, kept only when a value is not
+finite); any other output's sum is kept on the device until the loss's backward() (one host sync per step in
+_training). Only while gradients are enabled (training), at most _ACT_LIMIT per step.
 """
 
 import re
@@ -29,7 +30,7 @@ import re
 import torch
 from torch.nn.modules import module as nn_module
 
-from . import _native
+from . import _host, _native
 from ._native import kinds as K
 from ._state import STATE
 
@@ -172,7 +173,11 @@ def _watch_output(info, output):
         return
     for t in _tensors(output):
         if t.is_floating_point():
-            _activations.append((t.detach().sum(), _native.ticks(), info))
+            readable, value = _host.nonfinite(t)
+            if not readable:
+                _activations.append((t.detach().sum(), _native.ticks(), info))  # read at the loss, in one sync
+            elif value is not None:
+                _activations.append((value, _native.ticks(), info))
             return
 
 

@@ -6,10 +6,11 @@
   end of step()), and the next step begins. Other optimizers' step() calls are recorded as optimizer spans only.
 * The loss: torch.autograd.backward (which Tensor.backward calls) on a one-element tensor; its value is read once
   (one host sync, which the loss's .item() in most loops pays anyway). Each backward() is also a "backward" span.
-* Before the training optimizer's step(): per-parameter gradient health of its parameters — L2 norm of every gradient
-  in one batched device pass (torch._foreach_norm), max |g| from one aminmax pass per gradient, read back in one
-  sync; NaN/Inf counts only for
-  gradients whose norm is not finite (as the engine does). These are the step's grad_stats rows.
+* Before the training optimizer's step(): per-parameter gradient health of its parameters — L2 norm, max |g| and
+  NaN/Inf counts. Gradients in CPU memory are read once each by the binding (_host); others get the L2 norm of every
+  gradient in one batched device pass (torch._foreach_norm), max |g| from one aminmax pass per gradient, read back in
+  one sync, and NaN/Inf counts only for gradients whose norm is not finite (as the engine does). These are the step's
+  grad_stats rows.
 * The live rules are core's HealthRules through the binding (TPSCOPE_HEALTH, `tpscope capture --health`): the first
   non-finite module output of the step (_modules' sums, checked when the loss's backward() is called), the loss, the
   gradients; alerts as tpscope-train raises them. Policies: warn; skip-step (every rank votes with an all-reduce MAX
@@ -25,7 +26,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from . import _modules, _native, _rank
+from . import _host, _modules, _native, _rank
 from ._native import kinds as K
 from ._state import STATE
 
@@ -71,13 +72,18 @@ def _on_root_forward(inputs):
 
 # ---- the loss and backward ------------------------------------------------------------------------------------------
 def _first_nonfinite(activations):
+    """The first (ModuleInfo, ticks, value) whose value is not finite. A value is a float (read on the host already)
+    or a device tensor's sum, read here in one sync."""
     if not activations:
         return None
-    try:
-        values = torch.stack([s.float() for s, _, _ in activations]).tolist()
-    except RuntimeError:  # sums on several devices
-        values = [float(s) for s, _, _ in activations]
-    for (_, ticks, info), v in zip(activations, values):
+    sums = [s for s, _, _ in activations if isinstance(s, torch.Tensor)]
+    if sums:
+        try:
+            read = iter(torch.stack([s.float() for s in sums]).tolist())
+        except RuntimeError:  # sums on several devices
+            read = iter([float(s) for s in sums])
+    for s, ticks, info in activations:
+        v = next(read) if isinstance(s, torch.Tensor) else s
         if not math.isfinite(v):
             return info, ticks, v
     return None
@@ -115,13 +121,8 @@ def _backward(tensors, *args, **kwargs):
 
 
 # ---- gradient health and the step --------------------------------------------------------------------------------
-def _grad_health(optimizer, step):
-    """Writes the step's grad_stats rows, runs the gradient rules; returns (action, local gradient norm)."""
-    params = [p for g in optimizer.param_groups for p in g["params"]
-              if p.grad is not None and not p.grad.is_sparse and p.grad.numel() > 0]
-    if not params:
-        return K.ACTION_CONTINUE, 0.0
-    grads = [p.grad.detach() for p in params]
+def _device_grad_rows(grads):
+    """[(L2 norm, max |g|, NaN count, Inf count)] from torch: one batched norm, one aminmax per gradient, one sync."""
     try:
         norms = torch._foreach_norm(grads)
     except (AttributeError, RuntimeError, TypeError):
@@ -134,19 +135,35 @@ def _grad_health(optimizer, step):
     except RuntimeError:  # gradients on several devices
         l2 = [float(n) for n in norms]
         mx = [float(e.abs().max()) for e in extremes]
+    rows = []
+    for g, n, m in zip(grads, l2, mx):
+        nan = inf = 0
+        if not (math.isfinite(n) and math.isfinite(m)):  # counted only where something is wrong, as the engine does
+            nan = int(torch.isnan(g).sum())
+            inf = int(torch.isinf(g).sum())
+        rows.append((n, m, nan, inf))
+    return rows
+
+
+def _grad_health(optimizer, step):
+    """Writes the step's grad_stats rows, runs the gradient rules; returns (action, local gradient norm)."""
+    params = [p for g in optimizer.param_groups for p in g["params"]
+              if p.grad is not None and not p.grad.is_sparse and p.grad.numel() > 0]
+    if not params:
+        return K.ACTION_CONTINUE, 0.0
+    grads = [p.grad.detach() for p in params]
+    stats = _host.grad_rows(grads)
+    if stats is None:
+        stats = _device_grad_rows(grads)
     names, layers, rows = [], [], []
     for i, p in enumerate(params):
-        nan = inf = 0
-        if not (math.isfinite(l2[i]) and math.isfinite(mx[i])):
-            nan = int(torch.isnan(grads[i]).sum())
-            inf = int(torch.isinf(grads[i]).sum())
         known = _modules.param_name(p)
         name, layer = known if known is not None else ("param%d" % i, -1)
         names.append(name)
         layers.append(layer)
-        rows.append((l2[i], mx[i], nan, inf, grads[i].numel()))
+        rows.append(stats[i] + (grads[i].numel(),))
     action = _health.gradients(step, names, layers, rows)
-    return action, math.sqrt(sum(x * x for x in l2))
+    return action, math.sqrt(sum(r[0] * r[0] for r in stats))
 
 
 def _vote(action):

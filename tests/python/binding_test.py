@@ -3,9 +3,10 @@
 
 1. The binding writes the rows the C++ probes write: spans with step/layer/phase, a collective's flight-recorder
    states, step stats, grad_stats from Health.gradients and the nonfinite_grad alert core's rules raise on them.
-2. The hooks on a small model trained for 3 steps without torch.distributed: a forward and a backward span per module
+2. The host reads (host_stats, host_nonfinite) against torch's numbers in double, on every dtype they take.
+3. The hooks on a small model trained for 3 steps without torch.distributed: a forward and a backward span per module
    call with its qualified name and layer, one step_stats row per optimizer step with the loss, grad_stats named by
-   named_parameters(), a "train step" span per step.
+   named_parameters() and equal to torch's norms, a "train step" span per step.
 """
 
 import argparse
@@ -135,9 +136,72 @@ def hooked_model(work):
     expect("step_stats", steps, [(1, 1, 32, 0), (2, 1, 32, 0), (3, 1, 32, 0)])
     expect("train step spans", q("SELECT step, count(*) FROM span_view WHERE name = 'train step' GROUP BY step"),
            [(1, 1), (2, 1), (3, 1)])
+    # The rows are the gradients' own numbers (read on the host by the binding): computed here by torch in double.
+    named = dict(net.named_parameters())
+    for name, l2, max_abs, bad, numel in q("SELECT param, l2_norm, max_abs, nan_count + inf_count, numel "
+                                           "FROM grad_view WHERE step = 3"):
+        g = named[name].grad.double()
+        if not (abs(l2 - float(g.norm())) <= 1e-6 * float(g.norm()) and max_abs == float(g.abs().max())
+                and bad == 0 and numel == g.numel()):
+            fail("grad_stats of %s at step 3: (%r, %r, %r, %r), torch says (%r, %r, 0, %r)"
+                 % (name, l2, max_abs, bad, numel, float(g.norm()), float(g.abs().max()), g.numel()))
     expect("grad_stats", q("SELECT param, layer FROM grad_view WHERE step = 2 ORDER BY param"),
            [("embed.weight", -1), ("head.bias", -1), ("head.weight", -1), ("layers.0.fc.bias", 0),
             ("layers.0.fc.weight", 0), ("layers.1.fc.bias", 1), ("layers.1.fc.weight", 1)])
+
+
+def host_reads():
+    """host_stats / host_nonfinite (python/src/host_stats.cpp) against torch in double, on every dtype they read, at
+    lengths around the vector widths and blocks, with NaN and ±Inf at the front, the middle and the scalar tail."""
+    import math
+    import torch
+    from tpscope import _host
+    from tpscope import _native as N
+    codes = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}
+    torch.manual_seed(1)
+
+    def same(a, b):
+        return a == b or (math.isnan(a) and math.isnan(b)) or abs(a - b) <= 1e-6 * abs(b)
+
+    for dtype, code in codes.items():
+        for n in (0, 1, 7, 8, 15, 16, 17, 4095, 4096, 4097, 12291):
+            base = (torch.randn(n, dtype=torch.float64) * 3).to(dtype)
+            if n > 2 and dtype == torch.float16:
+                base[1] = 3e-6  # a subnormal half
+            for bad, where in ((None, 0), ("nan", 0), ("inf", n // 2), ("-inf", n - 1), ("nan", n - 1)):
+                t = base.clone()
+                if bad is not None and n > 0:
+                    t[where] = float(bad)
+                d = t.double()
+                finite = d[torch.isfinite(d)]
+                want = (float((d * d).sum()),
+                        float("nan") if torch.isnan(d).any() else float(d.abs().max()) if n else 0.0,
+                        int(torch.isnan(d).sum()), int(torch.isinf(d).sum()))
+                got = N.host_stats([(t.data_ptr(), n, code)])[0]
+                if not (all(same(g, w) for g, w in zip(got[:2], want[:2])) and got[2:] == want[2:]):
+                    fail("host_stats of %s[%d] with %s at %d: got %r, torch says %r" % (dtype, n, bad, where, got, want))
+                nonfinite = N.host_nonfinite(t.data_ptr(), n, code)
+                if (nonfinite is None) != (finite.numel() == n) or (nonfinite is not None
+                                                                    and not same(nonfinite, float(d.sum()))):
+                    fail("host_nonfinite of %s[%d] with %s at %d: got %r, sum %r" % (dtype, n, bad, where, nonfinite,
+                                                                                    float(d.sum())))
+    # The two paths of the gradient rows give the same rows: the binding's and torch's (the one device tensors take).
+    from tpscope import _training
+    grads = [torch.randn(300, 17), torch.randn(5), torch.randn(64, 64)]
+    grads[1][3] = float("nan")
+    grads[2][7, 7] = float("-inf")
+    for h, d in zip(_host.grad_rows(grads), _training._device_grad_rows(grads)):
+        if not (same(h[0], d[0]) or abs(h[0] - d[0]) <= 1e-5 * d[0]) or not same(h[1], d[1]) or h[2:] != d[2:]:
+            fail("gradient rows differ between the host read %r and torch's %r" % (h, d))
+    # What the binding cannot read is left to torch: a strided view, an integer tensor.
+    strided = torch.randn(8, 8).t()
+    expect("a strided gradient is left to torch", _host.grad_rows([torch.randn(4), strided]), None)
+    expect("an integer output is left to torch", _host.nonfinite(torch.zeros(4, dtype=torch.int64)), (False, None))
+    try:
+        N.host_stats([(strided.data_ptr(), 4, 9)])
+        fail("a dtype code outside 0-3 was accepted")
+    except ValueError:
+        pass
 
 
 def main():
@@ -148,6 +212,7 @@ def main():
     for sub in ("binding", "hooks"):
         os.makedirs(os.path.join(args.work, sub))
     binding_rows(os.path.join(args.work, "binding"))
+    host_reads()
     hooked_model(os.path.join(args.work, "hooks"))
     print("PASS python_binding_test")
 
