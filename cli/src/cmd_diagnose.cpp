@@ -24,7 +24,7 @@ using analysis::Severity;
 
 // The diagnosis file of rank files, in a private folder of the temporary folder (mkdtemp: no name another user can
 // take first). Removed with the folder when the command ends, and on SIGINT or SIGTERM: the handler unlinks every name
-// the file and its parts can have (merge's temporary name, SQLite's journal), all of them built beforehand, then
+// the file can have (merge's temporary name, SQLite's journal), all of them built beforehand, then
 // dies of the signal as it would have.
 class DiagnosisFile {
  public:
@@ -50,12 +50,8 @@ class DiagnosisFile {
     folder_ = pattern;
     const std::filesystem::path file = folder_ / "diagnosis.db";
     const std::string tmp = ".tmp-" + std::to_string(::getpid());  // merge's temporary name (tracedb/merge.cpp)
-    std::vector<std::string> bases = {file.string()};
-    for (size_t p = 0; p < analysis::kMaxDiagnosisParts; ++p)
-      bases.push_back(file.string() + ".part-" + std::to_string(p));
-    for (const std::string& b : bases)
-      for (const std::string& name : {b, b + tmp})
-        for (const char* suffix : {"", "-journal", "-wal", "-shm"}) names().push_back(name + suffix);
+    for (const std::string& name : {file.string(), file.string() + tmp})
+      for (const char* suffix : {"", "-journal", "-wal", "-shm"}) names().push_back(name + suffix);
     names().push_back(folder_.string());
     std::signal(SIGINT, removeOnSignal);
     std::signal(SIGTERM, removeOnSignal);

@@ -1,4 +1,6 @@
 // tpscope: makes tensor-parallel training observable. Subcommands register themselves (command.h).
+#include <sqlite3.h>
+
 #include <exception>
 #include <iostream>
 
@@ -7,6 +9,9 @@
 
 int main(int argc, char** argv) {
   using namespace tpscope::cli;
+  // No process-wide count of SQLite's memory: each of its allocations would take a global mutex, which the threads
+  // of merge and diagnose (several connections at once) contend for. Must precede SQLite's initialisation.
+  sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
   CLI::App app{"tpscope " TPSCOPE_VERSION " — tensor-parallel training, made observable"};
   app.require_subcommand(1);
   app.footer(

@@ -88,18 +88,15 @@ TEST(DiagnosisFile, FindsWhatTheMergedRunFileFinds) {
     const std::string expected = diagnosisJson(merged);
     ASSERT_FALSE(expected.empty());
 
-    // One part (the rank files merged straight into the diagnosis file) and three (merged into parts, then the parts
-    // into the file: the parts' own epochs differ from the run's).
-    for (size_t parts : {size_t{1}, size_t{3}}) {
-      SCOPED_TRACE(std::to_string(parts) + " part(s)");
-      const auto digest = dir / ("digest-" + std::to_string(parts) + ".db");
-      ASSERT_TRUE(writeDiagnosisFile(files, digest, {parts, 1}));
+    // One reading thread, and three (files read out of order, written in order).
+    for (size_t readers : {size_t{1}, size_t{3}}) {
+      SCOPED_TRACE(std::to_string(readers) + " reader(s)");
+      const auto digest = dir / ("digest-" + std::to_string(readers) + ".db");
+      ASSERT_TRUE(writeDiagnosisFile(files, digest, {readers}));
       // Not a copy of the run file: most spans are left out, and the breakdown comes from the summaries.
       EXPECT_EQ(countSpans(digest), 6 * (tracedb::kEndSpans + 1));
       EXPECT_GT(countSpans(merged), 2 * countSpans(digest));
       EXPECT_EQ(diagnosisJson(digest), expected);
-      for (size_t p = 0; p < parts; ++p)
-        EXPECT_FALSE(std::filesystem::exists(digest.string() + ".part-" + std::to_string(p)));
     }
   }
 }
@@ -110,7 +107,7 @@ TEST(DiagnosisFile, BreakdownEqualsTheOneComputedFromEverySpan) {
   ASSERT_TRUE(testing::writeRankFiles(dir / "f", spec));
   const auto files = tracedb::rankFiles(dir / "f");
   ASSERT_TRUE(tracedb::merge(files, dir / "merged.db").isOk());  // no summaries: the breakdown scans every span
-  ASSERT_TRUE(writeDiagnosisFile(files, dir / "digest.db", {2, 1}));
+  ASSERT_TRUE(writeDiagnosisFile(files, dir / "digest.db", {2}));
   auto full = testing::openReader(dir / "merged.db");
   auto digest = testing::openReader(dir / "digest.db");
   ASSERT_TRUE(full && digest);
@@ -139,9 +136,9 @@ TEST(DiagnosisFile, ABadRankFileFailsAndLeavesNothing) {
     bad << "not a trace";
   }
   files.push_back(dir / "f" / "rank-6.db");
-  for (size_t parts : {size_t{1}, size_t{3}}) {
+  for (size_t readers : {size_t{1}, size_t{3}}) {
     const auto out = dir / "digest.db";
-    const tracedb::Status s = writeDiagnosisFile(files, out, {parts, 1});
+    const tracedb::Status s = writeDiagnosisFile(files, out, {readers});
     ASSERT_FALSE(s);
     EXPECT_NE(s.message().find("rank-6.db"), std::string::npos) << s.message();
     for (const auto& e : std::filesystem::directory_iterator(dir))

@@ -4,7 +4,10 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
+#include <map>
+#include <string>
 #include <set>
 #include <tuple>
 #include <vector>
@@ -328,6 +331,143 @@ TEST(Merge, RankFilesAreOrderedNumerically) {
   EXPECT_EQ(files[0].filename(), "rank-1.db");
   EXPECT_EQ(files[1].filename(), "rank-2.db");
   EXPECT_EQ(files[2].filename(), "rank-10.db");
+}
+
+// Every row of every table of a trace file as text, table by table, in rowid order (WITHOUT ROWID tables: by key).
+std::map<std::string, std::vector<std::string>> dumpTables(const std::filesystem::path& file) {
+  std::map<std::string, std::vector<std::string>> out;
+  sqlite3* db = nullptr;
+  EXPECT_EQ(sqlite3_open_v2(file.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK) << file;
+  for (const char* table : {"meta", "strings", "ranks", "threads", "process_groups", "spans", "collectives",
+                            "grad_stats", "step_stats", "alerts", "counters", "recorder_stats"}) {
+    const bool withoutRowid = std::string(table) == "meta" || std::string(table) == "threads" ||
+                              std::string(table) == "process_groups";
+    const std::string sql = std::string("SELECT * FROM ") + table + (withoutRowid ? "" : " ORDER BY rowid");
+    sqlite3_stmt* st = nullptr;
+    EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr), SQLITE_OK) << sql;
+    while (st != nullptr && sqlite3_step(st) == SQLITE_ROW) {
+      std::string row;
+      for (int c = 0; c < sqlite3_column_count(st); ++c) {
+        const auto* v = reinterpret_cast<const char*>(sqlite3_column_text(st, c));
+        row += (v ? std::string(v) : "NULL") + "|";
+      }
+      out[table].push_back(row);
+    }
+    sqlite3_finalize(st);
+  }
+  sqlite3_close(db);
+  return out;
+}
+
+// Rank files with what merge moves or renumbers: epochs and clock offsets that differ, strings in a different order
+// per file, spans written out of order with ties, a kernel lane correlated to its host spans, a collective that never
+// started (NULL times), a NaN norm (NULL), alerts out of time order, counters, recorder stats, meta of its own; the
+// third file holds two ranks.
+void writeVariedRanks(const std::filesystem::path& dir) {
+  std::filesystem::create_directories(dir);
+  writeRank(dir / "rank-0.db", 0, 5'000, 0);
+  writeRank(dir / "rank-1.db", 1, 3'000, 250);
+  auto w = Writer::create(dir / "rank-2.db", CreateOptions{false, "r1", 4'000, "capture"});
+  ASSERT_TRUE(w.isOk()) << w.error();
+  Writer& wr = **w;
+  ASSERT_TRUE(wr.setMeta("pipeline_note", "kept once"));
+  for (int rank : {2, 3}) {
+    RankInfo info;
+    info.rank = rank;
+    info.worldSize = 4;
+    info.clockOffsetNs = -40 * rank;
+    info.startNs = 10;
+    info.endNs = 90'000;
+    info.exitReason = "ok";
+    ASSERT_TRUE(wr.putRank(info));
+    ASSERT_TRUE(wr.putThread(ThreadInfo{rank, 1, "cpu", "loader"}));
+    for (int i = 0; i < 401; ++i)  // 401: three-way ties in begin time straddle the newest kEndSpans
+      ASSERT_TRUE(wr.addSpan(SpanRow{rank, i % 3 == 0 ? 1 : 0, SpanKind::Compute,
+                                     *wr.intern("op" + std::to_string(i % 37)), 50'000 - (i * 7919 % 400) / 3 * 10, 5,
+                                     i / 40, i % 8, Phase::Forward, {}}));
+    for (int64_t host : {1, 2, 3, 399, 400})
+      ASSERT_TRUE(wr.addSpan(SpanRow{rank, 65536, SpanKind::Kernel, *wr.intern("kernel"), 60'000 + host, 9, 9, -1,
+                                     Phase::Forward, host + (rank - 2) * 400}));
+    CollectiveRow c;
+    c.rank = rank;
+    c.group = "world";
+    c.seq = 7;
+    c.op = "all_gather";
+    c.shape = {4, 2};
+    c.enqueueNs = 70'000;
+    c.state = CollectiveState::Scheduled;
+    ASSERT_TRUE(wr.upsertCollective(c));
+    ASSERT_TRUE(wr.addGradStat(GradStatRow{rank, 9, "w", 1, std::nan(""), 2.0, 3, 0, 10}));
+    for (int64_t ts : {80'000, 75'000}) {
+      AlertRow a;
+      a.rank = rank;
+      a.tsNs = ts;
+      a.kind = "late";
+      a.message = std::to_string(ts);
+      ASSERT_TRUE(wr.addAlert(a));
+    }
+    ASSERT_TRUE(wr.addCounter(CounterRow{rank, "sched.run_delay_ns", 81'000, 12.5}));
+    RecorderStatsRow stats;
+    stats.rank = rank;
+    stats.tsNs = 85'000;
+    stats.spansWritten = 406;
+    ASSERT_TRUE(wr.addRecorderStats(stats));
+  }
+  ASSERT_TRUE(wr.close());
+}
+
+TEST(MergeInParallel, WritesWhatMergeWrites) {
+  TempDir dir;
+  writeVariedRanks(dir / "in");
+  const auto files = rankFiles(dir / "in");
+  ASSERT_EQ(files.size(), 3u);
+  for (MergeSpans spans : {MergeSpans::All, MergeSpans::Ends}) {
+    const auto reference = dir / "merge.db";
+    ASSERT_TRUE(merge(files, reference, {spans}).isOk());
+    const auto expected = dumpTables(reference);
+    ASSERT_EQ(expected.at("spans").size(), spans == MergeSpans::All ? 2u * 406 + 4 : 2u * (kEndSpans + 1) + 4);
+    for (int readers : {1, 2, 5}) {
+      SCOPED_TRACE(std::to_string(readers) + " reader(s), " + (spans == MergeSpans::All ? "all spans" : "end spans"));
+      const auto out = dir / ("parallel-" + std::to_string(readers) + ".db");
+      std::vector<int> seen(files.size(), 0);
+      auto stats = mergeInParallel(files, out, {spans}, readers, [&](size_t i, Reader& r, const FileClock& clock) {
+        EXPECT_EQ(r.path(), files[i]);
+        const std::vector<int64_t> shifts = {2'000, 0, 1'000};  // the run's epoch is rank-1.db's
+        EXPECT_EQ(clock.epochShiftNs, shifts[i]);
+        ++seen[i];
+        return Status::ok();
+      });
+      ASSERT_TRUE(stats.isOk()) << stats.error();
+      EXPECT_EQ(seen, std::vector<int>(files.size(), 1));
+      EXPECT_EQ(stats->ranks, 4);
+      EXPECT_EQ(stats->spans, static_cast<int64_t>(expected.at("spans").size()));
+      const auto got = dumpTables(out);
+      for (const auto& [table, rows] : expected) EXPECT_EQ(got.at(table), rows) << table;
+    }
+  }
+}
+
+TEST(MergeInParallel, AFailingInputStopsItAndLeavesNothing) {
+  TempDir dir;
+  writeVariedRanks(dir / "in");
+  const auto files = rankFiles(dir / "in");
+  for (int readers : {1, 3}) {
+    auto stats = mergeInParallel(files, dir / "run.db", {}, readers, [&](size_t i, Reader& r, const FileClock&) {
+      return i == 1 ? Status::error(r.path().string() + ": cannot summarise it") : Status::ok();
+    });
+    ASSERT_FALSE(stats.isOk());
+    EXPECT_NE(stats.error().find("rank-1.db: cannot summarise it"), std::string::npos) << stats.error();
+    for (const auto& e : std::filesystem::directory_iterator(dir.path()))
+      EXPECT_EQ(e.path().filename().string().find("run.db"), std::string::npos) << e.path();
+  }
+  // The refusals are merge()'s.
+  writeRank(dir / "dup.db", 0, 100, 0);
+  std::vector<std::filesystem::path> dup = files;
+  dup.push_back(dir / "dup.db");
+  auto refused = mergeInParallel(dup, dir / "run.db", {}, 2);
+  ASSERT_FALSE(refused.isOk());
+  EXPECT_NE(refused.error().find("rank 0"), std::string::npos) << refused.error();
+  EXPECT_FALSE(mergeInParallel({}, dir / "run.db", {}, 2).isOk());
 }
 
 }  // namespace

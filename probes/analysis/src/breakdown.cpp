@@ -6,6 +6,7 @@
 #include <set>
 #include <thread>
 
+#include "breakdown_internal.h"
 #include "device_lanes.h"
 #include "intervals.h"
 #include "tpscope/analysis/summary.h"
@@ -106,10 +107,10 @@ tracedb::Result<DeviceLaneSet> loadDeviceLanes(tracedb::Reader& reader) {
 
 // Scans spans with id in [fromId, toId] into per-rank data.
 tracedb::Status scanSpans(tracedb::Reader& reader, const DeviceLaneSet& devices, int64_t fromId, int64_t toId,
-                          RankMap& data) {
+                          RankMap& data, detail::PhaseIntervals* phases) {
   reader.preferMemoryMap();
   Query q(reader,
-          "SELECT rank, thread, kind, begin_ns, dur_ns, step, coalesce(correlation, -1) FROM spans"
+          "SELECT rank, thread, kind, begin_ns, dur_ns, step, coalesce(correlation, -1), phase FROM spans"
           " WHERE id BETWEEN ? AND ?",
           "table 'spans'");
   q.bind(1, fromId).bind(2, toId);
@@ -139,6 +140,9 @@ tracedb::Status scanSpans(tracedb::Reader& reader, const DeviceLaneSet& devices,
     const int64_t b = row.i64(3);
     const int64_t e = b + std::max<int64_t>(0, row.i64(4));
     const int step = row.i32(5);
+    if (phases != nullptr && row.i32(2) != static_cast<int>(tracedb::SpanKind::Step))  // phaseBusyFromRecords's
+      (*phases)[{rank, row.i32(2), row.i32(7)}].emplace_back(b, b + row.i64(4));
+
     rd->first = std::min(rd->first, b);
     rd->last = std::max(rd->last, e);
     if (rankHasDevice) {  // the device-lane view, kept beside the host view until the rank's lanes are decided
@@ -322,6 +326,10 @@ tracedb::Result<Breakdown> computeBreakdown(tracedb::Reader& reader) {
 }
 
 tracedb::Result<Breakdown> computeBreakdownFromRecords(tracedb::Reader& reader) {
+  return detail::breakdownAndPhases(reader, nullptr);
+}
+
+tracedb::Result<Breakdown> detail::breakdownAndPhases(tracedb::Reader& reader, PhaseIntervals* phases) {
   RankMap data;
   auto devices = loadDeviceLanes(reader);
   if (!devices) return devices.status();
@@ -331,15 +339,23 @@ tracedb::Result<Breakdown> computeBreakdownFromRecords(tracedb::Reader& reader) 
     const int64_t minId = ids->first, maxId = ids->last;
     const unsigned workers = workerCount(maxId - minId + 1);
     if (workers <= 1) {
-      if (auto s = scanSpans(reader, *devices, minId, maxId, data); !s) return s;
+      if (auto s = scanSpans(reader, *devices, minId, maxId, data, phases); !s) return s;
     } else {
       std::vector<RankMap> parts(workers);
+      std::vector<PhaseIntervals> partPhases(workers);
       auto s = detail::scanIdRanges(reader, minId, maxId, workers,
                                     [&](tracedb::Reader& own, int64_t from, int64_t to, unsigned w) {
-                                      return scanSpans(own, *devices, from, to, parts[w]);
+                                      return scanSpans(own, *devices, from, to, parts[w],
+                                                       phases != nullptr ? &partPhases[w] : nullptr);
                                     });
       if (!s) return s;
       for (auto& part : parts) mergeInto(data, std::move(part));
+      if (phases != nullptr)
+        for (auto& part : partPhases)
+          for (auto& [key, iv] : part) {
+            auto& into = (*phases)[key];
+            into.insert(into.end(), iv.begin(), iv.end());
+          }
     }
   }
   {

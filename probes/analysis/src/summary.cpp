@@ -4,6 +4,7 @@
 #include <string_view>
 #include <utility>
 
+#include "breakdown_internal.h"
 #include "intervals.h"
 #include "tpscope/tracedb/lane_summary.h"
 #include "tpscope/tracedb/query.h"
@@ -87,9 +88,22 @@ Breakdown breakdownFromSummary(const tracedb::RunSummary& summary) {
   return out;
 }
 
+namespace {
+
+// Per (rank, kind, phase), the union of its spans (nested spans count once).
+std::vector<tracedb::PhaseSummaryRow> phaseRows(detail::PhaseIntervals& byKey) {
+  std::vector<tracedb::PhaseSummaryRow> out;
+  out.reserve(byKey.size());
+  for (auto& [key, iv] : byKey)
+    out.push_back({std::get<0>(key), std::get<1>(key), std::get<2>(key), IntervalSet(std::move(iv)).total()});
+  return out;
+}
+
+}  // namespace
+
 tracedb::Result<std::vector<tracedb::PhaseSummaryRow>> phaseBusyFromRecords(tracedb::Reader& reader) {
   // (rank, kind, phase) → intervals; unions so nested spans count once. Steps contain the phases: left out.
-  std::map<std::tuple<int, int, int>, std::vector<Interval>> byKey;
+  detail::PhaseIntervals byKey;
   const std::string sql = "SELECT rank, kind, phase, begin_ns, dur_ns FROM spans WHERE kind != " +
                           std::to_string(static_cast<int>(tracedb::SpanKind::Step));
   tracedb::Query q(reader, sql, "table 'spans'");
@@ -98,23 +112,18 @@ tracedb::Result<std::vector<tracedb::PhaseSummaryRow>> phaseBusyFromRecords(trac
     byKey[{row.i32(0), row.i32(1), row.i32(2)}].emplace_back(b, b + row.i64(4));
   });
   if (!s) return s;
-  std::vector<tracedb::PhaseSummaryRow> out;
-  out.reserve(byKey.size());
-  for (auto& [key, iv] : byKey)
-    out.push_back({std::get<0>(key), std::get<1>(key), std::get<2>(key), IntervalSet(std::move(iv)).total()});
-  return out;
+  return phaseRows(byKey);
 }
 
 tracedb::Result<tracedb::RunSummary> summaryFromRecords(tracedb::Reader& reader) {
-  auto b = computeBreakdownFromRecords(reader);
+  detail::PhaseIntervals byKey;  // the phases' busy time from the breakdown's own pass over the spans
+  auto b = detail::breakdownAndPhases(reader, &byKey);
   if (!b) return b.status();
-  auto phases = phaseBusyFromRecords(reader);
-  if (!phases) return phases.status();
   tracedb::RunSummary s;
   s.version = kSummaryVersion;
   for (const auto& r : b->ranks) s.ranks.push_back({r.rank, lanesName(r.lanes), stepSourceName(r.source)});
   for (const auto& st : b->steps) s.steps.push_back(rowOf(st));
-  s.phases = std::move(*phases);
+  s.phases = phaseRows(byKey);
   return s;
 }
 

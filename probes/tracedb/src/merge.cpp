@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "merge_internal.h"
 #include "sqlite_util.h"
 #include "tpscope/tracedb/reader.h"
 #include "tpscope/tracedb/run_files.h"
@@ -194,8 +195,17 @@ std::vector<std::filesystem::path> rankFiles(const std::filesystem::path& dir) {
   return out;
 }
 
-namespace {
-// The inputs' run id; an error if two inputs hold the same rank or belong to different runs.
+namespace detail {
+
+Status checkOutput(std::span<const std::filesystem::path> inputs, const std::filesystem::path& output) {
+  if (inputs.empty()) return Status::error(output.string() + ": nothing to merge (no input files)");
+  std::error_code ec;
+  for (const auto& path : inputs)
+    if (std::filesystem::exists(output, ec) && std::filesystem::equivalent(path, output, ec))
+      return Status::error(output.string() + ": the output is also an input");
+  return Status::ok();
+}
+
 Result<std::string> checkInputs(const RunFiles& run) {
   std::set<int> seenRanks;
   const RunFile* first = nullptr;
@@ -215,34 +225,56 @@ Result<std::string> checkInputs(const RunFiles& run) {
   return runId;
 }
 
-}  // namespace
+std::filesystem::path mergeTemporary(const std::filesystem::path& output) {
+  return output.string() + ".tmp-" + std::to_string(::getpid());
+}
+
+void removeMergeOutput(const std::filesystem::path& tmp) {
+  std::error_code ec;
+  for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(tmp.string() + suffix, ec);
+}
+
+Result<MergeStats> finishMerge(Writer& writer, const std::filesystem::path& tmp, const std::filesystem::path& output) {
+  sqlite3* db = Access::db(writer);
+  // A run file is written once: a rollback journal lets read-only readers open it without leaving -wal/-shm behind.
+  if (Status s = exec(db, output, "PRAGMA journal_mode = DELETE"); !s) return s;
+  MergeStats stats;
+  {
+    Stmt count(db, "SELECT (SELECT count(*) FROM spans), (SELECT count(*) FROM collectives)");
+    if (count.valid() && count.step() == SQLITE_ROW) {
+      stats.spans = count.i64(0);
+      stats.collectives = count.i64(1);
+    }
+  }
+  if (Status s = writer.close(); !s) return s;
+  std::error_code ec;
+  std::filesystem::rename(tmp, output, ec);
+  if (ec) return Status::error(output.string() + ": cannot write the merged file: " + ec.message());
+  return stats;
+}
+
+}  // namespace detail
 
 Result<MergeStats> merge(std::span<const std::filesystem::path> inputs, const std::filesystem::path& output,
                          const MergeOptions& options) {
-  if (inputs.empty()) return Status::error(output.string() + ": nothing to merge (no input files)");
-  std::error_code ec;
-  for (const auto& path : inputs)
-    if (std::filesystem::exists(output, ec) && std::filesystem::equivalent(path, output, ec))
-      return Status::error(output.string() + ": the output is also an input");
+  if (Status s = detail::checkOutput(inputs, output); !s) return s;
   auto run = openRunFiles(inputs, /*keepReaders=*/false);
   if (!run) return run.status();
-  auto runId = checkInputs(*run);
+  auto runId = detail::checkInputs(*run);
   if (!runId) return runId.status();
   const int64_t epoch = run->epochUnixNs;
 
-  const std::filesystem::path tmp = output.string() + ".tmp-" + std::to_string(::getpid());
+  const std::filesystem::path tmp = detail::mergeTemporary(output);
   auto writer = Writer::create(tmp, CreateOptions{true, *runId, epoch, "merge"});
   if (!writer) return writer.status();
   sqlite3* db = detail::Access::db(**writer);
   auto cleanup = [&](Status s) -> Result<MergeStats> {
     (void)(*writer)->close();
-    std::filesystem::remove(tmp, ec);
-    std::filesystem::remove(tmp.string() + "-wal", ec);
-    std::filesystem::remove(tmp.string() + "-shm", ec);
+    detail::removeMergeOutput(tmp);
     return s;
   };
   // Written once into a temporary file that is renamed when complete: no journal and no syncs while copying (a
-  // failed merge removes the file; the journal mode is set back below).
+  // failed merge removes the file; the journal mode is set back by finishMerge).
   if (Status s = detail::exec(db, tmp, "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF"); !s) return cleanup(s);
 
   for (const RunFile& in : run->files) {
@@ -261,21 +293,9 @@ Result<MergeStats> merge(std::span<const std::filesystem::path> inputs, const st
   if (Status s = (*writer)->setMeta(meta_keys::kClockAligned, "1"); !s) return cleanup(s);
   if (options.indexes)
     if (Status s = (*writer)->createIndexes(); !s) return cleanup(s);
-  // A run file is written once: a rollback journal lets read-only readers open it without leaving -wal/-shm behind.
-  if (Status s = detail::exec(db, output, "PRAGMA journal_mode = DELETE"); !s) return cleanup(s);
-
-  MergeStats stats;
-  for (const RunFile& in : run->files) stats.ranks += static_cast<int>(in.ranks.size());
-  {
-    detail::Stmt count(db, "SELECT (SELECT count(*) FROM spans), (SELECT count(*) FROM collectives)");
-    if (count.valid() && count.step() == SQLITE_ROW) {
-      stats.spans = count.i64(0);
-      stats.collectives = count.i64(1);
-    }
-  }
-  if (Status s = (*writer)->close(); !s) return cleanup(s);
-  std::filesystem::rename(tmp, output, ec);
-  if (ec) return cleanup(Status::error(output.string() + ": cannot write the merged file: " + ec.message()));
+  auto stats = detail::finishMerge(**writer, tmp, output);
+  if (!stats) return cleanup(stats.status());
+  for (const RunFile& in : run->files) stats->ranks += static_cast<int>(in.ranks.size());
   return stats;
 }
 

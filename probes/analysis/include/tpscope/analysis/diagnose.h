@@ -85,17 +85,17 @@ DiagnoseResult diagnose(tracedb::Reader& reader, const DiagnoseOptions& options 
 
 // A diagnosis file of a run's rank files (a capture folder's, or several folders': one per node), so that diagnose()
 // needs no merged run file: every record diagnose reads, but of the spans only each rank's first and newest
-// (tracedb::MergeSpans::Ends), and the summaries that stand for the others (summary.h). A thread per core merges a
-// share of the files into a part; the parts are then merged into the file while the other cores summarise the rank
-// files. diagnose() on it finds what it finds on the run file `tpscope merge` writes of the same files.
-inline constexpr size_t kMaxDiagnosisParts = 16;  // parts are named <output>.part-0 … .part-15
+// (tracedb::MergeSpans::Ends), and the summaries that stand for the others (summary.h). Worker threads read the rank
+// files, each file's summaries computed by the worker that reads it, while the calling thread writes the records
+// (tracedb::mergeInParallel). diagnose() on it finds what it finds on the run file `tpscope merge` writes of the
+// same files.
+inline constexpr size_t kMaxDiagnosisReaders = 16;
 struct DiagnosisFileOptions {
-  size_t parts = 0;  // 0: one per core (one where worker threads are off: TPSCOPE_ANALYSIS_THREADS), at most
-                     // kMaxDiagnosisParts...
-  size_t minFilesPerPart = 64;  // ...and at least this many files in each
+  size_t readers = 0;  // reading threads; 0: one per core (one where worker threads are off:
+                       // TPSCOPE_ANALYSIS_THREADS), at most kMaxDiagnosisReaders
 };
 // Writes `output` from `rankFiles` (merge's refusals: different runs, a rank twice, unreadable files). On failure
-// `output` and the parts are left absent.
+// `output` is left absent.
 tracedb::Status writeDiagnosisFile(std::span<const std::filesystem::path> rankFiles,
                                    const std::filesystem::path& output, const DiagnosisFileOptions& options = {});
 
