@@ -359,6 +359,22 @@ std::map<std::string, std::vector<std::string>> dumpTables(const std::filesystem
   return out;
 }
 
+// The names of the query indexes in a file (not SQLite's own automatic indexes).
+std::vector<std::string> dumpNames(const std::filesystem::path& file) {
+  std::vector<std::string> out;
+  sqlite3* db = nullptr;
+  EXPECT_EQ(sqlite3_open_v2(file.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK) << file;
+  sqlite3_stmt* st = nullptr;
+  EXPECT_EQ(sqlite3_prepare_v2(db, "SELECT name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL", -1, &st,
+                               nullptr),
+            SQLITE_OK);
+  while (st != nullptr && sqlite3_step(st) == SQLITE_ROW)
+    out.emplace_back(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)));
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return out;
+}
+
 // Rank files with what merge moves or renumbers: epochs and clock offsets that differ, strings in a different order
 // per file, spans written out of order with ties, a kernel lane correlated to its host spans, a collective that never
 // started (NULL times), a NaN norm (NULL), alerts out of time order, counters, recorder stats, meta of its own; the
@@ -445,6 +461,26 @@ TEST(MergeInParallel, WritesWhatMergeWrites) {
       for (const auto& [table, rows] : expected) EXPECT_EQ(got.at(table), rows) << table;
     }
   }
+}
+
+TEST(MergeInParallel, QueryIndexesAreCreatedByName) {
+  TempDir dir;
+  writeVariedRanks(dir / "in");
+  const auto files = rankFiles(dir / "in");
+  ASSERT_TRUE(mergeInParallel(files, dir / "bare.db", {MergeSpans::Ends, /*indexes=*/false}, 2).isOk());
+  auto indexes = [&](const std::filesystem::path& file) {
+    std::set<std::string> out;
+    for (const std::string& row : dumpNames(file)) out.insert(row);
+    return out;
+  };
+  EXPECT_EQ(indexes(dir / "bare.db"), std::set<std::string>{});
+  const std::vector<std::string_view> some = {query_indexes::kSpansStep, query_indexes::kAlertsTs};
+  ASSERT_TRUE(createQueryIndexes(dir / "bare.db", some, 2));
+  EXPECT_EQ(indexes(dir / "bare.db"), (std::set<std::string>{"alerts_ts", "spans_step"}));
+  ASSERT_TRUE(mergeInParallel(files, dir / "full.db", {MergeSpans::Ends}, 2).isOk());
+  EXPECT_EQ(indexes(dir / "full.db"), (std::set<std::string>{"spans_rank_begin", "spans_step", "collectives_group_seq",
+                                                            "grad_stats_step", "counters_name", "alerts_ts"}));
+  EXPECT_EQ(dumpTables(dir / "bare.db"), dumpTables(dir / "full.db")) << "indexes change no row";
 }
 
 TEST(MergeInParallel, AFailingInputStopsItAndLeavesNothing) {

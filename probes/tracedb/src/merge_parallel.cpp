@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "merge_internal.h"
+#include "schema.h"
 #include "sqlite_util.h"
 #include "tpscope/tracedb/merge.h"
 #include "tpscope/tracedb/reader.h"
@@ -531,6 +532,15 @@ Status copyInputs(Writer& writer, const RunFiles& run, size_t threads, MergeSpan
 }
 
 }  // namespace
+
+Status createQueryIndexes(const std::filesystem::path& file, std::span<const std::string_view> names,
+                          int sortThreads) {
+  return detail::writeInTransaction(file, "query indexes", [&](sqlite3* db) {
+    const std::string threads = "PRAGMA threads = " + std::to_string(std::max(0, sortThreads));
+    if (Status s = detail::exec(db, file, threads.c_str()); !s) return s;
+    return detail::createIndexes(db, file, names);
+  });
+}
 
 Result<MergeStats> mergeInParallel(std::span<const std::filesystem::path> inputs, const std::filesystem::path& output,
                                    const MergeOptions& options, int readers, const EachInput& each) {

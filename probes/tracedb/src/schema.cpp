@@ -1,5 +1,6 @@
 #include "schema.h"
 
+#include <algorithm>
 #include <string>
 
 #include "schema_sql.h"
@@ -18,6 +19,18 @@ Status createSchema(sqlite3* db, const std::filesystem::path& path) {
 }
 
 Status createIndexes(sqlite3* db, const std::filesystem::path& path) { return exec(db, path, kIndexesSql); }
+
+Status createIndexes(sqlite3* db, const std::filesystem::path& path, std::span<const std::string_view> names) {
+  const std::string_view all = kIndexesSql;
+  constexpr std::string_view kCreate = "CREATE INDEX IF NOT EXISTS ";
+  for (size_t at = all.find(kCreate); at != std::string_view::npos; at = all.find(kCreate, at + 1)) {
+    const std::string_view statement = all.substr(at, all.find(';', at) - at);
+    const std::string_view name = statement.substr(kCreate.size(), statement.find(' ', kCreate.size()) - kCreate.size());
+    if (std::find(names.begin(), names.end(), name) == names.end()) continue;
+    if (Status s = exec(db, path, std::string(statement).c_str()); !s) return s;
+  }
+  return Status::ok();
+}
 
 Result<int> checkSchema(sqlite3* db, const std::filesystem::path& path) {
   Stmt version(db, "PRAGMA user_version");

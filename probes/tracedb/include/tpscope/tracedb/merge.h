@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <functional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "tpscope/tracedb/reader.h"
@@ -50,6 +51,21 @@ Result<MergeStats> merge(std::span<const std::filesystem::path> inputs, const st
 using EachInput = std::function<Status(size_t index, Reader& reader, const FileClock& clock)>;
 Result<MergeStats> mergeInParallel(std::span<const std::filesystem::path> inputs, const std::filesystem::path& output,
                                    const MergeOptions& options, int readers, const EachInput& each = {});
+
+// The query indexes a merged file gets (indexes.sql), by name.
+namespace query_indexes {
+inline constexpr std::string_view kSpansRankBegin = "spans_rank_begin";
+inline constexpr std::string_view kSpansStep = "spans_step";
+inline constexpr std::string_view kCollectivesGroupSeq = "collectives_group_seq";
+inline constexpr std::string_view kGradStatsStep = "grad_stats_step";
+inline constexpr std::string_view kCountersName = "counters_name";
+inline constexpr std::string_view kAlertsTs = "alerts_ts";
+}  // namespace query_indexes
+
+// Creates those of the query indexes named in `names` in a file written without them (MergeOptions::indexes false),
+// letting SQLite's sorter use `sortThreads` helper threads.
+Status createQueryIndexes(const std::filesystem::path& file, std::span<const std::string_view> names,
+                          int sortThreads = 0);
 
 // The rank files of a capture folder: DIR/rank-*.db in rank order.
 std::vector<std::filesystem::path> rankFiles(const std::filesystem::path& dir);
