@@ -45,6 +45,7 @@ struct Stats {
   double maxAbs = 0;
   int64_t nan = 0;
   int64_t inf = 0;
+  int64_t nonfinite = 0;  // float32Pass: NaN and Inf together (the exponent test does not tell them apart)
 };
 
 float halfToFloat(uint16_t h) {
@@ -81,7 +82,7 @@ double load(const Buffer& b, int64_t i) {
 
 // float32, the common case: one vectorised pass with GCC/Clang vector extensions, kWidth bytes per vector (16: SSE2
 // or NEON, the baseline; 32: AVX2, chosen at run time where the CPU has it), two vectors per iteration. Returns the
-// sum of squares and max |x| of the finite case, and in `nan` the number of values that are not finite.
+// sum of squares and max |x| of the finite case, and the number of values that are not finite.
 template <int kWidth>
 struct Vectors;
 template <>
@@ -147,7 +148,7 @@ template <int kWidth>
   float maxAbs;
   std::memcpy(&maxAbs, &maxScalar, sizeof maxAbs);
   s.maxAbs = maxAbs;
-  s.nan = badCount;  // split into NaN and Inf by the caller's second pass
+  s.nonfinite = badCount;  // split into NaN and Inf by the caller's second pass
   return s;
 }
 
@@ -218,7 +219,7 @@ Stats scalarPass(const Buffer& b) {
 Stats tensorStats(const Buffer& b) {
   if (b.dtype == HostDtype::Float32) {
     Stats s = float32Stats(static_cast<const float*>(b.data), b.numel);
-    if (s.nan == 0) return s;
+    if (s.nonfinite == 0) return s;
   }
   Stats s = scalarPass(b);
   if (s.nan > 0) s.maxAbs = std::numeric_limits<double>::quiet_NaN();

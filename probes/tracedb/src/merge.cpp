@@ -234,11 +234,29 @@ void removeMergeOutput(const std::filesystem::path& tmp) {
   for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(tmp.string() + suffix, ec);
 }
 
-Result<MergeStats> finishMerge(Writer& writer, const std::filesystem::path& tmp, const std::filesystem::path& output) {
+Result<std::unique_ptr<Writer>> createMergeOutput(const RunFiles& run, const std::string& runId,
+                                                  const std::filesystem::path& tmp) {
+  auto writer = Writer::create(tmp, CreateOptions{true, runId, run.epochUnixNs, "merge"});
+  if (!writer) return writer.status();
+  if (Status s = exec(Access::db(**writer), tmp, "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF"); !s) {
+    (void)(*writer)->close();
+    removeMergeOutput(tmp);
+    return s;
+  }
+  return writer;
+}
+
+Status allowSortThreads(sqlite3* db, const std::filesystem::path& path, int threads) {
+  return exec(db, path, ("PRAGMA threads = " + std::to_string(std::max(0, threads))).c_str());
+}
+
+Result<MergeStats> finishMerge(Writer& writer, const RunFiles& run, const std::filesystem::path& tmp,
+                               const std::filesystem::path& output) {
   sqlite3* db = Access::db(writer);
   // A run file is written once: a rollback journal lets read-only readers open it without leaving -wal/-shm behind.
   if (Status s = exec(db, output, "PRAGMA journal_mode = DELETE"); !s) return s;
   MergeStats stats;
+  for (const RunFile& in : run.files) stats.ranks += static_cast<int>(in.ranks.size());
   {
     Stmt count(db, "SELECT (SELECT count(*) FROM spans), (SELECT count(*) FROM collectives)");
     if (count.valid() && count.step() == SQLITE_ROW) {
@@ -262,10 +280,9 @@ Result<MergeStats> merge(std::span<const std::filesystem::path> inputs, const st
   if (!run) return run.status();
   auto runId = detail::checkInputs(*run);
   if (!runId) return runId.status();
-  const int64_t epoch = run->epochUnixNs;
 
   const std::filesystem::path tmp = detail::mergeTemporary(output);
-  auto writer = Writer::create(tmp, CreateOptions{true, *runId, epoch, "merge"});
+  auto writer = detail::createMergeOutput(*run, *runId, tmp);
   if (!writer) return writer.status();
   sqlite3* db = detail::Access::db(**writer);
   auto cleanup = [&](Status s) -> Result<MergeStats> {
@@ -273,9 +290,6 @@ Result<MergeStats> merge(std::span<const std::filesystem::path> inputs, const st
     detail::removeMergeOutput(tmp);
     return s;
   };
-  // Written once into a temporary file that is renamed when complete: no journal and no syncs while copying (a
-  // failed merge removes the file; the journal mode is set back by finishMerge).
-  if (Status s = detail::exec(db, tmp, "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF"); !s) return cleanup(s);
 
   for (const RunFile& in : run->files) {
     if (Status s = (*writer)->commit(); !s) return cleanup(s);
@@ -293,9 +307,8 @@ Result<MergeStats> merge(std::span<const std::filesystem::path> inputs, const st
   if (Status s = (*writer)->setMeta(meta_keys::kClockAligned, "1"); !s) return cleanup(s);
   if (options.indexes)
     if (Status s = (*writer)->createIndexes(); !s) return cleanup(s);
-  auto stats = detail::finishMerge(**writer, tmp, output);
+  auto stats = detail::finishMerge(**writer, *run, tmp, output);
   if (!stats) return cleanup(stats.status());
-  for (const RunFile& in : run->files) stats->ranks += static_cast<int>(in.ranks.size());
   return stats;
 }
 

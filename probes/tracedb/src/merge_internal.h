@@ -2,6 +2,7 @@
 #pragma once
 
 #include <filesystem>
+#include <memory>
 #include <span>
 #include <string>
 
@@ -9,6 +10,8 @@
 #include "tpscope/tracedb/run_files.h"
 #include "tpscope/tracedb/status.h"
 #include "tpscope/tracedb/writer.h"
+
+struct sqlite3;
 
 namespace tpscope::tracedb::detail {
 
@@ -20,8 +23,16 @@ Result<std::string> checkInputs(const RunFiles& run);
 std::filesystem::path mergeTemporary(const std::filesystem::path& output);
 // Removes a temporary output with its -wal and -shm files.
 void removeMergeOutput(const std::filesystem::path& tmp);
-// A written merge made a run file: the rollback journal set back, its span and collective counts read, the writer
-// closed and the temporary file renamed to the output. On an error the caller removes the temporary file.
-Result<MergeStats> finishMerge(Writer& writer, const std::filesystem::path& tmp, const std::filesystem::path& output);
+// The temporary output of a merge of `run` (its run id and epoch), written once and renamed when complete: without a
+// journal or syncs while it is written (finishMerge sets the journal back). Nothing is left on failure.
+Result<std::unique_ptr<Writer>> createMergeOutput(const RunFiles& run, const std::string& runId,
+                                                  const std::filesystem::path& tmp);
+// Lets SQLite's sorter use `threads` helper threads in the CREATE INDEX statements that follow on `db`.
+Status allowSortThreads(sqlite3* db, const std::filesystem::path& path, int threads);
+// A written merge of `run` made a run file: the rollback journal set back, its rank, span and collective counts
+// taken, the writer closed and the temporary file renamed to the output. On an error the caller removes the
+// temporary file.
+Result<MergeStats> finishMerge(Writer& writer, const RunFiles& run, const std::filesystem::path& tmp,
+                               const std::filesystem::path& output);
 
 }  // namespace tpscope::tracedb::detail

@@ -89,8 +89,9 @@ const std::array<TableCopy, kTables>& tableCopies() {
 // that never started). Text lives in one buffer per table.
 struct Cell {
   int type = SQLITE_NULL;
-  int64_t i = 0;  // SQLITE_INTEGER; SQLITE_TEXT: offset into Rows::text
-  double f = 0;   // SQLITE_FLOAT; SQLITE_TEXT: the length, exact below 2^53
+  uint32_t size = 0;  // SQLITE_TEXT: its length in Rows::text
+  int64_t i = 0;      // SQLITE_INTEGER; SQLITE_TEXT: its offset in Rows::text
+  double f = 0;       // SQLITE_FLOAT
 };
 
 struct Rows {
@@ -276,7 +277,7 @@ Status readTable(InputReading& in, const TableCopy& copy, Rows& rows) {
         const size_t size = static_cast<size_t>(sqlite3_value_bytes(v));
         cell.type = SQLITE_TEXT;
         cell.i = static_cast<int64_t>(rows.text.size());
-        cell.f = static_cast<double>(size);
+        cell.size = static_cast<uint32_t>(size);
         rows.text.append(text != nullptr ? text : "", text != nullptr ? size : 0);
       }
       rows.cells.push_back(cell);
@@ -378,7 +379,7 @@ class OutputInserts {
           if (cell.type == SQLITE_INTEGER) st.bind(p + c + 1, cell.i);
           else if (cell.type == SQLITE_FLOAT) st.bind(p + c + 1, cell.f);
           else if (cell.type == SQLITE_TEXT)  // static: rows.text outlives the execution, and every parameter is
-            sqlite3_bind_text(st.get(), p + c + 1, rows.text.data() + cell.i, static_cast<int>(cell.f),
+            sqlite3_bind_text(st.get(), p + c + 1, rows.text.data() + cell.i, static_cast<int>(cell.size),
                               SQLITE_STATIC);  // bound again before the next one
           else st.bindNull(p + c + 1);
         }
@@ -536,8 +537,7 @@ Status copyInputs(Writer& writer, const RunFiles& run, size_t threads, MergeSpan
 Status createQueryIndexes(const std::filesystem::path& file, std::span<const std::string_view> names,
                           int sortThreads) {
   return detail::writeInTransaction(file, "query indexes", [&](sqlite3* db) {
-    const std::string threads = "PRAGMA threads = " + std::to_string(std::max(0, sortThreads));
-    if (Status s = detail::exec(db, file, threads.c_str()); !s) return s;
+    if (Status s = detail::allowSortThreads(db, file, sortThreads); !s) return s;
     return detail::createIndexes(db, file, names);
   });
 }
@@ -552,28 +552,24 @@ Result<MergeStats> mergeInParallel(std::span<const std::filesystem::path> inputs
   if (!runId) return runId.status();
 
   const std::filesystem::path tmp = detail::mergeTemporary(output);
-  auto writer = Writer::create(tmp, CreateOptions{true, *runId, run->epochUnixNs, "merge"});
+  auto writer = detail::createMergeOutput(*run, *runId, tmp);
   if (!writer) return writer.status();
-  sqlite3* db = detail::Access::db(**writer);
   auto fail = [&](Status s) -> Result<MergeStats> {
     (void)(*writer)->close();
     detail::removeMergeOutput(tmp);
     return s;
   };
-  // Written once into a temporary file that is renamed when complete: no journal and no syncs (as merge()).
-  if (Status s = detail::exec(db, tmp, "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF"); !s) return fail(s);
   if (Status s = copyInputs(**writer, *run, threads, options.spans, each, output); !s) return fail(s);
   if (Status s = (*writer)->setMeta(meta_keys::kClockAligned, "1"); !s) return fail(s);
   if (options.indexes) {
-    // CREATE INDEX sorts: let SQLite's sorter use a helper thread per reader (idle now).
-    const std::string sort = "PRAGMA threads = " + std::to_string(threads);
-    if (Status s = detail::exec(db, tmp, sort.c_str()); !s) return fail(s);
+    // CREATE INDEX sorts: SQLite's sorter may use a helper thread per reader (idle now).
+    if (Status s = (*writer)->commit(); !s) return fail(s);
+    if (Status s = detail::allowSortThreads(detail::Access::db(**writer), tmp, static_cast<int>(threads)); !s)
+      return fail(s);
     if (Status s = (*writer)->createIndexes(); !s) return fail(s);
   }
-  auto stats = detail::finishMerge(**writer, tmp, output);
+  auto stats = detail::finishMerge(**writer, *run, tmp, output);
   if (!stats) return fail(stats.status());
-  stats->ranks = 0;
-  for (const RunFile& in : run->files) stats->ranks += static_cast<int>(in.ranks.size());
   return stats;
 }
 
