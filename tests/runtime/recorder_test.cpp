@@ -9,6 +9,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <iterator>
 #include <latch>
 #include <set>
 #include <thread>
@@ -443,6 +445,51 @@ TEST(Recorder, EachStepRecordsTheTrainingThreadsWaitForACpu) {
     // 60 ms of work sharing one CPU with a spinning thread: several ms of it waiting (CFS shares it about evenly).
     EXPECT_GT((*counters)[i].value - (*counters)[i - 1].value, 5e6) << "step " << i;
   }
+}
+
+// The run delay reads each thread's schedstat file through a descriptor kept open between steps: a thread that exits
+// must give its descriptor back, and what it had waited must stay counted (the total never decreases).
+TEST(Recorder, RunDelayKeepsNoDescriptorOfAnExitedThreadAndNeverDecreases) {
+  tpscope::testing::TempDir dir;
+  ASSERT_TRUE(tp::start(options(dir.path())).isOk());
+  tp::Sink* sink = tp::sink();
+  ASSERT_NE(sink, nullptr);
+  auto openDescriptors = [] {
+    return std::distance(std::filesystem::directory_iterator("/proc/self/fd"), std::filesystem::directory_iterator{});
+  };
+  auto step = [&](int n) {
+    tp::StepStat st;
+    st.step = n;
+    st.t0 = st.t1 = tp::rawTicks();
+    sink->stepStat(st);
+  };
+  step(0);
+  const auto before = openDescriptors();
+  constexpr int kSteps = 40;
+  for (int n = 1; n <= kSteps; ++n) {
+    std::latch read(1), done(1);
+    std::thread worker([&] {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
+      while (std::chrono::steady_clock::now() < until) {
+      }
+      read.count_down();
+      done.wait();
+    });
+    read.wait();
+    step(n);  // the worker is alive: its file is opened and read
+    done.count_down();
+    worker.join();
+  }
+  step(kSteps + 1);  // the worker of the last step is gone: its descriptor is closed here
+  EXPECT_LE(openDescriptors(), before + 4) << "a descriptor per exited thread is leaked";  // 4: SQLite's own files
+  tp::stop();
+  auto reader = openRank(dir.path(), 2);
+  ASSERT_TRUE(reader);
+  auto counters = reader->counters();
+  ASSERT_TRUE(counters.isOk());
+  ASSERT_EQ(counters->size(), static_cast<size_t>(kSteps + 2));
+  for (size_t i = 1; i < counters->size(); ++i)
+    EXPECT_GE((*counters)[i].value, (*counters)[i - 1].value) << "step " << i;
 }
 
 TEST(Recorder, AnExitedThreadsSpansAreKeptAndItsBufferFreed) {
