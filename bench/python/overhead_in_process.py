@@ -2,8 +2,10 @@
 """What recording costs a Python training step, measured inside one process so that other load on the machine hits
 both sides alike: samples/python/tp_train.py's model (one rank, TP = 1), hooks installed, trained in blocks of
 --block steps that alternate recording ON (tpscope.start(): every span, grad health, step stats, alerts into a rank
-file) and OFF (tpscope.stop(): the hooks stay installed and return after one check). The first step of each block
-is dropped, and so are the first two blocks (warm-up). Reported: median wall and CPU time per step of each side
+file) and OFF (the hooks stay installed and return after their one check of tpscope._native.recording(), which the
+benchmark answers False; the recorder stays started: a new file and flusher per block would put start-up work into
+the ON steps that a capture pays once). The first step of each block is dropped, and so are the first two blocks
+(warm-up). Reported: median wall and CPU time per step of each side
 (CPU: the process, every thread — the recorder's flusher included — and the main thread alone), ON vs OFF; the
 fastest step of each side (on a shared machine the least disturbed estimate of what a step costs); and the median of
 paired differences (each ON step minus the OFF step beside it: slow drifts of the machine cancel; with --block 2
@@ -37,37 +39,34 @@ def main():
 
     import torch
     import torch.distributed as dist
-    import torch.nn.functional as F
     import tpscope
-    import tp_train
 
     out = tempfile.mkdtemp(prefix="tpscope-overhead-")
     os.environ["TPSCOPE_OUT"] = out
     for k in ("RANK", "WORLD_SIZE", "TPSCOPE_CLOCK_STORE"):
         os.environ.pop(k, None)
     tpscope.instrument()
+    tpscope.start()
+    from tpscope import _native
+    native_recording = _native.recording
+    state = {"on": True}
+    _native.recording = lambda: state["on"] and native_recording()  # every hook's gate (python/tpscope)
     margs, model = sample_model.build(model_args)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     times = {True: [], False: []}
     step = 0
     for b in range(2 * args.blocks + 2):  # the first two blocks (one per side) warm up and are not counted
         on = b % 2 == 0
-        if on:
-            tpscope.start()
+        state["on"] = on
         for i in range(args.block):
             step += 1
             t0, c0, m0 = time.perf_counter(), time.process_time(), time.thread_time()
-            tokens, targets = tp_train.batch(margs, 0, step)
-            loss = F.cross_entropy(model(tokens).reshape(-1, margs.vocab), targets.reshape(-1))
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            loss.item()
+            sample_model.train_step(margs, model, optimizer, step)
             sample_ = (time.perf_counter() - t0, time.process_time() - c0, time.thread_time() - m0)
             if i > 0 and b >= 2:
                 times[on].append(sample_)
-        if on:
-            tpscope.stop()
+    _native.recording = native_recording
+    tpscope.stop()
     med = {on: [statistics.median(x[k] for x in times[on]) * 1e3 for k in range(3)] for on in (True, False)}
     low = {on: [min(x[k] for x in times[on]) * 1e3 for k in range(3)] for on in (True, False)}
     print("model: %s; %d blocks of %d steps per side (first of each dropped)" % (" ".join(model_args), args.blocks,

@@ -3,6 +3,7 @@ by the in-process Python benchmarks.
 
 split_argv(argv): (the benchmark's own arguments, the model's: those after "--", or DEFAULT_MODEL).
 build(model_args): initialises the one-rank process group and returns (tp_train's parsed arguments, the model).
+train_step(margs, model, optimizer, step): one training step on tp_train's step-th batch; returns the loss.
 """
 import datetime
 import os
@@ -38,3 +39,16 @@ def build(model_args):
         sample.add_argument(name, type=int, default=default)
     margs = sample.parse_args(model_args)
     return margs, tp_train.TinyGPT(margs, 1, dist.new_group([0]), {})
+
+
+def train_step(margs, model, optimizer, step):
+    """One step as a training loop takes it: forward, loss, backward, optimizer step, the loss read back."""
+    import torch.nn.functional as F
+    import tp_train
+
+    tokens, targets = tp_train.batch(margs, 0, step)
+    loss = F.cross_entropy(model(tokens).reshape(-1, margs.vocab), targets.reshape(-1))
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    return loss.item()

@@ -39,6 +39,16 @@ _ACT_LIMIT = 4096
 _OPEN_LIMIT = 1 << 16
 
 
+def _probe_autograd():
+    """(the type of AccumulateGrad nodes, whether nodes take pre-hooks), from a node of a one-element graph."""
+    with torch.enable_grad():
+        node = (torch.zeros(1, requires_grad=True) * 1).grad_fn
+    return type(node.next_functions[0][0]), hasattr(node, "register_prehook")
+
+
+_ACCUMULATE_GRAD, _NODE_PREHOOKS = _probe_autograd()  # AccumulateGrad: a leaf's (parameter's) sink, never hooked
+
+
 def layer_of(name):
     """The first purely numeric component of a qualified name ("layers.3.mlp" -> 3), else -1."""
     match = _LAYER.search(name)
@@ -76,6 +86,13 @@ class _Backward:
         self.parent = None
         self.frontier = None    # nodes just outside this call's region (only while its root call runs)
         self.done = False
+
+    def node_done(self, grad_inputs, grad_outputs):
+        """Hook of one of its sink nodes (registered as this bound method: no closure per node)."""
+        self.t1 = _native.ticks()
+        self.pending -= 1
+        if self.pending == 0:
+            _finish(self)
 
 
 _infos = {}          # id(module) -> (module, ModuleInfo); the module is kept so its id is not reused
@@ -160,18 +177,19 @@ def _post_hook(module, inputs, output):
     info = call.info
     _native.span_end(info.fwd_site, call.t0, info.layer)
     if torch.is_grad_enabled():
+        outs = _tensors(output)
         if info.leaf:
-            _watch_output(info, output)
-        _attach_backward(call, inputs, output)
+            _watch_output(info, outs)
+        _attach_backward(call, inputs, outs)
     if not stack:
         _end_root_call()
     return None
 
 
-def _watch_output(info, output):
+def _watch_output(info, outs):
     if len(_activations) >= _ACT_LIMIT:
         return
-    for t in _tensors(output):
+    for t in outs:
         if t.is_floating_point():
             readable, value = _host.nonfinite(t)
             if not readable:
@@ -188,50 +206,74 @@ def take_activations():
     return out
 
 
-def _attach_backward(call, inputs, output):
-    out_tensors = [t for t in _tensors(output) if t.grad_fn is not None]
-    if not out_tensors:
+def _attach_backward(call, inputs, outs):
+    out_nodes = [(t, t.grad_fn) for t in outs if t.grad_fn is not None]
+    if not out_nodes:
         return
-    outs = [t.grad_fn for t in out_tensors]
     rec = _Backward(call.info, call.index)
-    stops = {t.grad_fn for t in _tensors(inputs) if t.grad_fn is not None}
-    _walk(rec, outs, stops)
+    stops = set()
+    for t in _tensors(inputs):
+        node = t.grad_fn
+        if node is not None:
+            stops.add(node)
+    _walk(rec, [node for _, node in out_nodes], stops)
     if rec.pending == 0:
         return  # the module created no node of its own (its outputs are its inputs or views made elsewhere)
     _root_records.append(rec)
     _open.append(rec)
-    for t in out_tensors:
-        node = t.grad_fn
+    for t, node in out_nodes:
         starts = _starts.get(node)
         if starts is None:
-            starts = _starts[node] = []
-            if hasattr(node, "register_prehook"):
+            starts = _starts[node] = [rec]
+            if _NODE_PREHOOKS:
                 node.register_prehook(lambda grad_outputs, starts=starts: _start(starts))
             else:  # PyTorch without node pre-hooks: when the output's gradient is ready, the same moment
                 t.register_hook(lambda grad, starts=starts: _start(starts))
-        if rec not in starts:
+        elif rec not in starts:
             starts.append(rec)
 
 
 def _walk(rec, outs, stops):
-    visited = set()
+    claims = _claims
+    claim = claims.get
+    acc = _ACCUMULATE_GRAD
     frontier = []
-    todo = list(outs)
+    outside = set()  # nodes of inputs and of earlier regions met so far (each enters the frontier once)
+    todo = outs
+    pop, push = todo.pop, todo.append
     while todo:
-        node = todo.pop()
-        if node is None or node in visited:
-            continue
-        visited.add(node)
-        if node in stops:
-            frontier.append(node)
-            continue
-        owner = _claims.get(node)
-        if owner is not None:
-            if owner is rec:
+        node = pop()
+        owner = claim(node)
+        if owner is None:
+            if node in stops:
+                if node not in outside:
+                    outside.add(node)
+                    frontier.append(node)
                 continue
-            if owner.index < rec.index:  # an earlier module's region
+            claims[node] = rec
+            # Only the sinks of the region are hooked: own nodes with no edge to another own node (their edges lead
+            # only to inputs, leaves, earlier or child regions, or nowhere). Autograd runs a node only after every
+            # node with an edge to it, so each own node runs before some sink it leads to, and the last sink to run
+            # is the last own node to run — with a fraction of the hooks (each costs a Python call to register and
+            # to run). AccumulateGrad nodes (a parameter's or another leaf's gradient) are never followed: they lead
+            # nowhere and belong to no region.
+            sink = True
+            for f, _ in node.next_functions:
+                if f is None or type(f) is acc:
+                    continue
+                push(f)  # a child's region is linked, an input's or earlier region's becomes the frontier
+                if sink and f not in stops and claim(f, rec) is rec:
+                    sink = False
+            if sink:
+                node.register_hook(rec.node_done)
+                rec.pending += 1
+        elif owner is rec:
+            continue
+        elif owner.index < rec.index:  # an earlier module's region
+            if node not in outside:
+                outside.add(node)
                 frontier.append(node)
-                continue
+        else:
             top = owner  # a descendant's region: wait for its outermost span below this one, skip its nodes
             while top.parent is not None and top.parent is not rec:
                 top = top.parent
@@ -239,24 +281,6 @@ def _walk(rec, outs, stops):
                 top.parent = rec
                 rec.pending += 1
                 todo.extend(top.frontier or ())
-            continue
-        _claims[node] = rec
-        if type(node).__name__ == "AccumulateGrad":
-            continue
-        # Only the sinks of the region are hooked: own nodes with no edge to another own node (their edges lead
-        # only to inputs, leaves, earlier or child regions, or nowhere). Autograd runs a node only after every node
-        # with an edge to it, so each own node runs before some sink it leads to, and the last sink to run is the
-        # last own node to run — with a fraction of the hooks (each costs a Python call to register and to run).
-        sink = True
-        for f, _ in node.next_functions:
-            if f is None:
-                continue
-            todo.append(f)  # a child's region is linked, an input's or earlier region's becomes the frontier
-            if sink and f not in stops and _claims.get(f, rec) is rec and type(f).__name__ != "AccumulateGrad":
-                sink = False
-        if sink:
-            node.register_hook(lambda grad_inputs, grad_outputs, rec=rec: _node_done(rec))
-            rec.pending += 1
     rec.frontier = frontier
 
 
@@ -276,13 +300,6 @@ def _start(records):
         if rec.t0 == 0:
             rec.t0 = t
             STATE.backward_stack.append(rec)
-
-
-def _node_done(rec):
-    rec.t1 = _native.ticks()
-    rec.pending -= 1
-    if rec.pending == 0:
-        _finish(rec)
 
 
 def _finish(rec):

@@ -151,7 +151,7 @@ def _grad_health(optimizer, step):
               if p.grad is not None and not p.grad.is_sparse and p.grad.numel() > 0]
     if not params:
         return K.ACTION_CONTINUE, 0.0
-    grads = [p.grad.detach() for p in params]
+    grads = [p.grad if not p.grad.requires_grad else p.grad.detach() for p in params]  # no new tensor when plain
     stats = _host.grad_rows(grads)
     if stats is None:
         stats = _device_grad_rows(grads)

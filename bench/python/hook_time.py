@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Where a recorded Python step's instrumentation time goes: the time spent inside each of tpscope's entry points per
+step (module pre- and post-hooks, the backward-region start and end hooks, the loss, gradient health), timed around
+each call while samples/python/tp_train.py's model (one rank, TP = 1) trains with recording on.
+
+What step-time comparisons (overhead_in_process.py) cannot resolve on a noisy machine this attributes: each entry's
+own time is measured directly, so a change to one hook shows in its line. Not included: autograd calling the node
+hooks (about a microsecond each, in C++), the recorder's flusher thread, and what the hooks' memory traffic costs the
+model's own work. The timer adds about 0.1 µs per call.
+
+Usage: PYTHONPATH=<build>/python /usr/bin/python3 bench/python/hook_time.py [--steps 40] [-- tp_train.py model args]
+"""
+import argparse
+import collections
+import os
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import sample_model  # noqa: E402
+
+
+def main():
+    argv, model_args = sample_model.split_argv(sys.argv[1:])
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--warmup", type=int, default=5)
+    args = p.parse_args(argv)
+
+    import torch
+    import tpscope
+    from tpscope import _modules, _training
+
+    spent = collections.defaultdict(float)
+
+    def timed(owner, name, label):
+        inner = getattr(owner, name)
+
+        def call(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return inner(*a, **k)
+            finally:
+                spent[label] += time.perf_counter() - t0
+
+        setattr(owner, name, call)
+
+    # Before instrument(): the module hooks are registered by reference when it installs them.
+    timed(_modules, "_pre_hook", "module pre-hook (forward span begins)")
+    timed(_modules, "_post_hook", "module post-hook (span, output check, backward-region walk)")
+    timed(_modules, "_start", "backward start hooks")
+    timed(_modules._Backward, "node_done", "backward end hooks (region sinks)")
+    timed(_modules, "backward_finished", "backward() returned")
+    timed(_training, "_on_loss", "loss and the outputs' check")
+    timed(_training, "_grad_health", "gradient health")
+
+    os.environ["TPSCOPE_OUT"] = tempfile.mkdtemp(prefix="tpscope-hook-time-")
+    for k in ("RANK", "WORLD_SIZE", "TPSCOPE_CLOCK_STORE"):
+        os.environ.pop(k, None)
+    tpscope.instrument()
+    margs, model = sample_model.build(model_args)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    tpscope.start()
+    t_steps = 0.0
+    for step in range(args.warmup + args.steps):
+        if step == args.warmup:
+            spent.clear()
+        t0 = time.perf_counter()
+        sample_model.train_step(margs, model, optimizer, step)
+        if step >= args.warmup:
+            t_steps += time.perf_counter() - t0
+    tpscope.stop()
+    n = args.steps
+    print("model: %s; %d steps, %.2f ms per step (wall)" % (" ".join(model_args), n, t_steps / n * 1e3))
+    for label, s in sorted(spent.items(), key=lambda kv: -kv[1]):
+        print("  %-60s %6.3f ms per step" % (label, s / n * 1e3))
+    total = sum(spent.values()) / n
+    print("  %-60s %6.3f ms per step (%.2f %% of the step)" % ("total inside tpscope's hooks", total * 1e3,
+                                                               total / (t_steps / n) * 100))
+
+
+if __name__ == "__main__":
+    main()
