@@ -211,11 +211,8 @@ def _attach_backward(call, inputs, outs):
     if not out_nodes:
         return
     rec = _Backward(call.info, call.index)
-    stops = set()
-    for t in _tensors(inputs):
-        node = t.grad_fn
-        if node is not None:
-            stops.add(node)
+    stops = {t.grad_fn for t in _tensors(inputs)}
+    stops.discard(None)
     _walk(rec, [node for _, node in out_nodes], stops)
     if rec.pending == 0:
         return  # the module created no node of its own (its outputs are its inputs or views made elsewhere)
@@ -234,23 +231,19 @@ def _attach_backward(call, inputs, outs):
 
 
 def _walk(rec, outs, stops):
-    claims = _claims
-    claim = claims.get
-    acc = _ACCUMULATE_GRAD
     frontier = []
     outside = set()  # nodes of inputs and of earlier regions met so far (each enters the frontier once)
-    todo = outs
-    pop, push = todo.pop, todo.append
+    todo = list(outs)
     while todo:
-        node = pop()
-        owner = claim(node)
+        node = todo.pop()
+        owner = _claims.get(node)
         if owner is None:
             if node in stops:
                 if node not in outside:
                     outside.add(node)
                     frontier.append(node)
                 continue
-            claims[node] = rec
+            _claims[node] = rec
             # Only the sinks of the region are hooked: own nodes with no edge to another own node (their edges lead
             # only to inputs, leaves, earlier or child regions, or nowhere). Autograd runs a node only after every
             # node with an edge to it, so each own node runs before some sink it leads to, and the last sink to run
@@ -259,10 +252,10 @@ def _walk(rec, outs, stops):
             # nowhere and belong to no region.
             sink = True
             for f, _ in node.next_functions:
-                if f is None or type(f) is acc:
+                if f is None or type(f) is _ACCUMULATE_GRAD:
                     continue
-                push(f)  # a child's region is linked, an input's or earlier region's becomes the frontier
-                if sink and f not in stops and claim(f, rec) is rec:
+                todo.append(f)  # a child's region is linked, an input's or earlier region's becomes the frontier
+                if sink and f not in stops and _claims.get(f, rec) is rec:
                     sink = False
             if sink:
                 node.register_hook(rec.node_done)

