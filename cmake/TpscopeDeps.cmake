@@ -48,6 +48,7 @@ endif()
 # (python3-torch lives in its dist-packages) unless -DTPSCOPE_PYTHON=<interpreter> says otherwise — not whatever
 # python3 comes first on PATH (a pyenv or venv without torch).
 set(TPSCOPE_HAVE_PYTHON OFF)
+set(TPSCOPE_HAVE_PYTHON_AUTOGRAD OFF)
 if(TPSCOPE_WITH_PYTHON)
   if(NOT TPSCOPE_PYTHON AND EXISTS /usr/bin/python3)
     set(TPSCOPE_PYTHON /usr/bin/python3)
@@ -68,11 +69,21 @@ if(TPSCOPE_WITH_PYTHON)
     list(APPEND _py_missing pybind11-dev)
   endif()
   if(Python3_Interpreter_FOUND)
-    execute_process(COMMAND ${Python3_EXECUTABLE} -c "import torch, torch.distributed; print(torch.__version__)"
-                    OUTPUT_VARIABLE TPSCOPE_PYTHON_TORCH_VERSION OUTPUT_STRIP_TRAILING_WHITESPACE
+    # That PyTorch's version, folder and C++ ABI: tpscope._autograd is built against its headers and libraries.
+    execute_process(COMMAND ${Python3_EXECUTABLE} -c "import os, torch, torch.distributed; print(torch.__version__); \
+print(os.path.dirname(torch.__file__)); print(int(torch._C._GLIBCXX_USE_CXX11_ABI))"
+                    OUTPUT_VARIABLE _py_torch_out OUTPUT_STRIP_TRAILING_WHITESPACE
                     RESULT_VARIABLE _py_torch ERROR_QUIET)
     if(NOT _py_torch EQUAL 0)
       list(APPEND _py_missing python3-torch)
+    else()
+      string(REPLACE "\n" ";" _py_torch_out "${_py_torch_out}")
+      list(GET _py_torch_out 0 TPSCOPE_PYTHON_TORCH_VERSION)
+      list(GET _py_torch_out 1 TPSCOPE_PYTHON_TORCH_DIR)
+      list(GET _py_torch_out 2 TPSCOPE_PYTHON_TORCH_CXX11_ABI)
+      if(TPSCOPE_PYTHON_AUTOGRAD AND NOT EXISTS "${TPSCOPE_PYTHON_TORCH_DIR}/include/torch/csrc/autograd/function.h")
+        list(APPEND _py_missing libtorch-dev)  # Debian's python3-torch links its include/ to libtorch-dev's headers
+      endif()
     endif()
   else()
     list(APPEND _py_missing python3 python3-torch)
@@ -86,6 +97,18 @@ if(TPSCOPE_WITH_PYTHON)
   endif()
   find_package(pybind11 CONFIG REQUIRED)
   set(TPSCOPE_HAVE_PYTHON ON)
+  if(TPSCOPE_PYTHON_AUTOGRAD)
+    foreach(_lib torch_python torch torch_cpu c10)
+      find_library(TPSCOPE_PYTHON_LIB_${_lib} ${_lib} PATHS ${TPSCOPE_PYTHON_TORCH_DIR}/lib NO_DEFAULT_PATH)
+      if(NOT TPSCOPE_PYTHON_LIB_${_lib})
+        message(FATAL_ERROR "TPSCOPE_PYTHON_AUTOGRAD=ON but lib${_lib}.so is not in ${TPSCOPE_PYTHON_TORCH_DIR}/lib "
+                            "(the PyTorch of ${TPSCOPE_PYTHON}); build without the C++ backward walk: "
+                            "-DTPSCOPE_PYTHON_AUTOGRAD=OFF")
+      endif()
+      list(APPEND TPSCOPE_PYTHON_TORCH_LIBS ${TPSCOPE_PYTHON_LIB_${_lib}})
+    endforeach()
+    set(TPSCOPE_HAVE_PYTHON_AUTOGRAD ON)
+  endif()
 endif()
 
 set(TPSCOPE_HAVE_QT OFF)

@@ -5,7 +5,8 @@ each call while samples/python/tp_train.py's model (one rank, TP = 1) trains wit
 
 What step-time comparisons (overhead_in_process.py) cannot resolve on a noisy machine this attributes: each entry's
 own time is measured directly, so a change to one hook shows in its line. Not included: autograd calling the node
-hooks (about a microsecond each, in C++), the recorder's flusher thread, and what the hooks' memory traffic costs the
+hooks (about a microsecond each, in C++), the node hooks of the C++ walk (tpscope._autograd: C++ hooks autograd runs
+without Python; --walk python times the Python walk's instead), the recorder's flusher thread, and what the hooks' memory traffic costs the
 model's own work. The timer adds about 0.3 µs per call (measured warm): under 0.1 ms for the ~190 calls of a step.
 
 Usage: PYTHONPATH=<build>/python /usr/bin/python3 bench/python/hook_time.py [--steps 40] [-- tp_train.py model args]
@@ -28,6 +29,9 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--walk", choices=("default", "python"), default="default",
+                   help="python: walk backward regions in Python even where tpscope._autograd loaded (its node "
+                        "hooks are then timed here; the C++ walk's run inside autograd and are not)")
     args = p.parse_args(argv)
 
     import torch
@@ -51,6 +55,9 @@ def main():
     # Before instrument(): the module hooks are registered by reference when it installs them.
     timed(_modules, "_pre_hook", "module pre-hook (forward span begins)")
     timed(_modules, "_post_hook", "module post-hook (span, output check, backward-region walk)")
+    timed(_modules, "_watch_output", "  of which the output check")
+    timed(_modules, "_attach_backward_cpp", "  of which the backward-region walk (C++)")
+    timed(_modules, "_attach_backward_py", "  of which the backward-region walk (Python)")
     timed(_modules, "_start", "backward start hooks")
     timed(_modules._Backward, "node_done", "backward end hooks (region sinks)")
     timed(_modules, "backward_finished", "backward() returned")
@@ -61,6 +68,7 @@ def main():
     for k in ("RANK", "WORLD_SIZE", "TPSCOPE_CLOCK_STORE"):
         os.environ.pop(k, None)
     tpscope.instrument()
+    walk = _modules.select_walk(args.walk == "default")
     margs, model = sample_model.build(model_args)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     tpscope.start()
@@ -74,10 +82,17 @@ def main():
             t_steps += time.perf_counter() - t0
     tpscope.stop()
     n = args.steps
-    print("model: %s; %d steps, %.2f ms per step (wall)" % (" ".join(model_args), n, t_steps / n * 1e3))
+    print("model: %s; %d steps, %.2f ms per step (wall); %s walk of backward regions"
+          % (" ".join(model_args), n, t_steps / n * 1e3, walk))
     for label, s in sorted(spent.items(), key=lambda kv: -kv[1]):
+        if label.startswith(" "):
+            continue
         print("  %-60s %6.3f ms per step" % (label, s / n * 1e3))
-    total = sum(spent.values()) / n
+        if label.startswith("module post-hook"):
+            for part, t in sorted(spent.items(), key=lambda kv: -kv[1]):
+                if part.startswith(" "):
+                    print("  %-60s %6.3f ms per step" % (part, t / n * 1e3))
+    total = sum(v for label, v in spent.items() if not label.startswith(" ")) / n  # "of which": inside another
     print("  %-60s %6.3f ms per step (%.2f %% of the step)" % ("total inside tpscope's hooks", total * 1e3,
                                                                total / (t_steps / n) * 100))
 

@@ -11,11 +11,14 @@ fastest step of each side (on a shared machine the least disturbed estimate of w
 paired differences (each ON step minus the OFF step beside it: slow drifts of the machine cancel; with --block 2
 every measured step has a neighbour of the other side).
 
+--walks adds a third side, recording ON with the backward regions walked in Python instead of C++
+(tpscope._autograd), rotated with the other two: what the C++ walk saves, side by side.
+
 OFF is not an uninstrumented run: the installed hooks still cost a Python call per module call. run_overhead.py
 compares against a plain process (no tpscope at all) but needs a quiet machine to resolve a few percent.
 
 Usage: PYTHONPATH=<build>/python /usr/bin/python3 bench/python/overhead_in_process.py [--blocks 10] [--block 4]
-       [-- tp_train.py model arguments]
+       [--walks] [-- tp_train.py model arguments]
 """
 import argparse
 import os
@@ -35,6 +38,9 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--blocks", type=int, default=10)
     p.add_argument("--block", type=int, default=4)
+    p.add_argument("--walks", action="store_true",
+                   help="a third side: recording ON with the Python walk of backward regions (the ON side uses the "
+                        "C++ one, tpscope._autograd, where it loaded)")
     args = p.parse_args(argv)
 
     import torch
@@ -47,42 +53,54 @@ def main():
         os.environ.pop(k, None)
     tpscope.instrument()
     tpscope.start()
-    from tpscope import _native
+    from tpscope import _modules, _native
     native_recording = _native.recording
     state = {"on": True}
     _native.recording = lambda: state["on"] and native_recording()  # every hook's gate (python/tpscope)
     margs, model = sample_model.build(model_args)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    times = {True: [], False: []}
+    on_name = "ON (%s walk)" % _modules.WALK
+    sides = [on_name, "OFF (hooked)"] + (["ON (Python walk)"] if args.walks and _modules.WALK != "Python" else [])
+    times = {side: [] for side in sides}
     step = 0
-    for b in range(2 * args.blocks + 2):  # the first two blocks (one per side) warm up and are not counted
-        on = b % 2 == 0
-        state["on"] = on
+    for b in range(len(sides) * (args.blocks + 1)):  # the first block of each side warms up and is not counted
+        side = sides[b % len(sides)]
+        state["on"] = side != "OFF (hooked)"
+        _modules.select_walk(side != "ON (Python walk)")
         for i in range(args.block):
             step += 1
             t0, c0, m0 = time.perf_counter(), time.process_time(), time.thread_time()
             sample_model.train_step(margs, model, optimizer, step)
             sample_ = (time.perf_counter() - t0, time.process_time() - c0, time.thread_time() - m0)
-            if i > 0 and b >= 2:
-                times[on].append(sample_)
+            if i > 0 and b >= len(sides):
+                times[side].append(sample_)
     _native.recording = native_recording
+    _modules.select_walk(True)
     tpscope.stop()
-    med = {on: [statistics.median(x[k] for x in times[on]) * 1e3 for k in range(3)] for on in (True, False)}
-    low = {on: [min(x[k] for x in times[on]) * 1e3 for k in range(3)] for on in (True, False)}
+    med = {side: [statistics.median(x[k] for x in times[side]) * 1e3 for k in range(3)] for side in sides}
+    low = {side: [min(x[k] for x in times[side]) * 1e3 for k in range(3)] for side in sides}
+    off = "OFF (hooked)"
     print("model: %s; %d blocks of %d steps per side (first of each dropped)" % (" ".join(model_args), args.blocks,
                                                                                  args.block))
-    for on in (True, False):
-        print("%-13s wall %.2f ms  process CPU %.2f ms  main thread CPU %.2f ms per step"
-              % ("recording ON" if on else "OFF (hooked)", *med[on]))
-    print("ON vs OFF: wall %+.2f %%, process CPU %+.2f %%, main thread CPU %+.2f %% (medians)"
-          % tuple((med[True][k] / med[False][k] - 1) * 100 for k in range(3)))
-    print("fastest steps: ON %.2f / OFF %.2f ms main thread CPU (%+.2f %%, %+.2f ms): the least disturbed estimate"
-          % (low[True][2], low[False][2], (low[True][2] / low[False][2] - 1) * 100, low[True][2] - low[False][2]))
-    # Paired: each ON step against the OFF step measured next to it (the same place in the neighbouring block), so
-    # that slow drifts of the machine cancel; the median of those differences over the OFF median.
-    paired = [statistics.median(on[k] - off[k] for on, off in zip(times[True], times[False])) * 1e3 for k in range(3)]
-    print("paired (each ON step minus the OFF step beside it, median): wall %+.2f ms (%+.2f %%), main thread CPU "
-          "%+.2f ms (%+.2f %%)" % (paired[0], paired[0] / med[False][0] * 100, paired[2], paired[2] / med[False][2] * 100))
+    for side in sides:
+        print("%-17s wall %.2f ms  process CPU %.2f ms  main thread CPU %.2f ms per step" % (side, *med[side]))
+    for side in sides:
+        if side == off:
+            continue
+        print("%s vs OFF: wall %+.2f %%, process CPU %+.2f %%, main thread CPU %+.2f %% (medians)"
+              % (side, *((med[side][k] / med[off][k] - 1) * 100 for k in range(3))))
+        print("  fastest steps: %.2f / OFF %.2f ms main thread CPU (%+.2f %%, %+.2f ms): the least disturbed estimate"
+              % (low[side][2], low[off][2], (low[side][2] / low[off][2] - 1) * 100, low[side][2] - low[off][2]))
+        # Paired: each step against the OFF step measured next to it (the same place in the neighbouring block), so
+        # that slow drifts of the machine cancel; the median of those differences over the OFF median.
+        paired = [statistics.median(a[k] - o[k] for a, o in zip(times[side], times[off])) * 1e3 for k in range(3)]
+        print("  paired (each step minus the OFF step beside it, median): wall %+.2f ms (%+.2f %%), main thread CPU "
+              "%+.2f ms (%+.2f %%)" % (paired[0], paired[0] / med[off][0] * 100, paired[2],
+                                       paired[2] / med[off][2] * 100))
+    if "ON (Python walk)" in times:
+        saved = statistics.median(py[0] - c[0] for c, py in zip(times[on_name], times["ON (Python walk)"])) * 1e3
+        print("the C++ walk saves %+.2f ms per step against the Python walk (paired median of wall time, %+.2f %% of OFF)"
+              % (saved, saved / med[off][0] * 100))
     dist.destroy_process_group()
 
 

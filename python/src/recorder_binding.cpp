@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "span_api.h"
 #include "tpscope/probes/probes.h"
 #include "tpscope/probes/runtime.h"
 
@@ -53,15 +54,28 @@ class SiteRegistry {
 
   // Deque elements never move: the pointer stays valid for the process.
   const probes::Site* at(int id) const {
-    if (id < 0 || static_cast<size_t>(id) >= sites_.size())
-      throw py::index_error("unknown span site " + std::to_string(id));
-    return &sites_[static_cast<size_t>(id)];
+    const probes::Site* s = find(id);
+    if (s == nullptr) throw py::index_error("unknown span site " + std::to_string(id));
+    return s;
+  }
+  const probes::Site* find(int id) const {
+    return id < 0 || static_cast<size_t>(id) >= sites_.size() ? nullptr : &sites_[static_cast<size_t>(id)];
   }
 
  private:
   std::deque<std::string> strings_;
   std::deque<probes::Site> sites_;
   std::map<std::tuple<std::string, int, int, std::string>, int> ids_;
+};
+
+// tpscope._native._span_api (span_api.h): the same sites, clock and span push for tpscope._autograd.
+const SpanApi kSpanApi{
+    kSpanApiVersion,
+    [](int id) -> const void* { return SiteRegistry::instance().find(id); },
+    [] { return probes::rawTicks(); },
+    [](const void* site, uint64_t t0, uint64_t t1, int layer) {
+      if (probes::recording()) probes::emitSpan(static_cast<const probes::Site*>(site), t0, t1, layer);
+    },
 };
 
 py::tuple statusTuple(const tracedb::Status& s) { return py::make_tuple(s.isOk(), s.message()); }
@@ -249,6 +263,7 @@ void bindRecorder(py::module_& m) {
   m.def("emit_span", [](int site, uint64_t t0, uint64_t t1, int layer) {
     if (probes::recording()) probes::emitSpan(SiteRegistry::instance().at(site), t0, t1, layer);
   }, "site"_a, "t0"_a, "t1"_a, "layer"_a = -1);
+  m.attr("_span_api") = py::capsule(&kSpanApi, TPSCOPE_SPAN_API_CAPSULE);
   // ---- records ----
   m.def("collective_enqueued", &collectiveEnqueued, "group"_a, "ranks"_a, "seq"_a, "op"_a, "dtype"_a, "shape"_a,
         "bytes"_a, "callsite"_a, "layer"_a = -1, "phase"_a = 0, "step"_a = -1, "started"_a = true,

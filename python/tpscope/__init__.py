@@ -11,7 +11,8 @@ or, from a program that wants to start it itself:
     tpscope.stop()
 
 What is recorded and how: docs/capture.md, "Python programs". The native part (tpscope._native) is a pybind11
-binding of probes/runtime and core's health rules; this package only decides what to record.
+binding of probes/runtime and core's health rules; tpscope._autograd walks the autograd graph for backward spans in
+C++ where it was built for the PyTorch loaded; this package decides what to record.
 """
 
 import contextlib
@@ -40,6 +41,8 @@ def start():
     _native.set_meta("python", sys.version.split()[0])
     _native.set_meta("torch_version", torch.__version__)
     _native.set_meta("source_language", "python")
+    from . import _modules
+    _native.set_meta("backward_walk", _modules.WALK)  # C++ (tpscope._autograd) or Python: see docs/capture.md
     _state.STATE.set_step(_state.STATE.step)
     return True
 

@@ -10,12 +10,18 @@ Forward span: pre-hook to forward hook, kind compute, phase forward.
 
 Backward span, without changing the module's inputs or outputs (no BackwardHook wrapping, so in-place ops on
 module outputs keep working): it begins when autograd reaches the node that produced the module's output (a node
-pre-hook) and ends when the last autograd node the module's forward created has run (post-hooks on the region's
+pre-hook; when an in-place op on an output view replaced that node, as nn.ReLU(inplace=True) after a Linear does,
+when its first sink or submodule ends — the C++ walk knows its first node) and ends when the last autograd node the module's forward created has run (post-hooks on the region's
 exit nodes). The module's
 nodes are found when its forward returns, by walking the graph back from its outputs until the nodes of its inputs or
 nodes that an earlier module owns; a submodule's region is walked once, by the submodule, and its parent waits for
 its span instead of its nodes, so the walk costs O(nodes) per forward pass whatever the nesting. Spans whose last
 node never runs (a branch that needs no gradient) end at the last node that did, when backward() returns.
+
+The walk and the node hooks run in C++ (tpscope._autograd, src/autograd_regions.cpp: the same algorithm on LibTorch's
+Node objects, hooks that autograd runs without the GIL) when the package was built against the PyTorch loaded now;
+otherwise, or with TPSCOPE_AUTOGRAD=python, in Python below. The C++ walk takes about a tenth of the time per module
+call (docs/capture.md); both record the same spans (tests/python: test_backward_spans_match_between_walks).
 
 Non-finite check: each leaf module's first floating-point output (a module with submodules mostly returns a child's
 output or a residual sum of them, which the next leaf sees: each value is read about once), with the time it was
@@ -25,6 +31,7 @@ finite); any other output's sum is kept on the device until the loss's backward(
 _training). Only while gradients are enabled (training), at most _ACT_LIMIT per step.
 """
 
+import os
 import re
 
 import torch
@@ -49,16 +56,42 @@ def _probe_autograd():
 _ACCUMULATE_GRAD, _NODE_PREHOOKS = _probe_autograd()  # AccumulateGrad: a leaf's (parameter's) sink, never hooked
 
 
+def _load_autograd():
+    """tpscope._autograd when it was built for the PyTorch loaded now and TPSCOPE_AUTOGRAD is not "python", else None.
+    The version and folder are checked before the import: under another PyTorch it would load a second libtorch."""
+    if os.environ.get("TPSCOPE_AUTOGRAD", "") == "python":
+        return None
+    from . import _build
+    if (not _build.AUTOGRAD_TORCH_VERSION or torch.__version__ != _build.AUTOGRAD_TORCH_VERSION
+            or os.path.realpath(os.path.dirname(torch.__file__)) != os.path.realpath(_build.AUTOGRAD_TORCH_DIR)):
+        return None
+    try:
+        from . import _autograd
+    except ImportError:
+        return None
+    return _autograd
+
+
+_CPP_MODULE = _load_autograd()
+_CPP = _CPP_MODULE  # the walk in use: tpscope._autograd, or None for the Python walk (select_walk)
+WALK = "C++" if _CPP is not None else "Python"  # its name (tests, benchmarks)
+
+
 def layer_of(name):
     """The first purely numeric component of a qualified name ("layers.3.mlp" -> 3), else -1."""
     match = _LAYER.search(name)
     return int(match.group(1)) if match else -1
 
 
+_numbered = []  # every ModuleInfo, by its number (tpscope._autograd names the module of a span by that number)
+
+
 class ModuleInfo:
-    __slots__ = ("name", "layer", "fwd_site", "bwd_site", "qualified", "leaf")
+    __slots__ = ("name", "layer", "fwd_site", "bwd_site", "qualified", "leaf", "number")
 
     def __init__(self, name, qualified, leaf=True):
+        self.number = len(_numbered)
+        _numbered.append(self)
         self.name = name
         self.layer = layer_of(name)
         self.leaf = leaf  # no submodules: its output is computed here (watched for non-finite values)
@@ -77,11 +110,12 @@ class _Call:
 class _Backward:
     """One module call's backward span: started by its output node, ended by its own nodes and child spans."""
 
-    __slots__ = ("info", "index", "t0", "t1", "pending", "parent", "frontier", "done")
+    __slots__ = ("info", "index", "t0", "t1", "first", "pending", "parent", "frontier", "done")
 
     def __init__(self, info, index):
         self.info, self.index = info, index
         self.t0 = self.t1 = 0
+        self.first = 0          # when its first sink or child ended: its start when its output's node never ran
         self.pending = 0        # own hooked nodes + child spans not finished
         self.parent = None
         self.frontier = None    # nodes just outside this call's region (only while its root call runs)
@@ -90,6 +124,8 @@ class _Backward:
     def node_done(self, grad_inputs, grad_outputs):
         """Hook of one of its sink nodes (registered as this bound method: no closure per node)."""
         self.t1 = _native.ticks()
+        if not self.first:
+            self.first = self.t1
         self.pending -= 1
         if self.pending == 0:
             _finish(self)
@@ -206,6 +242,11 @@ def take_activations():
     return out
 
 
+def _attach_backward_cpp(call, inputs, outs):
+    info = call.info
+    _CPP.attach(info.number, info.bwd_site, info.layer, call.index, outs, _tensors(inputs))
+
+
 def _attach_backward(call, inputs, outs):
     out_nodes = [(t, t.grad_fn) for t in outs if t.grad_fn is not None]
     if not out_nodes:
@@ -278,6 +319,8 @@ def _walk(rec, outs, stops):
 
 
 def _end_root_call():
+    if _CPP is not None:
+        _CPP.end_root_call()
     for rec in _root_records:
         rec.frontier = None
     _root_records.clear()
@@ -304,10 +347,14 @@ def _finish(rec):
                 STATE.backward_stack.remove(rec)
             except ValueError:
                 pass
+        elif rec.first:  # an in-place op on an output view replaced the output's node: from its first sink on
+            _native.emit_span(rec.info.bwd_site, rec.first, max(rec.t1, rec.first), rec.info.layer)
         parent = rec.parent
         if parent is None:
             return
         parent.t1 = max(parent.t1, rec.t1)
+        if not parent.first or (rec.t0 or rec.first) < parent.first:
+            parent.first = rec.t0 or rec.first
         parent.pending -= 1
         if parent.pending > 0:
             return
@@ -316,13 +363,43 @@ def _finish(rec):
 
 def backward_finished():
     """Called when backward() returns: ends the spans whose last node did not run."""
+    if _CPP is not None:
+        _CPP.backward_finished()
     now = _native.ticks()
     for rec in _open:
-        if not rec.done and rec.t0:
+        t0 = rec.t0 or rec.first
+        if not rec.done and t0:
             rec.done = True
-            _native.emit_span(rec.info.bwd_site, rec.t0, max(rec.t1 or now, rec.t0), rec.info.layer)
+            _native.emit_span(rec.info.bwd_site, t0, max(rec.t1 or now, t0), rec.info.layer)
     _open.clear()
     STATE.backward_stack.clear()
+
+
+def _innermost_backward_py():
+    stack = STATE.backward_stack
+    return stack[-1].info if stack else None
+
+
+def _innermost_backward_cpp():
+    number = _CPP.current()
+    return _numbered[number] if number >= 0 else None
+
+
+_attach_backward_py = _attach_backward
+
+
+def select_walk(cpp):
+    """Walks in C++ (when tpscope._autograd loaded) or in Python from the next module call on; returns the walk's
+    name. Only between training steps (benchmarks compare the two in one process)."""
+    global _CPP, WALK, _attach_backward
+    _CPP = _CPP_MODULE if cpp else None
+    WALK = "C++" if _CPP is not None else "Python"
+    _attach_backward = _attach_backward_cpp if _CPP is not None else _attach_backward_py
+    STATE.innermost_backward = _innermost_backward_cpp if _CPP is not None else _innermost_backward_py
+    return WALK
+
+
+select_walk(True)
 
 
 def install():

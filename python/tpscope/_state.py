@@ -24,7 +24,8 @@ class _State:
         self.in_backward = 0          # depth of torch.autograd.backward calls in progress
         self.in_optimizer = 0         # depth of optimizer.step() calls in progress
         self.forward_stack = []       # module calls in progress: [_Call], innermost last
-        self.backward_stack = []      # module backward spans started and not ended, innermost last
+        self.backward_stack = []      # module backward spans started and not ended, innermost last (Python walk)
+        self.innermost_backward = lambda: None  # -> the ModuleInfo whose backward runs innermost now (_modules)
         self.callsite_override = None  # (callsite, phase) for collectives tpscope itself issues (the health vote)
 
     def phase(self):
@@ -39,9 +40,10 @@ class _State:
     def current_module(self):
         """(qualified name, layer) of the module running now — in backward, the innermost one whose backward has
         begun — or None outside every module."""
-        if self.in_backward and self.backward_stack:
-            info = self.backward_stack[-1].info
-            return info.name, info.layer
+        if self.in_backward:
+            info = self.innermost_backward()
+            if info is not None:
+                return info.name, info.layer
         if self.forward_stack:
             info = self.forward_stack[-1].info
             return info.name, info.layer
