@@ -2,7 +2,8 @@
 """A model whose autograd graph has the shapes the backward-span walk must get right, trained for 3 steps in one
 process with tpscope recording into OUT/rank-0.db (walk_test.py runs it under both walks: TPSCOPE_AUTOGRAD=python and
 the C++ one). Prints one JSON line: the walk used, what the C++ walk still holds after the last backward, and the
-module calls per step that should have a backward span (counted here from the model's own calls, not from tpscope).
+module calls per step that should have a backward span (counted here from the model's own calls, not from tpscope),
+and the module tpscope names as running inside a custom Function's backward (what a collective there is charged to).
 
 Shapes: residual sums; a module called twice per step; a module returning its input (no node of its own, no span);
 an in-place op on a module's own output; a custom autograd.Function (a Python node); tuple outputs that are views;
@@ -21,8 +22,10 @@ import torch.nn as nn
 
 import tpscope
 from tpscope import _modules
+from tpscope._state import STATE
 
 calls = collections.Counter()  # module name -> calls in the current step that create a node needing a gradient
+inside = []  # the module tpscope names as running (STATE.current_module) when Double's backward runs
 
 
 class Double(torch.autograd.Function):
@@ -32,6 +35,7 @@ class Double(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
+        inside.append(STATE.current_module())  # what a collective issued here would be attributed to
         return g * 2
 
 
@@ -151,7 +155,7 @@ def main():
         net(tokens)  # a forward with gradients on whose backward never comes
     held = _modules._CPP.stats() if _modules._CPP is not None else None
     tpscope.stop()
-    print(json.dumps({"walk": _modules.WALK, "held": held, "expected": expected}))
+    print(json.dumps({"walk": _modules.WALK, "held": held, "expected": expected, "inside": inside}))
 
 
 if __name__ == "__main__":

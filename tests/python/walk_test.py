@@ -4,7 +4,8 @@
 walk_program.py runs twice, once with the C++ walk (tpscope._autograd, the default where it was built) and once with
 TPSCOPE_AUTOGRAD=python. Each run's backward spans must match, per step, the module calls the program counted itself
 (a span per call that made a node needing a gradient: a module called twice has two, one that returns its input has
-none), and the two runs must nest their spans the same way (which span lies inside which). Where the build made
+none), name the right module as running inside a custom Function's backward (where collectives are charged), and the
+two runs must nest their spans the same way (which span lies inside which). Where the build made
 tpscope._autograd for this PyTorch, the default run must have used it — a C++ walk that silently fell back to Python
 fails here — and after training it must hold no autograd node and no running span.
 """
@@ -53,6 +54,11 @@ def check_counts(walk, report, spans):
         if got != collections.Counter(want):
             fail("%s walk, step %d: backward spans per module %r, the program's own count of its calls %r"
                  % (walk, step, dict(sorted(got.items())), dict(sorted(want.items()))))
+    # Double's backward runs inside blocks.1.scaled's region, then blocks.0.scaled's, once per step (layer = block).
+    want_inside = [["blocks.1.scaled", 1], ["blocks.0.scaled", 0]] * len(report["expected"])
+    if report["inside"] != want_inside:
+        fail("%s walk: the module running during the custom Function's backward was %r, want %r"
+             % (walk, report["inside"], want_inside))
     for step, name, layer, begin, end in spans:
         want_layer = int(name.split(".")[1]) if name.startswith("blocks.") else -1
         if layer != want_layer or end < begin:
