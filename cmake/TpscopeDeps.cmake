@@ -99,7 +99,7 @@ print(os.path.dirname(torch.__file__)); print(int(torch._C._GLIBCXX_USE_CXX11_AB
   set(TPSCOPE_HAVE_PYTHON ON)
   if(TPSCOPE_PYTHON_AUTOGRAD)
     foreach(_lib torch_python torch torch_cpu c10)
-      find_library(TPSCOPE_PYTHON_LIB_${_lib} ${_lib} PATHS ${TPSCOPE_PYTHON_TORCH_DIR}/lib NO_DEFAULT_PATH)
+      find_library(TPSCOPE_PYTHON_LIB_${_lib} ${_lib} PATHS ${TPSCOPE_PYTHON_TORCH_DIR}/lib NO_DEFAULT_PATH NO_CACHE)
       if(NOT TPSCOPE_PYTHON_LIB_${_lib})
         message(FATAL_ERROR "TPSCOPE_PYTHON_AUTOGRAD=ON but lib${_lib}.so is not in ${TPSCOPE_PYTHON_TORCH_DIR}/lib "
                             "(the PyTorch of ${TPSCOPE_PYTHON}); build without the C++ backward walk: "

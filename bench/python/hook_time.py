@@ -6,8 +6,8 @@ each call while samples/python/tp_train.py's model (one rank, TP = 1) trains wit
 What step-time comparisons (overhead_in_process.py) cannot resolve on a noisy machine this attributes: each entry's
 own time is measured directly, so a change to one hook shows in its line. Not included: autograd calling the node
 hooks (about a microsecond each, in C++), the node hooks of the C++ walk (tpscope._autograd: C++ hooks autograd runs
-without Python; --walk python times the Python walk's instead), the recorder's flusher thread, and what the hooks' memory traffic costs the
-model's own work. The timer adds about 0.3 µs per call (measured warm): under 0.1 ms for the ~190 calls of a step.
+without Python; --walk python times the Python walk's instead), the recorder's flusher thread, and what the hooks'
+memory traffic costs the model's own work. The timer adds about 0.3 µs per call (measured warm): under 0.1 ms for the ~190 calls of a step.
 
 Usage: PYTHONPATH=<build>/python /usr/bin/python3 bench/python/hook_time.py [--steps 40] [-- tp_train.py model args]
 """

@@ -99,8 +99,8 @@ def main():
                                        paired[2] / med[off][2] * 100))
     if "ON (Python walk)" in times:
         saved = statistics.median(py[0] - c[0] for c, py in zip(times[on_name], times["ON (Python walk)"])) * 1e3
-        print("the C++ walk saves %+.2f ms per step against the Python walk (paired median of wall time, %+.2f %% of OFF)"
-              % (saved, saved / med[off][0] * 100))
+        print("the C++ walk saves %+.2f ms per step against the Python walk (paired median of wall time, %+.2f %% "
+              "of OFF)" % (saved, saved / med[off][0] * 100))
     dist.destroy_process_group()
 
 
