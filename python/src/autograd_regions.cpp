@@ -258,11 +258,15 @@ py::dict stats() {
 
 PYBIND11_MODULE(_autograd, m) {
   m.doc() = "tpscope's backward spans of module calls, on LibTorch's autograd graph (see tpscope/_modules.py)";
-  auto* capsule = PyCapsule_Import(TPSCOPE_SPAN_API_CAPSULE, 0);
-  if (capsule == nullptr) throw py::error_already_set();
-  api = static_cast<const tpscope::python::SpanApi*>(capsule);
-  if (api->version != tpscope::python::kSpanApiVersion)
+  // An ImportError either way, which the package answers by walking in Python (tpscope/_modules.py).
+  const auto* found = static_cast<const tpscope::python::SpanApi*>(PyCapsule_Import(TPSCOPE_SPAN_API_CAPSULE, 0));
+  if (found == nullptr) {
+    PyErr_Clear();
+    throw py::import_error("tpscope._native has no span API (" TPSCOPE_SPAN_API_CAPSULE "): a different build");
+  }
+  if (found->version != tpscope::python::kSpanApiVersion)
     throw py::import_error("tpscope._native and tpscope._autograd come from different builds");
+  api = found;
   using namespace py::literals;
   m.def("attach", &attach, "info"_a, "site"_a, "layer"_a, "index"_a, "outputs"_a, "inputs"_a);
   m.def("end_root_call", &endRootCall);
