@@ -55,14 +55,26 @@ using RegionPtr = std::shared_ptr<Region>;
 
 constexpr size_t kOpenLimit = 1 << 16;
 
-std::mutex mu;
-// During one root call (the outermost module's forward):
-std::unordered_map<Node*, Region*> claims;                  // node -> the innermost region owning it
-std::vector<std::shared_ptr<Node>> claimed;                 // keeps claimed nodes alive: an address is never reused
-std::vector<RegionPtr> rootRegions;
-// Since the last backward() returned:
-std::vector<RegionPtr> open;
-std::vector<RegionPtr> running;  // begun, not ended; innermost last
+struct Tables {
+  std::mutex mu;
+  // During one root call (the outermost module's forward):
+  std::unordered_map<Node*, Region*> claims;   // node -> the innermost region owning it
+  std::vector<std::shared_ptr<Node>> claimed;  // keeps claimed nodes alive: an address is never reused
+  std::vector<RegionPtr> rootRegions;
+  // Since the last backward() returned:
+  std::vector<RegionPtr> open;
+  std::vector<RegionPtr> running;  // begun, not ended; innermost last
+};
+// Never destroyed, on purpose: a forward that raised leaves its walk's nodes here until the next root call, and
+// destroying autograd nodes (some hold Python objects) after the interpreter has finalised must not be what an exit
+// does.
+Tables& tables = *new Tables;
+std::mutex& mu = tables.mu;
+auto& claims = tables.claims;
+auto& claimed = tables.claimed;
+auto& rootRegions = tables.rootRegions;
+auto& open = tables.open;
+auto& running = tables.running;
 
 // Ends `r` and, when it was the last thing its parents waited for, them too. Holds mu.
 void finish(Region* r) {

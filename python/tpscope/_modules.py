@@ -330,6 +330,24 @@ def _end_root_call():
         del _open[: len(_open) - _OPEN_LIMIT]
 
 
+def forget_unfinished_forwards():
+    """Called where no module's forward can be running (backward() and optimizer.step() as the script calls them):
+    module calls still on the stack are of a forward that raised (PyTorch 1.13 calls no hook when forward raises), as
+    in a script that catches an out-of-memory error and retries with a smaller batch. Without this every later root
+    call would count as nested in the dead one, and the walk's tables — every autograd node of every step — would never
+    be released."""
+    if STATE.forward_stack:
+        STATE.forward_stack.clear()
+        _end_root_call()
+
+
+def held():
+    """What the walk holds now: autograd nodes claimed, regions open and running (tests)."""
+    if _CPP is not None:
+        return _CPP.stats()
+    return {"claimed": len(_claims), "open": len(_open), "running": len(STATE.backward_stack)}
+
+
 def _start(records):
     t = _native.ticks()
     for rec in sorted(records, key=lambda r: r.index):  # outer first: the innermost ends up on top

@@ -108,6 +108,7 @@ def _backward(tensors, *args, **kwargs):
         loss = tensors[0] if len(tensors) == 1 else None
     if isinstance(loss, torch.Tensor) and loss.numel() == 1:
         _on_loss(loss)
+    _modules.forget_unfinished_forwards()
     STATE.in_backward += 1
     t0 = _native.ticks()
     try:
@@ -182,6 +183,7 @@ def _vote(action):
 
 def _training_step(optimizer, original, args, kwargs):
     global _step
+    _modules.forget_unfinished_forwards()
     step = STATE.step
     action, grad_norm = _grad_health(optimizer, step)
     action = max(action, _step.action)

@@ -7,8 +7,8 @@ and the module tpscope names as running inside a custom Function's backward (wha
 
 Shapes: residual sums; a module called twice per step; a module returning its input (no node of its own, no span);
 an in-place op on a module's own output; a custom autograd.Function (a Python node); tuple outputs that are views;
-a frozen submodule whose input needs no gradient; nesting three deep; and a forward with gradients on whose backward
-never comes (evaluation), between steps.
+a frozen submodule whose input needs no gradient; nesting three deep; a forward with gradients on whose backward
+never comes (evaluation), between steps; and a forward that raises half-way, caught, before the second step.
 
 Usage: walk_program.py OUT
 """
@@ -120,6 +120,7 @@ class Net(nn.Module):
         self.blocks = nn.ModuleList(Block(i) for i in range(2))
         self.split = Split()
         self.head = nn.Linear(32, 32)
+        self.explode = False
 
     def forward(self, tokens):
         calls["Net"] += 1
@@ -128,6 +129,8 @@ class Net(nn.Module):
         x = self.embed(tokens)
         for b in self.blocks:
             x = b(x)
+            if self.explode:
+                raise RuntimeError("a forward that raises")
         a, b = self.split(x)
         return self.head(torch.cat([a, b * 0.5], dim=-1))
 
@@ -144,7 +147,14 @@ def main():
     net = Net()
     opt = torch.optim.SGD([p for p in net.parameters() if p.requires_grad], lr=0.01)
     expected = []
-    for _ in range(3):
+    for step in range(3):
+        if step == 1:  # a forward that raises half-way (caught, as a retry after running out of memory is)
+            net.explode = True
+            try:
+                net(torch.randint(0, 32, (4, 8)))
+            except RuntimeError:
+                pass
+            net.explode = False
         calls.clear()
         tokens = torch.randint(0, 32, (4, 8))
         loss = torch.nn.functional.cross_entropy(net(tokens).reshape(-1, 32), tokens.reshape(-1))
@@ -153,7 +163,7 @@ def main():
         opt.step()
         expected.append(dict(calls))
         net(tokens)  # a forward with gradients on whose backward never comes
-    held = _modules._CPP.stats() if _modules._CPP is not None else None
+    held = _modules.held()
     tpscope.stop()
     print(json.dumps({"walk": _modules.WALK, "held": held, "expected": expected, "inside": inside}))
 

@@ -97,8 +97,9 @@ def main():
              % (_build.AUTOGRAD_TORCH_VERSION, default["walk"]))
     if runs["python"][0]["walk"] != "Python":
         fail("TPSCOPE_AUTOGRAD=python did not select the Python walk")
-    if default["held"] is not None and (default["held"]["claimed"] or default["held"]["running"]):
-        fail("the C++ walk still holds %r after training" % default["held"])
+    for walk, (report, _) in runs.items():
+        if report["held"]["claimed"] or report["held"]["running"]:
+            fail("the %s walk still holds %r after training" % (report["walk"], report["held"]))
     inner = {walk: nesting(spans) for walk, (_, spans) in runs.items()}
     if inner["default"] != inner["python"]:
         fail("the walks nest spans differently: only %s walk %r; only Python walk %r"
