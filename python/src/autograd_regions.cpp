@@ -147,7 +147,8 @@ std::vector<std::shared_ptr<Node>> gradFns(const py::tuple& tensors) {
 }
 
 // Claims the module call's own nodes, from its output nodes back to its inputs' nodes, earlier regions and leaves;
-// hooks the sinks. The Python walk in _modules.py is the same loop, commented line by line.
+// hooks each of them (its span starts at the first to run) and the sinks (the last sink to run ends it). The Python
+// walk in _modules.py is the same loop, commented line by line, with the output nodes alone hooked for the start.
 void walk(const RegionPtr& rec, std::vector<Node*> todo, const std::vector<Node*>& stops) {
   std::vector<Node*> outside;  // frontier nodes met so far (each enters the frontier once)
   auto toFrontier = [&](Node* node) {
