@@ -59,8 +59,8 @@ def main():
     _native.recording = lambda: state["on"] and native_recording()  # every hook's gate (python/tpscope)
     margs, model = sample_model.build(model_args)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    on_name = "ON (%s walk)" % _modules.WALK
-    sides = [on_name, "OFF (hooked)"] + (["ON (Python walk)"] if args.walks and _modules.WALK != "Python" else [])
+    on_name = "ON (%s walk)" % _modules.walk()
+    sides = [on_name, "OFF (hooked)"] + (["ON (Python walk)"] if args.walks and _modules.walk() != "Python" else [])
     times = {side: [] for side in sides}
     step = 0
     for b in range(len(sides) * (args.blocks + 1)):  # the first block of each side warms up and is not counted

@@ -201,11 +201,11 @@ void walk(const RegionPtr& rec, std::vector<Node*> todo, const std::vector<Node*
 }
 
 // attach(info, site, layer, index, outputs, inputs): the backward span of one module call whose forward just
-// returned; `outputs` and `inputs` are tuples of the call's tensors. Returns whether a span was attached (False when
-// the call created no autograd node of its own).
-bool attach(int info, int site, int layer, int64_t index, const py::tuple& outputs, const py::tuple& inputs) {
+// returned; `outputs` and `inputs` are tuples of the call's tensors. Nothing is attached when the call created no
+// autograd node of its own.
+void attach(int info, int site, int layer, int64_t index, const py::tuple& outputs, const py::tuple& inputs) {
   std::vector<std::shared_ptr<Node>> outs = gradFns(outputs);
-  if (outs.empty()) return false;
+  if (outs.empty()) return;
   std::vector<Node*> stops;
   for (const auto& n : gradFns(inputs)) stops.push_back(n.get());  // alive: the inputs hold them
   const void* sitePtr = api->site(site);
@@ -220,10 +220,9 @@ bool attach(int info, int site, int layer, int64_t index, const py::tuple& outpu
   for (const auto& n : outs) todo.push_back(n.get());
   std::lock_guard<std::mutex> lock(mu);
   walk(rec, std::move(todo), stops);
-  if (rec->pending == 0) return false;  // its outputs are its inputs, or views made elsewhere
+  if (rec->pending == 0) return;  // its outputs are its inputs, or views made elsewhere
   rootRegions.push_back(rec);
   open.push_back(rec);
-  return true;
 }
 
 // The outermost module call returned: its regions are complete; forget the walk's tables.

@@ -42,7 +42,7 @@ def start():
     _native.set_meta("torch_version", torch.__version__)
     _native.set_meta("source_language", "python")
     from . import _modules
-    _native.set_meta("backward_walk", _modules.WALK)  # C++ (tpscope._autograd) or Python: see docs/capture.md
+    _native.set_meta("backward_walk", _modules.walk())  # C++ (tpscope._autograd) or Python: see docs/capture.md
     _state.STATE.set_step(_state.STATE.step)
     return True
 

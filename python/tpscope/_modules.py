@@ -74,7 +74,11 @@ def _load_autograd():
 
 _CPP_MODULE = _load_autograd()
 _CPP = _CPP_MODULE  # the walk in use: tpscope._autograd, or None for the Python walk (select_walk)
-WALK = "C++" if _CPP is not None else "Python"  # its name (tests, benchmarks)
+
+
+def walk():
+    """The name of the walk in use: "C++" or "Python" (the rank's meta, tests, benchmarks)."""
+    return "C++" if _CPP is not None else "Python"
 
 
 def layer_of(name):
@@ -242,12 +246,11 @@ def take_activations():
     return out
 
 
-def _attach_backward_cpp(call, inputs, outs):
-    info = call.info
-    _CPP.attach(info.number, info.bwd_site, info.layer, call.index, outs, _tensors(inputs))
-
-
 def _attach_backward(call, inputs, outs):
+    if _CPP is not None:
+        info = call.info
+        _CPP.attach(info.number, info.bwd_site, info.layer, call.index, outs, _tensors(inputs))
+        return
     out_nodes = [(t, t.grad_fn) for t in outs if t.grad_fn is not None]
     if not out_nodes:
         return
@@ -393,31 +396,24 @@ def backward_finished():
     STATE.backward_stack.clear()
 
 
-def _innermost_backward_py():
+def innermost_backward():
+    """The ModuleInfo whose backward span runs innermost now, or None (STATE.current_module in backward)."""
+    if _CPP is not None:
+        number = _CPP.current()
+        return _numbered[number] if number >= 0 else None
     stack = STATE.backward_stack
     return stack[-1].info if stack else None
 
 
-def _innermost_backward_cpp():
-    number = _CPP.current()
-    return _numbered[number] if number >= 0 else None
-
-
-_attach_backward_py = _attach_backward
+STATE.innermost_backward = innermost_backward
 
 
 def select_walk(cpp):
     """Walks in C++ (when tpscope._autograd loaded) or in Python from the next module call on; returns the walk's
     name. Only between training steps (benchmarks compare the two in one process)."""
-    global _CPP, WALK, _attach_backward
+    global _CPP
     _CPP = _CPP_MODULE if cpp else None
-    WALK = "C++" if _CPP is not None else "Python"
-    _attach_backward = _attach_backward_cpp if _CPP is not None else _attach_backward_py
-    STATE.innermost_backward = _innermost_backward_cpp if _CPP is not None else _innermost_backward_py
-    return WALK
-
-
-select_walk(True)
+    return walk()
 
 
 def install():
