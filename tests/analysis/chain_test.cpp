@@ -247,8 +247,9 @@ TEST(Chain, NanOriginCarriesItsSpreadAndLaterSpikes) {
 }
 
 // A bit flip found by the replica check at step 20 (it happened after the check at step 10) is the cause of the NaN
-// born on the suspect rank at step 14 and of the spike at step 16; a NaN before the window, or on a rank that holds a
-// good copy, is not its consequence.
+// born on the suspect rank at step 14, of the spike at step 16 and of the next pipeline stage's divergence at step 21
+// (rank 3 sends its activations to rank 7); a NaN before the window, or on a rank that holds a good copy, is not its
+// consequence.
 TEST(Chain, SilentCorruptionCausesWhatTheCorruptedCopyFed) {
   Finding sdc = make(FindingKind::SilentCorruption, Severity::Critical, 3, 20);
   sdc.ranks = {3};
@@ -261,7 +262,10 @@ TEST(Chain, SilentCorruptionCausesWhatTheCorruptedCopyFed) {
   downstream.ranks = {4, 5, 6, 7};
   all.push_back(downstream);
   sortFindings(all);
-  const auto chain = buildChain(all);
+  const RunInfo info = layout({{"tp-0", {0, 1}, "gloo"}, {"tp-1", {2, 3}, "gloo"}, {"tp-2", {4, 5}, "gloo"},
+                               {"tp-3", {6, 7}, "gloo"}, {"p2p-3-7", {3, 7}, "gloo"}},
+                              0);
+  const auto chain = buildChain(all, {&info});
   const auto root = std::find_if(chain.begin(), chain.end(), [](const ChainLink& l) { return l.kind == "silent_corruption"; });
   ASSERT_NE(root, chain.end());
   std::vector<std::pair<std::string, int>> under;
@@ -276,6 +280,47 @@ TEST(Chain, SilentCorruptionCausesWhatTheCorruptedCopyFed) {
   EXPECT_EQ(under, (std::vector<std::pair<std::string, int>>{
                        {"grad_spike", 16}, {"nan_origin", 14}, {"silent_corruption", 21}}));
   EXPECT_EQ(chain.size(), 3u) << "the early NaN and the loss spike on a good copy stay roots of their own";
+}
+
+// Time order alone is no link: a later divergence on ranks no process group joins to the first one's suspects, and a
+// NaN on a rank that holds a good copy, are incidents of their own.
+TEST(Chain, FindingsNothingConnectsAreSeparateIncidents) {
+  Finding first = make(FindingKind::SilentCorruption, Severity::Critical, 1, 3);
+  first.ranks = {1};
+  Finding later = make(FindingKind::SilentCorruption, Severity::Critical, -1, 7);
+  later.ranks = {4, 5};
+  std::vector<Finding> all = {first, later, make(FindingKind::InfOrigin, Severity::Critical, 0, 6)};
+  sortFindings(all);
+  const RunInfo info = layout({{"tp-0", {0, 1}, "gloo"}, {"tp-1", {4, 5}, "gloo"}}, 0);
+  const auto chain = buildChain(all, {&info});
+  ASSERT_EQ(chain.size(), 3u);
+  for (const auto& root : chain) EXPECT_TRUE(root.consequences.empty()) << root.kind << " step " << root.step;
+}
+
+// A divergence that another analysis found a fault to explain (sdc.h, explainDivergences: numbers cause, cause_rank,
+// cause_step) hangs under that fault, never the other way round, and causes nothing of its own.
+TEST(Chain, AnExplainedDivergenceHangsUnderItsCause) {
+  Finding nan = make(FindingKind::NanOrigin, Severity::Critical, 1, 9);
+  nan.ranks = {0};  // its spread reached rank 0
+  Finding parted = make(FindingKind::SilentCorruption, Severity::Error, 1, 9);
+  parted.ranks = {0, 1};
+  parted.number("secondary", int64_t{1})
+      .number("cause", std::string("nan_origin"))
+      .number("cause_rank", int64_t{1})
+      .number("cause_step", int64_t{9});
+  std::vector<Finding> all = {parted, nan, make(FindingKind::GradSpike, Severity::Warning, 0, 10)};
+  sortFindings(all);
+  const auto chain = buildChain(all);
+  ASSERT_EQ(chain.size(), 1u);
+  EXPECT_EQ(chain[0].kind, "nan_origin");
+  ASSERT_EQ(chain[0].consequences.size(), 2u);
+  std::vector<std::string> kinds;
+  for (const auto& c : chain[0].consequences) {
+    kinds.push_back(c.kind);
+    EXPECT_TRUE(c.consequences.empty()) << c.kind;
+  }
+  std::sort(kinds.begin(), kinds.end());
+  EXPECT_EQ(kinds, (std::vector<std::string>{"grad_spike", "silent_corruption"}));
 }
 
 // Roots with a critical consequence come before a warning root; a finding no rule names stays a root; the chain

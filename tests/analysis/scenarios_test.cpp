@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <variant>
 
 #include "golden.h"
 #include "test_file.h"
@@ -192,6 +193,38 @@ TEST(Scenario, StragglerRank3) {
   EXPECT_EQ(st[0]->rank, 3);
   EXPECT_EQ(st[0]->severity, Severity::Warning);
   expectGolden("straggler.diagnose.json", d.json);
+}
+
+// Eight ranks, two steps, rank 3 late by 20 ms each: the ranks that wait on it lose more, between them, than a whole mean
+// step per step (issue 31 §3: "lose 187.8 % of a mean step per step" on a real 8-rank trace). The finding gives the
+// milliseconds and the share of the waiting ranks' own time, which cannot pass 100 %.
+TEST(Scenario, AStragglersCostIsTheWaitingRanksShareOfTheirOwnTime) {
+  RunSpec spec;
+  spec.tp = 4;
+  spec.dp = 2;
+  spec.steps = 2;
+  spec.stragglerRank = 3;
+  spec.stragglerDelayNs = 20'000'000;
+  const auto d = diagnoseSpec("straggler-8", spec);
+  const auto st = ofKind(d.result, FindingKind::Straggler);
+  ASSERT_EQ(st.size(), 1u) << d.json;
+  const Finding& f = *st[0];
+  EXPECT_EQ(f.rank, 3);
+  double rankTime = 0, share = -1;
+  for (const auto& n : f.evidence.numbers) {
+    if (n.name == "step_cost_pct") rankTime = std::get<double>(n.value);
+    if (n.name == "waiting_share_pct") share = std::get<double>(n.value);
+  }
+  EXPECT_GT(rankTime, 100.0) << "the waiting summed over the waiting ranks is more than a mean step";
+  EXPECT_GT(share, 0.0);
+  EXPECT_LE(share, 100.0);
+  ASSERT_FALSE(f.details.empty());
+  const std::string& why = f.details.front();
+  EXPECT_EQ(why.find("of a mean step"), std::string::npos) << why;
+  EXPECT_NE(why.find("the 4 ranks waiting on it lose "), std::string::npos) << why;
+  char pct[32];
+  std::snprintf(pct, sizeof pct, "%.1f%% of their time", share);
+  EXPECT_NE(why.find(" ms per step, " + std::string(pct)), std::string::npos) << why;
 }
 
 // A pair whose rank 1 starts six steps late: too few collectives for the run's bound, a lag large against the step
@@ -461,6 +494,198 @@ TEST(Scenario, ActivationAlertDecidesTheOrigin) {
   ASSERT_FALSE(f.evidence.rows.empty());
   EXPECT_EQ(f.evidence.rows[0].table, "alerts");
   expectGolden("activation.diagnose.json", d.json);
+}
+
+// ---- Replicas that part (issue 31 §2): a NaN or one rank's gradient spike is the cause, not a corruption ----
+
+const ChainLink* findLink(const std::vector<ChainLink>& links, const std::string& kind) {
+  for (const auto& l : links) {
+    if (l.kind == kind) return &l;
+    if (const ChainLink* c = findLink(l.consequences, kind)) return c;
+  }
+  return nullptr;
+}
+
+const ChainLink* rootOf(const DiagnoseResult& r, const std::string& kind) {
+  for (const auto& l : r.chain)
+    if (l.kind == kind) return &l;
+  return nullptr;
+}
+
+std::string numberText(const Evidence& e, const char* name) {
+  for (const auto& n : e.numbers)
+    if (n.name == name) {
+      if (const auto* s = std::get_if<std::string>(&n.value)) return *s;
+      if (const auto* i = std::get_if<int64_t>(&n.value)) return std::to_string(*i);
+    }
+  return "";
+}
+
+bool cites(const Evidence& e, const std::string& table, int rank, int step) {
+  for (const auto& row : e.rows) {
+    if (row.table != table) continue;
+    int64_t r = -1, st = -1;
+    for (const auto& k : row.key) {
+      if (k.name == "rank") r = std::get<int64_t>(k.value);
+      if (k.name == "step") st = std::get<int64_t>(k.value);
+    }
+    if (r == rank && st == step) return true;
+  }
+  return false;
+}
+
+// The first finding of warning or above that is a cause (what the accuracy benchmark scores as top-1).
+const Finding* topCause(const DiagnoseResult& r) {
+  for (const auto& f : r.findings)
+    if (f.severity <= Severity::Warning && numberText(f.evidence, "secondary") != "1") return &f;
+  return nullptr;
+}
+
+// TP = 2 × DP = 1 (two copies of every replicated tensor) whose copies part at `sdcStep`; the check, without a
+// majority, names both ranks.
+RunSpec pairPartingAt(int steps, int sdcStep) {
+  RunSpec spec;
+  spec.tp = 2;
+  spec.dp = 1;
+  spec.steps = steps;
+  spec.sdcStep = sdcStep;
+  spec.sdcSuspects = {0, 1};
+  return spec;
+}
+
+// TP = 2, the only fault a NaN injected into rank 1's gradient at step 9 (--on-nonfinite warn): the copies of
+// layers.0.ln1.weight part at step 9 and the replica check, with two copies, names both. Copies computed from a NaN
+// are not corrupt: the NaN is the root, the divergence hangs under it, citing rank 1's non-finite gradient.
+TEST(Scenario, ReplicasPartedByANanHangUnderTheNan) {
+  RunSpec spec = pairPartingAt(12, 9);
+  spec.nanRank = 1;
+  spec.nanStep = 9;
+  spec.nanLayer = 0;
+  spec.sdcTensor = "layers.0.ln1.weight";
+  spec.sdcLayer = 0;
+  const auto d = diagnoseSpec("sdc-nan", spec);
+  ASSERT_FALSE(d.result.chain.empty());
+  const ChainLink& root = d.result.chain.front();
+  EXPECT_EQ(root.kind, "nan_origin");
+  EXPECT_EQ(root.rank, 1);
+  EXPECT_EQ(root.step, 9);
+  EXPECT_EQ(rootOf(d.result, "silent_corruption"), nullptr) << "the divergence is no root of its own";
+  const ChainLink* parted = findLink(root.consequences, "silent_corruption");
+  ASSERT_NE(parted, nullptr) << d.json;
+  EXPECT_EQ(parted->severity, Severity::Error);
+  EXPECT_EQ(parted->step, 9);
+  EXPECT_EQ(parted->rank, 1);
+  EXPECT_NE(parted->message.find("layers.0.ln1.weight"), std::string::npos) << parted->message;
+  EXPECT_NE(parted->message.find("NaN on rank 1 at step 9, not a corruption"), std::string::npos) << parted->message;
+  EXPECT_EQ(numberText(parted->evidence, "secondary"), "1");
+  EXPECT_EQ(numberText(parted->evidence, "cause"), "nan_origin");
+  EXPECT_TRUE(cites(parted->evidence, "grad_stats", 1, 9)) << "the row that shows the NaN on the suspect";
+  const Finding* top = topCause(d.result);
+  ASSERT_NE(top, nullptr);
+  EXPECT_EQ(top->kind, FindingKind::NanOrigin);
+}
+
+// A 10⁴× gradient spike on rank 1 of TP = 2 at step 3 (too early for the spike test's history), the copies of the
+// position embedding part at that step (no majority among two), and an Inf enters rank 0's gradients at step 6.
+// Rank 1's gradient stood out alone at the step the copies parted: it is the suspect and the spike the cause. The
+// Inf on rank 0, which holds the good copy, is an incident of its own.
+TEST(Scenario, ReplicasPartedByOneRanksSpikeNameTheSpikeAndAnUnrelatedInfStaysApart) {
+  RunSpec spec = pairPartingAt(12, 3);
+  spec.spikeRank = 1;
+  spec.spikeStep = 3;
+  spec.spikeFactor = 1e4;
+  spec.nanRank = 0;
+  spec.nanStep = 6;
+  spec.nanLayer = 0;
+  spec.nanIsInf = true;
+  const auto d = diagnoseSpec("sdc-spike", spec);
+  const ChainLink* spike = rootOf(d.result, "grad_spike");
+  ASSERT_NE(spike, nullptr) << d.json;
+  EXPECT_EQ(spike->rank, 1);
+  EXPECT_EQ(spike->step, 3);
+  EXPECT_EQ(spike->severity, Severity::Warning);
+  ASSERT_EQ(spike->consequences.size(), 1u) << d.json;
+  const ChainLink& parted = spike->consequences.front();
+  EXPECT_EQ(parted.kind, "silent_corruption");
+  EXPECT_EQ(parted.rank, 1) << "the rank whose gradient stood out is the suspect";
+  EXPECT_NE(parted.message.find("rank 1's copy of position parts"), std::string::npos) << parted.message;
+  EXPECT_NE(parted.message.find("gradient stood out at step 3"), std::string::npos) << parted.message;
+  EXPECT_EQ(numberText(parted.evidence, "cause"), "grad_spike");
+  EXPECT_TRUE(cites(parted.evidence, "grad_stats", 1, 3));
+  const ChainLink* inf = rootOf(d.result, "inf_origin");
+  ASSERT_NE(inf, nullptr) << d.json;
+  EXPECT_EQ(inf->rank, 0);
+  EXPECT_EQ(inf->step, 6);
+  EXPECT_EQ(findLink(inf->consequences, "silent_corruption"), nullptr) << "nothing connects the Inf to the divergence";
+  EXPECT_EQ(rootOf(d.result, "silent_corruption"), nullptr);
+}
+
+// The same with a spike late enough for the spike test: its own grad_spike finding is the cause, and with no other
+// fault it is what the run is diagnosed with first (the accuracy benchmark's spike runs).
+TEST(Scenario, ReplicasPartedByAFlaggedSpikeMakeTheSpikeTheTopFinding) {
+  RunSpec spec = pairPartingAt(16, 12);
+  spec.spikeRank = 1;
+  spec.spikeStep = 12;
+  spec.spikeFactor = 1e4;
+  const auto d = diagnoseSpec("sdc-spike-late", spec);
+  ASSERT_FALSE(d.result.chain.empty());
+  const ChainLink& root = d.result.chain.front();
+  EXPECT_EQ(root.kind, "grad_spike");
+  EXPECT_EQ(root.rank, 1);
+  EXPECT_EQ(root.step, 12);
+  const ChainLink* parted = findLink(root.consequences, "silent_corruption");
+  ASSERT_NE(parted, nullptr) << d.json;
+  EXPECT_EQ(parted->rank, 1);
+  const Finding* top = topCause(d.result);
+  ASSERT_NE(top, nullptr);
+  EXPECT_EQ(top->kind, FindingKind::GradSpike);
+  EXPECT_EQ(top->rank, 1);
+  EXPECT_EQ(top->step, 12);
+}
+
+// A bit flip with no other fault: rank 2's copy differs from the three others (TP 2 × DP 2). It stays a critical
+// silent_corruption root naming rank 2; the NaN that the corrupted copy later feeds on rank 2 hangs under it.
+TEST(Scenario, AGenuineCorruptionStaysTheRoot) {
+  RunSpec spec;
+  spec.steps = 12;
+  spec.sdcStep = 5;
+  spec.sdcSuspects = {2};
+  spec.sdcMajority = true;
+  spec.nanRank = 2;
+  spec.nanStep = 8;
+  spec.nanLayer = 1;
+  const auto d = diagnoseSpec("sdc-genuine", spec);
+  ASSERT_FALSE(d.result.chain.empty());
+  const ChainLink& root = d.result.chain.front();
+  EXPECT_EQ(root.kind, "silent_corruption");
+  EXPECT_EQ(root.severity, Severity::Critical);
+  EXPECT_EQ(root.rank, 2);
+  EXPECT_EQ(root.step, 5);
+  EXPECT_EQ(numberText(root.evidence, "secondary"), "");
+  const ChainLink* nan = findLink(root.consequences, "nan_origin");
+  ASSERT_NE(nan, nullptr) << d.json;
+  EXPECT_EQ(nan->rank, 2);
+  EXPECT_EQ(nan->step, 8);
+}
+
+// Two copies and nothing else to go on: both ranks stay suspects, and the finding says what would decide.
+TEST(Scenario, TwoCopiesWithNothingElseSayWhatWouldDecide) {
+  RunSpec spec = pairPartingAt(12, 4);
+  const auto d = diagnoseSpec("sdc-pair", spec);
+  ASSERT_FALSE(d.result.chain.empty());
+  const ChainLink& root = d.result.chain.front();
+  EXPECT_EQ(root.kind, "silent_corruption");
+  EXPECT_EQ(root.severity, Severity::Critical);
+  EXPECT_EQ(root.rank, -1);
+  ASSERT_GE(root.finding, 0);
+  const Finding& f = d.result.findings[static_cast<size_t>(root.finding)];
+  EXPECT_EQ(f.ranks, (std::vector<int>{0, 1}));
+  EXPECT_NE(f.message.find("no majority among 2 copies, each is a suspect"), std::string::npos) << f.message;
+  bool decides = false;
+  for (const auto& line : f.details)
+    decides = decides || (line.find("replay from the last checkpoint") != std::string::npos &&
+                          line.find("third copy") != std::string::npos);
+  EXPECT_TRUE(decides) << "the details say what would decide between the copies";
 }
 
 }  // namespace

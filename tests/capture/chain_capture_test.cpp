@@ -120,7 +120,7 @@ TEST(ChainCapture, SlowRankAndNanMakeTwoRootsSizedByTheRecords) {
 TEST(ChainCapture, CrashIsTheRootOfTheHangItCaused) {
   const auto dir = testDir("chain_crash_hang");
   const RunResult r = capture(dir, 2, 2, 1, 6, {"--inject", "crash:rank=1,step=3", "--hang-timeout", "2", "--grace", "1"});
-  (void)r;  // capture reports the crash through its exit status
+  ASSERT_EQ(r.status, 4) << "capture reports the crash through its exit status (docs/capture.md)\n" << r.output;
   ASSERT_TRUE(fs::exists(dir / "run.db")) << r.output;
   const Chain c = diagnoseChain(dir / "run.db");
   ASSERT_FALSE(c.roots().empty()) << c.diagnosis.dump(1);
@@ -144,9 +144,8 @@ TEST(ChainCapture, CrashIsTheRootOfTheHangItCaused) {
   EXPECT_GE(crash["cost_ns"].get<int64_t>(), (*hang)["cost_ns"].get<int64_t>());
   const int64_t crashedLast = db.integer("SELECT max(step) FROM spans WHERE rank = 1");
   const int64_t othersLast = db.integer("SELECT max(step) FROM spans WHERE rank = 0");
-  if (othersLast > crashedLast) {
-    EXPECT_EQ(crash["cost_steps"].get<int64_t>(), othersLast - crashedLast);
-  }
+  ASSERT_GT(othersLast, crashedLast) << "rank 0 began the step rank 1 never reached";
+  EXPECT_EQ(crash["cost_steps"].get<int64_t>(), othersLast - crashedLast);
 }
 
 // Rank 1 calls an all-reduce of a different size at step 2: Gloo aborts both ranks on it. The desync is the root;

@@ -237,10 +237,7 @@ TEST_F(HtmlBrowser, KinetoImportsLoadCleanly) {
   importAndCheck({fixtures / "nccl_meta_rank-0.json", fixtures / "nccl_meta_rank-1.json"}, "nccl");
   importAndCheck({fixtures / "gloo_array_rank3.json"}, "gloo");
   const fs::path shared = fs::path(TPSCOPE_SHARED_TESTDATA) / "kineto";
-  if (!fs::is_directory(shared)) {
-    std::cout << "[ SKIPPED  ] shared Kineto traces not found at " << shared << "\n";
-    return;
-  }
+  if (!fs::is_directory(shared)) GTEST_SKIP() << "shared Kineto traces not found at " << shared;
   int n = 0;
   for (const auto& e : fs::directory_iterator(shared))
     if (e.path().extension() == ".gz") importAndCheck({e.path()}, "shared" + std::to_string(n++));

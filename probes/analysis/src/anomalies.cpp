@@ -215,6 +215,40 @@ void replicaDivergences(const GradSeries& g, const RunInfo& info, const AnomalyO
     addDivergence(std::get<0>(key), g.params.at(std::get<2>(key)).first, std::get<1>(key), v, options, out);
 }
 
+// Each rank's total gradient norm at each step against its own median over the previous `window` steps: the steps
+// where exactly one rank reaches normRatioThreshold × (anomalies.h, "Rank jumps").
+void rankJumps(const GradSeries& g, const AnomalyOptions& options, AnomalyReport& out) {
+  struct Seen {
+    int rank;
+    double norm, median;
+    int history;
+  };
+  std::map<int, std::vector<Seen>> byStep;
+  for (auto it = g.rankStepSq.begin(); it != g.rankStepSq.end(); ++it) {
+    const auto [rank, step] = it->first;
+    std::vector<double> before;
+    for (auto b = g.rankStepSq.lower_bound({rank, step - options.window}); b != it; ++b)
+      before.push_back(std::sqrt(b->second));
+    const int history = static_cast<int>(before.size());
+    const double median = history > 0 ? medianOf(std::move(before)) : 0.0;
+    if (median > 0) byStep[step].push_back({rank, std::sqrt(it->second), median, history});
+  }
+  for (const auto& [step, seen] : byStep) {
+    const Seen* top = nullptr;
+    int over = 0;
+    for (const Seen& s : seen)
+      if (s.norm >= options.normRatioThreshold * s.median) {
+        ++over;
+        top = &s;
+      }
+    if (over != 1) continue;
+    double others = 0;
+    for (const Seen& s : seen)
+      if (&s != top) others = std::max(others, s.norm / s.median);
+    out.rankJumps.push_back(RankJump{top->rank, step, top->norm, top->median, top->history, others});
+  }
+}
+
 // Per layer, the median norm per step and the least-squares slope of its log10 over steps.
 void layerTrends(const GradSeries& g, AnomalyReport& out) {
   for (const auto& [layer, bySteps] : g.layerNorms) {
@@ -257,6 +291,7 @@ tracedb::Result<AnomalyReport> analyzeAnomalies(tracedb::Reader& reader, const R
   if (reader.metaValue("grad_stats_after_reduction").value_or("") == "1")
     replicaDivergences(*grads, info, options, out);
   layerTrends(*grads, out);
+  rankJumps(*grads, options, out);
   std::sort(out.gradSpikes.begin(), out.gradSpikes.end(), [](const Spike& a, const Spike& b) {
     return std::tie(a.step, a.rank) != std::tie(b.step, b.rank) ? std::tie(a.step, a.rank) < std::tie(b.step, b.rank)
                                                                  : a.z > b.z;
@@ -348,6 +383,28 @@ std::vector<Finding> anomalyFindings(const AnomalyReport& report, const RunInfo&
   }
   (void)info;
   return out;
+}
+
+Finding rankJumpFinding(const RankJump& jump, const AnomalyOptions& options) {
+  Finding fd;
+  fd.kind = FindingKind::GradSpike;
+  fd.severity = Severity::Warning;
+  fd.rank = jump.rank;
+  fd.step = jump.step;
+  fd.message = "rank " + std::to_string(jump.rank) + "'s gradient norm " + g3(jump.norm) + " at step " +
+               std::to_string(jump.step) + " (median of its previous " + std::to_string(jump.history) + " step" +
+               (jump.history == 1 ? "" : "s") + " " + g3(jump.median) + ", " + g3(jump.norm / jump.median) +
+               "×); no other rank's moved " + g3(options.normRatioThreshold) + "× (at most " + g3(jump.othersRatio) +
+               "×)";
+  fd.details.push_back("the rank's total over its parameters (√Σ l2², grad_stats) against its own previous steps; the "
+                       "spike test did not flag it (too little history, or no fall back after it)");
+  fd.cite("grad_stats", {f("rank", int64_t{jump.rank}), f("step", int64_t{jump.step})});
+  fd.number("value", jump.norm)
+      .number("median", jump.median)
+      .number("ratio", jump.norm / jump.median)
+      .number("history", int64_t{jump.history})
+      .number("others_max_ratio", jump.othersRatio);
+  return fd;
 }
 
 }  // namespace tpscope::analysis

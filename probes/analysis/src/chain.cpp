@@ -124,19 +124,55 @@ bool originCauses(const Ctx& x, const Finding& c, const Finding& e) {
   return e.step >= c.step && (e.rank < 0 || e.rank == c.rank || contains(c.ranks, e.rank));
 }
 
+std::string textOr(const Finding& fd, const char* name) {
+  for (const auto& n : fd.evidence.numbers)
+    if (n.name == name)
+      if (const auto* s = std::get_if<std::string>(&n.value)) return *s;
+  return {};
+}
+
+// Replicas that a NaN or one rank's gradient spike parted (sdc.h, explainDivergences): the analysis that found the
+// connection names the cause on the divergence (cause, cause_rank, cause_step), with the rows that show the fault on
+// the suspect.
+bool explainedBy(const Finding& c, const Finding& e) {
+  return isKind(e, FindingKind::SilentCorruption) && secondary(e) && textOr(e, "cause") == findingKindName(c.kind) &&
+         numberOr(e, "cause_rank", -2) == c.rank && numberOr(e, "cause_step", -2) == c.step && c.step >= 0;
+}
+
+// The ranks that hold the corrupted copy: the suspect, or every suspect without a majority.
+std::vector<int> suspects(const Finding& fd) {
+  std::vector<int> out = fd.ranks;
+  if (fd.rank >= 0 && !contains(out, fd.rank)) out.push_back(fd.rank);
+  return out;
+}
+
+// Does a process group carry values from a rank of `from` to a rank of `to` that `from` does not hold (a TP group
+// sums partial results, a pipeline pair passes activations, a DP group averages gradients)?
+bool channel(const Ctx& x, const std::vector<int>& from, const std::vector<int>& to) {
+  if (x.in.info == nullptr) return false;
+  for (const auto& g : x.in.info->groups) {
+    const bool src = std::any_of(from.begin(), from.end(), [&](int r) { return contains(g.ranks, r); });
+    const bool dst = std::any_of(to.begin(), to.end(), [&](int r) { return contains(g.ranks, r) && !contains(from, r); });
+    if (src && dst) return true;
+  }
+  return false;
+}
+
 // Corrupted state found on a rank feeds everything computed from it afterwards: a bit flip in a weight's exponent turns
 // into a NaN or a spike there (or on the ranks it reaches) at the check's step or later. The flip happened at most
-// one check window before the step the finding names, so a consequence may begin that early.
-bool sdcCauses(const Finding& c, const Finding& e) {
-  if (!isKind(c, FindingKind::SilentCorruption) || c.step < 0) return false;
+// one check window before the step the finding names, so a consequence may begin that early. A divergence that
+// another fault explains is that fault's consequence and causes nothing of its own.
+bool sdcCauses(const Ctx& x, const Finding& c, const Finding& e) {
+  if (!isKind(c, FindingKind::SilentCorruption) || c.step < 0 || secondary(c)) return false;
   // Corrupted values travel: a pipeline stage fed by the corrupted copy's activations, a TP peer summing its partial
-  // results, diverge later (a step after at the earliest) — on ranks the first incident does not name.
-  if (isKind(e, FindingKind::SilentCorruption)) return e.step > c.step;
+  // results, diverge later (a step after at the earliest) — on ranks the first incident does not name, joined to a
+  // suspect by a process group that carries values between them.
+  if (isKind(e, FindingKind::SilentCorruption)) return e.step > c.step && channel(x, suspects(c), suspects(e));
   if (!(origin(e) || isKind(e, FindingKind::GradSpike) || isKind(e, FindingKind::LossSpike) ||
         isKind(e, FindingKind::ReplicaDivergence)))
     return false;
   const int64_t window = std::max<int64_t>(0, c.step - numberOr(c, "earliest_step", c.step));
-  return e.step >= c.step - window && (e.rank < 0 || c.rank < 0 || e.rank == c.rank || contains(c.ranks, e.rank));
+  return e.step >= c.step - window && (e.rank < 0 || contains(suspects(c), e.rank));
 }
 
 bool stragglerCauses(const Finding& c, const Finding& e) {
@@ -155,10 +191,11 @@ bool spikeCauses(const Finding& c, const Finding& e) {
 // The rules in order of precedence: a finding takes the first cause that names it.
 const std::vector<std::function<bool(const Ctx&, const Finding&, const Finding&)>>& rules() {
   static const std::vector<std::function<bool(const Ctx&, const Finding&, const Finding&)>> r = {
+      [](const Ctx&, const Finding& c, const Finding& e) { return explainedBy(c, e); },
       desyncCauses,
       [](const Ctx&, const Finding& c, const Finding& e) { return crashCauses(c, e); },
       hangCauses,
-      [](const Ctx&, const Finding& c, const Finding& e) { return sdcCauses(c, e); },
+      sdcCauses,
       originCauses,
       [](const Ctx&, const Finding& c, const Finding& e) { return stragglerCauses(c, e); },
       [](const Ctx&, const Finding& c, const Finding& e) { return spikeCauses(c, e); },

@@ -154,11 +154,17 @@ std::vector<Finding> stragglerFindings(const CollectiveAnalysis& ca, const RunIn
                  std::to_string(r.lastCount) + " of " + std::to_string(r.collectives) + "); the others wait " +
                  ms(r.causedWaitNs) + " in total on it";
     if (sr.steps > 0) fd.message += " (" + ms(r.causedWaitNs / sr.steps) + " per step)";
-    char why[160];
+    // Beyond chance, the waiting ranks lose `perStep` ns per step between them; told as a share of their own time
+    // (their steps, each a mean step long), within which each one's waiting lies — not of one step.
+    const size_t waiting = waiters.empty() ? std::max<size_t>(1, sr.ranks.size()) - 1 : waiters.size();
+    const double sharePct = stepNs > 0 && waiting > 0 ? 100.0 * perStep / (stepNs * static_cast<double>(waiting)) : 0.0;
+    char why[240];
     std::snprintf(why, sizeof why,
-                  "chance would make it cause %s of waiting (z = %.1f, p = %.2g); beyond that, the ranks waiting on "
-                  "it lose %.1f%% of a mean step per step",
-                  ms(static_cast<int64_t>(r.expectedWaitNs)).c_str(), r.z, r.pValue, costPct);
+                  "chance would make it cause %s of waiting (z = %.1f, p = %.2g); beyond that, the %zu %s waiting "
+                  "on it %s %s per step, %.1f%% of %s time",
+                  ms(static_cast<int64_t>(r.expectedWaitNs)).c_str(), r.z, r.pValue, waiting,
+                  waiting == 1 ? "rank" : "ranks", waiting == 1 ? "loses" : "lose",
+                  ms(static_cast<int64_t>(perStep)).c_str(), sharePct, waiting == 1 ? "its" : "their");
     fd.details.push_back(why);
     if (schedulerSized)
       fd.details.push_back("every CPU of host " + ri->host + " runs a rank: a lag of " +
@@ -191,7 +197,8 @@ std::vector<Finding> stragglerFindings(const CollectiveAnalysis& ca, const RunIn
         .number("expected_wait_ns", r.expectedWaitNs)
         .number("z", r.z)
         .number("p_value", r.pValue)
-        .number("step_cost_pct", costPct);
+        .number("step_cost_pct", costPct)
+        .number("waiting_share_pct", sharePct);
     if (cpuExcess) fd.number("cpu_wait_excess_ns_per_step", *cpuExcess);
     out.push_back(std::move(fd));
   }
@@ -304,10 +311,12 @@ DiagnoseResult diagnose(tracedb::Reader& reader, const DiagnoseOptions& options)
   auto breakdown = computeBreakdown(reader);
   std::optional<CollectiveAnalysis> collectives;
   if (table) collectives = detail::analyzeCollectives(*table, *info);
+  std::optional<AnomalyReport> anomalyReport;
   take("anomalies", [&]() -> Findings {
     auto r = anomalies.get();
     if (!r) return r.status();
-    return anomalyFindings(*r, *info);
+    anomalyReport = std::move(*r);
+    return anomalyFindings(*anomalyReport, *info);
   });
   if (!breakdown) result.errors.push_back("breakdown: " + breakdown.error());
   take("stragglers", [&]() -> Findings {
@@ -330,6 +339,9 @@ DiagnoseResult diagnose(tracedb::Reader& reader, const DiagnoseOptions& options)
   result.reports.collectives = std::move(collectives);
   result.reports.info = std::move(*info);
 
+  // Replicas that a NaN or one rank's gradient spike parted are that fault's consequence, not a corruption.
+  explainDivergences(all, result.reports.nonfinite ? &*result.reports.nonfinite : nullptr,
+                     anomalyReport ? &*anomalyReport : nullptr, options.anomalies);
   markHangsCausedByCrashes(all);
   namePipelineHangs(reader, all);  // a hang on a pipeline message, in pipeline terms
   sortFindings(all);

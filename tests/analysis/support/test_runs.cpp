@@ -229,9 +229,36 @@ struct Sim {
           status = w.putStepStat(ss);
         }
       }
+      if (spec.sdcStep >= 0 && step == std::min(spec.steps - 1, (spec.sdcStep / 10 + 1) * 10)) sdcAlerts(step);
       if (spec.crashRank >= 0 && step == spec.crashStep) stopped[spec.crashRank] = true;
     }
     flushSpans();
+  }
+
+  // The replica check of `checkStep` found the copies of spec.sdcTensor parted at spec.sdcStep: each suspect's alert.
+  void sdcAlerts(int checkStep) {
+    std::string suspects, group;
+    for (size_t i = 0; i < spec.sdcSuspects.size(); ++i) suspects += (i ? "," : "") + std::to_string(spec.sdcSuspects[i]);
+    for (int r = 0; r < world; ++r) group += (r ? "," : "") + std::to_string(r);
+    for (int r : spec.sdcSuspects) {
+      if (stopped[r] || !status) continue;
+      tracedb::AlertRow a;
+      a.rank = r;
+      a.step = spec.sdcStep;
+      a.tsNs = clock[r];
+      a.severity = "critical";
+      a.kind = "silent_corruption";
+      a.layer = spec.sdcLayer;
+      a.param = spec.sdcTensor;
+      a.message = "replica check: the copies of " + spec.sdcTensor + " disagree at step " + std::to_string(spec.sdcStep);
+      a.evidence = "{\"tensor\": \"" + spec.sdcTensor + "\", \"layer\": " + std::to_string(spec.sdcLayer) +
+                   ", \"replicated\": true, \"suspects\": [" + suspects + "], \"majority\": " +
+                   (spec.sdcMajority ? "true" : "false") + ", \"group\": [" + group + "], \"copies\": " +
+                   std::to_string(world) + ", \"first_step\": " + std::to_string(spec.sdcStep) +
+                   ", \"earliest_step\": " + std::to_string(spec.sdcStep) + ", \"check_step\": " +
+                   std::to_string(checkStep) + ", \"tensors_disagreeing\": 1, \"policy\": \"warn\"}";
+      status = w.addAlert(a);
+    }
   }
 
   void gradStats(int r, int step) {
@@ -246,7 +273,10 @@ struct Sim {
         g.numel = 4096;
         g.l2Norm = 1.0 + 0.01 * step + 0.001 * l + 0.0001 * tpRank;
         g.maxAbs = g.l2Norm / 10;
-        if (r == spec.spikeRank && step == spec.spikeStep && l == spec.layers - 1 && std::string(p) == "mlp.fc1.weight")
+        if (r == spec.spikeRank && step == spec.spikeStep && spec.spikeFactor > 0)
+          g.l2Norm *= spec.spikeFactor;
+        else if (r == spec.spikeRank && step == spec.spikeStep && l == spec.layers - 1 &&
+                 std::string(p) == "mlp.fc1.weight")
           g.l2Norm *= 50;
         if (spec.activationRank >= 0 && step >= spec.activationStep &&
             (r / spec.tp == spec.activationRank / spec.tp || step > spec.activationStep)) {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "tpscope/tracedb/status.h"
 
@@ -36,8 +37,19 @@ struct RunSpec {
                                                   // (alert "nonfinite_activation" with its time): the forward
                                                   // all-reduce spreads it to the TP peers' gradients at every layer
   int spikeRank = -1, spikeStep = -1;             // this rank's layer-`layers-1` MLP grad norm ×50 at that step
+  double spikeFactor = 0;                         // > 0: instead, every gradient of the rank × this factor at that
+                                                  // step (what capture's --inject spike does)
   int lossSpikeStep = -1;                         // the loss is 4× at that step
   int divergeStep = -1;                           // rank 1's post-reduction grad_norm differs at that step
+  // The replica check's silent_corruption alerts (docs/diagnosis.md, "Silent data corruption"), as the engine writes
+  // them: state of `sdcTensor` (replicated on every rank: dated exactly) first disagrees at `sdcStep`; each of
+  // `sdcSuspects` raises one at the check (the next multiple of 10, or the last step). `sdcMajority`: the other
+  // copies agreed (else no majority: every suspect is one).
+  int sdcStep = -1;
+  std::vector<int> sdcSuspects;
+  bool sdcMajority = false;
+  std::string sdcTensor = "position";
+  int sdcLayer = -1;
   std::string hangGroup;                          // `hangRank` never enters (hangGroup, hangSeq): it stalls in
   int hangRank = -1;                              // data loading, and the job is stopped (SIGTERM to every rank)
   int64_t hangSeq = -1;

@@ -31,6 +31,11 @@
 //   are compared the same way (the recorder takes them before reduction by default, when replicas differ by design).
 // Layer trends: per layer, the median over ranks and params of grad_stats.l2_norm per step; the trend is the
 // least-squares slope of log10(norm) over steps, in decades per 100 steps.
+// Rank jumps (no finding of their own): steps where exactly one rank's own gradient stands out — its total norm
+// (√Σ l2² over its parameters, grad_stats) is ≥ normRatioThreshold × its median over the previous window (at least
+// one previous step), while every other rank that recorded the step stays below that ratio. Evidence for other
+// analyses: replicas that part at such a step part because of that rank's gradients (sdc.h, explainDivergences),
+// even where the step comes too early for the spike test's history.
 #pragma once
 
 #include <cstdint>
@@ -77,6 +82,16 @@ struct Divergence {
   int minRank = -1, maxRank = -1;
 };
 
+// One rank's gradient standing out at a step (see "Rank jumps" above).
+struct RankJump {
+  int rank = -1;
+  int step = -1;
+  double norm = 0;         // the rank's total gradient norm at the step
+  double median = 0;       // its median over the previous steps
+  int history = 0;         // the previous steps the median is over
+  double othersRatio = 0;  // the largest ratio (total / own median) among the other ranks at that step
+};
+
 struct LayerTrend {
   int layer = -1;
   int steps = 0;
@@ -89,10 +104,15 @@ struct AnomalyReport {
   std::vector<Spike> lossSpikes;   // by step
   std::vector<Divergence> divergences;
   std::vector<LayerTrend> layerTrends;  // by layer
+  std::vector<RankJump> rankJumps;      // by step, rank
 };
 
 tracedb::Result<AnomalyReport> analyzeAnomalies(tracedb::Reader& reader, const RunInfo& info,
                                                 const AnomalyOptions& options = {});
 std::vector<Finding> anomalyFindings(const AnomalyReport& report, const RunInfo& info);
+
+// A rank jump told as a grad_spike finding (warning) — for a jump that another finding rests on (replicas parting
+// at that step) where the spike test had too little history to flag it.
+Finding rankJumpFinding(const RankJump& jump, const AnomalyOptions& options = {});
 
 }  // namespace tpscope::analysis

@@ -6,11 +6,17 @@
 // sized by what it cost: `costNs` the wall time it cost the run, summed over the steps (−1: not sized in time),
 // `costSteps` the steps it cost (−1: not sized in steps); per-step figures are in its evidence numbers.
 //
-// Links between findings rest on evidence, never on kind order alone (docs/diagnosis.md, "Root-cause chain"):
+// Links between findings rest on evidence, never on kind order or time order alone (docs/diagnosis.md, "Root-cause
+// chain"); findings nothing connects are separate incidents (separate roots):
+//   nan/inf origin, grad_spike → the silent_corruption it explains (sdc.h, explainDivergences: the divergence names
+//                              its cause, with the rows that show the fault on the suspect)
 //   desync (group g, seq s)  → a hang of g at seq ≥ s; a crash of a member of g whose last collective is in g at or
 //                              after s − 1 (Gloo aborts every member on the mismatched collective)
 //   crash of rank r          → a hang whose missing ranks include r
 //   hang                     → a secondary hang whose missing ranks wait in it or are missing from it too
+//   silent_corruption        → (unless another fault explains it) a NaN/Inf origin, spike or divergence from its
+//                              earliest step on, on a rank holding a suspect copy (or run-wide); a later
+//                              silent_corruption on ranks a process group joins to a suspect
 //   nan/inf origin           → a spike or divergence at or after the origin step on the origin or a receiver
 //   straggler r              → comm_overhead of a rank that waited on r (the members of r's groups) or of the run
 //   grad_spike (rank, step)  → the run-wide grad spike of that step, a loss spike at that step or the next, a
