@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
       "format version, damaged; refused SQL); 3 hang, 4 crash, 5 stopped on non-finite values (capture);\n"
       "6 output not written; 7 diagnose --fail-on: a finding at or above that severity; 130 capture interrupted.\n"
       "Capture's codes in full: tpscope capture --help. Details: docs/cli.md, docs/capture.md");
-  app.set_version_flag("--version", "tpscope " TPSCOPE_VERSION);
+  app.set_version_flag("--version", "tpscope " TPSCOPE_VERSION "\nbuilt with " TPSCOPE_BUILT_WITH);
   Context ctx;
   addRegisteredCommands(app, ctx);
   try {

@@ -1,6 +1,7 @@
 #include "tpscope/core/communicator.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include <algorithm>

@@ -1,6 +1,7 @@
 #include "tpscope/core/faults.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include <algorithm>

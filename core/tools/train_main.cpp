@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include <cstdio>
 #include <malloc.h>
@@ -85,6 +86,7 @@ void describeRankToRecorder(core::Mesh& mesh, const core::TrainConfig& cfg) {
     if ((c != &mesh.ppGroup() && c != &mesh.embeddingGroup()) || c->size() > 1)  // PP groups only where they exist
       probes::putGroup({c->name(), c->globalRanks(), c->size() > 1 ? (cuda ? "nccl" : "gloo") : ""});
   probes::setMeta("config", cfg.toJson());
+  probes::setMeta("torch_version", TORCH_VERSION);  // the LibTorch it runs on (meta built_with: what it was built with)
   if (mesh.pp() > 1) {
     // The pipeline's point-to-point pairs this rank takes part in (each send/recv is recorded on one of them).
     for (int peer : {mesh.ppRank() - 1, mesh.ppRank() + 1, 0, mesh.pp() - 1}) {

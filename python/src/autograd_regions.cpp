@@ -34,8 +34,20 @@
 namespace py = pybind11;
 using torch::autograd::Node;
 using torch::autograd::variable_list;
+// How autograd owns its nodes: std::shared_ptr in earlier 2.x, c10::intrusive_ptr in 2.15.
+using NodePtr = decltype(torch::autograd::Edge::function);
 
 namespace {
+
+// A strong reference to a node autograd already owns (a template, so that only the branch of this PyTorch compiles).
+// N is a parameter too, so that the discarded branch's call stays dependent and is never looked up.
+template <typename Ptr = NodePtr, typename N = Node>
+Ptr strongRef(N* node) {
+  if constexpr (std::is_same_v<Ptr, std::shared_ptr<Node>>)
+    return node->shared_from_this();
+  else
+    return Ptr::reclaim_copy(node);
+}
 
 const tpscope::python::SpanApi* api = nullptr;
 
@@ -49,7 +61,7 @@ struct Region : std::enable_shared_from_this<Region> {
   int pending = 0;           // own hooked nodes + child spans not finished
   bool done = false;
   std::shared_ptr<Region> parent;
-  std::vector<std::shared_ptr<Node>> frontier;  // nodes just outside the region (only while its root call runs)
+  std::vector<NodePtr> frontier;  // nodes just outside the region (only while its root call runs)
 };
 using RegionPtr = std::shared_ptr<Region>;
 
@@ -59,7 +71,7 @@ struct Tables {
   std::mutex mu;
   // During one root call (the outermost module's forward):
   std::unordered_map<Node*, Region*> claims;   // node -> the innermost region owning it
-  std::vector<std::shared_ptr<Node>> claimed;  // keeps claimed nodes alive: an address is never reused
+  std::vector<NodePtr> claimed;  // keeps claimed nodes alive: an address is never reused
   std::vector<RegionPtr> rootRegions;
   // Since the last backward() returned:
   std::vector<RegionPtr> open;
@@ -135,12 +147,12 @@ bool isAccumulateGrad(const Node* n) { return dynamic_cast<const torch::autograd
 bool contains(const std::vector<Node*>& v, const Node* n) { return std::find(v.begin(), v.end(), n) != v.end(); }
 
 // The grad_fn of each tensor in a tuple of tensors (others are skipped); null ones dropped.
-std::vector<std::shared_ptr<Node>> gradFns(const py::tuple& tensors) {
-  std::vector<std::shared_ptr<Node>> out;
+std::vector<NodePtr> gradFns(const py::tuple& tensors) {
+  std::vector<NodePtr> out;
   out.reserve(tensors.size());
   for (py::handle h : tensors) {
     if (!THPVariable_Check(h.ptr())) continue;
-    std::shared_ptr<Node> fn = THPVariable_Unpack(h.ptr()).grad_fn();
+    NodePtr fn = THPVariable_Unpack(h.ptr()).grad_fn();
     if (fn) out.push_back(std::move(fn));
   }
   return out;
@@ -154,7 +166,7 @@ void walk(const RegionPtr& rec, std::vector<Node*> todo, const std::vector<Node*
   auto toFrontier = [&](Node* node) {
     if (contains(outside, node)) return;
     outside.push_back(node);
-    rec->frontier.push_back(node->shared_from_this());
+    rec->frontier.push_back(strongRef(node));
   };
   while (!todo.empty()) {
     Node* node = todo.back();
@@ -166,7 +178,7 @@ void walk(const RegionPtr& rec, std::vector<Node*> todo, const std::vector<Node*
         continue;
       }
       claims.emplace(node, rec.get());
-      claimed.push_back(node->shared_from_this());
+      claimed.push_back(strongRef(node));
       node->add_pre_hook(std::make_unique<StartHook>(rec));
       bool sink = true;
       for (const torch::autograd::Edge& e : node->next_edges()) {
@@ -204,7 +216,7 @@ void walk(const RegionPtr& rec, std::vector<Node*> todo, const std::vector<Node*
 // returned; `outputs` and `inputs` are tuples of the call's tensors. Nothing is attached when the call created no
 // autograd node of its own.
 void attach(int info, int site, int layer, int64_t index, const py::tuple& outputs, const py::tuple& inputs) {
-  std::vector<std::shared_ptr<Node>> outs = gradFns(outputs);
+  std::vector<NodePtr> outs = gradFns(outputs);
   if (outs.empty()) return;
   std::vector<Node*> stops;
   for (const auto& n : gradFns(inputs)) stops.push_back(n.get());  // alive: the inputs hold them

@@ -14,8 +14,9 @@ Point-to-point calls are recorded in a two-member group per pair, `<group>:p2p-<
 both sides (the call site says which way), so the send and the receive of one message share (group, seq).
 
 DDP's bucketed gradient all-reduces are issued by its C++ Reducer; _ddp routes them through a communication hook so
-they pass here. Not seen: PyTorch 2.x functional collectives (torch.distributed._functional_collectives) that
-dispatch as ops without reaching a ProcessGroup method. recv_anysource (no known peer) is not recorded.
+they pass here. PyTorch 2.x's functional collectives (DTensor, torch.distributed.tensor.parallel) dispatch as ops
+without reaching a ProcessGroup method: _funcol records them, numbered in the same per-group sequence.
+recv_anysource (no known peer) is not recorded.
 """
 
 import os
@@ -37,12 +38,22 @@ _COLLECTIVES = {
     "allgather": ("all_gather", 1),
     "_allgather_base": ("all_gather", 1),
     "allgather_coalesced": ("all_gather", 1),
+    # PyTorch 2.x's single-tensor and coalesced forms (what all_gather_object, DTensor and FSDP2 call)
+    "all_gather_single": ("all_gather", 1),
+    "all_gather_single_coalesced": ("all_gather", 1),
+    "allgather_into_tensor_coalesced": ("all_gather", 1),
     "gather": ("gather", 1),
+    "gather_into_tensor": ("gather", 1),
+    "gather_single": ("gather", 1),
     "scatter": ("scatter", 0),
     "reduce_scatter": ("reduce_scatter", 1),
     "_reduce_scatter_base": ("reduce_scatter", 1),
+    "reduce_scatter_single": ("reduce_scatter", 1),
+    "reduce_scatter_single_coalesced": ("reduce_scatter", 1),
+    "reduce_scatter_tensor_coalesced": ("reduce_scatter", 1),
     "alltoall": ("all_to_all", 1),
     "alltoall_base": ("all_to_all", 1),
+    "all_to_all_single": ("all_to_all", 1),
     "barrier": ("barrier", None),
     "monitored_barrier": ("barrier", None),
 }

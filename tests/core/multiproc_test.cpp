@@ -255,7 +255,7 @@ TEST(TrainCli, CollectiveTimeoutExitsWith3AndNamesTheCollective) {
 
 TEST(GradHealth, KnownNormsMaxNanAndInfCounts) { expectWorkerPasses("grad_health", 1); }
 
-TEST(Platform, MatmulRunsOnOpenBlas) { expectWorkerPasses("blas", 1); }
+TEST(Platform, MatmulRunsOnAnOptimisedBlas) { expectWorkerPasses("blas", 1); }
 
 TEST(TrainCli, BadConfigsFailWithClearErrors) {
   const fs::path dir = scratchDir("badcfg");

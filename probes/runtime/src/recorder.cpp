@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -86,6 +87,25 @@ int64_t threadCpuNow() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+// The CPUs this process may run on: its affinity mask, capped by a cgroup v2 CPU quota (cpu.max "quota period"),
+// not the machine's count (hardware_concurrency), which a container or `taskset` narrows.
+unsigned usableCpus() {
+  unsigned n = std::max(1u, std::thread::hardware_concurrency());
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) n = std::max(1, CPU_COUNT(&set));
+  if (FILE* f = std::fopen("/sys/fs/cgroup/cpu.max", "r")) {
+    char quota[32] = {0};
+    long long period = 0;
+    if (std::fscanf(f, "%31s %lld", quota, &period) == 2 && std::strcmp(quota, "max") != 0 && period > 0) {
+      const long long q = std::atoll(quota);
+      if (q > 0) n = std::min<unsigned>(n, static_cast<unsigned>(std::max(1LL, (q + period - 1) / period)));
+    }
+    std::fclose(f);
+  }
+  return n;
 }
 
 }  // namespace
@@ -373,7 +393,8 @@ tracedb::Status Recorder::openRankFile() {
       {"recorder.span_cost_ps", std::to_string(perSpanCostPs_)},
       {"recorder.flush_interval_ms", std::to_string(options_.flushInterval.count())},
       // How many ranks share a host's cores decides what a lagging rank means (analysis: stragglers).
-      {std::string(keys::kHostCpusPrefix) + rank.host, std::to_string(std::max(1u, std::thread::hardware_concurrency()))},
+      {std::string(keys::kHostCpusPrefix) + rank.host, std::to_string(usableCpus())},
+      {"built_with", std::string(tpscope::kBuiltWith)},  // the PyTorch, CUDA, NCCL, CUPTI tpscope was built with
   };
   tracedb::Status s = writer_->begin();
   for (const auto& [k, v] : meta) {

@@ -6,8 +6,8 @@
 //   * if `probes::sink()` is non-null, reports it enqueued with the LOGICAL op, dtype, shape and bytes the caller
 //     asked for (a reduce-scatter emulated with an all-reduce is recorded as "reduce_scatter"; a bf16 tensor sent
 //     as fp32 is recorded as "bfloat16"), then Started, then Completed / TimedOut / Failed.
-// Gloo in Debian's LibTorch 1.13 lacks reduce-scatter, _allgather_base and bf16: reduce-scatter is an all-reduce
-// followed by taking this rank's chunk; bf16/fp16-on-Gloo tensors are converted to fp32 and back.
+// On Gloo (CPU), reduce-scatter is an all-reduce followed by taking this rank's chunk (one code path whatever the
+// PyTorch version's Gloo offers), and bf16/fp16 tensors are converted to fp32 and back; NCCL runs both natively.
 //
 // Timeouts: the group's timeout is fixed when the group is created (Gloo ignores per-op timeouts). A timed-out or
 // failed collective throws CollectiveError naming group, seq and op; afterwards the communicator refuses further

@@ -1,9 +1,8 @@
-// The one place where LibTorch 1.13 (Debian, CPU, Gloo) and LibTorch 2.x differ for core/.
+// The one place core/ names c10d's concrete backends (PyTorch 2.x's LibTorch, the wheel's).
 //
-// 1.13: ProcessGroupGloo derives from c10d::ProcessGroup and its collectives return c10d::Work.
-// 2.x:  ProcessGroupGloo / ProcessGroupNCCL derive from c10d::Backend; ProcessGroup wraps backends.
-// Calling the collectives on the concrete backend type keeps one source for both: core stores a
-// `compat::Backend` pointer (the common base of Gloo and NCCL) and calls allreduce/allgather/broadcast/barrier on it.
+// ProcessGroupGloo / ProcessGroupNCCL derive from c10d::Backend (ProcessGroup wraps backends): core stores a
+// `compat::Backend` pointer, the common base of Gloo and NCCL, and calls allreduce/allgather/broadcast/barrier on it.
+// NCCL exists where PyTorch is a CUDA build (its torch_cuda target defines USE_C10D_NCCL).
 #pragma once
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -20,15 +19,11 @@
 
 namespace tpscope::core::compat {
 
-#if TORCH_VERSION_MAJOR >= 2
+static_assert(TORCH_VERSION_MAJOR >= 2, "tpscope builds against PyTorch 2.x (>= 2.4)");
 using Backend = ::c10d::Backend;
-#else
-using Backend = ::c10d::ProcessGroup;
-#endif
 using Work = ::c10d::Work;
 
-// Debian's 1.13 Gloo has no reduce_scatter / _allgather_base and no bf16; the communicator emulates them.
-// A LibTorch 2.x Gloo still lacks bf16 reduce-scatter on CPU, so the emulation stays for Gloo on both.
+// Gloo: the communicator emulates reduce-scatter (an all-reduce, then this rank's chunk) and sends bf16 as fp32.
 inline constexpr bool kGlooHasReduceScatter = false;
 
 // `loopback`: bind Gloo to 127.0.0.1 (single machine); else to the interface of this host's name (multi-node).
