@@ -208,6 +208,30 @@ bool endedByOurSignal(const ExitStatus& s, bool stoppedByCapture) {
 // "stopped by ..." as not one, whatever signal the text names (analysis/crash.h).
 // A rank capture signalled counts as stopped by capture only if a signal ended it (the recorder re-raises SIGTERM
 // after its dump); one that exited with a status of its own ended on its own terms.
+// The line of a rank's log that says why it died: the last one naming an error or exception ("ModuleNotFoundError:
+// No module named 'torch'", "terminate called after ..."), else the last non-empty line; "" for an empty log.
+std::string lastErrorLine(const fs::path& log) {
+  std::ifstream in(log, std::ios::binary);
+  if (!in) return {};
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  const std::streamoff from = std::max<std::streamoff>(0, size - 64 * 1024);
+  in.seekg(from);
+  std::string line, lastError, lastLine;
+  if (from > 0) std::getline(in, line);  // a partial first line
+  while (std::getline(in, line)) {
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+    if (line.empty()) continue;
+    lastLine = line;
+    if (line.find("rror") != std::string::npos || line.find("xception") != std::string::npos ||
+        line.find("terminate called") != std::string::npos || line.find("FATAL") != std::string::npos)
+      lastError = line;
+  }
+  std::string out = lastError.empty() ? lastLine : lastError;
+  if (out.size() > 300) out = out.substr(0, 297) + "...";
+  return out;
+}
+
 std::string rankExitReason(const ExitStatus& s, bool stoppedByCapture, const std::string& stopWhy) {
   if (endedByOurSignal(s, stoppedByCapture)) return fmt::format("stopped by capture ({})", stopWhy);
   if (s.ok()) return "ok";
@@ -1007,8 +1031,19 @@ std::optional<int> CaptureSession::mergeRankFiles(const std::vector<std::pair<st
   auto files = tracedb::rankFiles(dir_);
   std::erase_if(files, [this](const fs::path& f) { return !ownsRankFile(f.filename().string()); });
   if (files.empty()) {
+    // The first rank whose log says why it died: that line is the answer, not a guess about the program.
+    std::string quoted;
+    for (const auto& p : ranks_) {
+      if (std::string line = lastErrorLine(logOf(p.rank())); !line.empty()) {
+        quoted = fmt::format(": rank {} died before recording; its log ({}) ends with: {}", p.rank(),
+                             logOf(p.rank()).string(), line);
+        break;
+      }
+    }
     fmt::print(err_, "tpscope capture: error: no rank wrote a trace file in {}{}\n", dir_.string(),
-               defaultProgram_ ? "" : " (does the program link the tpscope probes runtime and start it?)");
+               !quoted.empty()     ? quoted
+               : defaultProgram_ ? ""
+                                 : " (does the program link the tpscope probes runtime and start it?)");
     fmt::print(out_, "exit status {} ({}); rank logs are in {}\n", code_ == 0 ? kExitFailure : code_,
                code_ == 0 ? "no trace" : outcomeText_, logs_.string());
     return code_ == 0 ? kExitFailure : code_;
@@ -1018,6 +1053,8 @@ std::optional<int> CaptureSession::mergeRankFiles(const std::vector<std::pair<st
     for (int r : missingRanks_) list += (list.empty() ? "" : ", ") + std::to_string(r);
     fmt::print(out_, "no trace file from rank{} {} (they ended before recording)\n",
                missingRanks_.size() > 1 ? "s" : "", list);
+    if (std::string line = lastErrorLine(logOf(missingRanks_.front())); !line.empty())
+      fmt::print(out_, "  rank {}'s log ends with: {}\n", missingRanks_.front(), line);
   }
   auto merged = tracedb::merge(files, runFile_);
   if (!merged) {

@@ -1,6 +1,7 @@
 #include "capture/python_program.h"
 
 #include <cstdlib>
+#include <fstream>
 #include <regex>
 #include <system_error>
 
@@ -64,6 +65,23 @@ bool instrumentPythonProgram(std::vector<std::string>& argv, const fs::path& sel
     *error = "the program is a Python interpreter, but the tpscope Python package was not found beside tpscope ("
              "../python or ../lib/tpscope/python; build with -DTPSCOPE_WITH_PYTHON=ON), so it cannot be recorded";
     return false;
+  }
+  // A bare `python3` runs the interpreter the package was built for (its _native and _autograd are compiled for that
+  // interpreter and its PyTorch): the python3 first on PATH may be another one (a pyenv or conda interpreter without
+  // torch, where every rank would die with "No module named 'torch'"). An explicit path is run as given.
+  if (argv.front().find('/') == std::string::npos) {
+    std::string interpreter;
+    if (const char* e = std::getenv("TPSCOPE_PYTHON"); e != nullptr && *e != '\0') {
+      interpreter = e;
+    } else if (std::ifstream in(package / "interpreter"); in) {
+      std::getline(in, interpreter);
+    }
+    std::error_code ec;
+    if (!interpreter.empty() && fs::exists(interpreter, ec) && interpreter != argv.front()) {
+      *note = argv.front() + " runs as " + interpreter +
+              " (the interpreter tpscope's Python package was built for; TPSCOPE_PYTHON or a path chooses another)";
+      argv.front() = interpreter;
+    }
   }
   if (!alreadyRun) argv.insert(argv.begin() + static_cast<std::ptrdiff_t>(i), {"-m", "tpscope.run"});
   const char* existing = std::getenv("PYTHONPATH");
