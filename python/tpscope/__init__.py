@@ -40,6 +40,12 @@ def start():
     _native.set_meta("program", " ".join(sys.argv))
     _native.set_meta("python", sys.version.split()[0])
     _native.set_meta("torch_version", torch.__version__)
+    _native.set_meta("cuda_version", torch.version.cuda or "")  # the PyTorch running, beside meta built_with
+    try:
+        nccl = torch.cuda.nccl.version() if torch.version.cuda else ""
+        _native.set_meta("nccl_version", ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl))
+    except (AttributeError, RuntimeError):
+        pass
     _native.set_meta("source_language", "python")
     from . import _modules
     _native.set_meta("backward_walk", _modules.walk())  # C++ (tpscope._autograd) or Python: see docs/capture.md
@@ -49,7 +55,9 @@ def start():
 
 def instrument():
     """Installs the hooks (once per process): ProcessGroup methods, global nn.Module hooks, torch.autograd.backward,
-    optimizer step(), init_process_group, DistributedDataParallel's communication hook. They cost one atomic load per call while the recorder is not recording."""
+    optimizer step(), init_process_group, DistributedDataParallel's communication hook, the functional collectives
+    of DTensor and torch.distributed.tensor.parallel. They cost one atomic load per call while the recorder is not
+    recording."""
     global _instrumented
     if _instrumented:
         return
@@ -59,8 +67,9 @@ def instrument():
     _training.install()
     import torch.distributed as dist
     if dist.is_available():
-        from . import _ddp
+        from . import _ddp, _funcol
         _ddp.install()
+        _funcol.install()
     _instrumented = True
 
 

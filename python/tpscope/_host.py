@@ -13,11 +13,23 @@ from . import _native
 _CODES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}  # host_stats.cpp's HostDtype
 
 
+def local(t):
+    """The rank's own tensor: a DTensor's local shard (its data, no autograd, no collective); others as they are."""
+    inner = getattr(t, "_local_tensor", None)
+    return inner if isinstance(inner, torch.Tensor) else t
+
+
 def _buffer(t):
     code = _CODES.get(t.dtype)
     if code is None or not t.is_cpu or not t.is_contiguous():
         return None
-    return (t.data_ptr(), t.numel(), code)
+    try:
+        ptr = t.data_ptr()
+    except RuntimeError:  # a tensor subclass without storage of its own
+        return None
+    if ptr == 0 and t.numel() > 0:  # a wrapper subclass (an AsyncCollectiveTensor before its wait)
+        return None
+    return (ptr, t.numel(), code)
 
 
 def grad_rows(grads):

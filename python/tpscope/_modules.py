@@ -231,6 +231,7 @@ def _watch_output(info, outs):
         return
     for t in outs:
         if t.is_floating_point():
+            t = _host.local(t)  # a DTensor's sum would be a collective (a Partial one an all-reduce): its shard
             readable, value = _host.nonfinite(t)
             if not readable:
                 _activations.append((t.detach().sum(), _native.ticks(), info))  # read at the loss, in one sync

@@ -19,6 +19,7 @@
 """
 
 import functools
+import json
 import math
 import os
 import sys
@@ -146,13 +147,33 @@ def _device_grad_rows(grads):
     return rows
 
 
+_placements_seen = {}  # parameter name -> its placement text ("" for a plain tensor)
+
+
+def _note_placement(name, p):
+    """How a DTensor parameter is laid out on its mesh, once per parameter, into the rank file's meta
+    param_placements (a JSON object: name -> "tp:Shard(0)", "dp:Replicate() tp:Shard(1)", ...): which mesh dimension
+    shards it, so that a gradient row of the local shard reads as what it is."""
+    placements = getattr(p, "placements", None)
+    mesh = getattr(p, "device_mesh", None)
+    text = ""
+    if placements is not None and mesh is not None:
+        dims = getattr(mesh, "mesh_dim_names", None) or tuple("dim%d" % i for i in range(len(placements)))
+        text = " ".join("%s:%s" % (d, pl) for d, pl in zip(dims, placements))
+    _placements_seen[name] = text
+    if text:
+        _native.set_meta("param_placements",
+                         json.dumps({k: v for k, v in _placements_seen.items() if v}, sort_keys=True))
+
+
 def _grad_health(optimizer, step):
     """Writes the step's grad_stats rows, runs the gradient rules; returns (action, local gradient norm)."""
     params = [p for g in optimizer.param_groups for p in g["params"]
               if p.grad is not None and not p.grad.is_sparse and p.grad.numel() > 0]
     if not params:
         return K.ACTION_CONTINUE, 0.0
-    grads = [p.grad if not p.grad.requires_grad else p.grad.detach() for p in params]  # no new tensor when plain
+    # The rank's own gradient: a DTensor parameter's local shard (statistics per rank, as the engine's rows are).
+    grads = [_host.local(p.grad if not p.grad.requires_grad else p.grad.detach()) for p in params]
     stats = _host.grad_rows(grads)
     if stats is None:
         stats = _device_grad_rows(grads)
@@ -163,6 +184,8 @@ def _grad_health(optimizer, step):
         names.append(name)
         layers.append(layer)
         rows.append(stats[i] + (grads[i].numel(),))
+        if name not in _placements_seen:
+            _note_placement(name, p)
     action = _health.gradients(step, names, layers, rows)
     return action, math.sqrt(sum(r[0] * r[0] for r in stats))
 

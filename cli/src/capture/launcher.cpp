@@ -471,12 +471,14 @@ std::optional<int> CaptureSession::resolveCommand() {
   totalSteps_ = o_.steps;
   if (o_.steps && *o_.steps < 1) return bad(fmt::format("--steps {} must be >= 1", *o_.steps));
   if (!defaultProgram_) {
-    const fs::path prog = resolveProgram(o_.program.front());
-    if (prog.empty()) return bad(fmt::format("program '{}' not found or not executable", o_.program.front()));
+    // The Python program first, while argv names the interpreter as the user wrote it: a bare python3 may become the
+    // interpreter tpscope's package was built for.
     argv_ = o_.program;
-    argv_.front() = prog.string();
     std::string pythonError;
     if (!instrumentPythonProgram(argv_, o_.self, &programEnv_, &pythonNote_, &pythonError)) return bad(pythonError);
+    const fs::path prog = resolveProgram(argv_.front());
+    if (prog.empty()) return bad(fmt::format("program '{}' not found or not executable", argv_.front()));
+    argv_.front() = prog.string();
     return std::nullopt;
   }
   if (o_.config.empty()) return bad("--config FILE is required to run tpscope-train (or give -- PROGRAM ARGS...)");
@@ -1086,15 +1088,19 @@ void CaptureSession::diagnose() {
   std::ostringstream chain;  // the root-cause chain first, when there is one
   printChain(d, chain);
   fmt::print(out_, "{}", chain.str());
+  // Then the findings the chain does not hold (a finding in it was printed there, with its consequences).
+  const std::vector<int> inChain = analysis::chainFindings(d.chain);
   int shown = 0;
-  for (const auto& f : d.findings) {
+  for (size_t i = 0; i < d.findings.size(); ++i) {
+    const analysis::Finding& f = d.findings[i];
+    if (std::binary_search(inChain.begin(), inChain.end(), static_cast<int>(i))) continue;
     if (shown >= o_.maxFindings) break;
-    if (f.severity == analysis::Severity::Info && shown > 0) continue;
+    if (f.severity == analysis::Severity::Info && shown + static_cast<int>(inChain.size()) > 0) continue;
     fmt::print(out_, "{}", formatFinding(f, rankInfo));
     ++shown;
   }
   if (d.findings.empty()) fmt::print(out_, "diagnosis: no findings\n");
-  const int more = static_cast<int>(d.findings.size()) - shown;
+  const int more = static_cast<int>(d.findings.size() - inChain.size()) - shown;
   if (more > 0)
     fmt::print(out_, "{} more finding{}: tpscope diagnose {}\n", more, more == 1 ? "" : "s", runFile_.string());
   for (const auto& e : d.errors) fmt::print(err_, "tpscope capture: warning: analysis {}\n", e);
