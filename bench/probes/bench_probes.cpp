@@ -1,6 +1,7 @@
 // Probe benchmarks.
 //   BM_Span/recording       one TPS_SPAN while a recorder runs (two rawTicks + a push into the thread's ring)
-//   BM_Span/recording_nvtx  the same with the NVTX mirror installed (no tool attached), when built with CUDA
+//   BM_Span/recording_nvtx  the same after installNvtxMirror() as tpscope-train calls it on CUDA, with no NVTX tool
+//                           attached: the mirror then installs nothing (counter mirrored = 0), when built with CUDA
 //   BM_Span/off             compiled in, not recording (one relaxed load)
 //   BM_Span/compiled_out    TPSCOPE_PROBES_ENABLED=0 (nothing)
 //   BM_Ingest/threads:N     end to end: N threads record spans as fast as the recorder drains them (they wait when
@@ -61,7 +62,7 @@ void waitForDrain() {
 void BM_SpanRecording(benchmark::State& state) {
   const bool nvtx = state.range(0) != 0;
 #ifdef TPSCOPE_HAVE_NVTX
-  if (nvtx) tp::installNvtxMirror();
+  if (nvtx) state.counters["mirrored"] = tp::installNvtxMirror() ? 1 : 0;
 #endif
   const auto dir = benchDir();
   if (auto s = tp::start(benchOptions(dir)); !s) {
