@@ -1,6 +1,7 @@
 #include "tpscope/core/replica_vote.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <map>
