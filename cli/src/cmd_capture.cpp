@@ -21,6 +21,13 @@ Watchdog: no new span, collective or step on any rank for --hang-timeout seconds
 (SIGUSR1), then stopped (SIGTERM, then SIGKILL). A rank that crashes → the others dump and stop. Ctrl-C: the same
 (a second Ctrl-C kills at once).
 
+Live stall lines, long before the watchdog: a rank blocked in a collective for --stall-after seconds (10 s until
+every rank has finished a step) while a peer has not entered it prints
+  WAITING  tp-0 seq 53 (embedding VocabParallel forward all-reduce, step 5): rank 0 blocked 1.7 s;
+    rank 1 has not entered it (last: seq 52 ..., step 4; span "data loading" step 5, silent 1.3 s)
+and DESYNC (the members entered it with different ops, sizes or dtypes) or STUCK (all entered, none completed);
+RESUMED when the job moves again. The lines never stop anything; run.db keeps them as alerts of kind 'stall'.
+
 --inject SPEC (repeatable): nan:rank=R,step=S[,layer=L][,phase=fwd|bwd]  inf:... (the same with +Inf)
   spike:rank=R,step=S,factor=F  hang:rank=R,step=S[,phase=fwd|bwd]  mismatch:rank=R,step=S[,phase=fwd|bwd]
   slow:rank=R,ms=M  delay:rank=R,ms=M  crash:rank=R,step=S
@@ -79,6 +86,10 @@ void addCapture(CLI::App& app, Context& ctx) {
       ->allow_extra_args(false);
   sub->add_option("--hang-timeout", opts->hangTimeoutS, "seconds without progress before the watchdog fires")
       ->default_val(300);
+  sub->add_option("--stall-after", opts->stallAfterS,
+                  "seconds a rank is blocked in a collective before the live stall line names who it waits for")
+      ->default_val(1.5)
+      ->check(CLI::PositiveNumber);
   sub->add_option("--on-nonfinite", opts->onNonfinite, "policy on a NaN/Inf: warn, skip-step or stop")
       ->check(CLI::IsMember({"warn", "skip-step", "stop"}));
   sub->add_option("--health", opts->health, "health-rule options, e.g. grad_spike=stop,grad_spike.factor=8");

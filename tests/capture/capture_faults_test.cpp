@@ -26,6 +26,9 @@ TEST(Capture, SuccessMergesEveryRankAndExitsZero) {
   EXPECT_EQ(db.integer("SELECT max(step) FROM step_stats WHERE rank = 1"), 4);
   EXPECT_GT(db.integer("SELECT count(*) FROM collectives WHERE state = 'completed'"), 0);
   EXPECT_EQ(db.value("SELECT value FROM meta WHERE key = 'capture_outcome'"), "success");
+  EXPECT_FALSE(contains(r.output, "WAITING") || contains(r.output, "STUCK") || contains(r.output, "DESYNC"))
+      << r.output;
+  EXPECT_EQ(db.integer("SELECT count(*) FROM alerts WHERE kind = 'stall'"), 0);
   EXPECT_TRUE(std::filesystem::exists(dir / "logs" / "rank-1.log"));
   // Every blocking collective is also a comm span on the thread that waited in it, so the TP all-reduces inside
   // the layers' compute spans count as exposed communication.
@@ -194,6 +197,39 @@ TEST(Capture, HangIsCaughtByTheWatchdogAndTheMissingSeqIsRecorded) {
   EXPECT_TRUE(named) << "no hang finding on (tp-0, " << seq0 << "):\n" << d.summary();
 }
 
+// The live line, seconds after the ranks block and long before the watchdog: TP 2 x DP 2, rank 3 stalls before its
+// first collective of step 3. Its TP peer (rank 2) waits in tp-1; the DP peers wait in dp-*; the line names rank 3 as
+// the rank that has not entered the collective, at the seq the post-mortem diagnosis names, and run.db keeps it.
+TEST(Capture, LiveStallLineNamesTheMissingRankBeforeTheWatchdog) {
+  const auto dir = testDir("live-stall");
+  const RunResult r = capture(dir, 4, 2, 2, 6, {"--inject", "hang:rank=3,step=3,phase=fwd", "--hang-timeout", "10",
+                                                "--grace", "3"});
+  ASSERT_EQ(r.status, 3) << r.output;
+  Db db(dir / "run.db");
+  const int64_t seq = db.integer("SELECT max(seq) FROM collectives WHERE rank = 2 AND group_name = 'tp-1'");
+  const std::string line = "WAITING  tp-1 seq " + std::to_string(seq) + " (";
+  const size_t at = r.output.find(line);
+  ASSERT_NE(at, std::string::npos) << "no live line for tp-1 seq " << seq << ":\n" << r.output;
+  const size_t watchdog = r.output.find("no progress for 10 s");
+  ASSERT_NE(watchdog, std::string::npos) << r.output;
+  EXPECT_LT(at, watchdog) << r.output;
+  const std::string waiting = r.output.substr(at, r.output.find('\n', at) - at);
+  EXPECT_TRUE(contains(waiting, "rank 2 blocked")) << waiting;
+  EXPECT_TRUE(contains(waiting, "rank 3 has not entered it")) << waiting;
+  // Rank 3 is named by every line that waits on it, never as blocked itself.
+  EXPECT_FALSE(contains(r.output, "rank 3 blocked")) << r.output;
+  EXPECT_FALSE(contains(r.output, "RESUMED")) << r.output;
+  // The same stall in run.db: a critical alert of kind stall on rank 3, with its evidence.
+  EXPECT_GE(db.integer("SELECT count(*) FROM alerts WHERE kind = 'stall' AND severity = 'critical' AND rank = 3 AND "
+                       "json_extract(evidence, '$.group') = 'tp-1' AND json_extract(evidence, '$.seq') = " +
+                       std::to_string(seq)),
+            1);
+  const Diagnosis d = diagnose(dir / "run.db");
+  bool named = false;
+  for (const auto& f : d.ofKind("hang")) named |= f.group == "tp-1" && f.seq == seq && f.rank == 3;
+  EXPECT_TRUE(named) << d.summary();
+}
+
 TEST(Capture, CrashStopsTheOthersAndKeepsTheRecords) {
   const auto dir = testDir("crash");
   // A real abort at the start of step 36: rank 1's crash handler dumps what it holds before the process dies.
@@ -267,6 +303,7 @@ TEST(Capture, SlowRankShowsLongerCompute) {
   const auto dir = testDir("slow");
   const RunResult r = capture(dir, 2, 2, 1, 4, {"--inject", "slow:rank=1,ms=150", "--hang-timeout", "60"});
   ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_FALSE(contains(r.output, "WAITING")) << "a straggler is not a stall:\n" << r.output;
   Db db(dir / "run.db");
   // Rank 1's compute per step is longer by about the injected 150 ms; rank 0 has no such span.
   EXPECT_EQ(db.integer("SELECT count(*) FROM span_view WHERE name = 'injected slow compute' AND rank = 0"), 0);

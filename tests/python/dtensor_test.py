@@ -11,7 +11,8 @@ healthy  the functional collectives DTensor issues are recorded on both ranks wi
          equals it on each rank; meta param_placements says which mesh dimension shards each parameter; the
          diagnosis has nothing of warning or worse
 nan      rank 1 puts a NaN into block 1's hidden activation at step 3: nan_origin names rank 1, step 3, layer 1
-hang     rank 0 stalls before step 3: the hang names rank 0 as the one that never entered, and the collective
+hang     rank 0 stalls before step 3: the hang names rank 0 as the one that never entered, and the collective; the
+         live WAITING line names the same collective and ranks before the watchdog fires
 """
 
 import argparse
@@ -132,6 +133,14 @@ def check_hang(args):
              log)
     if "blocks.0 forward all-reduce" not in h["message"]:
         fail("the hang's message lacks the call site: %s" % h["message"], log)
+    # Named live first, seconds after rank 1 blocked, before the watchdog's 5 s.
+    live = "WAITING  world seq %d (" % c.get("seq", -1)
+    at, watchdog = log.find(live), log.find("no progress for 5 s")
+    if at < 0 or watchdog < 0 or at > watchdog:
+        fail("no live line %r before the watchdog" % live, log)
+    line = log[at:log.find("\n", at)]
+    if "rank 1 blocked" not in line or "rank 0 has not entered it" not in line:
+        fail("the live line names the wrong ranks: %s" % line, log)
 
 
 def main():

@@ -28,6 +28,7 @@
 #include "capture/python_program.h"
 #include "capture/rank_process.h"
 #include "capture/run_poller.h"
+#include "capture/stall_watch.h"
 #include "findings_text.h"
 #include "tpscope/analysis/diagnose.h"
 #include "tpscope/analysis/html_report.h"
@@ -390,6 +391,7 @@ class CaptureSession {
   std::vector<RankProcess> ranks_;
   std::optional<RunPoller> poller_;
   std::optional<ProgressDisplay> display_;
+  std::optional<StallWatch> stalls_;
   Clock::time_point lastProgress_{}, lastPoll_{}, stopAt_{};
   std::optional<Outcome> outcome_;  // first abnormal event decides
   std::string stopWhy_;             // for the stopped ranks' exit reason
@@ -710,6 +712,7 @@ std::optional<int> CaptureSession::spawn() {
 void CaptureSession::watch() {
   poller_.emplace(dir_, o_.nproc, firstRank_);
   display_.emplace(out_, tty_);
+  stalls_.emplace(o_.stallAfterS);
   lastProgress_ = Clock::now();
   lastPoll_ = lastProgress_ - std::chrono::hours(1);
   signaled_.assign(static_cast<size_t>(o_.nproc), false);
@@ -892,6 +895,11 @@ void CaptureSession::pollProgress() {
     }
   }
   if (line.step > 0) display_->update(line);
+  if (stop_ == Stop::None) {
+    std::vector<bool> exited;
+    for (const auto& p : ranks_) exited.push_back(!p.running());
+    for (const std::string& l : stalls_->update(*poller_, exited, poller_->completedStep() < 1)) display_->message(l);
+  }
   // Until every rank has finished a step (rendezvous, model build, first step), allow at least the startup time.
   const double limit = poller_->completedStep() >= 1 ? o_.hangTimeoutS : std::max(o_.hangTimeoutS, o_.startupTimeoutS);
   if (stop_ == Stop::None && secondsSince(lastProgress_) > limit)
@@ -1066,6 +1074,9 @@ std::optional<int> CaptureSession::mergeRankFiles(const std::vector<std::pair<st
   }
   if (tracedb::Status e = tracedb::addMeta(runFile_, meta); !e)
     fmt::print(err_, "tpscope capture: warning: {}\n", e.message());
+  if (stalls_)
+    if (tracedb::Status e = tracedb::addAlerts(runFile_, stalls_->alerts()); !e)
+      fmt::print(err_, "tpscope capture: warning: the live stall lines were not kept: {}\n", e.message());
   if (tracedb::Status e = analysis::writeRunSummary(runFile_); !e)
     fmt::print(err_, "tpscope capture: warning: summaries not written (the analyses will compute them): {}\n",
                e.message());

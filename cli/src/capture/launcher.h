@@ -18,7 +18,9 @@
 //     every rank has finished a step) → stop (hang). A rank that fails
 //     (non-zero exit or signal) → stop the others. SIGINT/SIGTERM to the launcher → stop (interrupted); a second one
 //     kills at once. Stop = SIGUSR1 (dump, the recorder flushes and continues), `dumpWaitS` later SIGTERM (dump and
-//     exit), `termGraceS` later SIGKILL.
+//     exit), `termGraceS` later SIGKILL. Live stall lines (analysis/live_stall.h): once a rank has been silent for
+//     `stallAfterS`, each poll reads the ranks' frontier and says which collective who is blocked in and who has not
+//     entered it; the line changes with the situation, RESUMED when it ends; run.db keeps them (alerts, kind stall).
 //  5. Writes the launcher's view of each rank's end into the rank file (ranks.exit_reason, only where the launcher
 //     knows more than the rank: it crashed, was stopped, or never said) — so a later `tpscope merge` keeps it —
 //     merges DIR/rank-*.db into DIR/run.db, adds meta capture_* keys, runs the diagnosis and prints it; with `html`
@@ -61,6 +63,7 @@ struct CaptureOptions {
   std::vector<std::string> inject;    // fault specs (fault_spec.h)
   double hangTimeoutS = 300;
   double startupTimeoutS = 60;        // the watchdog's limit until every rank has finished a step (if larger)
+  double stallAfterS = 1.5;           // live stall lines (analysis/live_stall.h): blocked this long; 10 s at startup
   std::string onNonfinite;            // "", warn, skip-step, stop
   std::string health;                 // health-rule options (health_rules.h)
   std::vector<std::string> program;   // after `--`; empty: tpscope-train

@@ -5,6 +5,7 @@
 #include <system_error>
 #include <tuple>
 
+#include "tpscope/analysis/live_stall.h"
 #include "tpscope/tracedb/reader.h"
 
 namespace tpscope::cli::capture {
@@ -49,6 +50,14 @@ bool RunPoller::pollRank(int r, std::vector<LiveAlert>* alerts) {
     if (!opened) return false;  // still being created: retry at the next poll
     reader = std::move(opened.value());
     reader->setBusyTimeout(50);
+    p.lastGrowth = std::chrono::steady_clock::now();
+    if (auto epoch = reader->metaValue(tracedb::meta_keys::kEpochUnixNs)) {
+      try {
+        p.epochUnixNs = std::stoll(*epoch);
+      } catch (const std::exception&) {
+        p.epochUnixNs = 0;
+      }
+    }
   }
   bool progressed = false;
   if (!p.seen || p.host.empty()) {
@@ -56,7 +65,9 @@ bool RunPoller::pollRank(int r, std::vector<LiveAlert>* alerts) {
   }
   p.seen = true;
   if (auto ids = reader->latestIds()) {
-    progressed |= ids->span > p.maxSpanId || ids->collective > p.maxCollectiveId;
+    const bool grew = ids->span > p.maxSpanId || ids->collective > p.maxCollectiveId;
+    if (grew) p.lastGrowth = std::chrono::steady_clock::now();
+    progressed |= grew;
     p.maxSpanId = std::max(p.maxSpanId, ids->span);
     p.maxCollectiveId = std::max(p.maxCollectiveId, ids->collective);
   }
@@ -94,6 +105,57 @@ bool RunPoller::pollRank(int r, std::vector<LiveAlert>* alerts) {
     }
   }
   return progressed;
+}
+
+std::chrono::nanoseconds RunPoller::longestQuiet() const {
+  const auto now = std::chrono::steady_clock::now();
+  std::chrono::nanoseconds longest{0};
+  for (const auto& p : progress_)
+    if (p.seen) longest = std::max(longest, std::chrono::duration_cast<std::chrono::nanoseconds>(now - p.lastGrowth));
+  return longest;
+}
+
+int64_t RunPoller::nowFileNs() const {
+  int64_t epoch = 0;
+  for (const auto& p : progress_)
+    if (p.seen && p.epochUnixNs > 0) {
+      epoch = p.epochUnixNs;
+      break;
+    }
+  const auto unixNow = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count();
+  return unixNow - epoch;
+}
+
+void RunPoller::liveState(const std::vector<bool>& exited, std::vector<analysis::LiveGroup>* groups,
+                          std::vector<analysis::LiveRankState>* ranks) {
+  groups->clear();
+  ranks->clear();
+  const auto now = std::chrono::steady_clock::now();
+  for (int i = 0; i < this->ranks(); ++i) {
+    analysis::LiveRankState st;
+    st.rank = firstRank_ + i;
+    st.exited = static_cast<size_t>(i) < exited.size() && exited[static_cast<size_t>(i)];
+    auto& reader = readers_[static_cast<size_t>(i)];
+    const RankProgress& p = progress_[static_cast<size_t>(i)];
+    if (reader && p.seen) {
+      // A read that fails now (a writer holds the lock past the busy timeout) leaves the rank unread this time.
+      auto newest = reader->newestCollectives(st.rank);
+      auto span = reader->newestSpan(st.rank);
+      if (newest && span) {
+        st.seen = true;
+        st.newest = std::move(*newest);
+        st.lastSpan = std::move(*span);
+        st.quietNs = std::chrono::duration_cast<std::chrono::nanoseconds>(now - p.lastGrowth).count();
+        if (auto gs = reader->groups())
+          for (tracedb::GroupInfo& g : *gs)
+            if (std::none_of(groups->begin(), groups->end(), [&](const auto& x) { return x.name == g.name; }))
+              groups->push_back({std::move(g.name), std::move(g.ranks)});
+      }
+    }
+    ranks->push_back(std::move(st));
+  }
 }
 
 }  // namespace tpscope::cli::capture

@@ -6,6 +6,7 @@
 // Threading: the launcher's thread only.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -15,6 +16,10 @@
 
 namespace tpscope::tracedb {
 class Reader;
+}
+namespace tpscope::analysis {
+struct LiveGroup;
+struct LiveRankState;
 }
 
 namespace tpscope::cli::capture {
@@ -30,6 +35,8 @@ struct RankProgress {
   int64_t lastStepEndNs = 0;   // file ns
   double meanStepNs = 0;       // over the last (up to 8) steps
   int64_t lastAlertId = 0;
+  int64_t epochUnixNs = 0;     // wall-clock ns of the file's time 0 (its meta)
+  std::chrono::steady_clock::time_point lastGrowth{};  // when its spans or collectives last grew (or it was opened)
 };
 
 struct LiveAlert {
@@ -49,6 +56,15 @@ class RunPoller {
   // Reads every rank file once. Returns true when some rank recorded a new span, collective or step since the
   // previous poll. New alerts are appended to `alerts`, ordered by step, then rank.
   bool poll(std::vector<LiveAlert>* alerts);
+  // How long the quietest rank's records have not grown (0 before any file was read).
+  std::chrono::nanoseconds longestQuiet() const;
+  // The ranks' frontier for the live stall diagnosis (analysis/live_stall.h): each watched rank's newest collective
+  // per group, its last span, how long it has been silent; and the groups the files know. `exited(i)`: whether the
+  // i-th rank's process has ended. Reads a few rows per group per rank file.
+  void liveState(const std::vector<bool>& exited, std::vector<analysis::LiveGroup>* groups,
+                 std::vector<analysis::LiveRankState>* ranks);
+  // Now in the files' clock (wall clock minus the epoch of the first file read).
+  int64_t nowFileNs() const;
   // Closes the files (before the merge, so nothing holds them open).
   void close();
 

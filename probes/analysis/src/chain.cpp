@@ -77,7 +77,12 @@ struct Ctx {
     if (g == nullptr || !g->stuckSeq || *g->stuckSeq != hang.collective->seq || g->stuckRecords.empty()) return -1;
     int64_t first = INT64_MAX;
     for (const auto& r : g->stuckRecords) first = std::min(first, r.enqueueNs);
-    return std::max<int64_t>(0, in.info->endNs - first);
+    // Until the job ended: the ranks' own end (the stop that ended the hang) where the file has it, else the last
+    // record — which a hang's ranks stop writing when they block.
+    int64_t end = in.info->endNs;
+    for (const tracedb::RankInfo& r : in.info->ranks)
+      if (r.endNs) end = std::max(end, *r.endNs);
+    return std::max<int64_t>(0, end - first);
   }
 };
 

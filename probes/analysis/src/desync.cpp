@@ -303,6 +303,8 @@ void addMismatches(const GroupScan& scan, const detail::CollectiveTable& table, 
 
 }  // namespace
 
+MatchState classifyRecords(const std::vector<MemberRecord>& records) { return classify(records); }
+
 tracedb::Result<DesyncReport> detail::analyzeDesync(tracedb::Reader& reader, const RunInfo& info,
                                                     const detail::CollectiveTable& table) {
   DesyncReport out;

@@ -57,4 +57,28 @@ Status addMeta(const std::filesystem::path& file, std::span<const std::pair<std:
   });
 }
 
+Status addAlerts(const std::filesystem::path& file, std::span<const AlertRow> alerts) {
+  if (alerts.empty()) return Status::ok();
+  return editTrace(file, [&](sqlite3* db) {
+    constexpr std::string_view kWhat = "cannot write an alert";
+    for (const AlertRow& a : alerts) {
+      detail::Stmt st(db,
+                      "INSERT INTO alerts(rank, step, ts_ns, severity, kind, layer, param, message, evidence)"
+                      " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
+      if (!st.valid()) return detail::sqliteError(db, file, kWhat);
+      st.bind(1, int64_t{a.rank});
+      st.bind(2, int64_t{a.step});
+      st.bind(3, a.tsNs);
+      st.bind(4, std::string_view(a.severity));
+      st.bind(5, std::string_view(a.kind));
+      st.bind(6, int64_t{a.layer});
+      st.bind(7, std::string_view(a.param));
+      st.bind(8, std::string_view(a.message));
+      st.bind(9, std::string_view(a.evidence));
+      if (Status s = detail::runStmt(st, db, file, kWhat); !s) return s;
+    }
+    return Status::ok();
+  });
+}
+
 }  // namespace tpscope::tracedb

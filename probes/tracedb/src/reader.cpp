@@ -354,39 +354,95 @@ Result<TimeRange> Reader::timeRange() {
   return r;
 }
 
+namespace {
+constexpr const char* kCollectiveColumns =
+    "SELECT rank, group_name, seq, op, dtype, shape, numel, bytes, callsite, step, layer, phase, thread, enqueue_ns,"
+    " start_ns, end_ns, state FROM collectives";
+
+CollectiveRow readCollective(Stmt& st) {
+  CollectiveRow c;
+  c.rank = st.i32(0);
+  c.group = st.text(1);
+  c.seq = st.i64(2);
+  c.op = st.text(3);
+  c.dtype = st.text(4);
+  c.shape = detail::shapeFromText(st.text(5));
+  c.numel = st.i64(6);
+  c.bytes = st.i64(7);
+  c.callsite = st.text(8);
+  c.step = st.i32(9);
+  c.layer = st.i32(10);
+  c.phase = static_cast<Phase>(st.i32(11));
+  c.thread = st.i32(12);
+  c.enqueueNs = st.i64(13);
+  c.startNs = st.optI64(14);
+  c.endNs = st.optI64(15);
+  c.state = parseCollectiveState(st.text(16)).value_or(CollectiveState::Scheduled);
+  return c;
+}
+}  // namespace
+
 Result<std::vector<CollectiveRow>> Reader::collectives(const CollectiveQuery& q) {
   Where w;
   if (q.rank) w.add("rank = ?", *q.rank);
   if (q.group) w.add("group_name = ?", *q.group);
   if (q.step) w.add("step = ?", *q.step);
-  const std::string sql =
-      "SELECT rank, group_name, seq, op, dtype, shape, numel, bytes, callsite, step, layer, phase, thread, enqueue_ns,"
-      " start_ns, end_ns, state FROM collectives" +
-      w.sql + " ORDER BY group_name, seq, rank";
-  return collect<CollectiveRow>(
-      db_, path_, sql, &w,
+  const std::string sql = kCollectiveColumns + w.sql + " ORDER BY group_name, seq, rank";
+  return collect<CollectiveRow>(db_, path_, sql, &w, readCollective, "table 'collectives'");
+}
+
+Result<std::vector<CollectiveRow>> Reader::newestCollectives(int rank) {
+  auto groups = this->groups();
+  if (!groups) return groups.status();
+  std::vector<CollectiveRow> out;
+  for (const GroupInfo& g : *groups) {
+    // One probe of the (rank, group_name, seq) unique index per group, whatever the table's size.
+    Where w;
+    w.add("rank = ?", int64_t{rank});
+    w.add("group_name = ?", g.name);
+    auto rows = collect<CollectiveRow>(db_, path_, kCollectiveColumns + w.sql + " ORDER BY seq DESC LIMIT 1", &w,
+                                       readCollective, "table 'collectives'");
+    if (!rows) return rows.status();
+    if (rows->empty()) continue;
+    const int64_t newestSeq = rows->front().seq;
+    out.push_back(std::move(rows->front()));
+    // The earliest it has not completed among its last 16 (async collectives in flight: the first is the one its
+    // peers may be missing from). A bounded range of the same index.
+    Where open;
+    open.add("rank = ?", int64_t{rank});
+    open.add("group_name = ?", g.name);
+    open.add("seq >= ?", newestSeq - 15);
+    open.add("seq < ?", newestSeq);
+    auto first = collect<CollectiveRow>(
+        db_, path_, kCollectiveColumns + open.sql + " AND end_ns IS NULL AND state <> 'completed' ORDER BY seq LIMIT 1",
+        &open, readCollective, "table 'collectives'");
+    if (!first) return first.status();
+    for (CollectiveRow& r : *first) out.push_back(std::move(r));
+  }
+  return out;
+}
+
+Result<std::optional<NamedSpan>> Reader::newestSpan(int rank) {
+  std::optional<NamedSpan> out;
+  Where w;
+  w.add("s.rank = ?", int64_t{rank});
+  // The newest span by id is the last one the recorder flushed; its name through the strings table as it is now
+  // (a live file interns names after this Reader loaded them).
+  Status s = query(
+      db_, path_,
+      "SELECT s.rank, s.thread, s.kind, s.name, s.begin_ns, s.dur_ns, s.step, s.layer, s.phase, s.correlation,"
+      " coalesce(n.value, '') FROM spans s LEFT JOIN strings n ON n.id = s.name" + w.sql + " ORDER BY s.id DESC LIMIT 1",
+      &w,
       [&](Stmt& st) {
-        CollectiveRow c;
-        c.rank = st.i32(0);
-        c.group = st.text(1);
-        c.seq = st.i64(2);
-        c.op = st.text(3);
-        c.dtype = st.text(4);
-        c.shape = detail::shapeFromText(st.text(5));
-        c.numel = st.i64(6);
-        c.bytes = st.i64(7);
-        c.callsite = st.text(8);
-        c.step = st.i32(9);
-        c.layer = st.i32(10);
-        c.phase = static_cast<Phase>(st.i32(11));
-        c.thread = st.i32(12);
-        c.enqueueNs = st.i64(13);
-        c.startNs = st.optI64(14);
-        c.endNs = st.optI64(15);
-        c.state = parseCollectiveState(st.text(16)).value_or(CollectiveState::Scheduled);
-        return c;
+        NamedSpan n;
+        readSpan(st, n.span);
+        n.name = st.text(10);
+        out = std::move(n);
+        return false;
       },
-      "table 'collectives'");
+      "table 'spans'");
+  if (!s) return s;
+  return out;
 }
 
 Result<std::vector<GradStatRow>> Reader::gradStats(const GradQuery& q) {

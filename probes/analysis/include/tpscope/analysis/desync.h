@@ -83,6 +83,9 @@ struct MemberProgress {
   std::optional<int64_t> previousStepEnqueueNs;
 };
 
+// The match state of one (group, seq) from its members' records (the order above).
+MatchState classifyRecords(const std::vector<MemberRecord>& records);
+
 struct SeqMismatch {
   int64_t seq = 0;
   MatchState state = MatchState::FullyMatched;

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <utility>
 
+#include "tpscope/tracedb/records.h"
 #include "tpscope/tracedb/status.h"
 
 namespace tpscope::tracedb {
@@ -20,5 +21,8 @@ Status markRankExit(const std::filesystem::path& file, std::string_view exitReas
 
 // Inserts or replaces the meta keys, all or none.
 Status addMeta(const std::filesystem::path& file, std::span<const std::pair<std::string, std::string>> keyValues);
+
+// Appends alerts (their ids assigned here), all or none: the launcher's own, e.g. the live stall lines (kind 'stall').
+Status addAlerts(const std::filesystem::path& file, std::span<const AlertRow> alerts);
 
 }  // namespace tpscope::tracedb

@@ -70,6 +70,12 @@ struct LatestIds {
   int64_t collective = 0;
 };
 
+// A span with its name (the strings table read at the time of the query).
+struct NamedSpan {
+  SpanRow span;
+  std::string name;
+};
+
 class Reader {
  public:
   static Result<std::unique_ptr<Reader>> open(const std::filesystem::path& path);
@@ -108,6 +114,11 @@ class Reader {
   Result<std::vector<AlertRow>> alertsSince(int64_t id);                              // id > `id`, by id
   Result<std::vector<StepStatRow>> latestStepStats(int n);                            // n newest steps, newest first
   Result<LatestIds> latestIds();
+  // A live rank file's frontier, for a watcher: per process group (by name), `rank`'s collective of the highest seq,
+  // then, when one of its 15 seqs before is not completed, the first such (async collectives still in flight); and
+  // the span it wrote last (by id), none when it wrote none. Cheap at any table size (index probes).
+  Result<std::vector<CollectiveRow>> newestCollectives(int rank);
+  Result<std::optional<NamedSpan>> newestSpan(int rank);
   Result<std::vector<CounterRow>> counters();                                         // by name, rank, time
   Result<std::vector<RecorderStatsRow>> recorderStats();
 

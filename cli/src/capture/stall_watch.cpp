@@ -1,0 +1,104 @@
+#include "capture/stall_watch.h"
+
+#include <algorithm>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "capture/run_poller.h"
+
+namespace tpscope::cli::capture {
+
+namespace {
+std::string siteOf(const analysis::LiveStall& s) { return s.group + "|" + std::to_string(s.seq); }
+}  // namespace
+
+std::vector<std::string> StallWatch::update(RunPoller& poller, const std::vector<bool>& exited, bool startup) {
+  const double after = startup ? std::max(afterS_, startupAfterS_) : afterS_;
+  const auto afterNs = static_cast<int64_t>(after * 1e9);
+  std::vector<std::string> lines;
+  if (poller.longestQuiet().count() < afterNs && open_.empty()) return lines;  // everyone records: nothing to read
+
+  std::vector<analysis::LiveGroup> groups;
+  std::vector<analysis::LiveRankState> ranks;
+  poller.liveState(exited, &groups, &ranks);
+  const int64_t now = poller.nowFileNs();
+  const std::vector<analysis::LiveStall> stalls = analysis::detectStalls(groups, ranks, now, {afterNs});
+
+  std::set<std::string> current;
+  for (const analysis::LiveStall& s : stalls) {
+    const std::string site = siteOf(s);
+    current.insert(site);
+    auto it = open_.find(site);
+    if (it != open_.end() && it->second.stall.key() == s.key()) {
+      it->second.stall = s;  // the same situation, a longer wait: no new line
+      log_[it->second.logIndex].stall = s;
+      continue;
+    }
+    lines.push_back(analysis::stallLine(s));
+    log_.push_back({s, now - s.blockedNs, false, 0});
+    open_[site] = {s, log_.size() - 1};
+  }
+  // A site no longer stalled: RESUMED when the ranks it blocked still run and are recording again (not when they
+  // were stopped or exited: the job did not move).
+  for (auto it = open_.begin(); it != open_.end();) {
+    if (current.contains(it->first)) {
+      ++it;
+      continue;
+    }
+    const analysis::LiveStall& s = it->second.stall;
+    const bool moved = std::all_of(s.blocked.begin(), s.blocked.end(), [&](const analysis::StalledRank& b) {
+      auto r = std::find_if(ranks.begin(), ranks.end(), [&](const auto& x) { return x.rank == b.rank; });
+      return r != ranks.end() && r->seen && !r->exited && r->quietNs < afterNs;
+    });
+    if (moved) {
+      Logged& l = log_[it->second.logIndex];
+      l.resumed = true;
+      l.resumedAfterS = static_cast<double>(now - l.firstNs) * 1e-9;
+      lines.push_back(analysis::resumedLine(s, l.resumedAfterS));
+      it = open_.erase(it);
+    } else {
+      ++it;  // unknown yet (a read failed, the rank is stopping): keep it open
+    }
+  }
+  return lines;
+}
+
+std::vector<tracedb::AlertRow> StallWatch::alerts() const {
+  std::vector<tracedb::AlertRow> out;
+  for (const Logged& l : log_) {
+    const analysis::LiveStall& s = l.stall;
+    tracedb::AlertRow a;
+    // The rank to look at: the first that has not entered the collective (the culprit of a wait), else a blocked one.
+    a.rank = !s.missing.empty() ? s.missing.front().rank : s.blocked.empty() ? 0 : s.blocked.front().rank;
+    a.step = s.record.step;
+    a.tsNs = l.firstNs;
+    a.severity = l.resumed ? "info" : "critical";
+    a.kind = "stall";
+    a.layer = s.record.layer;
+    a.message = analysis::stallLine(s) + (l.resumed ? " [resumed after " + std::to_string(l.resumedAfterS) + " s]" : "");
+    nlohmann::json ev;
+    ev["stall"] = analysis::stallKindName(s.kind);
+    ev["group"] = s.group;
+    ev["seq"] = s.seq;
+    ev["blocked_s"] = static_cast<double>(s.blockedNs) * 1e-9;
+    ev["resumed"] = l.resumed;
+    auto& blocked = ev["blocked_ranks"] = nlohmann::json::array();
+    auto& cites = ev["rows"] = nlohmann::json::array();
+    for (const auto& b : s.blocked) {
+      blocked.push_back(b.rank);
+      cites.push_back({{"table", "collectives"}, {"rank", b.rank}, {"group_name", s.group}, {"seq", s.seq}});
+    }
+    auto& missing = ev["missing_ranks"] = nlohmann::json::array();
+    for (const auto& m : s.missing) {
+      missing.push_back(m.rank);
+      if (m.last)
+        cites.push_back({{"table", "collectives"}, {"rank", m.rank}, {"group_name", s.group}, {"seq", m.last->seq}});
+    }
+    a.evidence = ev.dump();
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+}  // namespace tpscope::cli::capture

@@ -1,0 +1,250 @@
+#include "tpscope/analysis/live_stall.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include "tpscope/analysis/run_info.h"
+#include "tpscope/analysis/units_text.h"
+
+namespace tpscope::analysis {
+
+using tracedb::CollectiveRow;
+using tracedb::CollectiveState;
+
+const char* stallKindName(StallKind kind) {
+  switch (kind) {
+    case StallKind::Waiting: return "waiting";
+    case StallKind::Desync: return "desync";
+    case StallKind::Stuck: return "stuck";
+  }
+  return "waiting";
+}
+
+namespace {
+
+bool completed(const CollectiveRow& c) {
+  return c.state == CollectiveState::Completed ||
+         (c.endNs && c.state != CollectiveState::TimedOut && c.state != CollectiveState::Failed);
+}
+
+MemberRecord memberOf(const CollectiveRow& c) {
+  MemberRecord m;
+  m.rank = c.rank;
+  m.op = c.op;
+  m.dtype = c.dtype;
+  m.callsite = c.callsite;
+  m.state = std::string(tracedb::collectiveStateName(c.state));
+  m.shape = c.shape;
+  m.numel = c.numel;
+  m.bytes = c.bytes;
+  m.step = c.step;
+  m.layer = c.layer;
+  m.enqueueNs = c.enqueueNs;
+  m.startNs = c.startNs;
+  m.endNs = c.endNs;
+  return m;
+}
+
+// The rank's collective of the highest seq in `group`.
+const CollectiveRow* newestIn(const LiveRankState& r, const std::string& group) {
+  const CollectiveRow* newest = nullptr;
+  for (const CollectiveRow& c : r.newest)
+    if (c.group == group && (newest == nullptr || c.seq > newest->seq)) newest = &c;
+  return newest;
+}
+
+// The rank's record of (group, seq) among those read (its newest and first incomplete ones).
+const CollectiveRow* recordOf(const LiveRankState& r, const std::string& group, int64_t seq) {
+  for (const CollectiveRow& c : r.newest)
+    if (c.group == group && c.seq == seq) return &c;
+  return nullptr;
+}
+
+struct Blocked {
+  const CollectiveRow* site = nullptr;  // the first collective of the group it has not completed
+  int64_t sinceNs = 0;                  // when it entered the last one (its wait began no earlier)
+};
+
+// Where a rank is blocked: silent for `after`, its latest-entered incomplete collective entered `after` ago; the site
+// is that group's first incomplete one (an async collective before it is the one its peers may be missing from).
+std::optional<Blocked> blockedIn(const LiveRankState& r, int64_t nowNs, int64_t afterNs) {
+  if (!r.seen || r.exited || r.quietNs < afterNs) return std::nullopt;
+  const CollectiveRow* latest = nullptr;
+  for (const CollectiveRow& c : r.newest)
+    if (!completed(c) && (latest == nullptr || c.enqueueNs > latest->enqueueNs)) latest = &c;
+  if (latest == nullptr || nowNs - latest->enqueueNs < afterNs) return std::nullopt;
+  Blocked b{latest, latest->enqueueNs};
+  for (const CollectiveRow& c : r.newest)
+    if (c.group == latest->group && !completed(c) && c.seq < b.site->seq) b.site = &c;
+  return b;
+}
+
+std::string seconds(int64_t ns) { return text::fixed(static_cast<double>(ns) * 1e-9, 1) + " s"; }
+
+// "embedding VocabParallel forward all-reduce, step 5" (the call site names the op; the op where none was recorded)
+std::string what(const CollectiveRow& c) {
+  std::string s = c.callsite.empty() ? c.op : c.callsite;
+  if (c.step >= 0) s += ", step " + std::to_string(c.step);
+  return s;
+}
+
+std::string missingText(const MissingRank& m, const std::string& group) {
+  std::string s = "rank " + std::to_string(m.rank);
+  if (m.exited) return s + " has exited";
+  s += " has not entered it (last: ";
+  s += m.last ? "seq " + std::to_string(m.last->seq) + " " + what(*m.last) : "no collective in " + group;
+  if (m.blockedIn)
+    s += "; itself blocked in " + m.blockedIn->group + " seq " + std::to_string(m.blockedIn->seq) + " (" +
+         what(*m.blockedIn) + ")";
+  else if (m.lastSpan)
+    s += "; span \"" + m.lastSpan->name + "\"" +
+         (m.lastSpan->span.step >= 0 ? " step " + std::to_string(m.lastSpan->span.step) : std::string()) +
+         ", silent " + seconds(m.quietNs);
+  else
+    s += "; silent " + seconds(m.quietNs);
+  return s + ")";
+}
+
+}  // namespace
+
+bool LiveStall::secondary() const {
+  return kind == StallKind::Waiting && !missing.empty() &&
+         std::all_of(missing.begin(), missing.end(), [](const MissingRank& m) { return m.blockedIn.has_value(); });
+}
+
+std::string LiveStall::key() const {
+  std::string k = std::string(stallKindName(kind)) + "|" + group + "|" + std::to_string(seq) + "|";
+  for (const auto& b : blocked) k += std::to_string(b.rank) + ",";
+  k += "|";
+  for (const auto& m : missing) k += std::to_string(m.rank) + (m.exited ? "x," : ",");
+  return k;
+}
+
+std::vector<LiveStall> detectStalls(std::span<const LiveGroup> groups, std::span<const LiveRankState> ranks,
+                                    int64_t nowNs, const LiveStallOptions& options) {
+  std::map<int, const LiveRankState*> byRank;
+  for (const LiveRankState& r : ranks) byRank[r.rank] = &r;
+  std::map<int, Blocked> blockedAt;
+  for (const LiveRankState& r : ranks)
+    if (auto b = blockedIn(r, nowNs, options.afterNs)) blockedAt[r.rank] = *b;
+  if (blockedAt.empty()) return {};
+
+  // (group, seq) → the ranks blocked in it.
+  std::map<std::pair<std::string, int64_t>, std::vector<int>> sites;
+  for (auto& [rank, b] : blockedAt) sites[{b.site->group, b.site->seq}].push_back(rank);
+
+  std::vector<LiveStall> out;
+  for (auto& [site, blockedRanks] : sites) {
+    const auto& [group, seq] = site;
+    LiveStall st;
+    st.group = group;
+    st.seq = seq;
+    st.record = *blockedAt[blockedRanks.front()].site;
+    int64_t lastEntered = 0;
+    for (int r : blockedRanks) {
+      const Blocked& b = blockedAt[r];
+      st.blocked.push_back({r, nowNs - b.sinceNs});
+      lastEntered = std::max(lastEntered, b.sinceNs);
+    }
+    st.blockedNs = nowNs - lastEntered;
+
+    std::vector<int> members;
+    if (auto g = std::find_if(groups.begin(), groups.end(), [&](const LiveGroup& x) { return x.name == group; });
+        g != groups.end())
+      members = g->ranks;
+    for (int r : blockedRanks)
+      if (std::find(members.begin(), members.end(), r) == members.end()) members.push_back(r);
+    std::sort(members.begin(), members.end());
+
+    std::vector<MemberRecord> entered;
+    bool allBlocked = true;
+    for (int m : members) {
+      auto it = byRank.find(m);
+      if (it == byRank.end() || !it->second->seen) {
+        ++st.unwatched;
+        continue;
+      }
+      const LiveRankState& rs = *it->second;
+      const CollectiveRow* newest = newestIn(rs, group);
+      if (rs.exited || newest == nullptr || newest->seq < seq) {
+        MissingRank mr;
+        mr.rank = m;
+        mr.exited = rs.exited;
+        if (newest != nullptr) mr.last = *newest;
+        if (auto b = blockedAt.find(m); b != blockedAt.end()) mr.blockedIn = *b->second.site;
+        mr.lastSpan = rs.lastSpan;
+        mr.quietNs = rs.quietNs;
+        st.missing.push_back(std::move(mr));
+        allBlocked = false;
+      } else if (const CollectiveRow* rec = recordOf(rs, group, seq); rec != nullptr) {
+        entered.push_back(memberOf(*rec));
+        st.records.push_back(*rec);
+        allBlocked = allBlocked && blockedAt.count(m) != 0;
+      } else {
+        allBlocked = false;  // it went past seq: its peers' record of it is still to be flushed, or a state mismatch
+      }
+    }
+    const MatchState match = classifyRecords(entered);
+    if (!st.missing.empty()) {
+      st.kind = StallKind::Waiting;
+    } else if (match == MatchState::CollectiveTypeMismatch || match == MatchState::SizeMismatch ||
+               match == MatchState::DtypeMismatch) {
+      st.kind = StallKind::Desync;
+      st.match = match;
+    } else if (allBlocked && !isPointToPointGroup(group)) {
+      st.kind = StallKind::Stuck;
+    } else {
+      continue;  // a member is on its way through: nothing to say yet
+    }
+    if (st.kind != StallKind::Desync) st.records.clear();
+    out.push_back(std::move(st));
+  }
+  std::stable_sort(out.begin(), out.end(), [](const LiveStall& a, const LiveStall& b) {
+    return std::tuple(a.secondary(), a.group, a.seq) < std::tuple(b.secondary(), b.group, b.seq);
+  });
+  return out;
+}
+
+std::string stallLine(const LiveStall& st) {
+  std::string s;
+  switch (st.kind) {
+    case StallKind::Waiting: s = "WAITING  "; break;
+    case StallKind::Desync: s = "DESYNC   "; break;
+    case StallKind::Stuck: s = "STUCK    "; break;
+  }
+  s += st.group + " seq " + std::to_string(st.seq) + " (" + what(st.record) + "): ";
+  std::vector<int> blocked;
+  for (const StalledRank& b : st.blocked) blocked.push_back(b.rank);
+  s += rankList(blocked) + " blocked " + seconds(st.blockedNs);
+  if (st.kind == StallKind::Waiting) {
+    for (const MissingRank& m : st.missing) s += "; " + missingText(m, st.group);
+    if (st.secondary()) s += " — a consequence of the stall named first";
+  } else if (st.kind == StallKind::Desync) {
+    s += "; the members disagree (" + std::string(matchStateName(st.match)) + "):";
+    for (size_t i = 0; i < st.records.size(); ++i) {
+      const CollectiveRow& c = st.records[i];
+      s += std::string(i ? "," : "") + " rank " + std::to_string(c.rank) + " " + c.op + " " + c.dtype + " numel " +
+           std::to_string(c.numel);
+    }
+  } else {
+    s += "; every member entered it and none completed";
+  }
+  if (st.unwatched > 0) s += " (" + std::to_string(st.unwatched) + " member(s) on other nodes not watched here)";
+  return s;
+}
+
+std::string resumedLine(const LiveStall& before, double blockedS) {
+  std::string s = "RESUMED  " + before.group + " seq " + std::to_string(before.seq) + " after " +
+                  text::fixed(blockedS, 1) + " s";
+  if (before.kind == StallKind::Waiting && !before.missing.empty()) {
+    std::vector<int> late;
+    for (const auto& m : before.missing) late.push_back(m.rank);
+    s += ": " + rankList(late) + " entered it late (a straggler, not a hang)";
+  } else {
+    s += ": the collective completed";
+  }
+  return s;
+}
+
+}  // namespace tpscope::analysis

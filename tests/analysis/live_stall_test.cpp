@@ -1,0 +1,193 @@
+// Live stall diagnosis (analysis/live_stall.h) on hand-built frontiers with known answers: who is blocked where, who
+// has not entered, which stall is the cause and which its consequence; and the situations that must stay quiet.
+#include <gtest/gtest.h>
+
+#include "tpscope/analysis/live_stall.h"
+
+namespace ta = tpscope::analysis;
+namespace td = tpscope::tracedb;
+
+namespace {
+
+constexpr int64_t kS = 1'000'000'000;
+constexpr int64_t kNow = 100 * kS;
+
+td::CollectiveRow coll(int rank, const std::string& group, int64_t seq, int64_t enqueueNs, bool done,
+                       int64_t numel = 1024, const std::string& op = "all_reduce") {
+  td::CollectiveRow c;
+  c.rank = rank;
+  c.group = group;
+  c.seq = seq;
+  c.op = op;
+  c.dtype = "float32";
+  c.numel = numel;
+  c.callsite = group + " site " + std::to_string(seq);
+  c.step = 5;
+  c.enqueueNs = enqueueNs;
+  c.startNs = enqueueNs;
+  if (done) c.endNs = enqueueNs + 1000;
+  c.state = done ? td::CollectiveState::Completed : td::CollectiveState::Started;
+  return c;
+}
+
+ta::LiveRankState rank(int r, std::vector<td::CollectiveRow> newest, int64_t quietNs, const char* span = "forward") {
+  ta::LiveRankState s;
+  s.rank = r;
+  s.seen = true;
+  s.newest = std::move(newest);
+  s.quietNs = quietNs;
+  td::NamedSpan n;
+  n.name = span;
+  n.span.step = 5;
+  s.lastSpan = n;
+  return s;
+}
+
+TEST(LiveStall, NamesTheRankThatHasNotEnteredTheCollectiveItsPeerWaitsIn) {
+  const std::vector<ta::LiveGroup> groups{{"tp-0", {0, 1}}};
+  const std::vector<ta::LiveRankState> ranks{
+      rank(0, {coll(0, "tp-0", 53, kNow - 2 * kS, false)}, 2 * kS),
+      rank(1, {coll(1, "tp-0", 52, kNow - 2200'000'000, true)}, 1300'000'000, "data loading")};
+  const auto stalls = ta::detectStalls(groups, ranks, kNow);
+  ASSERT_EQ(stalls.size(), 1u);
+  const ta::LiveStall& s = stalls[0];
+  EXPECT_EQ(s.kind, ta::StallKind::Waiting);
+  EXPECT_EQ(s.group, "tp-0");
+  EXPECT_EQ(s.seq, 53);
+  ASSERT_EQ(s.blocked.size(), 1u);
+  EXPECT_EQ(s.blocked[0].rank, 0);
+  EXPECT_EQ(s.blockedNs, 2 * kS);
+  ASSERT_EQ(s.missing.size(), 1u);
+  EXPECT_EQ(s.missing[0].rank, 1);
+  ASSERT_TRUE(s.missing[0].last);
+  EXPECT_EQ(s.missing[0].last->seq, 52);
+  EXPECT_FALSE(s.secondary());
+  const std::string line = ta::stallLine(s);
+  EXPECT_NE(line.find("WAITING  tp-0 seq 53 (tp-0 site 53, step 5): rank 0 blocked 2.0 s"), std::string::npos) << line;
+  EXPECT_NE(line.find("rank 1 has not entered it (last: seq 52"), std::string::npos) << line;
+  EXPECT_NE(line.find("span \"data loading\" step 5, silent 1.3 s"), std::string::npos) << line;
+}
+
+TEST(LiveStall, QuietBelowTheThresholdWhileRecordingAndWhenEveryRankComputes) {
+  const std::vector<ta::LiveGroup> groups{{"tp-0", {0, 1}}};
+  // Blocked 1.0 s only: a late peer, not yet a stall.
+  EXPECT_TRUE(ta::detectStalls(groups,
+                               std::vector{rank(0, {coll(0, "tp-0", 9, kNow - kS, false)}, kS),
+                                           rank(1, {coll(1, "tp-0", 8, kNow - kS, true)}, kS)},
+                               kNow)
+                  .empty());
+  // An async collective open for 3 s on a rank that keeps recording (overlapped with its compute): not blocked.
+  EXPECT_TRUE(ta::detectStalls(groups,
+                               std::vector{rank(0, {coll(0, "tp-0", 9, kNow - 3 * kS, false)}, kS / 10),
+                                           rank(1, {coll(1, "tp-0", 8, kNow - 3 * kS, true)}, 3 * kS)},
+                               kNow)
+                  .empty());
+  // A long step every rank takes together (a checkpoint save): silent for 20 s, but in no collective.
+  EXPECT_TRUE(ta::detectStalls(groups,
+                               std::vector{rank(0, {coll(0, "tp-0", 9, kNow - 20 * kS, true)}, 20 * kS),
+                                           rank(1, {coll(1, "tp-0", 9, kNow - 20 * kS, true)}, 20 * kS)},
+                               kNow)
+                  .empty());
+}
+
+TEST(LiveStall, AWaitOnARankBlockedElsewhereIsTheConsequenceAndComesSecond) {
+  // TP 2 × DP 2: rank 0 waits in tp-0 for rank 1; rank 1 waits in dp-1 for rank 3; rank 3 computes, silent.
+  const std::vector<ta::LiveGroup> groups{{"tp-0", {0, 1}}, {"tp-1", {2, 3}}, {"dp-0", {0, 2}}, {"dp-1", {1, 3}}};
+  const std::vector<ta::LiveRankState> ranks{
+      rank(0, {coll(0, "tp-0", 10, kNow - 3 * kS, false), coll(0, "dp-0", 5, kNow - 4 * kS, true)}, 3 * kS),
+      rank(1, {coll(1, "tp-0", 9, kNow - 5 * kS, true), coll(1, "dp-1", 5, kNow - 4 * kS, false)}, 4 * kS),
+      rank(2, {coll(2, "tp-1", 10, kNow - 5 * kS, true), coll(2, "dp-0", 5, kNow - 4 * kS, true)}, kS / 10),
+      rank(3, {coll(3, "tp-1", 10, kNow - 5 * kS, true), coll(3, "dp-1", 4, kNow - 6 * kS, true)}, 4 * kS,
+           "optimizer step")};
+  const auto stalls = ta::detectStalls(groups, ranks, kNow);
+  ASSERT_EQ(stalls.size(), 2u);
+  EXPECT_EQ(stalls[0].group, "dp-1");
+  EXPECT_EQ(stalls[0].seq, 5);
+  ASSERT_EQ(stalls[0].missing.size(), 1u);
+  EXPECT_EQ(stalls[0].missing[0].rank, 3);
+  EXPECT_FALSE(stalls[0].secondary());
+  EXPECT_EQ(stalls[1].group, "tp-0");
+  ASSERT_EQ(stalls[1].missing.size(), 1u);
+  EXPECT_EQ(stalls[1].missing[0].rank, 1);
+  EXPECT_TRUE(stalls[1].secondary());
+  EXPECT_NE(ta::stallLine(stalls[1]).find("itself blocked in dp-1 seq 5"), std::string::npos)
+      << ta::stallLine(stalls[1]);
+}
+
+TEST(LiveStall, DesyncWhenEveryMemberEnteredWithDifferentSizesStuckWhenTheyAgree) {
+  const std::vector<ta::LiveGroup> groups{{"tp-0", {0, 1}}};
+  auto desync = ta::detectStalls(groups,
+                                 std::vector{rank(0, {coll(0, "tp-0", 7, kNow - 2 * kS, false, 1024)}, 2 * kS),
+                                             rank(1, {coll(1, "tp-0", 7, kNow - 2 * kS, false, 2048)}, 2 * kS)},
+                                 kNow);
+  ASSERT_EQ(desync.size(), 1u);
+  EXPECT_EQ(desync[0].kind, ta::StallKind::Desync);
+  EXPECT_EQ(desync[0].match, ta::MatchState::SizeMismatch);
+  EXPECT_NE(ta::stallLine(desync[0]).find("rank 1 all_reduce float32 numel 2048"), std::string::npos);
+  auto stuck = ta::detectStalls(groups,
+                                std::vector{rank(0, {coll(0, "tp-0", 7, kNow - 2 * kS, false)}, 2 * kS),
+                                            rank(1, {coll(1, "tp-0", 7, kNow - 3 * kS, false)}, 2 * kS)},
+                                kNow);
+  ASSERT_EQ(stuck.size(), 1u);
+  EXPECT_EQ(stuck[0].kind, ta::StallKind::Stuck);
+  EXPECT_EQ(stuck[0].blockedNs, 2 * kS);  // since the last of them entered
+  EXPECT_EQ(stuck[0].blocked.size(), 2u);
+}
+
+TEST(LiveStall, AnExitedPeerAndPeersOnOtherNodes) {
+  const std::vector<ta::LiveGroup> groups{{"tp-0", {0, 1, 2, 3}}};
+  auto exited = rank(1, {coll(1, "tp-0", 3, kNow - 9 * kS, true)}, 9 * kS);
+  exited.exited = true;
+  // Ranks 2 and 3 are another node's: no file read for them.
+  const auto stalls =
+      ta::detectStalls(groups, std::vector{rank(0, {coll(0, "tp-0", 4, kNow - 2 * kS, false)}, 2 * kS), exited},
+                       kNow);
+  ASSERT_EQ(stalls.size(), 1u);
+  ASSERT_EQ(stalls[0].missing.size(), 1u);
+  EXPECT_TRUE(stalls[0].missing[0].exited);
+  EXPECT_EQ(stalls[0].unwatched, 2);
+  const std::string line = ta::stallLine(stalls[0]);
+  EXPECT_NE(line.find("rank 1 has exited"), std::string::npos) << line;
+  EXPECT_NE(line.find("2 member(s) on other nodes not watched here"), std::string::npos) << line;
+}
+
+TEST(LiveStall, TheKeyChangesWithTheSituationNotWithTheWaitsLength) {
+  const std::vector<ta::LiveGroup> groups{{"tp-0", {0, 1, 2}}};
+  auto at = [&](int64_t now, bool twoEntered) {
+    return ta::detectStalls(
+        groups,
+        std::vector{rank(0, {coll(0, "tp-0", 4, 90 * kS, false)}, now - 90 * kS),
+                    rank(1, {coll(1, "tp-0", twoEntered ? 4 : 3, 90 * kS, !twoEntered)}, now - 90 * kS),
+                    rank(2, {coll(2, "tp-0", 3, 80 * kS, true)}, now - 80 * kS)},
+        now);
+  };
+  const auto a = at(95 * kS, false), b = at(99 * kS, false), c = at(99 * kS, true);
+  ASSERT_EQ(a.size(), 1u);
+  ASSERT_EQ(b.size(), 1u);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(a[0].key(), b[0].key());
+  EXPECT_NE(b[0].key(), c[0].key());
+  EXPECT_EQ(c[0].missing.size(), 1u);
+  EXPECT_EQ(c[0].blocked.size(), 2u);
+  EXPECT_NE(ta::resumedLine(b[0], 4.0).find("RESUMED  tp-0 seq 4 after 4.0 s: ranks 1, 2 entered it late"),
+            std::string::npos)
+      << ta::resumedLine(b[0], 4.0);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(LiveStall, TheSiteIsTheFirstCollectiveInFlightNotTheLastEntered) {
+  // DP gradient buckets: rank 1 launched buckets 0 and 1 (seq 10, 11) and waits; rank 3 entered neither.
+  const std::vector<ta::LiveGroup> groups{{"dp-1", {1, 3}}};
+  const std::vector<ta::LiveRankState> ranks{
+      rank(1, {coll(1, "dp-1", 11, kNow - 2 * kS, false), coll(1, "dp-1", 10, kNow - 2100'000'000, false)}, 2 * kS),
+      rank(3, {coll(3, "dp-1", 9, kNow - 3 * kS, true)}, 2 * kS)};
+  const auto stalls = ta::detectStalls(groups, ranks, kNow);
+  ASSERT_EQ(stalls.size(), 1u);
+  EXPECT_EQ(stalls[0].seq, 10);
+  EXPECT_EQ(stalls[0].blockedNs, 2 * kS);  // since it entered the last one
+}
+
+}  // namespace
