@@ -413,6 +413,41 @@ TEST_F(Cli, ImportKinetoThenReport) {
   EXPECT_NE(bad.err.find("garbage.json"), std::string::npos) << bad.err;
   EXPECT_FALSE(fs::exists(dir_ / "g.db"));
 }
+
+// import flight-recorder DIR: two ranks' JSON dumps, rank 1 never joins seq 2; desync names it. A truncated pickle
+// exits 2 naming the file and leaves no output.
+TEST_F(Cli, ImportFlightRecorderThenDesync) {
+  fs::create_directories(dir_ / "fr");
+  auto entry = [](int seq, const char* state) {
+    return nlohmann::json{{"record_id", seq - 1}, {"process_group", {"0", "default_pg"}}, {"collective_seq_id", seq},
+                          {"p2p_seq_id", 0}, {"profiling_name", "nccl:all_reduce"},
+                          {"time_created_ns", 1700000000000000000 + seq * 1000}, {"input_sizes", {{4}}},
+                          {"input_dtypes", {"Float"}}, {"output_sizes", {{4}}}, {"output_dtypes", {"Float"}},
+                          {"state", state}, {"time_discovered_started_ns", 0}, {"time_discovered_completed_ns", 0},
+                          {"retired", false}, {"is_p2p", false}};
+  };
+  auto dump = [](nlohmann::json entries) {
+    return nlohmann::json{{"version", "2.10"},
+                          {"pg_config", {{"0", {{"name", "0"}, {"desc", "default_pg"}, {"ranks", "[0, 1]"}}}}},
+                          {"entries", std::move(entries)}};
+  };
+  std::ofstream(dir_ / "fr" / "nccl_trace_rank_0.json") << dump({entry(1, "completed"), entry(2, "scheduled")});
+  std::ofstream(dir_ / "fr" / "nccl_trace_rank_1.json") << dump({entry(1, "completed")});
+  const Outcome r = tpscope("import flight-recorder fr -o fr.db");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("imported 2 ranks from 2 Flight Recorder dumps (json, version 2.10)"), std::string::npos)
+      << r.out;
+  const Outcome d = tpscope("desync fr.db");
+  ASSERT_EQ(d.rc, 0) << d.err;
+  EXPECT_NE(d.out.find("group 0:default_pg (ranks 0, 1): STUCK at seq 2"), std::string::npos) << d.out;
+  EXPECT_NE(d.out.find("never entered"), std::string::npos) << d.out;
+  fs::create_directories(dir_ / "bad");
+  std::ofstream(dir_ / "bad" / "nccl_trace_rank_0", std::ios::binary) << std::string("\x80\x02}(X\x07\x00\x00", 8);
+  const Outcome bad = tpscope("import flight-recorder bad -o b.db");
+  EXPECT_EQ(bad.rc, 2);
+  EXPECT_NE(bad.err.find("nccl_trace_rank_0"), std::string::npos) << bad.err;
+  EXPECT_FALSE(fs::exists(dir_ / "b.db"));
+}
 #endif
 
 // report --html: one line naming the file on success; a bad run exits 2 and an unwritable output 6, each with one

@@ -297,6 +297,7 @@ void addMismatches(const GroupScan& scan, const detail::CollectiveTable& table, 
       sm.records.push_back(std::move(r));
     }
     sm.state = classify(sm.records);
+    sm.next = recordsOf(table, scan, sm.seq + 1);
     gd.mismatches.push_back(std::move(sm));
   }
 }
@@ -421,6 +422,70 @@ bool isSecondaryHang(const GroupDesync& g, const Blocked& blocked, Finding& fd) 
   return secondary;
 }
 
+// The (src, dst) of a point-to-point pseudo-group "p2p-<src>-<dst>".
+std::optional<std::pair<int, int>> p2pEnds(std::string_view group) {
+  if (!isPointToPointGroup(group)) return std::nullopt;
+  group.remove_prefix(4);
+  const size_t dash = group.find('-');
+  if (dash == std::string_view::npos) return std::nullopt;
+  const std::string src(group.substr(0, dash)), dst(group.substr(dash + 1));
+  if (src.empty() || dst.empty() || src.find_first_not_of("0123456789") != std::string::npos ||
+      dst.find_first_not_of("0123456789") != std::string::npos)
+    return std::nullopt;
+  return std::pair{std::atoi(src.c_str()), std::atoi(dst.c_str())};
+}
+
+// A transfer whose missing rank waits in a transfer of the same direction with a third rank: the peers disagree
+// (p2p peer mismatch). Adds the detail line; true when found.
+bool describePeerMismatch(const GroupDesync& g, const Blocked& blocked, Finding& fd) {
+  const auto ends = p2pEnds(g.group);
+  if (!ends) return false;
+  bool found = false;
+  for (int m : g.missingRanks) {
+    auto it = blocked.waitingIn.find(m);
+    if (it == blocked.waitingIn.end() || it->second == &g) continue;
+    const auto other = p2pEnds(it->second->group);
+    if (!other) continue;
+    const std::string there = " (group " + it->second->group + " seq " + std::to_string(*it->second->stuckSeq) + ")";
+    if (m == ends->second && other->second == m && other->first != ends->first) {
+      fd.details.push_back("p2p peer mismatch: rank " + std::to_string(ends->first) + " sends to rank " +
+                           std::to_string(m) + ", which waits to receive from rank " + std::to_string(other->first) +
+                           " instead" + there);
+      found = true;
+    } else if (m == ends->first && other->first == m && other->second != ends->second) {
+      fd.details.push_back("p2p peer mismatch: rank " + std::to_string(ends->second) + " waits to receive from rank " +
+                           std::to_string(m) + ", which sends to rank " + std::to_string(other->second) + " instead" +
+                           there);
+      found = true;
+    }
+  }
+  return found;
+}
+
+// The warning for ranks of an imported Flight Recorder folder that left no dump: what cannot be decided.
+Finding missingDumpsFinding(const DesyncReport& report, const RunInfo& info) {
+  Finding fd;
+  fd.kind = FindingKind::Crash;
+  fd.severity = Severity::Warning;
+  fd.ranks = info.missingRankDumps;
+  fd.rank = fd.ranks.front();
+  fd.message = "no Flight Recorder dump of " + rankList(fd.ranks) +
+               ": whether it entered its groups' collectives cannot be decided";
+  for (const auto& group : info.groups) {
+    std::vector<int> absent, present;
+    for (int r : group.ranks)
+      (std::find(fd.ranks.begin(), fd.ranks.end(), r) != fd.ranks.end() ? absent : present).push_back(r);
+    if (absent.empty()) continue;
+    std::string line = "group " + group.name + " (ranks " + formatRanks(group.ranks) + "): ";
+    line += present.empty() ? "no dump of any member" : "compared among " + rankList(present) + " only";
+    fd.details.push_back(line);
+  }
+  fd.details.push_back("still decided: mismatches (op, size, dtype, state) and hangs among the ranks that dumped");
+  (void)report;
+  fd.number("missing_dumps", static_cast<int64_t>(fd.ranks.size()));
+  return fd;
+}
+
 // The hang finding of a group stuck at g.stuckSeq.
 Finding hangFinding(const GroupDesync& g, const Blocked& blocked) {
   Finding fd;
@@ -445,6 +510,7 @@ Finding hangFinding(const GroupDesync& g, const Blocked& blocked) {
       fd.details.push_back("rank " + std::to_string(r.rank) + " was at: " + r.callsite);
   }
   describeMissingRanks(g, fd);
+  const bool peerMismatch = describePeerMismatch(g, blocked, fd);
   const bool secondary = isSecondaryHang(g, blocked, fd);
   if (secondary) {
     fd.severity = Severity::Error;
@@ -455,6 +521,7 @@ Finding hangFinding(const GroupDesync& g, const Blocked& blocked) {
   fd.number("missing_ranks", static_cast<int64_t>(g.missingRanks.size()));
   fd.number("waiting_ranks", static_cast<int64_t>(g.waitingRanks.size()));
   fd.number("match_state", std::string(matchStateName(g.stuckState)));
+  if (peerMismatch) fd.number("p2p_peer_mismatch", int64_t{1});
   if (!g.missingRanks.empty()) fd.message += " — " + rankList(g.missingRanks) + " never entered it";
   return fd;
 }
@@ -462,7 +529,44 @@ Finding hangFinding(const GroupDesync& g, const Blocked& blocked) {
 // The odd ones out of a mismatched collective: the ranks whose record differs from the majority. On a tie (two
 // ranks that disagree): those whose size changed since the same call site a step before, when that tells one
 // variant from the others; else all but the first variant. Sorted.
+// The ranks that issued one collective more than the others before `m.seq`: their record of seq + 1 is what every
+// rank outside their variant recorded at seq. Empty when no single variant is shifted so.
+std::vector<int> shiftedRanks(const SeqMismatch& m, const std::map<std::string, std::vector<int>>& byDesc) {
+  if (byDesc.size() != 2) return {};
+  auto recordOf = [](const std::vector<MemberRecord>& recs, int rank) -> const MemberRecord* {
+    for (const auto& r : recs)
+      if (r.rank == rank) return &r;
+    return nullptr;
+  };
+  std::vector<int> shifted;
+  int shiftedVariants = 0;
+  for (const auto& [desc, ranks] : byDesc) {
+    const std::string& otherDesc = desc == byDesc.begin()->first ? std::next(byDesc.begin())->first
+                                                                 : byDesc.begin()->first;
+    bool all = true;
+    std::string shiftedNext;
+    for (int r : ranks) {
+      const MemberRecord* next = recordOf(m.next, r);
+      all = all && next && describeRecord(*next) == otherDesc;
+      if (next) shiftedNext = describeRecord(*next);
+    }
+    // ... and the others did not simply issue the same call again next (a repetitive program: every rank's seq + 1
+    // looks like its seq), which is no evidence of a shift.
+    for (const auto& [otherD, otherRanks] : byDesc) {
+      if (otherD == desc) continue;
+      for (int o : otherRanks)
+        if (const MemberRecord* next = recordOf(m.next, o); next && describeRecord(*next) == shiftedNext) all = false;
+    }
+    if (all) {
+      ++shiftedVariants;
+      shifted = ranks;
+    }
+  }
+  return shiftedVariants == 1 ? shifted : std::vector<int>{};
+}
+
 std::vector<int> oddRanks(const SeqMismatch& m, const std::map<std::string, std::vector<int>>& byDesc) {
+  if (auto shifted = shiftedRanks(m, byDesc); !shifted.empty()) return shifted;
   size_t most = 0;
   for (auto& [d, rs] : byDesc) most = std::max(most, rs.size());
   std::vector<int> odd;
@@ -515,6 +619,10 @@ Finding desyncFinding(const GroupDesync& g, const SeqMismatch& m) {
       if (r.rank == rs.front() && !r.callsite.empty()) cs = " at " + r.callsite;
     fd.details.push_back(rankList(rs) + ": " + d + cs);
   }
+  if (const auto shifted = shiftedRanks(m, byDesc); !shifted.empty())
+    fd.details.push_back(rankList(shifted) + " issued one collective more: " +
+                         (shifted.size() > 1 ? "their" : "its") + " seq " + std::to_string(m.seq + 1) +
+                         " is what the others issued at seq " + std::to_string(m.seq));
   for (const auto& r : m.records)
     fd.cite("collectives", {f("rank", int64_t{r.rank}), f("group_name", g.group), f("seq", m.seq)});
   fd.number("match_state", std::string(matchStateName(m.state)));
@@ -536,7 +644,7 @@ std::vector<Finding> desyncFindings(const DesyncReport& report, const RunInfo& i
       out.push_back(desyncFinding(g, m));
     }
   }
-  (void)info;
+  if (!info.missingRankDumps.empty()) out.push_back(missingDumpsFinding(report, info));
   return out;
 }
 

@@ -218,6 +218,9 @@ std::vector<Finding> overheadFindings(const Breakdown& b, const TpModelCheck* tp
   auto make = [&](int rank, const TimeShares& t, int steps) {
     const double p = t.commOverheadPct();
     if (p < o.commOverheadInfoPct) return;
+    // No compute recorded at all (an imported Flight Recorder folder holds collectives only): nothing says what the
+    // communication could have overlapped, so its share of the collectives' own hull is not an overhead.
+    if (t.computeNs <= 0) return;
     Finding fd;
     fd.kind = FindingKind::CommOverhead;
     const bool unexplained = excess && *excess > o.tpExcessPct;

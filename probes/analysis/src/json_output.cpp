@@ -158,6 +158,18 @@ Json pipelineJson(const PipelineReport& p) {
   j["longest_over_mean_pct"] = real(p.longestOverMeanPct);
   return j;
 }
+
+// report --json "kernels" (docs/diagnosis.md): runs with device lanes only.
+Json kernelsJson(const KernelSummary& k) {
+  Json j;
+  j["count"] = k.count;
+  j["total_ms"] = real(static_cast<double>(k.totalNs) / 1e6);
+  Json top = Json::array();
+  for (const auto& s : k.top)
+    top.push_back(Json{{"name", s.name}, {"count", s.count}, {"total_ms", real(static_cast<double>(s.totalNs) / 1e6)}});
+  j["top"] = std::move(top);
+  return j;
+}
 }  // namespace
 
 std::string reportToJson(const Report& report, const std::string& file, int indent) {
@@ -234,6 +246,7 @@ std::string reportToJson(const Report& report, const std::string& file, int inde
   t["matches"] = tp.matches;
   j["tp_model"] = std::move(t);
   if (report.pipeline.present) j["pipeline"] = pipelineJson(report.pipeline);
+  if (report.kernels.present) j["kernels"] = kernelsJson(report.kernels);
   return j.dump(indent) + "\n";
 }
 

@@ -30,6 +30,13 @@ tracedb::Result<Report> buildReport(tracedb::Reader& reader) {
   auto p = analyzePipeline(reader);
   if (!p) return p.status();
   r.pipeline = std::move(*p);
+  const bool deviceLanes = std::any_of(r.breakdown.ranks.begin(), r.breakdown.ranks.end(),
+                                       [](const RankBreakdown& rb) { return rb.lanes == Lanes::Device; });
+  if (deviceLanes) {
+    auto k = summarizeKernels(reader);
+    if (!k) return k.status();
+    r.kernels = std::move(*k);
+  }
   return r;
 }
 

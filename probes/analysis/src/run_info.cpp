@@ -87,6 +87,15 @@ void readMeta(tracedb::Reader& reader, RunInfo& info) {
         if (cpus > 0) info.hostCpus[key.substr(prefix.size())] = cpus;
       }
   }
+  if (auto m = reader.metaValue(tracedb::meta_keys::kMissingRankDumps)) {
+    std::string_view rest = *m;
+    while (!rest.empty()) {
+      const size_t comma = rest.find(',');
+      const int r = std::atoi(std::string(rest.substr(0, comma)).c_str());
+      if (r >= 0) info.missingRankDumps.push_back(r);
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    }
+  }
   if (auto e = reader.metaValue("emulated_ops")) {
     std::string_view rest = *e;
     while (!rest.empty()) {

@@ -17,12 +17,18 @@
 //   state_mismatch            some members completed it and others did not (or timed out / failed)
 //   undecided                 fewer than two members recorded it, so nothing can be compared
 //   fully_matched             otherwise
-// A mismatch of type/size/dtype is a desync (error; critical when it is also the stuck seq). A stuck seq is a hang
+// A mismatch of type/size/dtype is a desync (error; critical when it is also the stuck seq). Its odd ranks: the
+// minority; a rank whose record of seq + 1 equals the others' record of seq while theirs of seq + 1 differs from it
+// (it issued one collective more, and the rest of its sequence is shifted by one); else, on a tie, those whose size changed since the step before, else
+// all but the first variant. A stuck seq is a hang
 // (critical) — unless every missing rank is itself waiting in another group's stuck seq, or is missing from another
 // stuck seq that comes earlier — in the missing rank's own program order (when it entered both call sites in the
 // step before, by its own clock), else by its peers' arrival: then it is a consequence of that hang (error, evidence
 // "secondary" = 1). Evidence: the collectives rows of the stuck seq and each missing rank's last collective and last
-// span.
+// span. On a point-to-point pair (p2p-<src>-<dst>) whose missing rank waits in a transfer of the same direction with
+// a third rank, the hang says so: the peers disagree (p2p peer mismatch, evidence "p2p_peer_mismatch" = 1).
+// Ranks of an imported Flight Recorder folder that left no dump (RunInfo::missingRankDumps) are not judged; one
+// warning (kind crash) names them and the groups in which only the others were compared.
 #pragma once
 
 #include <cstdint>
@@ -90,6 +96,8 @@ struct SeqMismatch {
   int64_t seq = 0;
   MatchState state = MatchState::FullyMatched;
   std::vector<MemberRecord> records;  // by rank
+  std::vector<MemberRecord> next;     // the records of seq + 1, by rank: a rank whose seq + 1 is what the others
+                                      // issued at seq issued one collective more than they did (an extra call)
 };
 
 struct GroupDesync {

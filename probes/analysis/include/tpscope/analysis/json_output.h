@@ -19,7 +19,8 @@ inline constexpr int kDiagnosisJsonVersion = 1;  // "version" in the diagnose JS
 std::string diagnosisToJson(const DiagnoseResult& result, const std::string& file, int indent = 2);
 // {"file", "step_source", "ranks":[{rank,steps,step_ns,compute_ns,comm_ns,exposed_comm_ns,other_ns,idle_ns,
 //   comm_overhead_pct}], "steps":[...], "run":{...}, "collectives":[{group,op,group_size,count,bytes,total_ns,
-//   latency_ns,algbw_gbps,busbw_gbps,mean_skew_ns,max_skew_ns}], "stragglers":{...}, "tp_model":{...}}
+//   latency_ns,algbw_gbps,busbw_gbps,mean_skew_ns,max_skew_ns}], "stragglers":{...}, "tp_model":{...},
+//   "pipeline":{...} (pipeline runs), "kernels":{count,total_ms,top:[{name,count,total_ms}]} (device lanes)}
 std::string reportToJson(const Report& report, const std::string& file, int indent = 2);
 std::string desyncToJson(const DesyncReport& report, const std::string& file, int indent = 2);
 std::string diffToJson(const RunDiff& diff, const std::string& fileA, const std::string& fileB, int indent = 2);

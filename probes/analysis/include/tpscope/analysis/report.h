@@ -7,6 +7,7 @@
 
 #include "tpscope/analysis/breakdown.h"
 #include "tpscope/analysis/collectives.h"
+#include "tpscope/analysis/kernels.h"
 #include "tpscope/analysis/pipeline.h"
 #include "tpscope/analysis/run_info.h"
 #include "tpscope/tracedb/reader.h"
@@ -19,6 +20,7 @@ struct Report {
   Breakdown breakdown;
   CollectiveAnalysis collectives;
   PipelineReport pipeline;  // present only for a pipeline-parallel run (pipeline.h)
+  KernelSummary kernels;    // present only for a run with device lanes (kernels.h)
 };
 
 tracedb::Result<Report> buildReport(tracedb::Reader& reader);

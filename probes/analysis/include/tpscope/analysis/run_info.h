@@ -53,6 +53,9 @@ struct RunInfo {
   // Every CPU of `host` runs a rank (ranks ≥ CPUs; false when unknown): the launcher, the recorders' threads and the
   // OS take a core from some rank a timeslice (a few ms) at a time.
   bool cpusFull(const std::string& host) const;
+  // meta 'flight_recorder_missing_ranks' (an imported Flight Recorder folder): ranks its process groups name that
+  // left no dump. They have no records; the desync analysis says what cannot be decided without them.
+  std::vector<int> missingRankDumps;
   int64_t beginNs = 0, endNs = 0;          // extent of spans, collectives and step_stats (0, 0 when empty)
   std::vector<RankExtent> spanExtents;     // by rank, ranks with spans only
   std::optional<ModelConfig> model;        // when meta 'config' is JSON with at least one of the model keys

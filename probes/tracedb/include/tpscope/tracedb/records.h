@@ -27,6 +27,9 @@ inline constexpr std::string_view kCaptureExit = "capture_exit";    // a rank fi
 // Pipeline parallelism, JSON: {schedule, stages, microbatches, virtual_stages, stage_layers, stage_of_rank}
 // (docs/schema.md); absent without PP.
 inline constexpr std::string_view kPipeline = "pipeline";
+// An imported Flight Recorder folder: the ranks below the highest one dumped or named in a pg_config that left no
+// dump file, comma-separated ("2,3"); absent when every rank's dump is there (docs/formats.md "Flight Recorder dumps").
+inline constexpr std::string_view kMissingRankDumps = "flight_recorder_missing_ranks";
 }  // namespace meta_keys
 
 // Well-known counter names (table counters).
