@@ -15,6 +15,7 @@
 #include "flight_recorder_model.h"
 #include "flight_recorder_value.h"
 #include "json_text.h"
+#include "import_output.h"
 #include "tpscope/tracedb/writer.h"
 
 namespace tpscope::formats {
@@ -80,18 +81,6 @@ Result<fr::RankDump> loadDump(const fs::path& path, int rank) {
   return out;
 }
 
-void removeWithSidecars(const fs::path& path) {
-  std::error_code ec;
-  for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(path.string() + suffix, ec);
-}
-
-struct TempFileGuard {
-  fs::path path;
-  bool keep = false;
-  ~TempFileGuard() {
-    if (!keep) removeWithSidecars(path);
-  }
-};
 
 std::string runIdFor(const std::vector<fr::RankDump>& dumps) {
   uint64_t h = 1469598103934665603ULL;  // FNV-1a over the dumps' names and entry counts: same folder, same run id
@@ -128,14 +117,13 @@ std::string inputsJson(const std::vector<fr::RankDump>& dumps) {
 
 Status writeRun(const fs::path& output, const fs::path& outDir, const std::vector<fr::RankDump>& dumps,
                 fr::RunModel& model, FlightRecorderImportStats& stats) {
-  TempFileGuard temp{outDir / ("." + output.filename().string() + ".tmp-" + std::to_string(::getpid()))};
-  removeWithSidecars(temp.path);
+  detail::ImportOutput staged(output, outDir);
   tracedb::CreateOptions options;
   options.overwrite = true;
   options.runId = runIdFor(dumps);
   options.source = "flight_recorder";
   options.bulkLoad = true;
-  auto created = tracedb::Writer::create(temp.path, options);
+  auto created = tracedb::Writer::create(staged.temp(), options);
   if (!created) return created.status();
   std::unique_ptr<tracedb::Writer> writer = std::move(*created);
   if (Status s = writer->begin(); !s) return s;
@@ -179,11 +167,7 @@ Status writeRun(const fs::path& output, const fs::path& outDir, const std::vecto
   if (Status s = writer->createIndexes(); !s) return s;
   if (Status s = writer->close(); !s) return s;
   writer.reset();
-  std::error_code ec;
-  fs::rename(temp.path, output, ec);
-  if (ec) return Status::error(output.string() + ": cannot move the finished import into place: " + ec.message());
-  temp.keep = true;
-  removeWithSidecars(temp.path);
+  if (Status s = staged.moveIntoPlace(); !s) return s;
   return Status::ok();
 }
 

@@ -20,6 +20,7 @@
 #include "chrome_places.h"
 #include "pipeline_import.h"
 #include "rank_parts.h"
+#include "import_output.h"
 #include "tpscope/tracedb/writer.h"
 
 namespace tpscope::formats {
@@ -40,19 +41,6 @@ std::string formatBytes(int64_t bytes) {
   return buf;
 }
 
-void removeWithSidecars(const fs::path& path) {
-  std::error_code ec;
-  for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(path.string() + suffix, ec);
-}
-
-// Removes the temporary output unless released (every early return is a failure).
-struct TempFileGuard {
-  fs::path path;
-  bool keep = false;
-  ~TempFileGuard() {
-    if (!keep) removeWithSidecars(path);
-  }
-};
 
 std::string runIdFor(std::span<const fs::path> inputs, std::string_view format) {
   uint64_t h = 1469598103934665603ULL;  // FNV-1a over names and sizes: same inputs, same run id
@@ -386,14 +374,13 @@ void addRecordGroups(const std::vector<LoadedFile>& loaded, std::map<std::string
 Status writeOutput(std::span<const fs::path> inputs, const fs::path& output, const fs::path& dir,
                    std::vector<LoadedFile>& loaded, const InputsMeta& meta, KinetoImportStats& stats,
                    std::string_view format) {
-  TempFileGuard temp{dir / ("." + output.filename().string() + ".tmp-" + std::to_string(::getpid()))};
-  removeWithSidecars(temp.path);
+  detail::ImportOutput staged(output, dir);
   tracedb::CreateOptions options;
   options.overwrite = true;
   options.runId = runIdFor(inputs, format);
   options.source = std::string(format);
   options.bulkLoad = true;
-  auto created = tracedb::Writer::create(temp.path, options);
+  auto created = tracedb::Writer::create(staged.temp(), options);
   if (!created) return created.status();
   std::unique_ptr<tracedb::Writer> writer = std::move(*created);
   if (Status s = writer->begin(); !s) return s;
@@ -426,11 +413,7 @@ Status writeOutput(std::span<const fs::path> inputs, const fs::path& output, con
   if (Status s = writer->createIndexes(); !s) return s;
   if (Status s = writer->close(); !s) return s;
   writer.reset();
-  std::error_code ec;
-  fs::rename(temp.path, output, ec);
-  if (ec) return Status::error(output.string() + ": cannot move the finished import into place: " + ec.message());
-  temp.keep = true;
-  removeWithSidecars(temp.path);  // stray sidecars only; the file itself was renamed
+  if (Status s = staged.moveIntoPlace(); !s) return s;
   return Status::ok();
 }
 

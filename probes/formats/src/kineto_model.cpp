@@ -28,15 +28,6 @@ bool isNcclKernelName(std::string_view name) {
   return startsWith(name, "nccl") || startsWith(name, "void nccl") || startsWith(name, "Nccl");
 }
 
-std::optional<int> profilerStep(std::string_view name) {
-  constexpr std::string_view kPrefix = "ProfilerStep#";
-  if (!startsWith(name, kPrefix)) return std::nullopt;
-  int step = 0;
-  auto [p, ec] = std::from_chars(name.data() + kPrefix.size(), name.data() + name.size(), step);
-  if (ec != std::errc() || p != name.data() + name.size()) return std::nullopt;
-  return step;
-}
-
 struct FlowKey {
   LaneKey lane;
   int64_t ts = 0;

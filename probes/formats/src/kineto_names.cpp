@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <charconv>
 #include <utility>
 
 namespace tpscope::formats::kineto {
@@ -130,6 +131,15 @@ int dtypeSize(std::string_view t) {
   if (t == "float16" || t == "bfloat16" || t == "int16") return 2;
   if (t == "int8" || t == "uint8" || t == "bool" || t == "float8_e4m3fn" || t == "float8_e5m2") return 1;
   return 0;
+}
+
+std::optional<int> profilerStep(std::string_view name) {
+  constexpr std::string_view kPrefix = "ProfilerStep#";
+  if (!name.starts_with(kPrefix)) return std::nullopt;
+  int step = 0;
+  auto [p, ec] = std::from_chars(name.data() + kPrefix.size(), name.data() + name.size(), step);
+  if (ec != std::errc() || p != name.data() + name.size()) return std::nullopt;
+  return step;
 }
 
 std::optional<int> rankFromFileName(std::string_view fileName) {

@@ -31,6 +31,10 @@ std::string normalizeDtype(std::string_view dtype);
 // Bytes per element of a normalised dtype; 0 if unknown.
 int dtypeSize(std::string_view normalizedDtype);
 
+// N of the profiler's step annotation "ProfilerStep#N" (Kineto's user annotation, the NVTX range nsys shows);
+// nullopt for any other name.
+std::optional<int> profilerStep(std::string_view name);
+
 // The rank in a file name: "rank-3", "rank3", "rank_3" (case-insensitive, the last match wins); nullopt if none.
 std::optional<int> rankFromFileName(std::string_view fileName);
 

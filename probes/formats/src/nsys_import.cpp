@@ -13,6 +13,7 @@
 #include "kineto_names.h"
 #include "nsys_model.h"
 #include "nsys_read.h"
+#include "import_output.h"
 #include "tpscope/tracedb/writer.h"
 
 namespace tpscope::formats {
@@ -28,18 +29,6 @@ struct LoadedNsys {
   nsys::FileModel model;
 };
 
-void removeWithSidecars(const fs::path& path) {
-  std::error_code ec;
-  for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(path.string() + suffix, ec);
-}
-
-struct TempFileGuard {
-  fs::path path;
-  bool keep = false;
-  ~TempFileGuard() {
-    if (!keep) removeWithSidecars(path);
-  }
-};
 
 Status checkPaths(std::span<const fs::path> inputs, const fs::path& output, const fs::path& dir) {
   if (inputs.empty()) return Status::error("import nsys: no input files");
@@ -198,14 +187,13 @@ Status writeOutput(std::span<const fs::path> inputs, const fs::path& output, con
     return Status::error(inputs.front().string() + (inputs.size() > 1 ? " (and the other inputs)" : "") +
                          ": no CUDA kernels, memory copies, runtime calls or NVTX ranges to import");
 
-  TempFileGuard temp{dir / ("." + output.filename().string() + ".tmp-" + std::to_string(::getpid()))};
-  removeWithSidecars(temp.path);
+  detail::ImportOutput staged(output, dir);
   tracedb::CreateOptions options;
   options.overwrite = true;
   options.runId = runIdFor(inputs);
   options.source = "nsys";
   options.bulkLoad = true;
-  auto created = tracedb::Writer::create(temp.path, options);
+  auto created = tracedb::Writer::create(staged.temp(), options);
   if (!created) return created.status();
   std::unique_ptr<tracedb::Writer> writer = std::move(*created);
   if (Status s = writer->begin(); !s) return s;
@@ -229,11 +217,7 @@ Status writeOutput(std::span<const fs::path> inputs, const fs::path& output, con
   if (Status s = writer->createIndexes(); !s) return s;
   if (Status s = writer->close(); !s) return s;
   writer.reset();
-  std::error_code ec;
-  fs::rename(temp.path, output, ec);
-  if (ec) return Status::error(output.string() + ": cannot move the finished import into place: " + ec.message());
-  temp.keep = true;
-  removeWithSidecars(temp.path);
+  if (Status s = staged.moveIntoPlace(); !s) return s;
   stats.ranks = worldSize;
   return Status::ok();
 }

@@ -7,6 +7,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "kineto_names.h"
 #include "nsys_names.h"
 
 namespace tpscope::formats::nsys {
@@ -16,17 +17,6 @@ using tracedb::SpanKind;
 using tracedb::SpanRow;
 
 namespace {
-
-bool startsWith(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
-
-std::optional<int> profilerStep(std::string_view name) {
-  constexpr std::string_view kPrefix = "ProfilerStep#";
-  if (!startsWith(name, kPrefix)) return std::nullopt;
-  int step = 0;
-  auto [p, ec] = std::from_chars(name.data() + kPrefix.size(), name.data() + name.size(), step);
-  if (ec != std::errc() || p != name.data() + name.size()) return std::nullopt;
-  return step;
-}
 
 struct StepRange {
   int64_t begin = 0, end = 0;
@@ -174,7 +164,7 @@ class ProcessBuilder {
     for (size_t i : rows_.nvtx) {
       const NvtxRow& n = f_.nvtx[i];
       if (n.mark) continue;
-      if (auto st = profilerStep(f_.names[n.bareText])) steps_.push_back(StepRange{n.start, n.end, *st});
+      if (auto st = kineto::profilerStep(f_.names[n.bareText])) steps_.push_back(StepRange{n.start, n.end, *st});
     }
     std::sort(steps_.begin(), steps_.end(), [](const StepRange& a, const StepRange& b) { return a.begin < b.begin; });
     int64_t marks = 0;
@@ -185,7 +175,7 @@ class ProcessBuilder {
         continue;
       }
       const std::string& bare = f_.names[n.bareText];
-      const SpanKind kind = profilerStep(bare)           ? SpanKind::Step
+      const SpanKind kind = kineto::profilerStep(bare)           ? SpanKind::Step
                             : !collectiveOfRange(bare).empty() ? SpanKind::Comm
                                                                : SpanKind::Compute;
       addSpan(hostLane_[n.globalTid], kind, n.text, n.start, n.end, stepAt(steps_, n.start), -1);

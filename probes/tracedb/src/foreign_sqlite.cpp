@@ -23,16 +23,7 @@ Result<std::unique_ptr<ForeignDb>> ForeignDb::open(const std::filesystem::path& 
   if (std::filesystem::file_size(path, ec) == 0 || ec)
     return Status::error(path.string() + ": the file is empty (not an SQLite database)");
   sqlite3* db = nullptr;
-  const int flags = SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE;
-  if (sqlite3_open_v2(path.c_str(), &db, flags, nullptr) != SQLITE_OK) {
-    Status s = detail::sqliteError(db, path, "cannot open");
-    sqlite3_close(db);
-    return s;
-  }
-  sqlite3_db_config(db, SQLITE_DBCONFIG_DEFENSIVE, 1, nullptr);
-  sqlite3_db_config(db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, nullptr);
-  sqlite3_db_config(db, SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, 0, nullptr);
-  (void)detail::exec(db, path, "PRAGMA query_only = 1");
+  if (Status s = detail::openUntrusted(path, &db); !s) return s;
   return std::unique_ptr<ForeignDb>(new ForeignDb(path, db));
 }
 

@@ -128,18 +128,8 @@ Result<std::unique_ptr<Reader>> Reader::open(const std::filesystem::path& path) 
   if (size == 0) return Status::error(path.string() + ": the file is empty (not a tpscope trace)");
 
   sqlite3* db = nullptr;
-  const int flags = SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE;
-  if (sqlite3_open_v2(path.c_str(), &db, flags, nullptr) != SQLITE_OK) {
-    Status s = detail::sqliteError(db, path, "cannot open");
-    sqlite3_close(db);
-    return s;
-  }
-  // Untrusted input: defensive mode, no schema-borne functions, no extensions, no writes.
-  sqlite3_db_config(db, SQLITE_DBCONFIG_DEFENSIVE, 1, nullptr);
-  sqlite3_db_config(db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, nullptr);
-  sqlite3_db_config(db, SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, 0, nullptr);
+  if (Status s = detail::openUntrusted(path, &db); !s) return s;
   sqlite3_busy_timeout(db, 2000);
-  (void)detail::exec(db, path, "PRAGMA query_only = 1");
   auto version = detail::checkSchema(db, path);
   if (!version) {
     sqlite3_close(db);

@@ -31,6 +31,23 @@ Status sqliteError(sqlite3* db, const std::filesystem::path& path, std::string_v
   return Status::error(std::move(msg));
 }
 
+Status openUntrusted(const std::filesystem::path& path, sqlite3** out) {
+  *out = nullptr;
+  sqlite3* db = nullptr;
+  const int flags = SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE;
+  if (sqlite3_open_v2(path.c_str(), &db, flags, nullptr) != SQLITE_OK) {
+    Status s = sqliteError(db, path, "cannot open");
+    sqlite3_close(db);
+    return s;
+  }
+  sqlite3_db_config(db, SQLITE_DBCONFIG_DEFENSIVE, 1, nullptr);
+  sqlite3_db_config(db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, nullptr);
+  sqlite3_db_config(db, SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, 0, nullptr);
+  (void)exec(db, path, "PRAGMA query_only = 1");
+  *out = db;
+  return Status::ok();
+}
+
 Status exec(sqlite3* db, const std::filesystem::path& path, const char* sql) {
   char* err = nullptr;
   if (sqlite3_exec(db, sql, nullptr, nullptr, &err) != SQLITE_OK) {

@@ -29,6 +29,9 @@ struct Access {
 Status sqliteError(sqlite3* db, const std::filesystem::path& path, std::string_view what);
 // Runs one or more statements without results.
 Status exec(sqlite3* db, const std::filesystem::path& path, const char* sql);
+// Opens an untrusted file read-only: defensive mode, no schema-borne functions, no extensions, no writes. On failure
+// *out is null and the status names the file.
+Status openUntrusted(const std::filesystem::path& path, sqlite3** out);
 // Opens the trace at `path` for writing and runs `body` in one IMMEDIATE transaction: committed when it returns ok,
 // rolled back otherwise. `what` names the writing in the error ("cannot open to write its <what>").
 Status writeInTransaction(const std::filesystem::path& path, std::string_view what,
