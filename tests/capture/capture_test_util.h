@@ -2,8 +2,11 @@
 // and ask the resulting run.db questions in SQL.
 #pragma once
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sqlite3.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -133,6 +136,34 @@ inline pid_t rankPid(pid_t parent, int rank) {
       if (kv == want) return static_cast<pid_t>(std::stoll(name));
   }
   return -1;
+}
+
+inline bool loopbackPortFree(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// A free loopback port P with P + 1 free too (the rendezvous and the node captures' control channel).
+inline int freePortPair() {
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    const int port = ntohs(a.sin_port);
+    ::close(fd);
+    if (port < 65000 && loopbackPortFree(port) && loopbackPortFree(port + 1)) return port;
+  }
+  return 0;
 }
 
 // A read-only SQL view of a trace file.

@@ -2,10 +2,6 @@
 // on loopback stand for two nodes — distinct host names through TPSCOPE_HOSTNAME, node 1's clock set off by a known
 // amount through TPSCOPE_TEST_CLOCK_OFFSET_NS — and ranks started the way srun starts them (Slurm's variables only,
 // no capture). Real tpscope-train ranks over loopback Gloo; every test has a TIMEOUT (CMakeLists.txt).
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-
 #include <chrono>
 #include <cstdlib>
 #include <thread>
@@ -18,34 +14,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-bool loopbackPortFree(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  ::close(fd);
-  return ok;
-}
-
-// A free loopback port P with P + 1 free too (the rendezvous and the node captures' control channel).
-int freePortPair() {
-  for (int attempt = 0; attempt < 50; ++attempt) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    const int port = ntohs(a.sin_port);
-    ::close(fd);
-    if (port < 65000 && loopbackPortFree(port) && loopbackPortFree(port + 1)) return port;
-  }
-  return 0;
-}
 
 // The environment of one "node": its host name, its clock offset, its token (set in the child before exec).
 BeforeExec nodeEnvironment(const std::string& host, int64_t clockOffsetNs, const std::string& token) {

@@ -249,19 +249,6 @@ std::string formatFinding(const analysis::Finding& f, const std::map<int, traced
   return findingText(f);  // the message names the rank and its place where it matters
 }
 
-std::string formatAlert(const LiveAlert& a) {
-  tracedb::AlertRow row;
-  row.rank = a.rank;
-  row.step = a.step;
-  row.layer = a.layer;
-  row.severity = a.severity;
-  row.kind = a.kind;
-  row.param = a.param;
-  row.message = a.message;
-  row.evidence = a.evidence;
-  return alertText(row, a.host);
-}
-
 std::optional<int> configInt(const fs::path& config, const char* key) {
   std::ifstream in(config);
   if (!in) return std::nullopt;
@@ -857,7 +844,7 @@ void CaptureSession::handleInterrupts() {
 void CaptureSession::showNewAlerts() {
   std::vector<LiveAlert> alerts;
   if (poller_->poll(&alerts)) lastProgress_ = lastPoll_;
-  for (const auto& a : alerts) display_->message(formatAlert(a));
+  for (const auto& a : alerts) display_->message(liveAlertText(a));
 }
 
 // Several nodes: another node's stop (its watchdog, a failed rank, Ctrl-C there) or the loss of node 0 stops this
@@ -901,7 +888,7 @@ void CaptureSession::pollProgress() {
     for (const std::string& l : stalls_->update(*poller_, exited, poller_->completedStep() < 1)) display_->message(l);
   }
   // Until every rank has finished a step (rendezvous, model build, first step), allow at least the startup time.
-  const double limit = poller_->completedStep() >= 1 ? o_.hangTimeoutS : std::max(o_.hangTimeoutS, o_.startupTimeoutS);
+  const double limit = poller_->watchdogLimitS(o_.hangTimeoutS, o_.startupTimeoutS);
   if (stop_ == Stop::None && secondsSince(lastProgress_) > limit)
     beginStop(Outcome::Hang, fmt::format("hang watchdog: no progress for {:g} s", limit),
               fmt::format("no progress for {:g} s — dumping all ranks", limit));

@@ -1,10 +1,13 @@
 #include "capture/run_poller.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <limits>
 #include <system_error>
 #include <tuple>
 
+#include "findings_text.h"
 #include "tpscope/analysis/live_stall.h"
 #include "tpscope/tracedb/reader.h"
 
@@ -13,6 +16,7 @@ namespace tpscope::cli::capture {
 RunPoller::RunPoller(std::filesystem::path dir, int ranks, int firstRank)
     : dir_(std::move(dir)),
       firstRank_(firstRank),
+      fileIds_(static_cast<size_t>(ranks)),
       progress_(static_cast<size_t>(ranks)),
       readers_(static_cast<size_t>(ranks)) {}
 
@@ -39,30 +43,63 @@ bool RunPoller::poll(std::vector<LiveAlert>* alerts) {
   return progressed;
 }
 
-bool RunPoller::pollRank(int r, std::vector<LiveAlert>* alerts) {
+double RunPoller::watchdogLimitS(double hangTimeoutS, double startupTimeoutS) const {
+  return completedStep() >= 1 ? hangTimeoutS : std::max(hangTimeoutS, startupTimeoutS);
+}
+
+bool RunPoller::openRank(int r) {
   auto& reader = readers_[static_cast<size_t>(r)];
   RankProgress& p = progress_[static_cast<size_t>(r)];
-  if (!reader) {
-    const auto file = dir_ / ("rank-" + std::to_string(firstRank_ + r) + ".db");
-    std::error_code ec;
-    if (!std::filesystem::exists(file, ec)) return false;
-    auto opened = tracedb::Reader::open(file);
-    if (!opened) return false;  // still being created: retry at the next poll
-    reader = std::move(opened.value());
-    reader->setBusyTimeout(50);
-    p.lastGrowth = std::chrono::steady_clock::now();
-    if (auto epoch = reader->metaValue(tracedb::meta_keys::kEpochUnixNs)) {
-      try {
-        p.epochUnixNs = std::stoll(*epoch);
-      } catch (const std::exception&) {
-        p.epochUnixNs = 0;
-      }
+  const auto file = dir_ / ("rank-" + std::to_string(firstRank_ + r) + ".db");
+  struct stat st {};
+  if (::stat(file.c_str(), &st) != 0) return reader != nullptr && !p.earlier;  // removed: keep reading what is open
+  // While a reader holds its file open, no new file can get that inode: another one means a new job's file.
+  const FileId id{st.st_dev, st.st_ino};
+  if (reader) {
+    if (id == fileIds_[static_cast<size_t>(r)]) return !p.earlier;
+    reader.reset();
+    p = RankProgress{};
+  }
+  auto opened = tracedb::Reader::open(file);
+  if (!opened) return false;  // still being created: retry at the next poll
+  reader = std::move(opened.value());
+  reader->setBusyTimeout(50);
+  fileIds_[static_cast<size_t>(r)] = id;
+  p.lastGrowth = std::chrono::steady_clock::now();
+  if (auto epoch = reader->metaValue(tracedb::meta_keys::kEpochUnixNs)) {
+    try {
+      p.epochUnixNs = std::stoll(*epoch);
+    } catch (const std::exception&) {
+      p.epochUnixNs = 0;
     }
   }
-  bool progressed = false;
-  if (!p.seen || p.host.empty()) {
-    if (auto ranks = reader->ranks(); ranks && !ranks->empty()) p.host = ranks->front().host;
+  readRankRow(r);
+  p.earlier = notBeforeUnixNs_ > 0 && p.ended && p.endUnixNs < notBeforeUnixNs_;
+  return !p.earlier;
+}
+
+void RunPoller::readRankRow(int r) {
+  RankProgress& p = progress_[static_cast<size_t>(r)];
+  auto rows = readers_[static_cast<size_t>(r)]->ranks();
+  if (!rows) return;  // busy now: the next poll
+  for (const tracedb::RankInfo& row : *rows) {
+    if (row.rank != firstRank_ + r) continue;
+    if (!row.host.empty()) p.host = row.host;
+    p.pid = row.pid;
+    p.worldSize = row.worldSize;
+    p.localRank = row.localRank;
+    p.ended = row.endNs.has_value();
+    p.exitReason = row.exitReason;
+    p.endUnixNs = row.endNs ? p.epochUnixNs + *row.endNs : 0;
   }
+}
+
+bool RunPoller::pollRank(int r, std::vector<LiveAlert>* alerts) {
+  if (!openRank(r)) return false;
+  auto& reader = readers_[static_cast<size_t>(r)];
+  RankProgress& p = progress_[static_cast<size_t>(r)];
+  if (p.seen) readRankRow(r);  // (just read when the file was opened)
+  bool progressed = false;
   p.seen = true;
   if (auto ids = reader->latestIds()) {
     const bool grew = ids->span > p.maxSpanId || ids->collective > p.maxCollectiveId;
@@ -156,6 +193,19 @@ void RunPoller::liveState(const std::vector<bool>& exited, std::vector<analysis:
     }
     ranks->push_back(std::move(st));
   }
+}
+
+std::string liveAlertText(const LiveAlert& a) {
+  tracedb::AlertRow row;
+  row.rank = a.rank;
+  row.step = a.step;
+  row.layer = a.layer;
+  row.severity = a.severity;
+  row.kind = a.kind;
+  row.param = a.param;
+  row.message = a.message;
+  row.evidence = a.evidence;
+  return alertText(row, a.host);
 }
 
 }  // namespace tpscope::cli::capture

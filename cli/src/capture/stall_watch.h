@@ -1,7 +1,7 @@
 // The live stall lines of a job still running (analysis/live_stall.h on the ranks' frontier, RunPoller::liveState):
 // one line when a stall begins or its situation changes (another rank blocks, a missing rank enters), RESUMED when
 // the ranks it blocked move again. Kept for the run file as alerts of kind 'stall' (critical while the job stayed
-// stalled to the end, info when it resumed). Used by capture's watcher.
+// stalled to the end, info when it resumed). Used by capture's watcher and `tpscope watch`.
 //
 // Threading: the caller's thread only.
 #pragma once
@@ -29,6 +29,8 @@ class StallWatch {
   // The stalls seen, as alerts for the run file (ts: when each was first named, in the files' clock).
   std::vector<tracedb::AlertRow> alerts() const;
   int stallsNamed() const { return static_cast<int>(log_.size()); }
+  // Some stall named is still open (not resumed).
+  bool stalled() const { return !open_.empty(); }
 
  private:
   struct Open {

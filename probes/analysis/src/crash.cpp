@@ -12,9 +12,7 @@ namespace tpscope::analysis {
 
 using tracedb::Query;
 
-namespace {
-
-bool crashReason(std::string reason) {
+bool isCrashExitReason(std::string reason) {
   std::transform(reason.begin(), reason.end(), reason.begin(), [](unsigned char c) { return std::tolower(c); });
   // A launcher's verdict decides where there is one: `tpscope capture` writes "crash: ..." for a rank that died of a
   // signal it did not send (a SIGTERM from outside too), and "stopped by capture (...)" for the ranks it ended.
@@ -29,6 +27,8 @@ bool crashReason(std::string reason) {
   return false;
 }
 
+namespace {
+
 using detail::f;
 
 // analyzeRankEnds, with the collectives from `table` where given, else from a scan of the file.
@@ -39,7 +39,7 @@ tracedb::Result<std::vector<RankEnd>> rankEnds(tracedb::Reader& reader, const Ru
     RankEnd& e = ends[r.rank];
     e.rank = r.rank;
     e.exitReason = r.exitReason;
-    e.crashed = crashReason(r.exitReason);
+    e.crashed = isCrashExitReason(r.exitReason);
     e.lastRecordNs = INT64_MIN;
   }
   auto take = [&](int rank, int64_t t, int step) {

@@ -32,6 +32,10 @@ struct RankEnd {
   bool stoppedEarly = false;
 };
 
+// Whether a rank's exit reason (ranks.exit_reason) says it crashed: the "crash (critical)" rule above. `tpscope
+// watch` judges the ranks' ends while the job runs with it.
+bool isCrashExitReason(std::string reason);
+
 tracedb::Result<std::vector<RankEnd>> analyzeRankEnds(tracedb::Reader& reader, const RunInfo& info);
 tracedb::Result<std::vector<Finding>> crashFindings(tracedb::Reader& reader, const std::vector<RankEnd>& ends,
                                                     const RunInfo& info);
