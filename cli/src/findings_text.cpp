@@ -39,11 +39,11 @@ void printLink(const analysis::ChainLink& l, const std::vector<analysis::Finding
   const std::string head = indent + (depth > 0 ? "→ " : "");
   out << fmt::format("{}{:<{}}{:<{}}{}{}\n", head, severityLabel(analysis::severityName(l.severity)), kSeverityColumn,
                      l.kind, kindColumn(), l.message, costText(l));
-  if (l.finding >= 0 && l.finding < static_cast<int>(findings.size())) {
-    const size_t arrow = depth > 0 ? 2 : 0;  // "→ " is two columns wide (four bytes)
-    const std::string pad(indent.size() + arrow + kSeverityColumn + kindColumn(), ' ');
+  const size_t arrow = depth > 0 ? 2 : 0;  // "→ " is two columns wide (four bytes)
+  const std::string pad(indent.size() + arrow + kSeverityColumn + kindColumn(), ' ');
+  if (l.because) out << pad << "because " << l.because->text << "\n";
+  if (l.finding >= 0 && l.finding < static_cast<int>(findings.size()))
     for (const auto& d : findings[static_cast<size_t>(l.finding)].details) out << pad << d << "\n";
-  }
   for (const auto& c : l.consequences) printLink(c, findings, depth + 1, out);
 }
 

@@ -302,8 +302,9 @@ bool StepHooks::beforeUpdate(int64_t step64, std::span<const probes::GradStat> g
   if (!(recordingRequested_ || o.needsAgreement())) return false;
   torch::NoGradGuard ng;
   StepAction action = StepAction::Continue;
-  // A pipeline stage's gradients are a part of the model's: its spikes are judged against the whole model's norm.
-  const double wholeModelNorm = mesh_.pp() > 1 ? gradNorm : std::numeric_limits<double>::quiet_NaN();
+  // A rank's gradients are a part of the model's (a pipeline stage) or of the batch's (a DP replica): its spikes are
+  // judged against the whole model's norm after reduction, what the update is made of (anomalies.cpp, material()).
+  const double wholeModelNorm = gradNorm;
   if (!grads.empty()) action = std::max(action, rules_.checkGradients(step, grads, wholeModelNorm));
   if (activations != nullptr)
     if (auto bad = activations->firstNonFinite()) action = std::max(action, rules_.checkActivation(step, *bad));

@@ -107,7 +107,9 @@ QTreeWidgetItem* FindingsView::addLink(const analysis::ChainLink& link, QTreeWid
   item->setText(kChainKind, QString::fromStdString(link.kind));
   item->setText(kChainCost, costText(link));
   item->setText(kChainMessage, QString::fromStdString(link.message));
-  item->setToolTip(kChainMessage, QString::fromStdString(link.message));
+  // A consequence's connection to its cause (chain.h, LinkReason) in the tooltip, below what happened.
+  item->setToolTip(kChainMessage, QString::fromStdString(
+                                      link.because ? link.message + "\nbecause " + link.because->text : link.message));
   item->setData(0, kLinkRole, static_cast<int>(links_.size()));
   links_.push_back(&link);
   for (const auto& c : link.consequences) addLink(c, item);

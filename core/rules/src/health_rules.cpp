@@ -214,8 +214,8 @@ StepAction HealthRules::checkGradients(int step, std::span<const probes::GradSta
     return action;
   }
   const probes::SpikeVerdict v = isSpike(options_.gradSpike, gradBase_, step, norm);
-  // A stage's spike that leaves the whole model's norm where it was changes no update: not a fault (and, a spike,
-  // not the stage's baseline either).
+  // A rank's spike that leaves the whole model's norm where it was (one stage's, one replica's, averaged away by the
+  // reduction) changes no update: not a fault (and, a spike, not the rank's baseline either).
   const bool wholeMoved = !pendingWholeNorm_ || wholeBase_.size() < options_.gradSpike.warmup ||
                           *pendingWholeNorm_ >= kWholeModelSpikeRatio * wholeBase_.median();
   if (v.spike && !wholeMoved) return action;

@@ -6,7 +6,6 @@
 #include <set>
 
 #include "evidence_util.h"
-#include "tpscope/analysis/pipeline.h"
 #include "tpscope/probes/spike_baseline.h"
 #include "tpscope/tracedb/query.h"
 
@@ -116,11 +115,12 @@ bool risesAbove(const std::map<std::pair<int, int>, double>& byRankStep, int ran
   return before.empty() || now == byRankStep.end() || transform(now->second) >= ratio * medianOf(std::move(before));
 }
 
-// Material: the spike moves its rank's gradient — the rank's total norm (√Σ l2² over its parameters) at that step is
-// ≥ normRatioThreshold × its median over the previous steps. A spike in a tiny parameter does not. Where the rank
-// holds one pipeline stage, its total is a part of the model's (stage 0's is mostly the embedding's, whose rows
-// spike with a batch's rare tokens): the whole model's norm must move too, by the run-wide spike's ratio
-// (normRatioThreshold), or the update is what it would have been.
+// Material: the spike moves the update. The rank's total norm (√Σ l2² over its parameters) at that step is
+// ≥ normRatioThreshold × its median over the previous steps (a spike in a tiny parameter does not move it), and so is
+// the whole model's norm (step_stats.grad_norm: the clip's, after reduction over every TP/DP/PP rank — what the
+// update is made of). A rank's total is a part of the model's: one DP replica's batch, one pipeline stage (stage 0's
+// total is mostly the embedding's, whose rows spike with a batch's rare tokens), and a jump the reduction averages
+// away leaves the update what it would have been. Without step_stats the rank's total decides alone.
 bool material(const GradSeries& g, int rank, int step, const AnomalyOptions& options) {
   const bool rankMoved = risesAbove(g.rankStepSq, rank, step, options.window, options.normRatioThreshold,
                                     [](double sq) { return std::sqrt(sq); });
@@ -282,10 +282,9 @@ tracedb::Result<AnomalyReport> analyzeAnomalies(tracedb::Reader& reader, const R
   if (!grads) return grads.status();
   auto stats = reader.stepStats();
   if (!stats) return stats.status();
-  if (pipelineStages(reader) > 1)  // each rank's parameters are one stage's
-    for (const auto& st : *stats)
-      if (st.gradNorm && std::isfinite(*st.gradNorm) && *st.gradNorm > 0)
-        grads->wholeNorm[{st.rank, st.step}] = *st.gradNorm;
+  for (const auto& st : *stats)  // the clip's norm: over every stage and replica, what the update is made of
+    if (st.gradNorm && std::isfinite(*st.gradNorm) && *st.gradNorm > 0)
+      grads->wholeNorm[{st.rank, st.step}] = *st.gradNorm;
   paramSpikes(*grads, options, out);
   stepStatAnomalies(*stats, options, out);
   if (reader.metaValue("grad_stats_after_reduction").value_or("") == "1")
@@ -340,7 +339,9 @@ std::vector<Finding> anomalyFindings(const AnomalyReport& report, const RunInfo&
                  std::to_string(s.step) + " (median " + g3(s.median) + ", " + g3(s.value / std::max(s.median, 1e-300)) +
                  "×, robust z " + g3(s.z) + ")";
     if (j - i > 1) fd.details.push_back(std::to_string(j - i) + " parameters spiked on this rank at this step");
-    if (auto rw = runWide.find(s.step); s.rank >= 0 && rw != runWide.end())
+    const auto rw = runWide.find(s.step);
+    const bool folded = s.rank >= 0 && rw != runWide.end();
+    if (folded)
       fd.details.push_back("the run's global grad norm spiked with it: " + g3(rw->second->value) + " (median " +
                            g3(rw->second->median) + ")");
     for (size_t k = i; k < j; ++k) {
@@ -349,6 +350,7 @@ std::vector<Finding> anomalyFindings(const AnomalyReport& report, const RunInfo&
       else fd.cite("grad_stats", {f("rank", int64_t{x.rank}), f("step", int64_t{x.step}), f("param", x.param)});
     }
     fd.number("value", s.value).number("median", s.median).number("mad", s.mad).number("z", s.z);
+    if (folded) fd.number("global_value", rw->second->value).number("global_median", rw->second->median);
     out.push_back(std::move(fd));
     i = j;
   }

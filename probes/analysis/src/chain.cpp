@@ -16,14 +16,18 @@ using detail::f;
 
 bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
-int64_t numberOr(const Finding& fd, const char* name, int64_t fallback) {
+// A number of the finding's evidence as T (an integer or a real, either stored), or `fallback`.
+template <class T>
+T numberAs(const Finding& fd, const char* name, T fallback) {
   for (const auto& n : fd.evidence.numbers)
     if (n.name == name) {
-      if (const auto* i = std::get_if<int64_t>(&n.value)) return *i;
-      if (const auto* d = std::get_if<double>(&n.value)) return static_cast<int64_t>(*d);
+      if (const auto* i = std::get_if<int64_t>(&n.value)) return static_cast<T>(*i);
+      if (const auto* d = std::get_if<double>(&n.value)) return static_cast<T>(*d);
     }
   return fallback;
 }
+
+int64_t numberOr(const Finding& fd, const char* name, int64_t fallback) { return numberAs<int64_t>(fd, name, fallback); }
 
 bool secondary(const Finding& fd) { return numberOr(fd, "secondary", 0) != 0; }
 
@@ -86,47 +90,116 @@ struct Ctx {
   }
 };
 
-// ---- Causal rules between findings: does finding `c` cause finding `e`? ----
+// ---- Causal rules between findings: does finding `c` cause finding `e`, and what shows it? ----
+// Each rule returns the connection (chain.h, LinkReason) or nothing: a rule that cannot cite what connects the two
+// does not link them.
 
-bool desyncCauses(const Ctx& x, const Finding& c, const Finding& e) {
-  if (!isKind(c, FindingKind::Desync) || !c.collective) return false;
+using Reason = std::optional<LinkReason>;
+
+EvidenceRow collectiveRow(int rank, const std::string& group, int64_t seq) {
+  return {"collectives", {f("rank", int64_t{rank}), f("group_name", group), f("seq", seq)}};
+}
+
+EvidenceRow rankRow(int rank) { return {"ranks", {f("rank", int64_t{rank})}}; }
+
+// The rows of `fd`'s evidence from `table` (at most `n`).
+std::vector<EvidenceRow> rowsOf(const Finding& fd, const std::string& table, size_t n = 4) {
+  std::vector<EvidenceRow> out;
+  for (const auto& r : fd.evidence.rows)
+    if (r.table == table && out.size() < n) out.push_back(r);
+  return out;
+}
+
+std::string collectiveText(const CollectiveRef& c) {
+  return (c.op.empty() ? std::string("collective") : c.op) + " " + c.group + " seq " + std::to_string(c.seq);
+}
+
+Reason desyncCauses(const Ctx& x, const Finding& c, const Finding& e) {
+  if (!isKind(c, FindingKind::Desync) || !c.collective) return {};
   const CollectiveRef& at = *c.collective;
-  if (stuck(e)) return e.collective && e.collective->group == at.group && e.collective->seq >= at.seq;
+  if (stuck(e)) {
+    if (!e.collective || e.collective->group != at.group || e.collective->seq < at.seq) return {};
+    LinkReason r{"the mismatched " + collectiveText(at) + " never completed, so " + at.group +
+                     " could not reach seq " + std::to_string(e.collective->seq),
+                 rowsOf(c, "collectives")};
+    return r;
+  }
   if (isKind(e, FindingKind::Crash)) {
     // Gloo aborts every member on the mismatched collective: the member's last collective is in the group, at the
     // mismatched seq or the one before (the abort came while it waited in it).
-    if (!contains(x.members(at.group), e.rank)) return false;
-    return e.collective && e.collective->group == at.group && e.collective->seq >= at.seq - 1;
+    if (!contains(x.members(at.group), e.rank)) return {};
+    if (!e.collective || e.collective->group != at.group || e.collective->seq < at.seq - 1) return {};
+    return LinkReason{"rank " + std::to_string(e.rank) + " died in " + at.group + " at seq " +
+                          std::to_string(e.collective->seq) + ", on the mismatched collective (Gloo aborts its members)",
+                      {collectiveRow(e.rank, at.group, e.collective->seq), rankRow(e.rank)}};
   }
-  return false;
+  return {};
 }
 
 // A rank that died (critical) never enters its next collectives. One that only stopped recording early (error) is
 // the other way round: stuck outside any collective, it is the missing rank of a hang, which names it better.
-bool crashCauses(const Finding& c, const Finding& e) {
-  return isKind(c, FindingKind::Crash) && c.severity == Severity::Critical && c.rank >= 0 && stuck(e) &&
-         contains(e.ranks, c.rank);
+Reason crashCauses(const Finding& c, const Finding& e) {
+  if (!(isKind(c, FindingKind::Crash) && c.severity == Severity::Critical && c.rank >= 0 && stuck(e) &&
+        contains(e.ranks, c.rank)))
+    return {};
+  std::string where = e.collective ? " " + collectiveText(*e.collective) : std::string();
+  return LinkReason{"rank " + std::to_string(c.rank) + " died, and it is the rank missing from" + where,
+                    {rankRow(c.rank)}};
 }
 
-bool hangCauses(const Ctx& x, const Finding& c, const Finding& e) {
-  if (!stuck(c)) return false;
-  if (isKind(e, FindingKind::Crash) && e.severity != Severity::Critical)
-    return c.severity == Severity::Critical && contains(c.ranks, e.rank);
-  if (!stuck(e) || !secondary(e)) return false;
-  if (e.ranks.empty() || !c.collective) return false;
+Reason hangCauses(const Ctx& x, const Finding& c, const Finding& e) {
+  if (!stuck(c)) return {};
+  if (isKind(e, FindingKind::Crash) && e.severity != Severity::Critical) {
+    if (!(c.severity == Severity::Critical && contains(c.ranks, e.rank))) return {};
+    return LinkReason{"rank " + std::to_string(e.rank) + " is missing from the stuck " +
+                          (c.collective ? collectiveText(*c.collective) : std::string("collective")) +
+                          ": it stopped recording while its peers waited",
+                      {rankRow(e.rank)}};
+  }
+  if (!stuck(e) || !secondary(e)) return {};
+  if (e.ranks.empty() || !c.collective) return {};
   std::vector<int> held = c.ranks;  // missing from c, or waiting in it
-  if (const GroupDesync* g = x.group(c.collective->group))
-    held.insert(held.end(), g->waitingRanks.begin(), g->waitingRanks.end());
-  return std::all_of(e.ranks.begin(), e.ranks.end(), [&](int r) { return contains(held, r); });
+  const GroupDesync* g = x.group(c.collective->group);
+  if (g != nullptr) held.insert(held.end(), g->waitingRanks.begin(), g->waitingRanks.end());
+  if (!std::all_of(e.ranks.begin(), e.ranks.end(), [&](int r) { return contains(held, r); })) return {};
+  LinkReason r{rankList(e.ranks) + (e.ranks.size() == 1 ? " is" : " are") + " held in the stuck " +
+                   collectiveText(*c.collective) + " (waiting in it or missing from it)",
+               {}};
+  if (g != nullptr)
+    for (const auto& rec : g->stuckRecords)
+      if (contains(e.ranks, rec.rank) && r.rows.size() < 4)
+        r.rows.push_back(collectiveRow(rec.rank, c.collective->group, c.collective->seq));
+  return r;
 }
 
-bool originCauses(const Ctx& x, const Finding& c, const Finding& e) {
-  if (!origin(c) || c.severity != Severity::Critical || c.step < 0) return false;
+// The hop of a NaN/Inf origin's spread that reached `rank`, if any.
+const SpreadHop* hopTo(const Ctx& x, int rank) {
+  if (x.in.nonfinite == nullptr) return nullptr;
+  for (const auto& h : x.in.nonfinite->spread)
+    if (contains(h.toRanks, rank)) return &h;
+  return nullptr;
+}
+
+Reason originCauses(const Ctx& x, const Finding& c, const Finding& e) {
+  if (!origin(c) || c.severity != Severity::Critical || c.step < 0) return {};
   if (!(isKind(e, FindingKind::GradSpike) || isKind(e, FindingKind::LossSpike) ||
         isKind(e, FindingKind::ReplicaDivergence)))
-    return false;
-  (void)x;
-  return e.step >= c.step && (e.rank < 0 || e.rank == c.rank || contains(c.ranks, e.rank));
+    return {};
+  if (e.step < c.step) return {};
+  const std::string value = c.kind == FindingKind::NanOrigin ? "NaN" : "Inf";
+  if (e.rank == c.rank || e.rank < 0)  // the origin's own values, or a run-wide value its values enter
+    return LinkReason{"rank " + std::to_string(c.rank) + " held the " + value + " from step " + std::to_string(c.step) +
+                          (e.rank < 0 ? ", and the run-wide value is computed from every rank's" : ""),
+                      {{"step_stats", {f("rank", int64_t{c.rank}), f("step", int64_t{e.step})}}}};
+  if (!contains(c.ranks, e.rank)) return {};  // the origin's receivers: ranks its spread path reached (nonfinite.h)
+  const SpreadHop* h = hopTo(x, e.rank);
+  if (h == nullptr)
+    return LinkReason{"the " + value + " reached rank " + std::to_string(e.rank) + " by the origin's spread path",
+                      rowsOf(c, "collectives", 2)};
+  if (h->step > e.step) return {};
+  return LinkReason{"the " + value + " reached rank " + std::to_string(e.rank) + " by " + collectiveText(h->collective) +
+                        " at step " + std::to_string(h->step),
+                    {collectiveRow(h->fromRank, h->collective.group, h->collective.seq)}};
 }
 
 std::string textOr(const Finding& fd, const char* name) {
@@ -139,9 +212,16 @@ std::string textOr(const Finding& fd, const char* name) {
 // Replicas that a NaN or one rank's gradient spike parted (sdc.h, explainDivergences): the analysis that found the
 // connection names the cause on the divergence (cause, cause_rank, cause_step), with the rows that show the fault on
 // the suspect.
-bool explainedBy(const Finding& c, const Finding& e) {
-  return isKind(e, FindingKind::SilentCorruption) && secondary(e) && textOr(e, "cause") == findingKindName(c.kind) &&
-         numberOr(e, "cause_rank", -2) == c.rank && numberOr(e, "cause_step", -2) == c.step && c.step >= 0;
+Reason explainedBy(const Finding& c, const Finding& e) {
+  if (!(isKind(e, FindingKind::SilentCorruption) && secondary(e) && textOr(e, "cause") == findingKindName(c.kind) &&
+        numberOr(e, "cause_rank", -2) == c.rank && numberOr(e, "cause_step", -2) == c.step && c.step >= 0))
+    return {};
+  LinkReason r{"the copies part on " + rankList(e.ranks.empty() ? std::vector<int>{e.rank} : e.ranks) +
+                   ", whose values came from the " + std::string(findingKindName(c.kind)) + " (sdc.h)",
+               {}};
+  for (const auto& row : e.evidence.rows)
+    if (row.table != "alerts" && r.rows.size() < 4) r.rows.push_back(row);
+  return r;
 }
 
 // The ranks that hold the corrupted copy: the suspect, or every suspect without a majority.
@@ -151,82 +231,141 @@ std::vector<int> suspects(const Finding& fd) {
   return out;
 }
 
-// Does a process group carry values from a rank of `from` to a rank of `to` that `from` does not hold (a TP group
-// sums partial results, a pipeline pair passes activations, a DP group averages gradients)?
-bool channel(const Ctx& x, const std::vector<int>& from, const std::vector<int>& to) {
-  if (x.in.info == nullptr) return false;
+// A process group that carries values from a rank of `from` to a rank of `to` that `from` does not hold (a TP group
+// sums partial results, a pipeline pair passes activations, a DP group averages gradients); null if none.
+const tracedb::GroupInfo* channel(const Ctx& x, const std::vector<int>& from, const std::vector<int>& to) {
+  if (x.in.info == nullptr) return nullptr;
   for (const auto& g : x.in.info->groups) {
     const bool src = std::any_of(from.begin(), from.end(), [&](int r) { return contains(g.ranks, r); });
     const bool dst = std::any_of(to.begin(), to.end(), [&](int r) { return contains(g.ranks, r) && !contains(from, r); });
-    if (src && dst) return true;
+    if (src && dst) return &g;
   }
-  return false;
+  return nullptr;
 }
 
 // Corrupted state found on a rank feeds everything computed from it afterwards: a bit flip in a weight's exponent turns
 // into a NaN or a spike there (or on the ranks it reaches) at the check's step or later. The flip happened at most
 // one check window before the step the finding names, so a consequence may begin that early. A divergence that
 // another fault explains is that fault's consequence and causes nothing of its own.
-bool sdcCauses(const Ctx& x, const Finding& c, const Finding& e) {
-  if (!isKind(c, FindingKind::SilentCorruption) || c.step < 0 || secondary(c)) return false;
+Reason sdcCauses(const Ctx& x, const Finding& c, const Finding& e) {
+  if (!isKind(c, FindingKind::SilentCorruption) || c.step < 0 || secondary(c)) return {};
   // Corrupted values travel: a pipeline stage fed by the corrupted copy's activations, a TP peer summing its partial
   // results, diverge later (a step after at the earliest) — on ranks the first incident does not name, joined to a
   // suspect by a process group that carries values between them.
-  if (isKind(e, FindingKind::SilentCorruption)) return e.step > c.step && channel(x, suspects(c), suspects(e));
+  if (isKind(e, FindingKind::SilentCorruption)) {
+    if (e.step <= c.step) return {};
+    const auto* g = channel(x, suspects(c), suspects(e));
+    if (g == nullptr) return {};
+    return LinkReason{"process group " + g->name + " carries values from " + rankList(suspects(c)) + " to " +
+                          rankList(suspects(e)),
+                      rowsOf(e, "alerts", 2)};
+  }
   if (!(origin(e) || isKind(e, FindingKind::GradSpike) || isKind(e, FindingKind::LossSpike) ||
         isKind(e, FindingKind::ReplicaDivergence)))
-    return false;
+    return {};
   const int64_t window = std::max<int64_t>(0, c.step - numberOr(c, "earliest_step", c.step));
-  return e.step >= c.step - window && (e.rank < 0 || contains(suspects(c), e.rank));
+  if (e.step < c.step - window || !(e.rank < 0 || contains(suspects(c), e.rank))) return {};
+  const std::string who = e.rank < 0 ? rankList(suspects(c)) : "rank " + std::to_string(e.rank);
+  return LinkReason{who + " computed from the copy of " + textOr(c, "tensor") + " that disagrees from step " +
+                        std::to_string(c.step),
+                    rowsOf(c, "alerts", 2)};
 }
 
-bool stragglerCauses(const Finding& c, const Finding& e) {
-  return isKind(c, FindingKind::Straggler) && c.severity <= Severity::Warning &&
-         isKind(e, FindingKind::CommOverhead) && (e.rank < 0 || contains(c.ranks, e.rank));
+Reason stragglerCauses(const Ctx& x, const Finding& c, const Finding& e) {
+  if (!(isKind(c, FindingKind::Straggler) && c.severity <= Severity::Warning && isKind(e, FindingKind::CommOverhead)))
+    return {};
+  if (e.rank >= 0 && !contains(c.ranks, e.rank)) return {};
+  // The waiting it caused where it arrived last, in a group of r that holds the waiting rank (collectives.h): a group
+  // where it caused no more than chance would is no link.
+  const RankStraggling* rs = x.straggling(c.rank);
+  if (rs == nullptr) return {};
+  for (const GroupStraggling& g : rs->groups) {
+    if (static_cast<double>(g.causedWaitNs) <= g.expectedWaitNs || g.lastCount == 0) continue;
+    if (e.rank >= 0 && (e.rank == c.rank || !contains(x.members(g.group), e.rank))) continue;
+    LinkReason r{(e.rank >= 0 ? "rank " + std::to_string(e.rank) : std::string("the ranks of " + g.group)) +
+                     " waited on rank " + std::to_string(c.rank) + " in " + g.group + ": " +
+                     text::ms(static_cast<double>(g.causedWaitNs)) + " ms in all where it arrived last",
+                 {}};
+    for (const auto& [seq, w] : g.worst)
+      if (r.rows.size() < 4) r.rows.push_back(collectiveRow(c.rank, g.group, seq));
+    return r;
+  }
+  return {};
 }
 
-bool spikeCauses(const Finding& c, const Finding& e) {
-  if (!isKind(c, FindingKind::GradSpike) || c.rank < 0 || c.step < 0) return false;
-  if (isKind(e, FindingKind::GradSpike)) return e.rank < 0 && e.step == c.step;
-  if (isKind(e, FindingKind::LossSpike)) return e.step == c.step || e.step == c.step + 1;
-  if (isKind(e, FindingKind::ReplicaDivergence)) return e.step == c.step;
-  return false;
+// A rank's gradient spike and what its gradient feeds: the run-wide norm of that step (computed from it), the loss of
+// that step (the same batch's forward) or of the next (the first after an update the spike moved: the run-wide norm
+// must show it, anomalies.cpp's global_value), a divergence of values it is one of.
+Reason spikeCauses(const Finding& c, const Finding& e) {
+  if (!isKind(c, FindingKind::GradSpike) || c.rank < 0 || c.step < 0) return {};
+  const std::vector<EvidenceRow> own = {{"step_stats", {f("rank", int64_t{c.rank}), f("step", int64_t{c.step})}}};
+  const std::string r = "rank " + std::to_string(c.rank);
+  if (isKind(e, FindingKind::GradSpike)) {
+    if (!(e.rank < 0 && e.step == c.step)) return {};
+    return LinkReason{"the run-wide norm of step " + std::to_string(c.step) + " is computed from " + r + "'s gradients",
+                      own};
+  }
+  if (isKind(e, FindingKind::LossSpike)) {
+    if (e.step == c.step)
+      return LinkReason{"one batch: step " + std::to_string(c.step) + "'s loss is the forward whose backward gave " + r +
+                            "'s spiked gradient",
+                        own};
+    const double global = numberAs<double>(c, "global_value", -1), median = numberAs<double>(c, "global_median", -1);
+    if (e.step != c.step + 1 || global <= 0 || median <= 0) return {};
+    return LinkReason{"the update of step " + std::to_string(c.step) + " used the spiked gradient (the run-wide norm " +
+                          detail::g3(global) + ", median " + detail::g3(median) + "); step " + std::to_string(e.step) +
+                          "'s loss is the first after it",
+                      own};
+  }
+  if (isKind(e, FindingKind::ReplicaDivergence)) {
+    if (e.step != c.step || !(e.rank == c.rank || contains(e.ranks, c.rank))) return {};
+    return LinkReason{r + "'s value is one of those that disagree at step " + std::to_string(e.step), own};
+  }
+  return {};
 }
 
 // The rules in order of precedence: a finding takes the first cause that names it.
-const std::vector<std::function<bool(const Ctx&, const Finding&, const Finding&)>>& rules() {
-  static const std::vector<std::function<bool(const Ctx&, const Finding&, const Finding&)>> r = {
+const std::vector<std::function<Reason(const Ctx&, const Finding&, const Finding&)>>& rules() {
+  static const std::vector<std::function<Reason(const Ctx&, const Finding&, const Finding&)>> r = {
       [](const Ctx&, const Finding& c, const Finding& e) { return explainedBy(c, e); },
       desyncCauses,
       [](const Ctx&, const Finding& c, const Finding& e) { return crashCauses(c, e); },
       hangCauses,
       sdcCauses,
       originCauses,
-      [](const Ctx&, const Finding& c, const Finding& e) { return stragglerCauses(c, e); },
+      stragglerCauses,
       [](const Ctx&, const Finding& c, const Finding& e) { return spikeCauses(c, e); },
   };
   return r;
 }
 
-// parent[i]: the finding that caused finding i, −1 for a root. Never a cycle.
-std::vector<int> causes(const Ctx& x) {
+// parent[i]: the finding that caused finding i, −1 for a root, with the connection in because[i]. Never a cycle.
+struct Causes {
+  std::vector<int> parent;
+  std::vector<std::optional<LinkReason>> because;
+};
+
+Causes causes(const Ctx& x) {
   const int n = static_cast<int>(x.all.size());
-  std::vector<int> parent(n, -1);
+  Causes out{std::vector<int>(n, -1), std::vector<std::optional<LinkReason>>(n)};
   auto reaches = [&](int from, int to) {  // does following parents from `from` reach `to`?
-    for (int p = from; p >= 0; p = parent[p])
+    for (int p = from; p >= 0; p = out.parent[p])
       if (p == to) return true;
     return false;
   };
   for (const auto& rule : rules())
     for (int e = 0; e < n; ++e) {
-      if (parent[e] >= 0) continue;
-      for (int c = 0; c < n; ++c)
-        if (c != e && rule(x, x.all[c], x.all[e]) && !reaches(c, e)) {
-          parent[e] = c;
+      if (out.parent[e] >= 0) continue;
+      for (int c = 0; c < n; ++c) {
+        if (c == e || reaches(c, e)) continue;
+        if (Reason why = rule(x, x.all[c], x.all[e])) {
+          out.parent[e] = c;
+          out.because[e] = std::move(why);
           break;
         }
+      }
     }
-  return parent;
+  return out;
 }
 
 // ---- Links ----
@@ -390,9 +529,10 @@ void spreadLinks(const Ctx& x, const Finding& fd, ChainLink& root) {
 }
 
 // The link of finding `i` with its derived links and the findings it caused, recursively.
-ChainLink build(const Ctx& x, int i, const std::vector<std::vector<int>>& children) {
+ChainLink build(const Ctx& x, int i, const Causes& cs, const std::vector<std::vector<int>>& children) {
   const Finding& fd = x.all[i];
   ChainLink l = fromFinding(fd, i);
+  l.because = cs.because[i];
   switch (fd.kind) {
     case FindingKind::Straggler: {
       const double lag = stragglerLinks(x, fd, l);
@@ -420,7 +560,7 @@ ChainLink build(const Ctx& x, int i, const std::vector<std::vector<int>>& childr
     default: break;
   }
   for (int c : children[i]) {
-    ChainLink child = build(x, c, children);
+    ChainLink child = build(x, c, cs, children);
     // A cause costs at least what its consequences cost (a crash costs the hang it caused).
     if (child.costNs > l.costNs && (fd.kind == FindingKind::Crash || fd.kind == FindingKind::Desync || stuck(fd)))
       l.costNs = child.costNs;
@@ -444,14 +584,14 @@ void collect(const ChainLink& l, std::vector<int>& out) {
 
 std::vector<ChainLink> buildChain(const std::vector<Finding>& findings, const ChainInputs& inputs) {
   const Ctx x{findings, inputs};
-  const std::vector<int> parent = causes(x);
+  const Causes cs = causes(x);
   std::vector<std::vector<int>> children(findings.size());
   for (size_t e = 0; e < findings.size(); ++e)
-    if (parent[e] >= 0) children[parent[e]].push_back(static_cast<int>(e));
+    if (cs.parent[e] >= 0) children[cs.parent[e]].push_back(static_cast<int>(e));
   std::vector<ChainLink> roots;
   for (size_t i = 0; i < findings.size(); ++i) {
-    if (parent[i] >= 0) continue;
-    ChainLink root = build(x, static_cast<int>(i), children);
+    if (cs.parent[i] >= 0) continue;
+    ChainLink root = build(x, static_cast<int>(i), cs, children);
     if (worst(root) <= Severity::Warning) roots.push_back(std::move(root));
   }
   // Most severe tree first; ties keep the findings' order (most severe root first).

@@ -32,10 +32,14 @@ Json fields(const std::vector<EvidenceField>& fs) {
   return o;
 }
 
+Json rowsJson(const std::vector<EvidenceRow>& rows) {
+  Json out = Json::array();
+  for (const auto& r : rows) out.push_back(Json{{"table", r.table}, {"key", fields(r.key)}});
+  return out;
+}
+
 Json evidenceJson(const Evidence& e) {
-  Json rows = Json::array();
-  for (const auto& r : e.rows) rows.push_back(Json{{"table", r.table}, {"key", fields(r.key)}});
-  return Json{{"rows", rows}, {"rows_omitted", e.rowsOmitted}, {"numbers", fields(e.numbers)}};
+  return Json{{"rows", rowsJson(e.rows)}, {"rows_omitted", e.rowsOmitted}, {"numbers", fields(e.numbers)}};
 }
 
 Json collectiveJson(const std::optional<CollectiveRef>& c) {
@@ -64,6 +68,7 @@ Json chainJson(const ChainLink& l) {
   j["cost_steps"] = l.costSteps;
   j["finding"] = l.finding;
   j["evidence"] = evidenceJson(l.evidence);
+  j["because"] = l.because ? Json{{"text", l.because->text}, {"rows", rowsJson(l.because->rows)}} : Json(nullptr);
   Json cs = Json::array();
   for (const auto& c : l.consequences) cs.push_back(chainJson(c));
   j["consequences"] = std::move(cs);

@@ -223,6 +223,9 @@ struct Sim {
           if (!nanLoss) ss.loss = (step == spec.lossSpikeStep ? 4.0 : 1.0) * (5.0 - 0.05 * step);
           ss.lr = 1e-3;
           if (!nanLoss) ss.gradNorm = (step == spec.divergeStep && r == 1) ? 2.5 : 2.0;
+          // A rank's spike reaches the reduced norm the update is made of, as a real one does (anomalies.h).
+          if (!nanLoss && step == spec.spikeStep && spec.spikeRank >= 0)
+            *ss.gradNorm *= spec.spikeFactor > 0 ? spec.spikeFactor : 20.0;
           ss.tokens = 32;
           ss.beginNs = stepBegin[r];
           ss.endNs = clock[r];

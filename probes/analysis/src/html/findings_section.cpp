@@ -81,6 +81,11 @@ void appendLink(std::string& out, const ChainLink& l) {
     appendEscaped(out, cost);
     out += ")</span>";
   }
+  if (l.because) {
+    out += "<div class=\"where\">because ";
+    appendEscaped(out, l.because->text);
+    out += "</div>";
+  }
   if (!l.consequences.empty()) {
     out += "<ul class=\"chain\">";
     for (const auto& c : l.consequences) appendLink(out, c);

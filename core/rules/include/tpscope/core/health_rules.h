@@ -102,12 +102,12 @@ class HealthRules {
   const HealthOptions& options() const { return options_; }
 
   // Pre-reduction per-parameter stats of this rank (probes::GradStat: param, layer, l2Norm, maxAbs, NaN/Inf counts).
-  // `wholeModelNorm`: where this rank holds one pipeline stage, the gradient norm over every stage (the clip's, equal
-  // on every rank); NaN where the rank's parameters span the whole model. A stage's own norm is a part of the model's
-  // (stage 0's is mostly the embedding's, whose rows spike with the batch's rare tokens): there a spike of it is a
+  // `wholeModelNorm`: the gradient norm after reduction over every rank (the clip's, equal on every rank); NaN where
+  // the caller has none. The rank's own norm is a part of it — one pipeline stage's (stage 0's is mostly the
+  // embedding's, whose rows spike with the batch's rare tokens), one DP replica's batch — so a spike of it is a
   // grad_spike only where the whole model's norm moves too, ≥ kWholeModelSpikeRatio × its median over the rule's
-  // window (the analysis' materiality and run-wide ratio, anomalies.h: a 2–4× jump of it on one batch is ordinary).
-  // One that does not is neither raised nor learned.
+  // window (the analysis' materiality and run-wide ratio, anomalies.h: a 2–4× jump of it on one batch is ordinary):
+  // the update is made of the reduced gradient. One that does not is neither raised nor learned.
   StepAction checkGradients(int step, std::span<const probes::GradStat> stats,
                             double wholeModelNorm = std::numeric_limits<double>::quiet_NaN());
   static constexpr double kWholeModelSpikeRatio = 5.0;

@@ -13,13 +13,13 @@
 // ratio condition (≥ 2× for the loss, ≥ 5× for the global norm, ≥ 10× for one parameter) bounds. Measured on the
 // accuracy benchmark's healthy runs (bench/accuracy, docs/diagnosis.md): the figure is there.
 //   grad_spike (per rank, param): over grad_stats.l2_norm, with the stricter paramMinHistory/paramRatioThreshold;
-//   reported per (rank, step), worst param first. A warning when material: it moves its rank's gradient, the
-//   rank's total norm (√Σ l2² over its parameters) that step ≥ normRatioThreshold × its median over the previous
-//   window — else info: a parameter jumping 10–60× on one bad batch while the rank's total moves < 5× is a figure.
-//   In a pipeline run (meta 'pipeline', ≥ 2 stages) a rank's total is one stage's, so the whole model's norm
-//   (step_stats.grad_norm, the clip's over every stage) must also be ≥ normRatioThreshold × its median over the
-//   previous window (the run-wide spike's ratio): stage 0's total is mostly the embedding's, which spikes with a
-//   batch's rare tokens and moves no update.
+//   reported per (rank, step), worst param first. A warning when material — it moves the update: the rank's total
+//   norm (√Σ l2² over its parameters) that step ≥ normRatioThreshold × its median over the previous window, and the
+//   whole model's norm (step_stats.grad_norm, the clip's after reduction over every rank, what the update is made
+//   of) ≥ normRatioThreshold × its median over the previous window too (the run-wide spike's ratio) — else info. A
+//   parameter jumping 10–60× on one bad batch while the rank's total moves < 5× is a figure; so is a rank's total
+//   that the reduction averages away: one pipeline stage's (stage 0's is mostly the embedding's, which spikes with a
+//   batch's rare tokens), one DP replica's batch. Without step_stats the rank's total decides alone.
 //   grad_spike (run-wide, rank −1): over step_stats.grad_norm, per step the mean over the ranks, ratio
 //   normRatioThreshold (5×: a 2–4× jump of the clipped global norm on one batch is ordinary)
 //   loss_spike: over step_stats.loss, per step the mean over the ranks that recorded it

@@ -7,7 +7,9 @@
 // `costSteps` the steps it cost (−1: not sized in steps); per-step figures are in its evidence numbers.
 //
 // Links between findings rest on evidence, never on kind order or time order alone (docs/diagnosis.md, "Root-cause
-// chain"); findings nothing connects are separate incidents (separate roots):
+// chain"): each rule returns the connection it found — a payload that carried the value, a wait on a late rank, a
+// copy a rank computed from — in words and the rows that show it (ChainLink::because), or no link. Findings nothing
+// connects are separate incidents (separate roots):
 //   nan/inf origin, grad_spike → the silent_corruption it explains (sdc.h, explainDivergences: the divergence names
 //                              its cause, with the rows that show the fault on the suspect)
 //   desync (group g, seq s)  → a hang of g at seq ≥ s; a crash of a member of g whose last collective is in g at or
@@ -18,9 +20,11 @@
 //                              earliest step on, on a rank holding a suspect copy (or run-wide); a later
 //                              silent_corruption on ranks a process group joins to a suspect
 //   nan/inf origin           → a spike or divergence at or after the origin step on the origin or a receiver
-//   straggler r              → comm_overhead of a rank that waited on r (the members of r's groups) or of the run
-//   grad_spike (rank, step)  → the run-wide grad spike of that step, a loss spike at that step or the next, a
-//                              replica divergence at that step
+//   straggler r              → comm_overhead of a rank that waited on r (the members of r's groups) or of the run,
+//                              where r caused more waiting than chance would (collectives.h)
+//   grad_spike (rank, step)  → the run-wide grad spike of that step; the loss spike of that step (one batch) or of
+//                              the next where the run-wide norm moved with it (the update used it); a replica
+//                              divergence at that step whose values include the rank's
 // A finding takes the first cause that names it (rules in the order above); one no rule names is its own root, so a
 // kind no rule knows (a new analysis) is a root. The chain holds the roots whose tree has a warning or worse,
 // most severe first (the findings' order); a healthy run's chain is empty.
@@ -42,6 +46,13 @@
 
 namespace tpscope::analysis {
 
+// What connects a consequence to its cause: one line, and the rows that show it.
+struct LinkReason {
+  std::string text;
+  std::vector<EvidenceRow> rows;
+  bool operator==(const LinkReason&) const = default;
+};
+
 struct ChainLink {
   std::string kind;  // a finding kind ("straggler", ...), or a derived link: "group_wait", "step_time", "spread"
   Severity severity = Severity::Info;
@@ -52,6 +63,7 @@ struct ChainLink {
   int64_t costSteps = -1;  // steps it cost; −1: not sized in steps
   Evidence evidence;
   int finding = -1;        // index into the findings the chain was built from; −1 for a derived link
+  std::optional<LinkReason> because;  // a finding under its cause: the connection; empty for roots and derived links
   std::vector<ChainLink> consequences;
 };
 
