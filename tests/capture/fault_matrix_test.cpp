@@ -148,8 +148,9 @@ void checkMismatch(const MatrixCase& c, const Diagnosis& d, Db& db, int step) {
   EXPECT_EQ(desyncs[0].step, step) << d.summary();
 }
 
+// A straggler of warning severity (an info straggler is a figure a healthy run may show too).
 void checkStraggler(const MatrixCase& c, const Diagnosis& d) {
-  const auto stragglers = d.ofKind("straggler");
+  const auto stragglers = d.ofKind("straggler", "warning");
   ASSERT_FALSE(stragglers.empty()) << d.summary();
   EXPECT_EQ(stragglers[0].rank, c.topo.faulty) << d.summary();
 }
