@@ -152,6 +152,37 @@ TEST(Watch, ACrashExitsFourNamingTheRank) {
   EXPECT_TRUE(contains(out, "SIGABRT")) << out;
 }
 
+// `tpscope alerts --follow DIR`: the ranks' alerts (a NaN gradient on rank 1 at step 2) and the stall line (rank 1
+// hangs at step 4) are printed while the job still runs; when the ranks are gone (killed here, as a scheduler
+// would), it stops following with status 0 and says on stderr how the job ended.
+TEST(Watch, AlertsFollowPrintsAlertsAndStallLinesWhileTheJobRuns) {
+  const auto dir = testDir("watch-follow");
+  const fs::path log = dir.parent_path() / "watch-follow.alerts.log";
+  const pid_t follow = startProcess({TPSCOPE_BIN, "alerts", dir.string(), "--follow", "--hang-timeout", "60"}, log);
+  const std::vector<pid_t> ranks =
+      startTorchrunRanks(dir, 2, 30, {"--inject", "nan:rank=1,step=2", "--inject", "hang:rank=1,step=4"});
+  const auto deadline = Clock::now() + std::chrono::seconds(40);
+  while (Clock::now() < deadline && !contains(readFile(log), "WAITING"))
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const std::string live = readFile(log);
+  bool running = true;
+  for (pid_t p : ranks) {
+    int st = 0;
+    running &= ::waitpid(p, &st, WNOHANG) == 0;
+  }
+  killAll(ranks);
+  const int status = waitStatus(follow);
+  const std::string out = readFile(log);
+  EXPECT_TRUE(running) << "the ranks ended before the lines were checked";
+  const size_t alert = live.find("nonfinite_grad");
+  ASSERT_NE(alert, std::string::npos) << live;
+  EXPECT_TRUE(contains(live.substr(alert, live.find('\n', alert) - alert), "rank 1")) << live;
+  EXPECT_TRUE(contains(live, "rank 1 has not entered it")) << live;
+  EXPECT_LT(alert, live.find("WAITING")) << live;  // in the order they happened
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_TRUE(contains(out, "exit status 4")) << out;  // the watch's end line: killed ranks left no end
+}
+
 TEST(Watch, BadFoldersGetAMessageAndANonZeroStatus) {
   const auto dir = testDir("watch-bad");
   RunResult r = run(watchArgv(dir / "missing", {}), dir / "missing.log");

@@ -101,6 +101,11 @@ End endOfReason(const std::string& reason) {
   if (reason == "timeout" || reason == "collective failed") return End::Hang;
   if (reason == "config error") return End::BadArgs;
   if (reason == "interrupted") return End::Stopped;
+  // The verdicts tpscope capture writes over a rank's own reason once the rank has ended (a capture folder).
+  if (reason.starts_with("stopped by")) return End::Stopped;
+  if (reason.starts_with("collective timeout or failure")) return End::Hang;
+  if (reason.starts_with("stopped on non-finite values")) return End::NonFinite;
+  if (reason.starts_with("bad config or arguments")) return End::BadArgs;
   if (reason.starts_with("exit status ")) {
     try {
       return endOfStatus(std::stoi(reason.substr(12)));
@@ -186,6 +191,7 @@ class WatchSession {
   std::vector<bool> processesGone() const;
   std::optional<int> judgeEnds(const std::vector<bool>& gone);
   int finish(int code, const std::string& text);
+  std::FILE* noticeOut() const { return o_.noticesToErr ? err_ : out_; }
 
   const WatchOptions& o_;
   std::FILE* out_;
@@ -222,12 +228,13 @@ int WatchSession::run() {
 // Until the first rank file of this job appears (at most startTimeoutS).
 std::optional<int> WatchSession::waitForLayout() {
   while (true) {
-    if (auto layout = discoverLayout(o_.dir, o_.nproc, startedUnixNs_)) {
+    const int64_t notBefore = o_.skipEarlierJobs ? startedUnixNs_ : 0;
+    if (auto layout = discoverLayout(o_.dir, o_.nproc, notBefore)) {
       poller_.emplace(o_.dir, layout->ranks, layout->firstRank);
-      poller_->setNotBefore(startedUnixNs_);
-      fmt::print(out_, "tpscope watch: following ranks {}..{} in {}\n", layout->firstRank,
+      poller_->setNotBefore(notBefore);
+      fmt::print(noticeOut(), "tpscope watch: following ranks {}..{} in {}\n", layout->firstRank,
                  layout->firstRank + layout->ranks - 1, o_.dir.string());
-      std::fflush(out_);
+      std::fflush(noticeOut());
       lastProgress_ = Clock::now();
       return std::nullopt;
     }
@@ -250,7 +257,7 @@ std::optional<int> WatchSession::pollOnce() {
   for (int i = 0; i < poller_->ranks(); ++i) {
     const RankProgress& p = poller_->rank(i);
     if (p.earlier && !earlierSaid_) {
-      fmt::print(out_,
+      fmt::print(noticeOut(),
                  "tpscope watch: {} is an earlier job's (it ended before the watch began): waiting for "
                  "this job's\n",
                  (o_.dir / fmt::format("rank-{}.db", poller_->globalRank(i))).string());
@@ -260,7 +267,12 @@ std::optional<int> WatchSession::pollOnce() {
   }
   std::vector<bool> ended(gone.size());
   for (size_t i = 0; i < gone.size(); ++i) ended[i] = gone[i] || poller_->rank(static_cast<int>(i)).ended;
-  for (const std::string& l : stalls_.update(*poller_, ended, poller_->completedStep() < 1)) display_.message(l);
+  for (const std::string& l : stalls_.update(*poller_, ended, poller_->completedStep() < 1)) {
+    if (o_.onStallLine)
+      o_.onStallLine(l);
+    else
+      display_.message(l);
+  }
   std::fflush(out_);
 
   if (auto code = judgeEnds(gone)) return code;
@@ -354,8 +366,8 @@ std::optional<int> WatchSession::judgeEnds(const std::vector<bool>& gone) {
 
 int WatchSession::finish(int code, const std::string& text) {
   display_.finish();
-  fmt::print(out_, "tpscope watch: {} — exit status {}\n", text, code);
-  std::fflush(out_);
+  fmt::print(noticeOut(), "tpscope watch: {} — exit status {}\n", text, code);
+  std::fflush(noticeOut());
   if (poller_) poller_->close();
   return code;
 }

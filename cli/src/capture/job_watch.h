@@ -19,8 +19,9 @@
 // 1 s for a crash to show (as capture does).
 //
 // Rank files left in DIR by an earlier job (they ended before the watch started) are ignored until the new job's
-// ranks replace them. The ranks watched: every rank of the job (the world size the first file records), or with
-// `nproc` the `nproc` ranks of one node's folder (global ranks rank − local_rank of the first file onwards).
+// ranks replace them (unless skipEarlierJobs is off). The ranks watched: every rank of the job (the world size the
+// first file records), or with `nproc` the `nproc` ranks of one node's folder (global ranks rank − local_rank of the
+// first file onwards).
 //
 // Threading: runs on the calling thread.
 #pragma once
@@ -44,8 +45,12 @@ struct WatchOptions {
   int pollMs = 250;
   bool progress = true;  // print the progress line (as capture does); off: only alerts, stall lines, the end
   bool tty = false;      // redraw the progress line in place
-  // Where the ranks' live alerts go; unset: printed to `out` as capture prints them.
+  // Ignore rank files that ended before the watch began (off: a finished job's files are read, its end reported).
+  bool skipEarlierJobs = true;
+  // Where the ranks' live alerts and the stall lines go; unset: printed to `out` as capture prints them.
   std::function<void(const LiveAlert&)> onAlert;
+  std::function<void(const std::string&)> onStallLine;
+  bool noticesToErr = false;  // "following ranks ...", the end: to `err` (`out` then holds alerts and stall lines only)
 };
 
 // Follows the job in `dir` until it ends (or hangs); returns the status above. Lines go to `out`, errors to `err`.

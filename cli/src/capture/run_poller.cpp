@@ -39,7 +39,9 @@ bool RunPoller::poll(std::vector<LiveAlert>* alerts) {
   // One poll can bring several ranks' alerts: print them in step order (then rank), as they happened.
   if (alerts != nullptr)
     std::stable_sort(alerts->begin() + static_cast<std::ptrdiff_t>(before), alerts->end(),
-                     [](const LiveAlert& a, const LiveAlert& b) { return std::tie(a.step, a.rank) < std::tie(b.step, b.rank); });
+                     [](const LiveAlert& a, const LiveAlert& b) {
+                       return std::tie(a.row.step, a.row.rank) < std::tie(b.row.step, b.row.rank);
+                     });
   return progressed;
 }
 
@@ -127,16 +129,8 @@ bool RunPoller::pollRank(int r, std::vector<LiveAlert>* alerts) {
     if (auto rows = reader->alertsSince(p.lastAlertId)) {
       for (tracedb::AlertRow& row : *rows) {
         p.lastAlertId = std::max(p.lastAlertId, row.id);
-        LiveAlert a;
-        a.rank = firstRank_ + r;
-        a.host = p.host;
-        a.step = row.step;
-        a.layer = row.layer;
-        a.severity = std::move(row.severity);
-        a.kind = std::move(row.kind);
-        a.param = std::move(row.param);
-        a.message = std::move(row.message);
-        a.evidence = std::move(row.evidence);
+        LiveAlert a{std::move(row), p.host};
+        a.row.rank = firstRank_ + r;
         alerts->push_back(std::move(a));
       }
     }
@@ -195,17 +189,6 @@ void RunPoller::liveState(const std::vector<bool>& exited, std::vector<analysis:
   }
 }
 
-std::string liveAlertText(const LiveAlert& a) {
-  tracedb::AlertRow row;
-  row.rank = a.rank;
-  row.step = a.step;
-  row.layer = a.layer;
-  row.severity = a.severity;
-  row.kind = a.kind;
-  row.param = a.param;
-  row.message = a.message;
-  row.evidence = a.evidence;
-  return alertText(row, a.host);
-}
+std::string liveAlertText(const LiveAlert& a) { return alertText(a.row, a.host); }
 
 }  // namespace tpscope::cli::capture

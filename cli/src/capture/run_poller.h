@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "tpscope/tracedb/records.h"
+
 namespace tpscope::tracedb {
 class Reader;
 }
@@ -51,12 +53,10 @@ struct RankProgress {
   bool earlier = false;        // the file is an earlier job's (ended before notBefore): ignored until replaced
 };
 
+// A rank's alert as its file holds it (the rank's global number in row.rank), with the rank's host.
 struct LiveAlert {
-  int rank = 0;
+  tracedb::AlertRow row;
   std::string host;
-  int step = -1;
-  int layer = -1;
-  std::string severity, kind, param, message, evidence;
 };
 
 class RunPoller {
