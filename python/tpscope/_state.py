@@ -27,6 +27,7 @@ class _State:
         self.backward_stack = []      # module backward spans started and not ended, innermost last (Python walk)
         self.innermost_backward = lambda: None  # -> the ModuleInfo whose backward runs innermost now (_modules)
         self.callsite_override = None  # (callsite, phase) for collectives tpscope itself issues (the health vote)
+        self.module_override = None    # (name, layer) of the module a collective is issued for (_fsdp), or None
 
     def phase(self):
         if self.in_optimizer:
@@ -38,8 +39,11 @@ class _State:
         return K.PHASE_NONE
 
     def current_module(self):
-        """(qualified name, layer) of the module running now — in backward, the innermost one whose backward has
-        begun — or None outside every module."""
+        """(qualified name, layer) of the module a collective issued now is for: the one named by module_override
+        (FSDP2 moving a module's parameters from another module's hook), else the module running now — in backward,
+        the innermost one whose backward has begun — or None outside every module."""
+        if self.module_override is not None:
+            return self.module_override
         if self.in_backward:
             info = self.innermost_backward()
             if info is not None:

@@ -27,7 +27,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from . import _host, _modules, _native, _rank
+from . import _fsdp, _host, _modules, _native, _rank
 from ._native import kinds as K
 from ._state import STATE
 
@@ -60,6 +60,7 @@ def _site(name, kind, phase):
 
 
 def _on_root_forward(inputs):
+    _fsdp.install_if_loaded()
     if _step.t0 == 0:
         _step.t0 = _native.ticks()
     if _step.counted or not torch.is_grad_enabled():
@@ -147,23 +148,36 @@ def _device_grad_rows(grads):
     return rows
 
 
-_placements_seen = {}  # parameter name -> its placement text ("" for a plain tensor)
+_placements_seen = {}       # parameter name -> its placement text ("" for a plain tensor)
+_grad_placements_seen = {}  # parameter name -> its gradient's placement text, where it differs from the parameter's
+
+
+def _placement_text(t):
+    """A DTensor's placement per mesh dimension ("tp:S(0)", "dp:S(0) tp:R"), "" for a plain tensor."""
+    placements = getattr(t, "placements", None)
+    mesh = getattr(t, "device_mesh", None)
+    if placements is None or mesh is None:
+        return ""
+    dims = getattr(mesh, "mesh_dim_names", None) or tuple("dim%d" % i for i in range(len(placements)))
+    return " ".join("%s:%s" % (d, pl) for d, pl in zip(dims, placements))
 
 
 def _note_placement(name, p):
     """How a DTensor parameter is laid out on its mesh, once per parameter, into the rank file's meta
-    param_placements (a JSON object: name -> "tp:Shard(0)", "dp:Replicate() tp:Shard(1)", ...): which mesh dimension
-    shards it, so that a gradient row of the local shard reads as what it is."""
-    placements = getattr(p, "placements", None)
-    mesh = getattr(p, "device_mesh", None)
-    text = ""
-    if placements is not None and mesh is not None:
-        dims = getattr(mesh, "mesh_dim_names", None) or tuple("dim%d" % i for i in range(len(placements)))
-        text = " ".join("%s:%s" % (d, pl) for d, pl in zip(dims, placements))
+    param_placements (a JSON object: name -> "tp:S(0)", "dp:S(0) tp:R", ...): which mesh dimension shards it, so
+    that a gradient row of the local shard reads as what it is. Where the gradient's placement differs — a Partial
+    gradient ("tp:P(sum)": a replicated parameter used on sharded activations, as a SequenceParallel norm's weight,
+    whose gradient DTensor sums only when it is redistributed) — it goes into meta grad_placements: that gradient's
+    local rows are this rank's partial sum, not the gradient."""
+    text = _placement_text(p)
     _placements_seen[name] = text
     if text:
         _native.set_meta("param_placements",
                          json.dumps({k: v for k, v in _placements_seen.items() if v}, sort_keys=True))
+    grad_text = _placement_text(p.grad) if p.grad is not None else ""
+    if grad_text and grad_text != text:
+        _grad_placements_seen[name] = grad_text
+        _native.set_meta("grad_placements", json.dumps(_grad_placements_seen, sort_keys=True))
 
 
 def _grad_health(optimizer, step):
