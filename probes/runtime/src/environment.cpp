@@ -54,7 +54,7 @@ std::unique_ptr<TcpKvServer> g_jobClockStore;
 // — on MASTER_ADDR when that is a loopback address, else on every interface and only with TPSCOPE_TOKEN as its
 // token (every rank has it: torchrun and srun pass the environment on) — and every rank connects to it. Null (with
 // a warning where something is missing) when it cannot be had.
-std::shared_ptr<KvStore> jobClockStore(int rank) {
+std::shared_ptr<KvStore> jobClockStore(int rank, int worldSize) {
   const std::string addr = env("MASTER_ADDR"), portText = env("MASTER_PORT"), token = env("TPSCOPE_TOKEN");
   int port = 0;
   if (addr.empty() || !parseInt(portText, &port) || port < 1 || port > 65534) return nullptr;
@@ -68,7 +68,9 @@ std::shared_ptr<KvStore> jobClockStore(int rank) {
   const auto storePort = static_cast<uint16_t>(port + 1);
   std::string error;
   if (rank == 0 && !g_jobClockStore) {
-    g_jobClockStore = TcpKvServer::listen(loopback ? addr : std::string(), storePort, &error, token);
+    TcpKvLimits limits;  // every rank holds one connection for the whole run
+    limits.maxClients = static_cast<size_t>(worldSize) + 16;
+    g_jobClockStore = TcpKvServer::listen(loopback ? addr : std::string(), storePort, &error, token, limits);
     if (!g_jobClockStore) {
       warn("cannot serve the clock store on port " + std::to_string(storePort) + " (MASTER_PORT+1): " + error +
            "; clocks are not aligned");
@@ -151,7 +153,7 @@ tracedb::Status startFromEnvironment() {
       warn("TPSCOPE_CLOCK_STORE=" + storeAddr + ": " + error + "; clocks are not aligned");
     }
   } else if (o->rank.worldSize > 1) {
-    o->clockStore = jobClockStore(o->rank.rank);
+    o->clockStore = jobClockStore(o->rank.rank, o->rank.worldSize);
   }
   tracedb::Status s = start(*o);
   if (!s) warn("cannot start: " + s.message());

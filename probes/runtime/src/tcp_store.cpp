@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -23,9 +24,8 @@ namespace {
 
 constexpr uint32_t kMaxKey = 4096;
 constexpr uint32_t kMaxValue = 1u << 20;
-constexpr size_t kMaxClients = 4096;
 constexpr uint32_t kMaxWaitMs = 10 * 60 * 1000;
-constexpr uint8_t kOk = 0, kMissing = 1, kRefused = 2;
+constexpr uint8_t kOk = 0, kMissing = 1, kRefused = 2, kFull = 3;
 
 using Clock = std::chrono::steady_clock;
 
@@ -76,15 +76,24 @@ addrinfo* resolve(std::string_view host, uint16_t port, bool passive, std::strin
 // ------------------------------------------------------------------------------------------------------------------
 // Server
 
+// One thread polls every connection. Each pass: expire what is due (gets, logins, stalled requests), accept new
+// connections, read and answer, wake the gets waiting for keys just set, drop the dead, send the replies.
 struct TcpKvServer::Impl {
   struct Conn {
     int fd = -1;
     std::string in, out;
     bool authed = false;   // presented the server's token (always true when the server has none)
     bool waiting = false;  // a get is pending: further requests wait
+    bool dead = false;     // closed; removed at the end of the pass
     std::string waitKey;
-    Clock::time_point deadline;
+    Clock::time_point deadline;                     // waiting: when the get answers "missing"
+    Clock::time_point loginBy;                      // pending (!authed): when it is dropped
+    std::optional<Clock::time_point> partialSince;  // authed: a request begun and not complete
   };
+  // Why process() stopped reading a connection.
+  enum class Verdict { kKeep, kMalformed, kWrongToken, kFull };
+  static constexpr int kAcceptBatch = 64;  // accepts per pass: a flood cannot starve the connections already in
+  static constexpr auto kAcceptPause = std::chrono::milliseconds(100);  // out of file descriptors, none to evict
 
   int listenFd = -1;
   int wakePipe[2] = {-1, -1};
@@ -94,6 +103,14 @@ struct TcpKvServer::Impl {
   std::atomic<size_t> keys{0};
   std::vector<Conn> conns;
   std::string token;  // empty: every client is admitted
+  TcpKvLimits limits;
+  size_t authed = 0, pending = 0;  // live connections by kind (server thread)
+  Clock::time_point acceptPausedUntil{};
+  struct {
+    std::atomic<uint64_t> loginTimeouts{0}, evictedPending{0}, stalledRequests{0}, malformed{0}, wrongTokens{0},
+        refusedFull{0}, unreadReplies{0}, acceptFailures{0};
+    std::atomic<size_t> authenticated{0}, pending{0};
+  } stats;
 
   ~Impl() {
     if (thread.joinable()) {
@@ -101,7 +118,8 @@ struct TcpKvServer::Impl {
       [[maybe_unused]] ssize_t n = write(wakePipe[1], &c, 1);
       thread.join();
     }
-    for (Conn& c : conns) close(c.fd);
+    for (Conn& c : conns)
+      if (!c.dead) close(c.fd);
     if (listenFd >= 0) close(listenFd);
     if (wakePipe[0] >= 0) close(wakePipe[0]);
     if (wakePipe[1] >= 0) close(wakePipe[1]);
@@ -115,32 +133,67 @@ struct TcpKvServer::Impl {
     }
   }
 
-  // Parses and answers complete requests; false: protocol error (close the connection).
-  bool process(Conn& c, std::vector<std::string>* setKeys) {
+  // Closes `c` and counts why (one of `stats`' counters).
+  void drop(Conn& c, std::atomic<uint64_t>& why) {
+    if (c.dead) return;
+    close(c.fd);
+    c.dead = true;
+    --(c.authed ? authed : pending);
+    ++why;
+  }
+
+  // The client left or its socket failed: closed, not counted as a drop.
+  void closeGone(Conn& c) {
+    close(c.fd);
+    c.dead = true;
+    --(c.authed ? authed : pending);
+  }
+
+  // A status byte sent before the connection is closed (wrong token, full); best effort.
+  static void sendLast(Conn& c, uint8_t status) {
+    const char byte = static_cast<char>(status);
+    [[maybe_unused]] ssize_t n = send(c.fd, &byte, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+
+  // 'A': the token, checked once per connection; past maxClients the store is full.
+  Verdict login(Conn& c, std::string_view presented) {
+    if (!token.empty() && !sameToken(presented, token)) {
+      sendLast(c, kRefused);
+      return Verdict::kWrongToken;
+    }
+    if (!c.authed) {
+      if (authed >= limits.maxClients) {
+        sendLast(c, kFull);
+        return Verdict::kFull;
+      }
+      c.authed = true;
+      --pending;
+      ++authed;
+    }
+    reply(c, kOk, nullptr);
+    return Verdict::kKeep;
+  }
+
+  // Parses and answers complete requests.
+  Verdict process(Conn& c, std::vector<std::string>* setKeys) {
     for (;;) {
-      if (c.waiting || c.in.empty()) return true;
+      if (c.waiting || c.in.empty()) return Verdict::kKeep;
       const char op = c.in[0];
-      if (op != 'S' && op != 'G' && op != 'A' && op != 'F') return false;
-      if (!c.authed && op != 'A') return false;  // the first request of a client must present the token
-      if (c.in.size() < 5) return true;
+      if (op != 'S' && op != 'G' && op != 'A' && op != 'F') return Verdict::kMalformed;
+      if (!c.authed && op != 'A') return Verdict::kMalformed;  // the first request must present the token
+      if (c.in.size() < 5) return Verdict::kKeep;
       const uint32_t keyLen = getU32(c.in.data() + 1);
-      if (keyLen > kMaxKey) return false;
+      if (keyLen > kMaxKey) return Verdict::kMalformed;
       size_t need = 5 + size_t{keyLen} + 4;
-      if (c.in.size() < need) return true;
+      if (c.in.size() < need) return Verdict::kKeep;
       std::string key = c.in.substr(5, keyLen);
       const uint32_t arg = getU32(c.in.data() + 5 + keyLen);
       if (op == 'A') {
-        if (!token.empty() && !sameToken(key, token)) {
-          const char refused = static_cast<char>(kRefused);
-          [[maybe_unused]] ssize_t n = send(c.fd, &refused, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-          return false;  // closes the connection
-        }
-        c.authed = true;
-        reply(c, kOk, nullptr);
+        if (const Verdict v = login(c, key); v != Verdict::kKeep) return v;
       } else if (op == 'S' || op == 'F') {
-        if (arg > kMaxValue) return false;
+        if (arg > kMaxValue) return Verdict::kMalformed;
         need += arg;
-        if (c.in.size() < need) return true;
+        if (c.in.size() < need) return Verdict::kKeep;
         if (op == 'S') {
           data.insert_or_assign(key, c.in.substr(5 + keyLen + 4, arg));
           reply(c, kOk, nullptr);
@@ -164,85 +217,165 @@ struct TcpKvServer::Impl {
     }
   }
 
+  // process() and what follows from its verdict: the connection dropped with its cause counted, or its partial
+  // request timed from its first byte (a get waiting, or nothing buffered, stops the clock).
+  void processAndJudge(Conn& c, std::vector<std::string>* setKeys, Clock::time_point now) {
+    switch (process(c, setKeys)) {
+      case Verdict::kKeep: break;
+      case Verdict::kMalformed: return drop(c, stats.malformed);
+      case Verdict::kWrongToken: return drop(c, stats.wrongTokens);
+      case Verdict::kFull: return drop(c, stats.refusedFull);
+    }
+    if (c.out.size() > limits.maxUnreadBytes) return drop(c, stats.unreadReplies);
+    if (c.waiting || c.in.empty()) {
+      c.partialSince.reset();
+    } else if (!c.partialSince) {
+      c.partialSince = now;
+    }
+  }
+
+  // Answers the gets that are due, drops the logins and requests that are overdue; returns poll's timeout (ms, -1:
+  // none).
+  int expire(Clock::time_point now) {
+    Clock::time_point next = Clock::time_point::max();
+    const auto due = [&](Clock::time_point at) {
+      if (at <= now) return true;
+      next = std::min(next, at);
+      return false;
+    };
+    for (Conn& c : conns) {
+      if (c.dead) continue;
+      if (!c.authed) {
+        if (due(c.loginBy)) drop(c, stats.loginTimeouts);
+      } else if (c.waiting) {
+        if (due(c.deadline)) {
+          c.waiting = false;
+          reply(c, kMissing, nullptr);
+          std::vector<std::string> more;  // a pipelined request after the get: answered now
+          processAndJudge(c, &more, now);
+        }
+      } else if (c.partialSince && due(*c.partialSince + limits.requestTimeout)) {
+        drop(c, stats.stalledRequests);
+      }
+    }
+    if (acceptPausedUntil > now) next = std::min(next, acceptPausedUntil);
+    if (next == Clock::time_point::max()) return -1;
+    return static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(next - now).count());
+  }
+
+  // The oldest pending connection is dropped to make room; false when there is none.
+  bool evictOldestPending() {
+    Conn* oldest = nullptr;
+    for (Conn& c : conns)
+      if (!c.dead && !c.authed && (oldest == nullptr || c.loginBy < oldest->loginBy)) oldest = &c;
+    if (oldest == nullptr) return false;
+    drop(*oldest, stats.evictedPending);
+    return true;
+  }
+
+  void acceptNew(Clock::time_point now) {
+    for (int i = 0; i < kAcceptBatch; ++i) {
+      const int fd = accept4(listenFd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno != EMFILE && errno != ENFILE) return;  // EAGAIN: none left; anything else: the next pass
+        ++stats.acceptFailures;
+        if (evictOldestPending()) continue;
+        acceptPausedUntil = now + kAcceptPause;  // the listen socket stays readable: do not spin on it
+        return;
+      }
+      Conn c;
+      c.fd = fd;
+      c.authed = token.empty();
+      if (c.authed) {
+        if (authed >= limits.maxClients) {
+          close(fd);
+          ++stats.refusedFull;
+          continue;
+        }
+        ++authed;
+      } else {
+        if (pending >= limits.maxPending) evictOldestPending();
+        ++pending;
+        c.loginBy = now + limits.loginTimeout;
+      }
+      setNoDelay(fd);
+      conns.push_back(std::move(c));
+    }
+  }
+
+  // Reads and answers, then writes what it can; `ev` is the connection's poll result.
+  void serviceIo(Conn& c, short ev, std::vector<std::string>* setKeys, Clock::time_point now) {
+    if (ev & (POLLIN | POLLHUP | POLLERR)) {
+      char buf[65536];
+      const ssize_t r = read(c.fd, buf, sizeof buf);
+      if (r > 0) {
+        c.in.append(buf, static_cast<size_t>(r));
+        if (c.in.size() > kMaxValue + kMaxKey + 64) return drop(c, stats.malformed);
+        processAndJudge(c, setKeys, now);
+        if (c.dead) return;
+      } else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
+        return closeGone(c);
+      }
+    }
+    if ((ev & POLLOUT) && !c.out.empty()) {
+      const ssize_t w = send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
+      if (w > 0) {
+        c.out.erase(0, static_cast<size_t>(w));
+      } else if (w < 0 && errno != EAGAIN && errno != EINTR) {
+        closeGone(c);
+      }
+    }
+  }
+
+  // Wakes the gets waiting for keys just set, then continues their pipelines (which may set keys in turn).
+  void wakeWaiters(std::vector<std::string> setKeys, Clock::time_point now) {
+    while (!setKeys.empty()) {
+      std::vector<std::string> more;
+      for (Conn& c : conns) {
+        if (c.dead || !c.waiting) continue;
+        auto it = data.find(c.waitKey);
+        if (it == data.end()) continue;
+        c.waiting = false;
+        reply(c, kOk, &it->second);
+        processAndJudge(c, &more, now);
+      }
+      setKeys = std::move(more);
+    }
+  }
+
+  void publishStats() {
+    stats.authenticated.store(authed);
+    stats.pending.store(pending);
+  }
+
   void run() {
     std::vector<pollfd> fds;
     std::vector<std::string> setKeys;
     for (;;) {
-      // Expire waits, compute the poll timeout.
-      const auto now = Clock::now();
-      int timeoutMs = -1;
-      for (Conn& c : conns) {
-        if (!c.waiting) continue;
-        if (c.deadline <= now) {
-          c.waiting = false;
-          reply(c, kMissing, nullptr);
-        } else {
-          const auto ms = std::chrono::ceil<std::chrono::milliseconds>(c.deadline - now).count();
-          timeoutMs = timeoutMs < 0 ? static_cast<int>(ms) : std::min(timeoutMs, static_cast<int>(ms));
-        }
-      }
+      const int timeoutMs = expire(Clock::now());
+      std::erase_if(conns, [](const Conn& c) { return c.dead; });
+      publishStats();
       fds.clear();
       fds.push_back({wakePipe[0], POLLIN, 0});
-      fds.push_back({listenFd, static_cast<short>(conns.size() < kMaxClients ? POLLIN : 0), 0});
+      const bool accepting = acceptPausedUntil <= Clock::now();
+      fds.push_back({listenFd, static_cast<short>(accepting ? POLLIN : 0), 0});
       for (const Conn& c : conns) {
         fds.push_back({c.fd, static_cast<short>(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
       }
       const int n = poll(fds.data(), fds.size(), timeoutMs);
       if (n < 0 && errno != EINTR) return;
       if (fds[0].revents != 0) return;  // shutdown
-      if (fds[1].revents & POLLIN) {
-        const int fd = accept4(listenFd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd >= 0) {
-          setNoDelay(fd);
-          conns.push_back(Conn{fd, {}, {}, token.empty(), false, {}, {}});
-        }
-      }
+      const auto now = Clock::now();
+      // Connections first, then new ones: conns[i] is fds[i + 2] until the accepts append.
       setKeys.clear();
-      std::vector<size_t> dead;
       for (size_t i = 0; i < conns.size() && i + 2 < fds.size(); ++i) {
-        Conn& c = conns[i];
-        const short ev = fds[i + 2].revents;
-        bool ok = true;
-        if (ev & (POLLIN | POLLHUP | POLLERR)) {
-          char buf[65536];
-          const ssize_t r = read(c.fd, buf, sizeof buf);
-          if (r > 0) {
-            c.in.append(buf, static_cast<size_t>(r));
-            if (c.in.size() > kMaxValue + kMaxKey + 64) ok = false;
-            if (ok) ok = process(c, &setKeys);
-          } else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
-            ok = false;
-          }
-        }
-        if (ok && (ev & POLLOUT) && !c.out.empty()) {
-          const ssize_t w = send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
-          if (w > 0) {
-            c.out.erase(0, static_cast<size_t>(w));
-          } else if (w < 0 && errno != EAGAIN && errno != EINTR) {
-            ok = false;
-          }
-        }
-        if (!ok) dead.push_back(i);
+        if (!conns[i].dead && fds[i + 2].revents != 0) serviceIo(conns[i], fds[i + 2].revents, &setKeys, now);
       }
-      // Wake the gets waiting for keys just set, then continue their pipelines.
-      if (!setKeys.empty()) {
-        for (Conn& c : conns) {
-          if (!c.waiting) continue;
-          auto it = data.find(c.waitKey);
-          if (it == data.end()) continue;
-          c.waiting = false;
-          reply(c, kOk, &it->second);
-          std::vector<std::string> more;
-          if (!process(c, &more)) c.in.clear();
-        }
-      }
-      for (auto it = dead.rbegin(); it != dead.rend(); ++it) {
-        close(conns[*it].fd);
-        conns.erase(conns.begin() + static_cast<std::ptrdiff_t>(*it));
-      }
-      // Opportunistic write of fresh replies (most fit in the socket buffer at once).
+      if (fds[1].revents & POLLIN) acceptNew(now);
+      if (!setKeys.empty()) wakeWaiters(std::move(setKeys), now);
+      // Fresh replies at once (most fit in the socket buffer); the rest wait for POLLOUT.
       for (Conn& c : conns) {
-        if (c.out.empty()) continue;
+        if (c.dead || c.out.empty()) continue;
         const ssize_t w = send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w > 0) c.out.erase(0, static_cast<size_t>(w));
       }
@@ -255,10 +388,27 @@ TcpKvServer::~TcpKvServer() = default;
 uint16_t TcpKvServer::port() const { return impl_->port; }
 size_t TcpKvServer::keyCount() const { return impl_->keys.load(); }
 
+TcpKvServerStats TcpKvServer::stats() const {
+  const auto& s = impl_->stats;
+  TcpKvServerStats out;
+  out.loginTimeouts = s.loginTimeouts.load();
+  out.evictedPending = s.evictedPending.load();
+  out.stalledRequests = s.stalledRequests.load();
+  out.malformed = s.malformed.load();
+  out.wrongTokens = s.wrongTokens.load();
+  out.refusedFull = s.refusedFull.load();
+  out.unreadReplies = s.unreadReplies.load();
+  out.acceptFailures = s.acceptFailures.load();
+  out.authenticated = s.authenticated.load();
+  out.pending = s.pending.load();
+  return out;
+}
+
 std::unique_ptr<TcpKvServer> TcpKvServer::listen(std::string_view host, uint16_t port, std::string* error,
-                                                 std::string_view token) {
+                                                 std::string_view token, const TcpKvLimits& limits) {
   auto impl = std::make_unique<Impl>();
   impl->token.assign(token);
+  impl->limits = limits;
   addrinfo* addrs = resolve(host, port, true, error);
   if (addrs == nullptr) return nullptr;
   for (addrinfo* a = addrs; a != nullptr; a = a->ai_next) {
@@ -266,7 +416,7 @@ std::unique_ptr<TcpKvServer> TcpKvServer::listen(std::string_view host, uint16_t
     if (fd < 0) continue;
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 1024) == 0) {
+    if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, SOMAXCONN) == 0) {
       impl->listenFd = fd;
       break;
     }
@@ -313,7 +463,14 @@ std::unique_ptr<TcpKvClient> TcpKvClient::connect(std::string_view host, uint16_
           if (error) *error = std::string(host) + ":" + std::to_string(port) + ": refused: wrong token";
           return nullptr;
         }
-        lastError = "the server closed the connection (it wants a token, or is not a tpscope store)";
+        if (status == kFull) {
+          if (error)
+            *error = std::string(host) + ":" + std::to_string(port) +
+                     ": full: the store admits no more clients (its limit is the job's ranks and nodes)";
+          return nullptr;
+        }
+        lastError = "the server closed the connection (it wants a token, dropped this one among others that had "
+                    "not logged in yet, or is not a tpscope store)";
         addrs = nullptr;  // freed above; try again until the deadline
         break;
       }
