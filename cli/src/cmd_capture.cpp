@@ -42,7 +42,8 @@ RESUMED when the job moves again. The lines never stop anything; run.db keeps th
 
 Exit status:
   0    every rank finished
-  1    capture itself failed (no rank wrote a trace, the merge failed, a node did not join)
+  1    capture itself failed (no rank wrote a trace, the merge failed, a node did not join within
+       --rendezvous-timeout)
   2    bad arguments, config or --inject/--health spec (also: a rank refused its config, a refused token)
   3    hang: no progress for --hang-timeout, or a rank's collective timed out / failed
   4    crash: a rank died (signal, abort, runtime error)
@@ -52,7 +53,9 @@ Exit status:
 Many nodes: one capture per node, the same arguments but --node-rank, e.g. two nodes of 4 ranks:
   node 0: tpscope capture --nnodes 2 --node-rank 0 --master-addr node0 --master-port 29500 --nproc-per-node 4 ...
   node 1: TPSCOPE_TOKEN=<node 0's token> tpscope capture --nnodes 2 --node-rank 1 --master-addr node0 ...
-Node 0 serves the control channel at master-port + 1 (only the job's token gets in); a hang, crash or Ctrl-C on one
+Node 0 serves the control channel at master-port + 1 (only the job's token gets in; a connection that has not
+presented it within 5 s is dropped) and waits --rendezvous-timeout seconds (default 900) for the other nodes, then
+exits 1 naming the nodes that never came; no rank starts before every node is in. A hang, crash or Ctrl-C on one
 node stops every node with the same exit status. Each node writes its own ranks into its --out folder; join them
 with: tpscope merge DIR0 DIR1 ... -o run.db
 )";
@@ -106,10 +109,15 @@ void addCapture(CLI::App& app, Context& ctx) {
   sub->add_option("--master-port", opts->masterPort, "the ranks' rendezvous port (MASTER_PORT); the control "
                                                      "channel listens on node 0 at master-port + 1");
   sub->add_option("--token", opts->token, "the job's shared token: admits only this job's nodes and ranks to the "
-                                          "control channel (node 0 makes and prints one if none is given)")
+                                          "control channel and clock store (node 0 makes and prints one if none is "
+                                          "given; one node makes its own)")
       ->envname("TPSCOPE_TOKEN");
-  sub->add_option("--join-timeout", opts->joinTimeoutS, "seconds the nodes wait for each other at the start")
-      ->default_val(300);
+  // --join-timeout: its name before 2026-12 (kept so that job scripts keep working).
+  sub->add_option("--rendezvous-timeout,--join-timeout", opts->rendezvousTimeoutS,
+                  "seconds node 0 waits for the other nodes to join (then exit 1 naming those that never came), and "
+                  "the others for node 0")
+      ->default_val(900)
+      ->check(CLI::PositiveNumber);
   sub->add_option("program", opts->program, "-- PROGRAM ARGS...: run this instead of tpscope-train");
   sub->footer(kCaptureFooter);
   sub->callback([&ctx, opts, steps, sub] {

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -329,6 +330,7 @@ class CaptureSession {
   std::optional<int> prepareFolder();
   std::optional<int> startStoreAndAnnounce();
   std::optional<int> connectNodes();
+  void raiseOpenFileLimit(const probes::TcpKvLimits& limits);
   bool ownsRankFile(const std::string& name) const;
   // watch
   bool reapRanks();  // false once no rank runs
@@ -348,6 +350,7 @@ class CaptureSession {
   std::optional<int> mergeRankFiles(const std::vector<std::pair<std::string, std::string>>& meta);
   void diagnose();
   void finishNodes();
+  void reportStrangers();
   fs::path logOf(int rank) const { return logs_ / fmt::format("rank-{}.log", rank); }
   size_t slot(int rank) const { return static_cast<size_t>(rank - firstRank_); }  // this node's index of a rank
 
@@ -421,7 +424,8 @@ std::optional<int> CaptureSession::validateNodes() {
   if (o_.masterAddr.empty())
     return bad("--nnodes > 1 needs --master-addr HOST: node 0's address, the same on every node");
   if (o_.masterPort == 0) return bad("--nnodes > 1 needs --master-port P, the same on every node");
-  if (!(o_.joinTimeoutS > 0)) return bad(fmt::format("--join-timeout {} must be > 0 seconds", o_.joinTimeoutS));
+  if (!(o_.rendezvousTimeoutS > 0))
+    return bad(fmt::format("--rendezvous-timeout {} must be > 0 seconds", o_.rendezvousTimeoutS));
   token_ = o_.token;
   if (token_.empty() && o_.nodeRank > 0)
     return bad(fmt::format("node {} needs the job's token: --token T or TPSCOPE_TOKEN=T (the one node 0 prints, or "
@@ -564,11 +568,14 @@ std::optional<int> CaptureSession::startStoreAndAnnounce() {
   epochNs_ = unixNowNs();
   runId_ = fmt::format("{}-{}-{}", dir_.filename().string(), epochNs_ / 1'000'000'000, ::getpid());
   masterPort_ = o_.masterPort;
+  if (o_.nodeRank == 0) raiseOpenFileLimit(storeLimits(world_, o_.nnodes));
   if (o_.nnodes > 1) {
     if (auto code = connectNodes()) return code;
   } else {
+    // A token on loopback too: other users of this machine can reach 127.0.0.1. The ranks get it (TPSCOPE_TOKEN).
+    token_ = o_.token.empty() ? makeToken() : o_.token;
     std::string storeError;
-    store_ = probes::TcpKvServer::listen("127.0.0.1", 0, &storeError);
+    store_ = probes::TcpKvServer::listen("127.0.0.1", 0, &storeError, token_, storeLimits(world_, 1));
     if (!store_) {
       fmt::print(err_, "tpscope capture: error: cannot start the clock store on loopback: {}\n", storeError);
       return kExitFailure;
@@ -598,14 +605,15 @@ std::optional<int> CaptureSession::startStoreAndAnnounce() {
 
 // Several nodes: node 0 serves the control channel and publishes the job (run id, time origin, layout); the others
 // connect with the token, say hello and take the job's run id and time origin. Nothing is started before every node
-// is in (bounded by --join-timeout).
+// is in (bounded by --rendezvous-timeout).
 std::optional<int> CaptureSession::connectNodes() {
   NodeLink::Options lo;
   lo.nnodes = o_.nnodes;
   lo.nodeRank = o_.nodeRank;
   lo.masterAddr = masterAddr_;
   lo.controlPort = o_.masterPort + 1;
-  lo.joinTimeout = std::chrono::milliseconds(static_cast<int64_t>(o_.joinTimeoutS * 1000));
+  lo.rendezvousTimeout = std::chrono::milliseconds(static_cast<int64_t>(o_.rendezvousTimeoutS * 1000));
+  lo.storeLimits = storeLimits(world_, o_.nnodes);
   if (token_.empty()) {
     token_ = makeToken();
     fmt::print(out_, "capture: the job's token is {} — give it to the other nodes (--token or TPSCOPE_TOKEN)\n",
@@ -621,9 +629,11 @@ std::optional<int> CaptureSession::connectNodes() {
   }
   storeAddr_ = link_->storeAddress();
   if (o_.nodeRank == 0) {
-    fmt::print(out_, "capture: node 0 of {}: waiting for the other nodes on {}\n", o_.nnodes, storeAddr_);
+    fmt::print(out_, "capture: node 0 of {}: waiting for the other nodes on {} (at most {:g} s: "
+                     "--rendezvous-timeout)\n",
+               o_.nnodes, storeAddr_, o_.rendezvousTimeoutS);
     std::fflush(out_);
-    if (!link_->publishAndWaitForNodes(JobInfo{runId_, epochNs_, o_.nproc, world_}, &error)) {
+    if (!link_->waitForNodesAndPublish(JobInfo{runId_, epochNs_, o_.nproc, world_}, &error)) {
       fmt::print(err_, "tpscope capture: error: {}\n", error);
       return kExitFailure;
     }
@@ -648,6 +658,20 @@ std::optional<int> CaptureSession::connectNodes() {
   runId_ = job->runId;
   epochNs_ = job->epochNs;
   return std::nullopt;
+}
+
+// The store holds a descriptor per rank and node capture of the job (storeLimits()) plus the strangers it tolerates,
+// and the poller a few per local rank: the soft open-file limit (often 1024) is raised to what the job needs, up to
+// the hard limit. Below that, a warning: the ranks past it would run with unaligned clocks.
+void CaptureSession::raiseOpenFileLimit(const probes::TcpKvLimits& limits) {
+  const auto need = static_cast<rlim_t>(limits.maxClients + limits.maxPending + 4 * static_cast<size_t>(o_.nproc) + 64);
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need) return;
+  rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? need : std::min(need, rl.rlim_max);
+  if (::setrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur >= need) return;
+  fmt::print(err_, "tpscope capture: warning: the open-file limit ({}) is below the {} descriptors the clock store "
+                   "of {} ranks needs; ranks past it run with unaligned clocks (raise it: ulimit -n)\n",
+             rl.rlim_cur, need, world_);
 }
 
 // ---- 3. spawn -------------------------------------------------------------------------------------------------------
@@ -918,6 +942,7 @@ int CaptureSession::finish() {
   checkRecorderWrites();
   finishNodes();
   const auto meta = recordRankExits();
+  reportStrangers();
   store_.reset();
   link_.reset();
   if (auto code = mergeRankFiles(meta)) return *code;
@@ -935,6 +960,30 @@ int CaptureSession::finish() {
                traceIncomplete_ ? "what the ranks could write of their" : "every rank's", runFile_.string());
   std::fflush(out_);
   return code_;
+}
+
+// Connections this node's store dropped or turned away (node 0, or a single node). The job's own clients log in at
+// once and stay within the limits, so any count is someone else's doing, or a job larger than the store was sized
+// for: worth a line either way.
+void CaptureSession::reportStrangers() {
+  std::optional<probes::TcpKvServerStats> s;
+  if (store_) s = store_->stats();
+  else if (link_) s = link_->storeStats();
+  if (!s) return;
+  const uint64_t strangers = s->loginTimeouts + s->evictedPending + s->malformed + s->wrongTokens;
+  if (strangers > 0)
+    fmt::print(out_, "capture: the store dropped {} connection{} that did not log in with the job's token ({} silent "
+                     "past the login deadline, {} pushed out by newer ones, {} with a wrong token, {} malformed)\n",
+               strangers, strangers == 1 ? "" : "s", s->loginTimeouts, s->evictedPending, s->wrongTokens,
+               s->malformed);
+  if (const uint64_t dropped = s->stalledRequests + s->unreadReplies; dropped > 0)
+    fmt::print(out_, "capture: the store dropped {} logged-in client{} that stalled (a request half-sent for {:g} s, "
+                     "or replies left unread)\n",
+               dropped, dropped == 1 ? "" : "s", storeLimits(world_, o_.nnodes).requestTimeout.count() / 1000.0);
+  if (s->refusedFull > 0)
+    fmt::print(out_, "capture: the store turned away {} client{} with the job's token: it admits {} at once\n",
+               s->refusedFull, s->refusedFull == 1 ? "" : "s", storeLimits(world_, o_.nnodes).maxClients);
+  std::fflush(out_);
 }
 
 // Several nodes: says this node's ranks have ended. Node 0 waits for the others (its store is their control channel

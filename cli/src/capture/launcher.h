@@ -6,13 +6,17 @@
 // watch, finish):
 //  1. Validates everything it can before starting anything (sizes, config, --inject, --health, program).
 //  2. Prepares DIR: removes the previous capture's rank-*.db, run.db and logs (nothing else), runs a TcpKvServer on
-//     loopback (clock alignment, TPSCOPE_CLOCK_STORE) and picks a free MASTER_PORT. With several nodes, node 0 serves
-//     that store at --master-addr:--master-port + 1 instead (node_link.h: the control channel, with a token), the
-//     nodes wait for each other, and they share one run id and time origin; each removes only its own ranks' files.
+//     loopback with a fresh token (clock alignment, TPSCOPE_CLOCK_STORE and TPSCOPE_TOKEN; other local users are
+//     not let in) and picks a free MASTER_PORT. With several nodes, node 0 serves that store at
+//     --master-addr:--master-port + 1 instead (node_link.h: the control channel, with the job's token), the nodes
+//     wait for each other (at most --rendezvous-timeout), and they share one run id and time origin; each removes
+//     only its own ranks' files. The store admits the job's ranks and node captures (storeLimits()) and drops a
+//     stranger that does not log in within seconds (tcp_store.h).
 //  3. Spawns the ranks (posix_spawn, each in its own process group, output to DIR/logs/rank-K.log) with
 //     MASTER_ADDR=127.0.0.1 MASTER_PORT RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE TPSCOPE_OUT TPSCOPE_RUN_ID
-//     TPSCOPE_EPOCH_NS TPSCOPE_CLOCK_STORE TPSCOPE_TP TPSCOPE_DP [TPSCOPE_INJECT TPSCOPE_HEALTH], OMP_NUM_THREADS=1
-//     unless set. A Python interpreter running a script is run through tpscope.run (python_program.h).
+//     TPSCOPE_EPOCH_NS TPSCOPE_CLOCK_STORE TPSCOPE_TOKEN TPSCOPE_TP TPSCOPE_DP [TPSCOPE_INJECT TPSCOPE_HEALTH],
+//     OMP_NUM_THREADS=1 unless set. A Python interpreter running a script is run through tpscope.run
+//     (python_program.h).
 //  4. Polls the rank files read-only every `pollMs` (progress, live alerts) and reaps the ranks.
 //     Watchdog: no new span, collective or step on any rank for `hangTimeoutS` (at least `startupTimeoutS` until
 //     every rank has finished a step) → stop (hang). A rank that fails
@@ -79,8 +83,9 @@ struct CaptureOptions {
   int nodeRank = 0;
   std::string masterAddr;             // "": 127.0.0.1 (required with nnodes > 1)
   int masterPort = 0;                 // 0: a free loopback port (required with nnodes > 1)
-  std::string token;                  // the control channel's token (--token, TPSCOPE_TOKEN); node 0 makes one if ""
-  double joinTimeoutS = 300;          // how long the nodes wait for each other at the start
+  std::string token;                  // the store's token (--token, TPSCOPE_TOKEN); capture makes one if "" (node 0
+                                      // prints it; one node keeps it to itself and its ranks)
+  double rendezvousTimeoutS = 900;    // how long the nodes wait for each other at the start (torchrun's default)
 };
 
 // Runs a capture; returns the exit status above. Messages go to `out` (progress, alerts, diagnosis) and `err`

@@ -29,6 +29,12 @@ std::optional<int64_t> parseI64(std::string_view text) {
 
 }  // namespace
 
+probes::TcpKvLimits storeLimits(int ranks, int nnodes) {
+  probes::TcpKvLimits limits;
+  limits.maxClients = static_cast<size_t>(ranks) + static_cast<size_t>(nnodes) + 16;
+  return limits;
+}
+
 std::string makeToken() {
   std::random_device rd;
   std::string token;
@@ -49,7 +55,7 @@ std::unique_ptr<NodeLink> NodeLink::open(const Options& options, std::string* er
     std::string why;
     const std::string bindHost = isLoopback(host) ? host : std::string();
     link->server_ = probes::TcpKvServer::listen(bindHost, static_cast<uint16_t>(options.controlPort), &why,
-                                                options.token);
+                                                options.token, options.storeLimits);
     if (!link->server_) {
       *error = fmt::format("cannot listen on {}:{} (the control channel, --master-port + 1): {}",
                            bindHost.empty() ? "*" : bindHost, options.controlPort, why);
@@ -58,7 +64,7 @@ std::unique_ptr<NodeLink> NodeLink::open(const Options& options, std::string* er
     if (bindHost.empty()) host = "127.0.0.1";  // node 0 talks to its own store over loopback
   }
   std::string why;
-  const auto timeout = options.nodeRank == 0 ? std::chrono::milliseconds(10'000) : options.joinTimeout;
+  const auto timeout = options.nodeRank == 0 ? std::chrono::milliseconds(10'000) : options.rendezvousTimeout;
   link->client_ =
       probes::TcpKvClient::connect(host, static_cast<uint16_t>(options.controlPort), timeout, &why, options.token);
   if (!link->client_) {
@@ -78,27 +84,50 @@ std::string NodeLink::storeAddress() const {
   return (h.find(':') != std::string::npos ? "[" + h + "]" : h) + ":" + std::to_string(o_.controlPort);
 }
 
-bool NodeLink::publishAndWaitForNodes(const JobInfo& job, std::string* error) {
+std::optional<probes::TcpKvServerStats> NodeLink::storeStats() const {
+  if (!server_) return std::nullopt;
+  return server_->stats();
+}
+
+std::optional<std::string> NodeLink::waitFor(const std::string& name, Clock::time_point deadline) {
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (auto v = client_->get(key(name), std::max(left, std::chrono::milliseconds(1)))) return v;
+    if (!client_->connected() || Clock::now() >= deadline) return std::nullopt;
+  }
+}
+
+bool NodeLink::waitForNodesAndPublish(const JobInfo& job, std::string* error) {
+  const auto deadline = Clock::now() + o_.rendezvousTimeout;
+  std::vector<int> missing;
+  for (int k = 1; k < o_.nnodes; ++k) {
+    // Past the deadline each node still gets one look: a hello already there counts.
+    if (!waitFor(fmt::format("hello/{}", k), std::max(deadline, Clock::now() + std::chrono::milliseconds(1))))
+      missing.push_back(k);
+    if (!client_->connected()) {
+      *error = "lost the control channel (node 0's own store)";
+      return false;
+    }
+  }
+  if (!missing.empty()) {
+    std::string list;
+    for (int k : missing) list += (list.empty() ? "" : ", ") + std::to_string(k);
+    const bool many = missing.size() > 1;
+    *error = fmt::format("node{} {} never joined within {:g} s (--rendezvous-timeout); {} of {} nodes came. Was {} "
+                         "started, with the same --master-addr, --master-port and the job's token? Can {} reach "
+                         "this machine's port {}?",
+                         many ? "s" : "", list, o_.rendezvousTimeout.count() / 1000.0,
+                         o_.nnodes - static_cast<int>(missing.size()), o_.nnodes, many ? "each" : "it",
+                         many ? "they" : "it", o_.controlPort);
+    return false;
+  }
   const std::string info =
       fmt::format("{}\n{}\n{}\n{}", job.runId, job.epochNs, job.nprocPerNode, job.worldSize);
   if (!client_->set(key("info"), info)) {
     *error = "cannot write to the control channel";
     return false;
   }
-  const auto deadline = Clock::now() + o_.joinTimeout;
-  std::vector<int> missing;
-  for (int k = 1; k < o_.nnodes; ++k) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (!client_->get(key(fmt::format("hello/{}", k)), std::max(left, std::chrono::milliseconds(1))))
-      missing.push_back(k);
-  }
-  if (missing.empty()) return true;
-  std::string list;
-  for (int k : missing) list += (list.empty() ? "" : ", ") + std::to_string(k);
-  *error = fmt::format("node{} {} did not join within {:g} s (--join-timeout): started? the same --master-addr, "
-                       "--master-port and token?",
-                       missing.size() > 1 ? "s" : "", list, o_.joinTimeout.count() / 1000.0);
-  return false;
+  return true;
 }
 
 std::optional<JobInfo> NodeLink::helloAndReadJob(const std::string& host, std::string* error) {
@@ -106,9 +135,14 @@ std::optional<JobInfo> NodeLink::helloAndReadJob(const std::string& host, std::s
     *error = "lost the control channel to node 0";
     return std::nullopt;
   }
-  const auto info = client_->get(key("info"), o_.joinTimeout);
+  const auto info = waitFor("info", Clock::now() + o_.rendezvousTimeout);
   if (!info) {
-    *error = "node 0 did not publish the job";
+    *error = client_->connected()
+                 ? fmt::format("node 0 did not start the job within {:g} s (--rendezvous-timeout): not every node "
+                               "joined",
+                               o_.rendezvousTimeout.count() / 1000.0)
+                 : "node 0's capture ended before the job started (not every node joined: node 0's output names "
+                   "the missing ones)";
     return std::nullopt;
   }
   std::istringstream in(*info);
