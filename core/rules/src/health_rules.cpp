@@ -214,10 +214,11 @@ StepAction HealthRules::checkGradients(int step, std::span<const probes::GradSta
     return action;
   }
   const probes::SpikeVerdict v = isSpike(options_.gradSpike, gradBase_, step, norm);
-  // A rank's spike that leaves the whole model's norm where it was (one stage's, one replica's, averaged away by the
-  // reduction) changes no update: not a fault (and, a spike, not the rank's baseline either).
+  // A rank's spike that leaves the whole model's norm within its range (one stage's, one replica's, averaged away by
+  // the reduction; a hard batch's, a few times the median) changes no update beyond what the run's own batches do:
+  // not a fault (and, a spike, not the rank's baseline either). The analysis' materiality (anomalies.h).
   const bool wholeMoved = !pendingWholeNorm_ || wholeBase_.size() < options_.gradSpike.warmup ||
-                          *pendingWholeNorm_ >= kWholeModelSpikeRatio * wholeBase_.median();
+                          *pendingWholeNorm_ >= kWholeModelSpikeRatio * wholeBase_.max();
   if (v.spike && !wholeMoved) return action;
   if (v.spike) {
     pendingUnhealthy_ = true;

@@ -102,29 +102,43 @@ tracedb::Result<GradSeries> readGradSeries(tracedb::Reader& reader) {
   return g;
 }
 
-// Whether the value of (rank, step) in `byRankStep` is ≥ ratio × the median of the rank's previous `window` steps
-// (true without a value or a history). `transform` maps a stored value to the compared one.
+// What a value is compared with: the median of the previous values (their level), or their largest (their range).
+enum class Against { Median, Max };
+
+// Whether `x` is ≥ ratio × the median or the largest of `before` (true without a history).
+bool risesAbove(double x, std::vector<double> before, double ratio, Against against) {
+  if (before.empty()) return true;
+  const double base = against == Against::Median ? medianOf(std::move(before))
+                                                 : *std::max_element(before.begin(), before.end());
+  return x >= ratio * base;
+}
+
+// The same for the value of (rank, step) in `byRankStep` against the rank's previous `window` steps (true without a
+// value). `transform` maps a stored value to the compared one.
 template <class Transform>
 bool risesAbove(const std::map<std::pair<int, int>, double>& byRankStep, int rank, int step, int window, double ratio,
-                Transform&& transform) {
+                Against against, Transform&& transform) {
   std::vector<double> before;
   for (auto it = byRankStep.lower_bound({rank, step - window});
        it != byRankStep.end() && it->first.first == rank && it->first.second < step; ++it)
     before.push_back(transform(it->second));
   const auto now = byRankStep.find({rank, step});
-  return before.empty() || now == byRankStep.end() || transform(now->second) >= ratio * medianOf(std::move(before));
+  return now == byRankStep.end() || risesAbove(transform(now->second), std::move(before), ratio, against);
 }
 
-// Material: the spike moves the update. The rank's total norm (√Σ l2² over its parameters) at that step is
-// ≥ normRatioThreshold × its median over the previous steps (a spike in a tiny parameter does not move it), and so is
-// the whole model's norm (step_stats.grad_norm: the clip's, after reduction over every TP/DP/PP rank — what the
-// update is made of). A rank's total is a part of the model's: one DP replica's batch, one pipeline stage (stage 0's
-// total is mostly the embedding's, whose rows spike with a batch's rare tokens), and a jump the reduction averages
-// away leaves the update what it would have been. Without step_stats the rank's total decides alone.
+// Material: the spike moves the update beyond what the run's own batches do. The rank's total norm (√Σ l2² over its
+// parameters) at that step is ≥ normRatioThreshold × its median over the previous steps (a spike in a tiny parameter
+// does not move it), and the whole model's norm (step_stats.grad_norm: the clip's, after reduction over every
+// TP/DP/PP rank — what the update is made of) is ≥ normRatioThreshold × the largest it reached over the previous
+// window: beyond the run's own range. A rank's total is a part of the model's — one DP replica's batch, one pipeline
+// stage (stage 0's total is mostly the embedding's, whose rows spike with a batch's rare tokens) — which the
+// reduction may average away; and a hard batch moves the whole norm a few times its median (its loss rises with
+// it) but stays within a few times the largest value of the steps before it. Without step_stats the rank's total
+// decides alone.
 bool material(const GradSeries& g, int rank, int step, const AnomalyOptions& options) {
   const bool rankMoved = risesAbove(g.rankStepSq, rank, step, options.window, options.normRatioThreshold,
-                                    [](double sq) { return std::sqrt(sq); });
-  return rankMoved && risesAbove(g.wholeNorm, rank, step, options.window, options.normRatioThreshold,
+                                    Against::Median, [](double sq) { return std::sqrt(sq); });
+  return rankMoved && risesAbove(g.wholeNorm, rank, step, options.window, options.normRatioThreshold, Against::Max,
                                  [](double x) { return x; });
 }
 
@@ -192,10 +206,16 @@ void stepStatAnomalies(const std::vector<tracedb::StepStatRow>& stats, const Ano
   // The global norm is the same on every rank (it is taken after reduction): one run-wide series, the mean.
   AnomalyOptions globalNorm = options;
   globalNorm.ratioThreshold = std::max(options.ratioThreshold, options.normRatioThreshold);
-  findSpikes(meanPerStep(norms), globalNorm, probes::SpikeScale::Norm,
-             [&](int step, double x, double m, double mad, double z) {
-               out.gradSpikes.push_back(Spike{-1, step, -1, "", x, m, mad, z});
-             });
+  const Series global = meanPerStep(norms);
+  findSpikes(global, globalNorm, probes::SpikeScale::Norm, [&](int step, double x, double m, double mad, double z) {
+    Spike sp{-1, step, -1, "", x, m, mad, z};
+    // Material as a rank's spike (material() above): beyond the largest norm of the previous window.
+    std::vector<double> before;
+    for (const auto& [s, v] : global)
+      if (s < step && s >= step - options.window) before.push_back(v);
+    sp.material = risesAbove(x, std::move(before), options.normRatioThreshold, Against::Max);
+    out.gradSpikes.push_back(std::move(sp));
+  });
   findSpikes(meanPerStep(losses), options, probes::SpikeScale::Level,
              [&](int step, double x, double m, double mad, double z) {
                out.lossSpikes.push_back(Spike{-1, step, -1, "", x, m, mad, z});

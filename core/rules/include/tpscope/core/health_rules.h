@@ -105,9 +105,10 @@ class HealthRules {
   // `wholeModelNorm`: the gradient norm after reduction over every rank (the clip's, equal on every rank); NaN where
   // the caller has none. The rank's own norm is a part of it — one pipeline stage's (stage 0's is mostly the
   // embedding's, whose rows spike with the batch's rare tokens), one DP replica's batch — so a spike of it is a
-  // grad_spike only where the whole model's norm moves too, ≥ kWholeModelSpikeRatio × its median over the rule's
-  // window (the analysis' materiality and run-wide ratio, anomalies.h: a 2–4× jump of it on one batch is ordinary):
-  // the update is made of the reduced gradient. One that does not is neither raised nor learned.
+  // grad_spike only where the whole model's norm moves too, ≥ kWholeModelSpikeRatio × the largest value of the
+  // rule's window of healthy steps (the analysis' materiality and run-wide ratio, anomalies.h: a hard batch moves it a
+  // few times its median, within the run's own range): the update is made of the reduced gradient. One that does not
+  // is neither raised nor learned.
   StepAction checkGradients(int step, std::span<const probes::GradStat> stats,
                             double wholeModelNorm = std::numeric_limits<double>::quiet_NaN());
   static constexpr double kWholeModelSpikeRatio = 5.0;
@@ -142,7 +143,7 @@ class HealthRules {
   HealthOptions options_;
   RobustBaseline gradBase_, lossBase_;
   std::optional<double> pendingGradNorm_, pendingLoss_;  // this step's values, added by agree() if healthy
-  RobustBaseline wholeBase_;  // healthy steps' whole-model norms (pipeline stages)
+  RobustBaseline wholeBase_;  // healthy steps' whole-model norms (after reduction)
   std::optional<double> pendingWholeNorm_;
   bool pendingUnhealthy_ = false;
   std::deque<int> skipped_;  // steps skipped within the window

@@ -13,15 +13,18 @@
 // ratio condition (≥ 2× for the loss, ≥ 5× for the global norm, ≥ 10× for one parameter) bounds. Measured on the
 // accuracy benchmark's healthy runs (bench/accuracy, docs/diagnosis.md): the figure is there.
 //   grad_spike (per rank, param): over grad_stats.l2_norm, with the stricter paramMinHistory/paramRatioThreshold;
-//   reported per (rank, step), worst param first. A warning when material — it moves the update: the rank's total
-//   norm (√Σ l2² over its parameters) that step ≥ normRatioThreshold × its median over the previous window, and the
-//   whole model's norm (step_stats.grad_norm, the clip's after reduction over every rank, what the update is made
-//   of) ≥ normRatioThreshold × its median over the previous window too (the run-wide spike's ratio) — else info. A
-//   parameter jumping 10–60× on one bad batch while the rank's total moves < 5× is a figure; so is a rank's total
-//   that the reduction averages away: one pipeline stage's (stage 0's is mostly the embedding's, which spikes with a
-//   batch's rare tokens), one DP replica's batch. Without step_stats the rank's total decides alone.
+//   reported per (rank, step), worst param first. A warning when material — it moves the update beyond what the
+//   run's own batches do: the rank's total norm (√Σ l2² over its parameters) that step ≥ normRatioThreshold × its
+//   median over the previous window, and the whole model's norm (step_stats.grad_norm, the clip's after reduction
+//   over every rank, what the update is made of) ≥ normRatioThreshold × the LARGEST it reached over the previous
+//   window (beyond the run's own range) — else info. A parameter jumping 10–60× on one bad batch while the rank's
+//   total moves < 5× is a figure; so is a rank's total that the reduction averages away (one pipeline stage's: stage
+//   0's is mostly the embedding's, which spikes with a batch's rare tokens; one DP replica's batch), and a hard
+//   batch's jump of the whole norm, 3–8× its median with the loss rising with it, within 2–3× the largest of the
+//   steps before it. Without step_stats the rank's total decides alone.
 //   grad_spike (run-wide, rank −1): over step_stats.grad_norm, per step the mean over the ranks, ratio
-//   normRatioThreshold (5×: a 2–4× jump of the clipped global norm on one batch is ordinary)
+//   normRatioThreshold (5×: a 2–4× jump of the clipped global norm on one batch is ordinary); a warning when it is
+//   also ≥ normRatioThreshold × the largest of the previous window, else info (as a rank's, above)
 //   loss_spike: over step_stats.loss, per step the mean over the ranks that recorded it
 // Non-finite values are left to the NaN analysis (nonfinite.h).
 // Replica divergence: values that must agree after reduction do not.
@@ -70,7 +73,7 @@ struct Spike {
   int layer = -1;
   std::string param;   // "" for a global grad norm or the loss
   double value = 0, median = 0, mad = 0, z = 0;  // median on the value's scale; mad in decades for grad norms
-  bool material = true;  // per-parameter: the rank's total norm that step is ≥ normRatioThreshold × its median
+  bool material = true;  // moves the update beyond the run's own range (a warning; else info): see grad_spike above
 };
 
 struct Divergence {

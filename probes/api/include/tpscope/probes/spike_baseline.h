@@ -155,6 +155,13 @@ class SpikeWindow {
     const std::vector<double> ys = values();
     return madOf(ys, medianOf(ys));
   }
+  // The largest value of the window on the value's scale (0 when empty): the range the series has shown.
+  double max() const {
+    double m = -HUGE_VAL;
+    for (const auto& p : values_) m = std::max(m, p.second);
+    if (values_.empty()) return 0.0;
+    return scale_ == SpikeScale::Norm ? std::pow(10.0, m) : m;
+  }
 
  private:
   std::vector<double> values() const {
