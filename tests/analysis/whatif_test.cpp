@@ -159,6 +159,67 @@ TEST(WhatIf, BusBandwidthSetsTheTransfer) {
   EXPECT_NE(r->notes.back().find("dp:all_reduce"), std::string::npos);
 }
 
+// The same scenario on GPU streams (device lanes, as a Kineto import gives them): per step, stream 7 of each rank runs
+// a kernel (10 ms on rank 0, 40 ms on rank 1), the NCCL kernel of the all-reduce (rank 0's from s+10 waiting, rank 1's
+// [s+40, s+42]) and a 5 ms kernel; the host thread holds only the step spans. Rank 1's stream is also 0.5 ms ahead of
+// rank 0's clock (Kineto records no alignment): the replay moves it back on the NCCL kernels' common end.
+TEST(WhatIf, DeviceLanesStragglerOnTheStreams) {
+  const auto path = testDir() / "gpu.db";
+  {
+    Writer2 x{newWriter(path)};
+    ASSERT_TRUE(x.w);
+    ASSERT_TRUE(x.w->putGroup({"tp-0", {0, 1}, "nccl"}));
+    for (int r = 0; r < 2; ++r) {
+      tracedb::ThreadInfo t;
+      t.rank = r;
+      t.thread = 7;
+      t.kind = std::string(tracedb::thread_kinds::kCudaStream);
+      t.name = "stream 7";
+      ASSERT_TRUE(x.w->putThread(t));
+    }
+    for (int step = 0; step < 4; ++step) {
+      const int64_t s = 50 * kMs * step;
+      for (int r = 0; r < 2; ++r) {
+        const int64_t skew = r == 1 ? kMs / 2 : 0;
+        const int64_t arrive = s + (r == 0 ? 10 : 40) * kMs + skew;
+        x.span(r, "ProfilerStep", tracedb::SpanKind::Step, s + skew, s + 47 * kMs + skew, step);
+        auto onStream = [&](const char* name, tracedb::SpanKind kind, int64_t b, int64_t e) {
+          auto id = x.w->intern(name);
+          ASSERT_TRUE(id.isOk());
+          tracedb::SpanRow k;
+          k.rank = r;
+          k.thread = 7;
+          k.kind = kind;
+          k.name = *id;
+          k.beginNs = b;
+          k.durNs = e - b;
+          k.step = step;
+          ASSERT_TRUE(x.w->addSpan(k));
+        };
+        onStream("gemm", tracedb::SpanKind::Kernel, s + skew, arrive);
+        onStream("ncclDevKernel_AllReduce", tracedb::SpanKind::NcclKernel, arrive, s + 42 * kMs + skew);
+        x.record(r, "tp-0", step + 1, "all_reduce", arrive, s + 42 * kMs + skew, step, 4'000'000);
+        onStream("gemm", tracedb::SpanKind::Kernel, s + 42 * kMs + skew, s + 47 * kMs + skew);
+      }
+    }
+    ASSERT_TRUE(x.w->close());
+  }
+  auto reader = openReader(path);
+  ASSERT_TRUE(reader);
+  auto r = analyzeWhatIf(*reader);
+  ASSERT_TRUE(r.isOk()) << r.error();
+  EXPECT_TRUE(r->device);
+  EXPECT_DOUBLE_EQ(r->measuredStepNs, 47.0 * kMs);
+  EXPECT_DOUBLE_EQ(r->replayedStepNs, 47.0 * kMs);
+  EXPECT_EQ(r->boundBlocks, 8);
+  const WhatIfChange* straggler = find(*r, WhatIfChangeKind::Straggler);
+  ASSERT_NE(straggler, nullptr);
+  EXPECT_EQ(straggler->rank, 1);
+  EXPECT_DOUBLE_EQ(straggler->savingNs, 30.0 * kMs);
+  ASSERT_FALSE(r->criticalPath.empty());
+  EXPECT_EQ(r->criticalPath.front().what, "stream 7");
+}
+
 // One message, steps 0..3 each 20 ms apart (ms from s): rank 0 computes [s, s+10], posts the send at s+10 and waits
 // for it [s+10, s+12]; rank 1 waits in recv [s, s+12] (posted at s), then computes [s+12, s+17]. The receive ends
 // when the send is posted plus the 2 ms transfer, measured on the receiver.
