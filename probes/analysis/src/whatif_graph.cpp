@@ -1,6 +1,7 @@
 #include "whatif_graph.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <map>
 #include <set>
@@ -114,8 +115,10 @@ int blockAt(const std::vector<Block>& list, int64_t end) {
 void bindRecords(Builder& b) {
   for (size_t i = 0; i < b.records.size(); ++i) {
     Record& rec = b.records[i];
-    for (auto& [key, list] : b.blocks) {
-      if (key.first != rec.rank || (!b.isDevice(rec.rank) && key.second != rec.thread)) continue;
+    for (auto it = b.blocks.lower_bound({rec.rank, INT_MIN}); it != b.blocks.end() && it->first.first == rec.rank;
+         ++it) {
+      auto& [key, list] = *it;
+      if (!b.isDevice(rec.rank) && key.second != rec.thread) continue;
       const int at = blockAt(list, rec.endNs);
       if (at < 0) continue;
       list[static_cast<size_t>(at)].records.push_back(static_cast<int>(i));
