@@ -114,6 +114,31 @@ TEST(LiveStall, AWaitOnARankBlockedElsewhereIsTheConsequenceAndComesSecond) {
       << ta::stallLine(stalls[1]);
 }
 
+// Pipeline, seen in bench/live: stage 0 stalls before its backward recv. Its forward sends (p2p-0-1 seq 9) stay
+// open in its file — it never waited on them — though stage 1 received them. Stage 1 blocks in its send of seq 9 on
+// p2p-1-0. The wait on stage 0 is the cause, not a consequence of a send nobody waits for.
+TEST(LiveStall, ARanksOpenSendItsPeerReceivedDoesNotMakeTheWaitOnItAConsequence) {
+  const std::vector<ta::LiveGroup> groups{{"p2p-0-1", {0, 1}}, {"p2p-1-0", {1, 0}}};
+  const std::vector<ta::LiveRankState> ranks{rank(0,
+                                                  {coll(0, "p2p-0-1", 9, kNow - 3 * kS, false, 1024, "send"),
+                                                   coll(0, "p2p-1-0", 8, kNow - 4 * kS, true, 1024, "recv")},
+                                                  2 * kS),
+                                             rank(1,
+                                                  {coll(1, "p2p-0-1", 10, kNow - 3 * kS, true, 1024, "recv"),
+                                                   coll(1, "p2p-1-0", 9, kNow - 2 * kS, false, 1024, "send")},
+                                                  2 * kS)};
+  const auto stalls = ta::detectStalls(groups, ranks, kNow);
+  ASSERT_EQ(stalls.size(), 1u);
+  const ta::LiveStall& s = stalls[0];
+  EXPECT_EQ(s.group, "p2p-1-0");
+  EXPECT_EQ(s.seq, 9);
+  ASSERT_EQ(s.missing.size(), 1u);
+  EXPECT_EQ(s.missing[0].rank, 0);
+  EXPECT_FALSE(s.missing[0].blockedIn.has_value());
+  EXPECT_FALSE(s.secondary());
+  EXPECT_EQ(ta::stallLine(s).find("consequence"), std::string::npos) << ta::stallLine(s);
+}
+
 TEST(LiveStall, DesyncWhenEveryMemberEnteredWithDifferentSizesStuckWhenTheyAgree) {
   const std::vector<ta::LiveGroup> groups{{"tp-0", {0, 1}}};
   auto desync = ta::detectStalls(groups,

@@ -200,6 +200,14 @@ std::vector<LiveStall> detectStalls(std::span<const LiveGroup> groups, std::span
     if (st.kind != StallKind::Desync) st.records.clear();
     out.push_back(std::move(st));
   }
+  // A missing rank "itself blocked" where no stall is reported is not waiting on anyone: e.g. a pipeline send whose
+  // receiver has the data, left open because the rank stalled before it waited on it. The wait on it is the cause.
+  for (LiveStall& st : out)
+    for (MissingRank& m : st.missing)
+      if (m.blockedIn && std::none_of(out.begin(), out.end(), [&](const LiveStall& o) {
+            return o.group == m.blockedIn->group && o.seq == m.blockedIn->seq;
+          }))
+        m.blockedIn.reset();
   std::stable_sort(out.begin(), out.end(), [](const LiveStall& a, const LiveStall& b) {
     return std::tuple(a.secondary(), a.group, a.seq) < std::tuple(b.secondary(), b.group, b.seq);
   });
