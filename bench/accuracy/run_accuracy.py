@@ -7,8 +7,9 @@ A seeded, randomised campaign of real captures (tpscope capture of tpscope-train
             (rank 0 included), steps and layers
   compound  two faults in one run (slow + nan, delay + hang, nan + a later nan, slow + crash): the cause that stops
             or corrupts the run must be diagnose's first finding, the other must be found too
-  healthy   random seeds, configs (sequence parallelism, activation checkpointing, gradient accumulation, bf16) and
-            layouts: any finding of warning or above is a false alarm
+  healthy   random seeds, configs (tiny and small; sequence parallelism, activation checkpointing, gradient
+            accumulation, bf16), layouts (TP2, TP4, TP2xDP2, DP2, PP2, TP2xPP2), 10-60 steps, and the Python samples
+            (tp_train.py, dtensor_mlp.py): any finding of warning or above is a false alarm
   sdc       (--only sdc, or --sdc-runs N with the rest) one bit flipped on one rank (--inject bitflip) at a random
             step, tensor (a TP-replicated parameter, a sharded one where DP > 1, or an all-reduce result) and bit, under random
             seeds and layouts (TP2xDP2, DP3, TP2), checked every replica.every = 4 steps: found = a silent_corruption
@@ -43,6 +44,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LAYOUTS = {"tp2": (2, 2, 1), "tp4": (4, 4, 1), "tp2dp2": (4, 2, 2)}
+# Healthy runs only: (nproc, tp, dp, pp) — data parallelism alone, a pipeline, TP x PP.
+HEALTHY_LAYOUTS = {"dp2": (2, 1, 2, 1), "pp2": (2, 1, 1, 2), "tp2pp2": (4, 2, 1, 2)}
+PY_SAMPLES = ["samples/python/tp_train.py", "samples/python/dtensor_mlp.py"]
 SDC_LAYOUTS = {"tp2dp2": (4, 2, 2), "dp3": (3, 1, 3), "tp2": (2, 2, 1)}
 SDC_EVERY = 4
 # The tiny config's parameters (samples/configs/tiny.json, 2 layers): TP-replicated, then sharded.
@@ -64,14 +68,19 @@ def tp_group(rank, tp):
 
 
 class Case:
-    def __init__(self, name, layout, faults, steps, config=None, healthy=False):
+    def __init__(self, name, layout, faults, steps, config=None, healthy=False, base="tiny", program=None):
         self.name, self.layout, self.faults, self.steps = name, layout, faults, steps
         self.config = config or {}
         self.healthy = healthy
+        self.base = base        # samples/configs/<base>.json
+        self.program = program  # a Python sample (path under the checkout) instead of tpscope-train
 
     def to_json(self):
-        return {"name": self.name, "layout": self.layout, "faults": self.faults, "steps": self.steps,
-                "config": self.config}
+        j = {"name": self.name, "layout": self.layout, "faults": self.faults, "steps": self.steps,
+             "config": self.config, "base": self.base}
+        if self.program:
+            j["program"] = self.program
+        return j
 
 
 def fault(kind, rank, step=None, layer=None, phase=None, **extra):
@@ -123,7 +132,7 @@ def single_fault(rng, kind, layout, phase, layers=2):
     return fault(kind, rank, step), step + 2  # crash
 
 
-def make_cases(rng, runs):
+def make_cases(rng, runs, healthy_runs=None):
     single, compound, healthy = [], [], []
     # Single faults: the full matrix, repeated with fresh random placements until its share of the runs is filled.
     matrix = [(k, lay, ph) for lay in LAYOUTS for k in KINDS for ph in (["fwd", "bwd"] if k in PLACED else [None])]
@@ -156,15 +165,38 @@ def make_cases(rng, runs):
             s = rng.randrange(3, 6)
             fs, steps = [fault("slow", a, ms=100), fault("crash", b, s)], s + 2
         compound.append(Case(f"compound-{len(compound):03d}-{pair}-{lay}", lay, fs, steps))
-    # Healthy runs.
-    n_healthy = max(50, runs - len(single) - len(compound))
+    # Healthy runs: the widened set (issue #31 §1) — seeds, configs, layouts with and without a pipeline, lengths, and
+    # the Python samples. A healthy run at any of them must print no warning.
+    n_healthy = max(50, runs - len(single) - len(compound)) if healthy_runs is None else healthy_runs
+    healthy = make_healthy_cases(rng, n_healthy)
+    return single, compound, healthy
+
+
+def make_healthy_cases(rng, n):
+    """n healthy runs: tiny (and, one in eight, small) configs with a random seed and variant, on TP, DP, TP x DP, PP
+    and TP x PP layouts, 10-60 steps; one in eight a Python sample (tp_train.py, dtensor_mlp.py) instead."""
     variants = [{}, {"sequence_parallel": True}, {"activation_checkpointing": True}, {"grad_accum": 2}, {"bf16": True},
                 {"sequence_parallel": True, "activation_checkpointing": True}]
-    for h in range(n_healthy):
-        lay = rng.choice(list(LAYOUTS))
+    layouts = list(LAYOUTS) + list(HEALTHY_LAYOUTS)
+    healthy = []
+    for h in range(n):
+        pick = rng.random()
+        if pick < 0.125:
+            prog = rng.choice(PY_SAMPLES)
+            steps = rng.randrange(10, 41)
+            healthy.append(Case(f"healthy-{h:03d}-py-{os.path.basename(prog).split('.')[0]}", "tp2", [], steps,
+                                {"seed": rng.randrange(1, 1_000_000)}, healthy=True, program=prog))
+            continue
+        lay = rng.choice(layouts)
         cfg = dict(rng.choice(variants))
+        if "pp" in lay:
+            cfg.pop("grad_accum", None)  # a pipeline accumulates over its micro-batches
         cfg["seed"] = rng.randrange(1, 1_000_000)
-        healthy.append(Case(f"healthy-{h:03d}-{lay}", lay, [], rng.randrange(8, 21), cfg, healthy=True))
+        small = pick < 0.25
+        steps = rng.randrange(10, 31) if small else rng.randrange(10, 61)
+        name = f"healthy-{h:03d}-{lay}" + ("-small" if small else "")
+        healthy.append(Case(name, lay, [], steps, cfg, healthy=True, base="small" if small else "tiny"))
+    return healthy
     return single, compound, healthy
 
 
@@ -216,7 +248,7 @@ def sdc_score(results):
 
 
 def write_config(case, tmp):
-    with open(os.path.join(ROOT, "samples", "configs", "tiny.json")) as f:
+    with open(os.path.join(ROOT, "samples", "configs", case.base + ".json")) as f:
         cfg = json.load(f)
     cfg["corpus"] = os.path.join(ROOT, "samples", "corpus")
     cfg.update(case.config)
@@ -226,15 +258,31 @@ def write_config(case, tmp):
     return path
 
 
+def layout_of(name):
+    """(nproc, tp, dp, pp) of a layout name."""
+    if name in HEALTHY_LAYOUTS:
+        return HEALTHY_LAYOUTS[name]
+    return (*{**LAYOUTS, **SDC_LAYOUTS}[name], 1)
+
+
 def run_case(case, build, workdir):
     out = os.path.join(workdir, case.name)
     os.makedirs(workdir, exist_ok=True)
-    nproc, tp, dp = {**LAYOUTS, **SDC_LAYOUTS}[case.layout]
+    nproc, tp, dp, pp = layout_of(case.layout)
+    tpscope = os.path.join(build, "cli", "tpscope")
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = write_config(case, tmp)
-        argv = [os.path.join(build, "cli", "tpscope"), "capture", "--nproc", str(nproc), "--tp", str(tp), "--dp",
-                str(dp), "--config", cfg, "--steps", str(case.steps), "--out", out, "--hang-timeout", "2", "--grace",
-                "1"]
+        common = ["--out", out, "--hang-timeout", "2", "--grace", "1"]
+        if case.program:
+            argv = [tpscope, "capture", "--nproc", str(nproc), "--tp", str(tp), *common, "--", "python3",
+                    os.path.join(ROOT, case.program), "--steps", str(case.steps)]
+            if case.program.endswith("tp_train.py"):
+                argv += ["--seed", str(case.config["seed"])]
+        else:
+            cfg = write_config(case, tmp)
+            argv = [tpscope, "capture", "--nproc", str(nproc), "--tp", str(tp), "--dp", str(dp), "--config", cfg,
+                    "--steps", str(case.steps), *common]
+            if pp > 1:
+                argv += ["--pp", str(pp), "--microbatches", "4"]
         for f in case.faults:
             argv += ["--inject", spec_of(f)]
         if any(f["kind"] == "bitflip" for f in case.faults):
@@ -258,6 +306,14 @@ def run_case(case, build, workdir):
         return result
     if any(f["kind"] == "bitflip" for f in case.faults):
         return result
+    if not case.faults:  # what the live rules said while it ran (capture prints these as they come)
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            result["live_alerts"] = [{"rank": r, "step": s, "severity": sev, "kind": k, "message": m} for r, s, sev, k, m in
+                                     con.execute("SELECT rank, step, severity, kind, message FROM alerts WHERE severity "
+                                                 "IN ('warning', 'error', 'critical')")]
+        finally:
+            con.close()
     result["alert_latency_s"] = alert_latency(db, case)
     result["expected"] = [expected_collective(db, case, f) for f in case.faults]
     return result
@@ -348,6 +404,7 @@ def root_text(chain):
 def score(results):
     per_kind = {}
     healthy_false, healthy_runs, compound_first, compound_both, compound_runs = [], 0, 0, 0, 0
+    healthy_live, healthy_layouts = [], {}
     chain_root, chain_runs, healthy_chains = {"single": 0, "compound": 0}, {"single": 0, "compound": 0}, 0
     latencies = {}
     misses = []
@@ -369,6 +426,16 @@ def score(results):
                 misses.append({"case": case["name"], "why": "healthy run has a chain: " + chain[0]["kind"] + " " +
                                chain[0]["message"][:200]})
             healthy_false.append(len(loud))
+            key = case["layout"] + ("-py" if case.get("program") else "-" + case.get("base", "tiny"))
+            lay = healthy_layouts.setdefault(key, {"runs": 0, "warned": 0, "live": 0})
+            lay["runs"] += 1
+            lay["warned"] += bool(loud)
+            lay["live"] += bool(r.get("live_alerts"))
+            live = r.get("live_alerts", [])
+            healthy_live.append(len(live))
+            if live:
+                misses.append({"case": case["name"], "why": "healthy run, live alerts: " + "; ".join(
+                    f"{x['severity']} {x['kind']} rank {x['rank']} step {x['step']}: {x['message']}" for x in live)[:400]})
             if loud:
                 misses.append({"case": case["name"], "why": "healthy run: " + "; ".join(
                     f"{x['severity']} {x['kind']} rank {x.get('rank')}: {x['message']}" for x in loud)[:400]})
@@ -445,8 +512,10 @@ def score(results):
                   "healthy_runs_with_chain": healthy_chains},
         "healthy": {"runs": healthy_runs, "false_findings": sum(healthy_false),
                     "runs_with_false_findings": sum(1 for n in healthy_false if n),
+                    "live_alerts": sum(healthy_live), "runs_with_live_alerts": sum(1 for n in healthy_live if n),
                     "per_run": sum(healthy_false) / max(1, healthy_runs)},
         "false_findings_by_kind": fp_by_kind,
+        "healthy_by_layout": healthy_layouts,
         "misses": misses,
     }
 
@@ -463,12 +532,19 @@ def markdown(s, meta):
               f"Compound faults: {s['compound']['runs']} runs, cause first {s['compound']['cause_first_pct']:.1f} % "
               f"(target ≥ 90 %), both found {s['compound']['both_found_pct']:.1f} %.",
               f"Healthy runs: {s['healthy']['runs']}, findings of warning or above: {s['healthy']['false_findings']} "
-              f"in {s['healthy']['runs_with_false_findings']} runs (target 0).",
+              f"in {s['healthy']['runs_with_false_findings']} runs (target 0); live alerts of warning or above: "
+              f"{s['healthy']['live_alerts']} in {s['healthy']['runs_with_live_alerts']} runs (target 0).",
               f"Root-cause chain: the first root is the injected cause in {s['chain']['compound_root_pct']:.1f} % of "
               f"{s['chain']['compound_runs']} compound runs (target ≥ 95 %) and "
               f"{s['chain']['single_root_pct']:.1f} % "
               f"of {s['chain']['single_runs']} single-fault runs; healthy runs with a chain: "
               f"{s['chain']['healthy_runs_with_chain']} (target 0).", ""]
+    if s.get("healthy_by_layout"):
+        lines += ["| healthy layout, config | runs | with a warning finding | with a live warning |", "|---|---|---|---|"]
+        for key, k in sorted(s["healthy_by_layout"].items()):
+            lines.append(f"| {key} | {k['runs']} | {k['warned']} | {k['live']} |")
+        lines += ["", "Findings of warning or above by kind (fault runs: those matching no injected fault): " +
+                  (", ".join(f"{k} {n}" for k, n in sorted(s["false_findings_by_kind"].items())) or "none"), ""]
     if "sdc" in s:
         d = s["sdc"]
         lines += [f"Bit flips (silent_corruption, checked every {SDC_EVERY} steps): {d['found']} of {d['runs']} found "
@@ -492,9 +568,12 @@ def main():
     ap.add_argument("--sdc-runs", type=int, default=0, help="bit-flip runs (default: 0, or 48 with --only sdc)")
     ap.add_argument("--jobs", type=int, default=1, help="captures at once (each runs 2-4 ranks; 1 on 2 cores)")
     ap.add_argument("--limit", type=int, help="run only the first N cases of the selection (a quick look)")
+    ap.add_argument("--healthy-runs", type=int,
+                    help="healthy runs (default: what --runs leaves after the fault runs, at least 50; the widened "
+                         "set of issue #31 is --only healthy --healthy-runs 200)")
     a = ap.parse_args()
     rng = random.Random(a.seed)
-    single, compound, healthy = make_cases(rng, a.runs)
+    single, compound, healthy = make_cases(rng, a.runs, a.healthy_runs)
     sdc = make_sdc_cases(random.Random(a.seed + 15), a.sdc_runs or (48 if a.only == "sdc" else 0))
     cases = {"single": single, "compound": compound, "healthy": healthy, "sdc": sdc}.get(a.only) or (
         single + compound + healthy + sdc)

@@ -304,12 +304,13 @@ bool StepHooks::beforeUpdate(int64_t step64, std::span<const probes::GradStat> g
   StepAction action = StepAction::Continue;
   // A rank's gradients are a part of the model's (a pipeline stage) or of the batch's (a DP replica): its spikes are
   // judged against the whole model's norm after reduction, what the update is made of (anomalies.cpp, material()).
+  // The batch's own loss tells a hard batch (its gradient jumps with it) from a gradient that jumped on its own.
   const double wholeModelNorm = gradNorm;
-  if (!grads.empty()) action = std::max(action, rules_.checkGradients(step, grads, wholeModelNorm));
-  if (activations != nullptr)
-    if (auto bad = activations->firstNonFinite()) action = std::max(action, rules_.checkActivation(step, *bad));
   const double localLoss = lossSum.defined() ? lossSum.detach().sum().item<double>() / std::max<int64_t>(1, microBatches)
                                              : std::numeric_limits<double>::quiet_NaN();
+  if (!grads.empty()) action = std::max(action, rules_.checkGradients(step, grads, wholeModelNorm, localLoss));
+  if (activations != nullptr)
+    if (auto bad = activations->firstNonFinite()) action = std::max(action, rules_.checkActivation(step, *bad));
   if (lossSum.defined()) action = std::max(action, rules_.checkLoss(step, localLoss));
   if (rules_.replicaCheckDue(step, mesh_.dp())) {
     // Reduced gradients are identical on every DP replica by construction: compare their global norms.

@@ -198,5 +198,66 @@ TEST(GradSpike, AStageSpikeIsAWarningOnlyWhereItMovesTheWholeModelsNorm) {
   }
 }
 
+// Whether a rank's spike is the batch's (docs/diagnosis.md, materiality part 3), on two ranks whose totals and the
+// reduced norm jump at step 14 by the same factors: with a TP group {0, 1} (the ranks saw the same batch), a jump on
+// both ranks is info and a jump on rank 1 alone a warning; without one (two DP replicas), a jump on a batch whose loss
+// is above every loss of the window is info, on an ordinary batch a warning. An independent count: the rank's total
+// and the reduced norm move 1000× and 500×, far past part 1 and 2's 5×, so only part 3 decides.
+TEST(GradSpike, ASpikeTheBatchExplainsIsInfo) {
+  struct Case {
+    const char* name;
+    bool tpGroup;
+    bool bothRanks;
+    bool hardBatch;
+    Severity expected;
+  };
+  for (const Case& c : {Case{"tp_both", true, true, false, Severity::Info},
+                        Case{"tp_one", true, false, false, Severity::Warning},
+                        Case{"dp_hard_batch", false, false, true, Severity::Info},
+                        Case{"dp_ordinary_batch", false, false, false, Severity::Warning}}) {
+    const auto path = testDir() / (std::string("batch_") + c.name + ".db");
+    {
+      auto w = newWriter(path);
+      for (int r = 0; r < 2; ++r) {
+        tracedb::RankInfo ri;
+        ri.rank = r;
+        ri.worldSize = 2;
+        ASSERT_TRUE(w->putRank(ri));
+      }
+      if (c.tpGroup) ASSERT_TRUE(w->putGroup(tracedb::GroupInfo{"tp-0", {0, 1}, "gloo"}));
+      for (int s = 0; s < 20; ++s) {
+        const double wobble = 1.0 + 0.1 * std::sin(1.3 * s);
+        const bool spike = s == 14;
+        for (int r = 0; r < 2; ++r) {
+          const double jump = spike && (r == 1 || c.bothRanks) ? 1000.0 : 1.0;
+          tracedb::GradStatRow g;
+          g.rank = r;
+          g.step = s;
+          g.param = "layers.0.mlp.fc1.weight";
+          g.layer = 0;
+          g.l2Norm = 0.5 * wobble * jump;
+          g.maxAbs = g.l2Norm;
+          g.numel = 64;
+          ASSERT_TRUE(w->addGradStat(g));
+          tracedb::StepStatRow st;
+          st.rank = r;
+          st.step = s;
+          st.gradNorm = 0.7 * wobble * (spike ? 500.0 : 1.0);
+          st.loss = 4.0 - 0.01 * s + 0.1 * std::sin(2.1 * s) + (spike && c.hardBatch ? 0.8 : 0.0);
+          ASSERT_TRUE(w->putStepStat(st));
+        }
+      }
+      ASSERT_TRUE(w->close());
+    }
+    const Analyzed a = analyzeFile(path);
+    std::vector<Finding> spikes;
+    for (Finding& f : anomalyFindings(a.report, a.info))
+      if (f.kind == FindingKind::GradSpike && f.rank == 1) spikes.push_back(std::move(f));
+    ASSERT_EQ(spikes.size(), 1u) << c.name;
+    EXPECT_EQ(spikes[0].step, 14) << c.name;
+    EXPECT_EQ(spikes[0].severity, c.expected) << c.name << ": " << spikes[0].message;
+  }
+}
+
 }  // namespace
 }  // namespace tpscope::analysis

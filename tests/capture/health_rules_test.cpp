@@ -146,6 +146,32 @@ TEST_F(HealthRulesTest, AStageSpikeAlertsOnlyWhereTheWholeModelsNormMoves) {
   EXPECT_EQ(sink_.alerts[0].step, 11);
 }
 
+// A hard batch moves its own gradient: at step 8 the norm jumps 50× on a batch whose loss (4.6) is above every loss
+// of the window (at most 4.2): no alert, nothing learned. At step 9 the same jump on an ordinary batch (loss 4.0):
+// the grad_spike alert — a gradient that jumped on its own.
+TEST_F(HealthRulesTest, ASpikeOnAHarderBatchThanAnyRecentOneIsTheBatchs) {
+  HealthOptions o;
+  o.gradSpike.warmup = 3;
+  o.lossSpike.warmup = 3;
+  HealthRules rules(o);
+  for (int step = 1; step <= 7; ++step) {
+    const double loss = 4.0 + 0.2 * std::sin(step);
+    EXPECT_EQ(rules.checkGradients(step, grads(1.0 + 0.01 * step), 2.0, loss), StepAction::Continue);
+    rules.checkLoss(step, loss);
+    rules.agree(step, StepAction::Continue);
+  }
+  rules.checkGradients(8, grads(50.0), 100.0, 4.6);
+  rules.checkLoss(8, 4.6);
+  rules.agree(8, StepAction::Continue);
+  EXPECT_TRUE(sink_.alerts.empty());
+  rules.checkGradients(9, grads(50.0), 100.0, 4.0);
+  rules.checkLoss(9, 4.0);
+  rules.agree(9, StepAction::Continue);
+  ASSERT_EQ(sink_.alerts.size(), 1u);
+  EXPECT_EQ(sink_.alerts[0].kind, "grad_spike");
+  EXPECT_EQ(sink_.alerts[0].step, 9);
+}
+
 TEST_F(HealthRulesTest, LossRules) {
   HealthOptions o;
   o.nonfinite = HealthPolicy::Stop;

@@ -176,7 +176,8 @@ void HealthRules::raise(probes::Severity severity, std::string_view kind, int st
   }
 }
 
-StepAction HealthRules::checkGradients(int step, std::span<const probes::GradStat> stats, double wholeModelNorm) {
+StepAction HealthRules::checkGradients(int step, std::span<const probes::GradStat> stats, double wholeModelNorm,
+                                       double batchLoss) {
   StepAction action = StepAction::Continue;
   pendingGradNorm_.reset();
   pendingWholeNorm_.reset();
@@ -219,7 +220,13 @@ StepAction HealthRules::checkGradients(int step, std::span<const probes::GradSta
   // not a fault (and, a spike, not the rank's baseline either). The analysis' materiality (anomalies.h).
   const bool wholeMoved = !pendingWholeNorm_ || wholeBase_.size() < options_.gradSpike.warmup ||
                           *pendingWholeNorm_ >= kWholeModelSpikeRatio * wholeBase_.max();
+  const bool hardBatch = std::isfinite(batchLoss) && lossBase_.size() >= options_.lossSpike.warmup &&
+                         batchLoss > lossBase_.max();
   if (v.spike && !wholeMoved) return action;
+  if (v.spike && hardBatch) {  // the batch's: not raised, and its norms (beyond the range) not learned
+    pendingWholeNorm_.reset();
+    return action;
+  }
   if (v.spike) {
     pendingUnhealthy_ = true;
     const double ratio = v.baseline > 0 ? norm / v.baseline : 0.0;

@@ -58,6 +58,8 @@ struct GradSeries {
   // Pipeline runs: a rank holds one stage, its total is a part of the model's; the whole model's norm by (rank,
   // step), from step_stats.grad_norm (the clip's, over every stage). Empty otherwise.
   std::map<std::pair<int, int>, double> wholeNorm;
+  Series loss;  // the run's loss per step (the mean over the ranks that recorded it), in step order
+  std::map<int, std::vector<int>> tpPeers;  // rank → the other ranks of its TP group (they saw the same batch)
 };
 
 
@@ -126,20 +128,53 @@ bool risesAbove(const std::map<std::pair<int, int>, double>& byRankStep, int ran
   return now == byRankStep.end() || risesAbove(transform(now->second), std::move(before), ratio, against);
 }
 
-// Material: the spike moves the update beyond what the run's own batches do. The rank's total norm (√Σ l2² over its
-// parameters) at that step is ≥ normRatioThreshold × its median over the previous steps (a spike in a tiny parameter
-// does not move it), and the whole model's norm (step_stats.grad_norm: the clip's, after reduction over every
-// TP/DP/PP rank — what the update is made of) is ≥ normRatioThreshold × the largest it reached over the previous
-// window: beyond the run's own range. A rank's total is a part of the model's — one DP replica's batch, one pipeline
-// stage (stage 0's total is mostly the embedding's, whose rows spike with a batch's rare tokens) — which the
-// reduction may average away; and a hard batch moves the whole norm a few times its median (its loss rises with
-// it) but stays within a few times the largest value of the steps before it. Without step_stats the rank's total
-// decides alone.
+// The rank's total norm (√Σ l2² over its parameters) at `step` over its median over the previous `window` steps; 0
+// without a value or a history.
+double totalRatio(const GradSeries& g, int rank, int step, int window) {
+  const auto now = g.rankStepSq.find({rank, step});
+  if (now == g.rankStepSq.end()) return 0;
+  std::vector<double> before;
+  for (auto it = g.rankStepSq.lower_bound({rank, step - window}); it != now; ++it) before.push_back(std::sqrt(it->second));
+  const double m = before.empty() ? 0.0 : medianOf(std::move(before));
+  return m > 0 ? std::sqrt(now->second) / m : 0.0;
+}
+
+// A harder batch than any of the previous window's: the run's loss at `step` exceeds the largest of the `window`
+// steps before it. Its gradient jumps with it.
+bool hardBatch(const Series& loss, int step, int window) {
+  std::vector<double> before;
+  double now = NAN;
+  for (const auto& [s, v] : loss) {
+    if (s >= step - window && s < step) before.push_back(v);
+    if (s == step) now = v;
+  }
+  return std::isfinite(now) && !before.empty() && now > *std::max_element(before.begin(), before.end());
+}
+
+// Material: the spike moves the update beyond what the run's own batches do. Three parts, each a thing healthy runs
+// showed otherwise (docs/diagnosis.md, "Gradient and loss anomalies"):
+//   1. the rank's total norm at that step is ≥ normRatioThreshold × its median over the previous steps: a spike in a
+//      tiny parameter does not move the rank's gradient;
+//   2. the whole model's norm (step_stats.grad_norm: the clip's, after reduction over every TP/DP/PP rank — what the
+//      update is made of) is ≥ normRatioThreshold × the largest it reached over the previous window: a rank's total
+//      is a part of the model's — one DP replica's batch, one pipeline stage (stage 0's is mostly the embedding's,
+//      whose rows spike with a batch's rare tokens) — which the reduction may average away;
+//   3. the batch does not explain it: where the rank has TP peers (they computed on the same batch), its total's
+//      jump is ≥ normRatioThreshold × each peer's — a batch moves every peer's gradient; where it has none, the
+//      run's loss that step is no higher than the largest of the previous window (a harder batch than any recent
+//      one makes its own gradient jump, and its loss with it).
+// Without step_stats parts 1 and 3's peer test decide.
 bool material(const GradSeries& g, int rank, int step, const AnomalyOptions& options) {
-  const bool rankMoved = risesAbove(g.rankStepSq, rank, step, options.window, options.normRatioThreshold,
-                                    Against::Median, [](double sq) { return std::sqrt(sq); });
-  return rankMoved && risesAbove(g.wholeNorm, rank, step, options.window, options.normRatioThreshold, Against::Max,
-                                 [](double x) { return x; });
+  const double ratio = options.normRatioThreshold;
+  const double own = totalRatio(g, rank, step, options.window);
+  if (own > 0 && own < ratio) return false;
+  if (!risesAbove(g.wholeNorm, rank, step, options.window, ratio, Against::Max, [](double x) { return x; }))
+    return false;
+  const auto peers = g.tpPeers.find(rank);
+  if (peers == g.tpPeers.end() || peers->second.empty()) return !hardBatch(g.loss, step, options.window);
+  for (int p : peers->second)
+    if (own < ratio * totalRatio(g, p, step, options.window)) return false;
+  return true;
 }
 
 // Per-parameter spikes. One parameter's norm swings several-fold in a healthy run (warm-up, early steps): flag an
@@ -206,14 +241,16 @@ void stepStatAnomalies(const std::vector<tracedb::StepStatRow>& stats, const Ano
   // The global norm is the same on every rank (it is taken after reduction): one run-wide series, the mean.
   AnomalyOptions globalNorm = options;
   globalNorm.ratioThreshold = std::max(options.ratioThreshold, options.normRatioThreshold);
-  const Series global = meanPerStep(norms);
+  const Series global = meanPerStep(norms), loss = meanPerStep(losses);
   findSpikes(global, globalNorm, probes::SpikeScale::Norm, [&](int step, double x, double m, double mad, double z) {
     Spike sp{-1, step, -1, "", x, m, mad, z};
-    // Material as a rank's spike (material() above): beyond the largest norm of the previous window.
+    // Material as a rank's spike (material() above): beyond the largest norm of the previous window, and not a
+    // harder batch than any of them.
     std::vector<double> before;
     for (const auto& [s, v] : global)
       if (s < step && s >= step - options.window) before.push_back(v);
-    sp.material = risesAbove(x, std::move(before), options.normRatioThreshold, Against::Max);
+    sp.material = risesAbove(x, std::move(before), options.normRatioThreshold, Against::Max) &&
+                  !hardBatch(loss, step, options.window);
     out.gradSpikes.push_back(std::move(sp));
   });
   findSpikes(meanPerStep(losses), options, probes::SpikeScale::Level,
@@ -302,9 +339,18 @@ tracedb::Result<AnomalyReport> analyzeAnomalies(tracedb::Reader& reader, const R
   if (!grads) return grads.status();
   auto stats = reader.stepStats();
   if (!stats) return stats.status();
-  for (const auto& st : *stats)  // the clip's norm: over every stage and replica, what the update is made of
+  std::map<int, std::vector<double>> losses;
+  for (const auto& st : *stats) {  // the clip's norm: over every stage and replica, what the update is made of
     if (st.gradNorm && std::isfinite(*st.gradNorm) && *st.gradNorm > 0)
       grads->wholeNorm[{st.rank, st.step}] = *st.gradNorm;
+    if (st.loss && std::isfinite(*st.loss)) losses[st.step].push_back(*st.loss);
+  }
+  grads->loss = meanPerStep(losses);
+  for (const auto& grp : info.groups)
+    if (grp.name.rfind("tp-", 0) == 0 && grp.ranks.size() > 1)
+      for (int r : grp.ranks)
+        for (int p : grp.ranks)
+          if (p != r) grads->tpPeers[r].push_back(p);
   paramSpikes(*grads, options, out);
   stepStatAnomalies(*stats, options, out);
   if (reader.metaValue("grad_stats_after_reduction").value_or("") == "1")

@@ -108,9 +108,12 @@ class HealthRules {
   // grad_spike only where the whole model's norm moves too, ≥ kWholeModelSpikeRatio × the largest value of the
   // rule's window of healthy steps (the analysis' materiality and run-wide ratio, anomalies.h: a hard batch moves it a
   // few times its median, within the run's own range): the update is made of the reduced gradient. One that does not
-  // is neither raised nor learned.
+  // is neither raised nor learned. `batchLoss`: this rank's loss of the step's batch (NaN where the rank has none, a
+  // pipeline stage before the last): a spike on a batch whose loss exceeds the largest of the loss rule's window of
+  // healthy steps is the batch's — a hard batch moves its own gradient — and is neither raised nor learned either.
   StepAction checkGradients(int step, std::span<const probes::GradStat> stats,
-                            double wholeModelNorm = std::numeric_limits<double>::quiet_NaN());
+                            double wholeModelNorm = std::numeric_limits<double>::quiet_NaN(),
+                            double batchLoss = std::numeric_limits<double>::quiet_NaN());
   static constexpr double kWholeModelSpikeRatio = 5.0;
   // The first non-finite forward output of this rank's step. Call before checkLoss: a non-finite loss that follows
   // from it raises no second alert (the policy still acts).
