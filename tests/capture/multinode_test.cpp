@@ -345,7 +345,11 @@ class StrangerCrowd {
     stop_ = true;
     if (thread_.joinable()) thread_.join();
     for (Slot& s : slots_) {
-      if (s.fd >= 0) ::close(s.fd);
+      if (s.fd >= 0) {
+        const linger reset{1, 0};  // RST: no TIME_WAIT left on hundreds of the machine's ephemeral ports
+        ::setsockopt(s.fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+        ::close(s.fd);
+      }
       s.fd = -1;
     }
   }
@@ -374,8 +378,11 @@ class StrangerCrowd {
           s.fd = rawConnect(port_);
           s.sent = 0;
           s.next = now;
-          if (s.fd < 0) s.next = now + std::chrono::milliseconds(300);  // node 0 not listening yet
-          else ++connects_;
+          if (s.fd < 0) {
+            s.next = now + std::chrono::milliseconds(300);  // node 0 not listening yet
+          } else {
+            ++connects_;
+          }
           if (s.fd >= 0 && s.kind == kGarbage) sendBytes(s.fd, "GET / HTTP/1.1\r\nHost: node0\r\n\r\n");
         }
         if (s.fd >= 0 && s.kind == kSlow && now >= s.next && s.sent < slowLogin.size()) {
@@ -427,8 +434,8 @@ TEST(MultiNode, StrangersFloodingTheStoreCannotStallATwoNodeCapture) {
   // given it as their own source port — a loopback self-connect — and hold it against node 0), then node 1, which
   // has to get in through the crowd, as every rank of both nodes does.
   const auto t0 = Clock::now();
-  const pid_t p0 = startProcess(nodeArgv(dir0, 0, port, 3, extra), captureLog(dir0),
-                                nodeEnvironment("node-a", 0, "job-token-1"));
+  const pid_t p0 =
+      startProcess(nodeArgv(dir0, 0, port, 3, extra), captureLog(dir0), nodeEnvironment("node-a", 0, "job-token-1"));
   const auto node0Running = [p0] {  // peeks, leaving the exit status to waitStatus()
     siginfo_t info{};
     return ::waitid(P_PID, static_cast<id_t>(p0), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == 0;
@@ -480,9 +487,9 @@ TEST(MultiNode, ANodeThatNeverJoinsIsNamedAtTheRendezvousTimeout) {
   const int port = freePortPair();
   ASSERT_NE(port, 0);
   const auto argvOf = [&](const fs::path& dir, int node, const char* timeout) {
-    return captureArgv(dir, 2, 2, 3, 2, {"--nnodes", "3", "--node-rank", std::to_string(node), "--master-addr",
-                                         "127.0.0.1", "--master-port", std::to_string(port), "--rendezvous-timeout",
-                                         timeout});
+    return captureArgv(dir, 2, 2, 3, 2,
+                       {"--nnodes", "3", "--node-rank", std::to_string(node), "--master-addr", "127.0.0.1",
+                        "--master-port", std::to_string(port), "--rendezvous-timeout", timeout});
   };
   const auto t0 = Clock::now();
   const auto since = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
@@ -514,14 +521,15 @@ TEST(MultiNode, OneNodeStoreOnLoopbackAdmitsOnlyItsRanks) {
   const std::string script =
       "printf '%s %s\\n' \"$TPSCOPE_CLOCK_STORE\" \"$TPSCOPE_TOKEN\" > \"$TPSCOPE_OUT/store.tmp\" && "
       "mv \"$TPSCOPE_OUT/store.tmp\" \"$TPSCOPE_OUT/store.txt\" && sleep 4";
-  const pid_t p = startProcess({TPSCOPE_BIN, "capture", "--nproc", "1", "--out", dir.string(), "--", "/bin/sh", "-c",
-                                script},
-                               captureLog(dir), nodeEnvironment("node-a", 0, ""));
+  const pid_t p =
+      startProcess({TPSCOPE_BIN, "capture", "--nproc", "1", "--out", dir.string(), "--", "/bin/sh", "-c", script},
+                   captureLog(dir), nodeEnvironment("node-a", 0, ""));
   const auto deadline = Clock::now() + std::chrono::seconds(30);
   int st = 0;
   while (!fs::exists(dir / "store.txt") && Clock::now() < deadline) {
-    ASSERT_EQ(::waitpid(p, &st, WNOHANG), 0) << "capture ended before its rank wrote down the store: status " << st
-                                             << "\n" << readFile(captureLog(dir));
+    ASSERT_EQ(::waitpid(p, &st, WNOHANG), 0)
+        << "capture ended before its rank wrote down the store: status " << st << "\n"
+        << readFile(captureLog(dir));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   std::istringstream in(readFile(dir / "store.txt"));
@@ -529,7 +537,7 @@ TEST(MultiNode, OneNodeStoreOnLoopbackAdmitsOnlyItsRanks) {
   in >> address >> token;
   const size_t colon = address.rfind(':');
   ASSERT_TRUE(address.starts_with("127.0.0.1:") && colon != std::string::npos) << "store: '" << address << "'\n"
-                                                                                << readFile(captureLog(dir));
+                                                                               << readFile(captureLog(dir));
   const int storePort = std::stoi(address.substr(colon + 1));
   EXPECT_GE(token.size(), 16u) << "the ranks got no token";
 

@@ -426,8 +426,10 @@ TEST(TcpStoreGuards, EightThousandRankClientsLogInAtOnce) {
   EXPECT_NE(error.find("full"), std::string::npos) << error;
   std::printf("%d rank clients: logged in and published in %.2f s, all read in %.2f s\n", kRanks, connectS,
               std::chrono::duration<double>(Clock::now() - t0).count());
-  clients.clear();
+  // The server closes first: its ends wait in TIME_WAIT on its one port, not 8,192 of the machine's ephemeral ports
+  // (for a minute, other tests' connects and binds would fail).
   s.reset();
+  clients.clear();
   rl.rlim_cur = oldSoft;
   setrlimit(RLIMIT_NOFILE, &rl);
 }

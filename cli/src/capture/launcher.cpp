@@ -967,8 +967,11 @@ int CaptureSession::finish() {
 // for: worth a line either way.
 void CaptureSession::reportStrangers() {
   std::optional<probes::TcpKvServerStats> s;
-  if (store_) s = store_->stats();
-  else if (link_) s = link_->storeStats();
+  if (store_) {
+    s = store_->stats();
+  } else if (link_) {
+    s = link_->storeStats();
+  }
   if (!s) return;
   const uint64_t strangers = s->loginTimeouts + s->evictedPending + s->malformed + s->wrongTokens;
   if (strangers > 0)

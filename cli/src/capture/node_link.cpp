@@ -113,12 +113,12 @@ bool NodeLink::waitForNodesAndPublish(const JobInfo& job, std::string* error) {
     std::string list;
     for (int k : missing) list += (list.empty() ? "" : ", ") + std::to_string(k);
     const bool many = missing.size() > 1;
-    *error = fmt::format("node{} {} never joined within {:g} s (--rendezvous-timeout); {} of {} nodes came. Was {} "
-                         "started, with the same --master-addr, --master-port and the job's token? Can {} reach "
-                         "this machine's port {}?",
-                         many ? "s" : "", list, o_.rendezvousTimeout.count() / 1000.0,
-                         o_.nnodes - static_cast<int>(missing.size()), o_.nnodes, many ? "each" : "it",
-                         many ? "they" : "it", o_.controlPort);
+    *error = fmt::format(
+        "node{} {} never joined within {:g} s (--rendezvous-timeout); {} of {} nodes came. Was {} "
+        "started, with the same --master-addr, --master-port and the job's token? Can {} reach "
+        "this machine's port {}?",
+        many ? "s" : "", list, o_.rendezvousTimeout.count() / 1000.0, o_.nnodes - static_cast<int>(missing.size()),
+        o_.nnodes, many ? "each" : "it", many ? "they" : "it", o_.controlPort);
     return false;
   }
   const std::string info =
@@ -138,9 +138,10 @@ std::optional<JobInfo> NodeLink::helloAndReadJob(const std::string& host, std::s
   const auto info = waitFor("info", Clock::now() + o_.rendezvousTimeout);
   if (!info) {
     *error = client_->connected()
-                 ? fmt::format("node 0 did not start the job within {:g} s (--rendezvous-timeout): not every node "
-                               "joined",
-                               o_.rendezvousTimeout.count() / 1000.0)
+                 ? fmt::format(
+                       "node 0 did not start the job within {:g} s (--rendezvous-timeout): not every node "
+                       "joined",
+                       o_.rendezvousTimeout.count() / 1000.0)
                  : "node 0's capture ended before the job started (not every node joined: node 0's output names "
                    "the missing ones)";
     return std::nullopt;

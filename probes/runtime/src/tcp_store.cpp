@@ -133,13 +133,19 @@ struct TcpKvServer::Impl {
     }
   }
 
-  // Closes `c` and counts why (one of `stats`' counters).
-  void drop(Conn& c, std::atomic<uint64_t>& why) {
+  // Closes `c` and counts why (one of `stats`' counters), after a last status byte when one is given (wrong token,
+  // full). Counted first: a client that saw the byte finds the drop in stats().
+  void drop(Conn& c, std::atomic<uint64_t>& why, std::optional<uint8_t> lastStatus = std::nullopt) {
     if (c.dead) return;
+    ++why;
+    --(c.authed ? authed : pending);
+    publishStats();
+    if (lastStatus) {
+      const char byte = static_cast<char>(*lastStatus);
+      [[maybe_unused]] ssize_t n = send(c.fd, &byte, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
     close(c.fd);
     c.dead = true;
-    --(c.authed ? authed : pending);
-    ++why;
   }
 
   // The client left or its socket failed: closed, not counted as a drop.
@@ -149,23 +155,11 @@ struct TcpKvServer::Impl {
     --(c.authed ? authed : pending);
   }
 
-  // A status byte sent before the connection is closed (wrong token, full); best effort.
-  static void sendLast(Conn& c, uint8_t status) {
-    const char byte = static_cast<char>(status);
-    [[maybe_unused]] ssize_t n = send(c.fd, &byte, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-  }
-
   // 'A': the token, checked once per connection; past maxClients the store is full.
   Verdict login(Conn& c, std::string_view presented) {
-    if (!token.empty() && !sameToken(presented, token)) {
-      sendLast(c, kRefused);
-      return Verdict::kWrongToken;
-    }
+    if (!token.empty() && !sameToken(presented, token)) return Verdict::kWrongToken;
     if (!c.authed) {
-      if (authed >= limits.maxClients) {
-        sendLast(c, kFull);
-        return Verdict::kFull;
-      }
+      if (authed >= limits.maxClients) return Verdict::kFull;
       c.authed = true;
       --pending;
       ++authed;
@@ -221,10 +215,14 @@ struct TcpKvServer::Impl {
   // request timed from its first byte (a get waiting, or nothing buffered, stops the clock).
   void processAndJudge(Conn& c, std::vector<std::string>* setKeys, Clock::time_point now) {
     switch (process(c, setKeys)) {
-      case Verdict::kKeep: break;
-      case Verdict::kMalformed: return drop(c, stats.malformed);
-      case Verdict::kWrongToken: return drop(c, stats.wrongTokens);
-      case Verdict::kFull: return drop(c, stats.refusedFull);
+      case Verdict::kKeep:
+        break;
+      case Verdict::kMalformed:
+        return drop(c, stats.malformed);
+      case Verdict::kWrongToken:
+        return drop(c, stats.wrongTokens, kRefused);
+      case Verdict::kFull:
+        return drop(c, stats.refusedFull, kFull);
     }
     if (c.out.size() > limits.maxUnreadBytes) return drop(c, stats.unreadReplies);
     if (c.waiting || c.in.empty()) {
@@ -373,7 +371,9 @@ struct TcpKvServer::Impl {
       }
       if (fds[1].revents & POLLIN) acceptNew(now);
       if (!setKeys.empty()) wakeWaiters(std::move(setKeys), now);
-      // Fresh replies at once (most fit in the socket buffer); the rest wait for POLLOUT.
+      // Fresh replies at once (most fit in the socket buffer); the rest wait for POLLOUT. The figures first: a
+      // client that has its reply finds its login in stats().
+      publishStats();
       for (Conn& c : conns) {
         if (c.dead || c.out.empty()) continue;
         const ssize_t w = send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -469,8 +469,9 @@ std::unique_ptr<TcpKvClient> TcpKvClient::connect(std::string_view host, uint16_
                      ": full: the store admits no more clients (its limit is the job's ranks and nodes)";
           return nullptr;
         }
-        lastError = "the server closed the connection (it wants a token, dropped this one among others that had "
-                    "not logged in yet, or is not a tpscope store)";
+        lastError =
+            "the server closed the connection (it wants a token, dropped this one among others that had "
+            "not logged in yet, or is not a tpscope store)";
         addrs = nullptr;  // freed above; try again until the deadline
         break;
       }
