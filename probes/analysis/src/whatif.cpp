@@ -293,8 +293,8 @@ void addPipelineBubble(const Context& c, double measuredNs, WhatIfReport& out) {
   for (const auto& [rank, stage] : c.stageOfRank) ch.ranks.push_back(rank);
   char buf[200];
   std::snprintf(buf, sizeof buf,
-                "pipeline window %.2f ms → %.2f ms: the %s bubble at its analytic %.1f %% (measured "
-                "%.1f %%)",
+                "pipeline window %.2f ms → %.2f ms: the %s bubble at its analytic %.1f %% (the longest "
+                "stage idles %.1f %%)",
                 window / 1e6, (window - ch.savingNs) / 1e6, p.schedule.c_str(), p.analyticBubblePct,
                 100.0 * (1 - compute / window));
   ch.description = buf;
