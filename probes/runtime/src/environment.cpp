@@ -1,4 +1,5 @@
 // Start from the environment a launcher (tpscope capture, torchrun) sets.
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -68,8 +69,10 @@ std::shared_ptr<KvStore> jobClockStore(int rank, int worldSize) {
   const auto storePort = static_cast<uint16_t>(port + 1);
   std::string error;
   if (rank == 0 && !g_jobClockStore) {
-    TcpKvLimits limits;  // every rank holds one connection for the whole run
-    limits.maxClients = static_cast<size_t>(worldSize) + 16;
+    // Every rank holds one connection for the whole run. Never fewer than the default: a store without a token
+    // (loopback, no TPSCOPE_TOKEN) cannot tell a rank from a stranger, so a tight cap would let one lock it.
+    TcpKvLimits limits;
+    limits.maxClients = std::max(limits.maxClients, static_cast<size_t>(worldSize) + 16);
     g_jobClockStore = TcpKvServer::listen(loopback ? addr : std::string(), storePort, &error, token, limits);
     if (!g_jobClockStore) {
       warn("cannot serve the clock store on port " + std::to_string(storePort) + " (MASTER_PORT+1): " + error +
