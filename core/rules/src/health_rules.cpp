@@ -244,7 +244,14 @@ StepAction HealthRules::checkGradients(int step, std::span<const probes::GradSta
     for (const auto& g : stats)
       if (top == nullptr || g.l2Norm > top->l2Norm) top = &g;
     if (top != nullptr) ev["top_param"] = top->param;
-    raise(probes::Severity::Warning, alert_kinds::kGradSpike, step, top != nullptr ? top->layer : -1,
+    // Without the batch's loss (a pipeline stage before the last, a caller that has none) a hard batch cannot be told
+    // from a gradient that jumped on its own: a figure (info) unless the policy acts on it; the analysis, which sees
+    // the peers, decides afterwards.
+    ev["batch_loss_known"] = std::isfinite(batchLoss);
+    const auto severity = std::isfinite(batchLoss) || options_.gradSpike.policy != HealthPolicy::Warn
+                              ? probes::Severity::Warning
+                              : probes::Severity::Info;
+    raise(severity, alert_kinds::kGradSpike, step, top != nullptr ? top->layer : -1,
           top != nullptr ? top->param : std::string_view(),
           fmt::format("gradient norm {:.4g} is {:.1f}x its baseline {:.4g} (the trend of the last {} healthy steps, "
                       "median {:.4g}; robust z {:.1f})",

@@ -104,6 +104,9 @@ tracedb::Result<GradSeries> readGradSeries(tracedb::Reader& reader) {
   return g;
 }
 
+// Without TP peers a rank's spike must pass the largest reduced norm the run showed before by this much (material()).
+constexpr double kNoPeerRunRangeRatio = 10.0;
+
 // What a value is compared with: the median of the previous values (their level), or their largest (their range).
 enum class Against { Median, Max };
 
@@ -160,9 +163,12 @@ bool hardBatch(const Series& loss, int step, int window) {
 //      is a part of the model's — one DP replica's batch, one pipeline stage (stage 0's is mostly the embedding's,
 //      whose rows spike with a batch's rare tokens) — which the reduction may average away;
 //   3. the batch does not explain it: where the rank has TP peers (they computed on the same batch), its total's
-//      jump is ≥ normRatioThreshold × each peer's — a batch moves every peer's gradient; where it has none, the
-//      run's loss that step is no higher than the largest of the previous window (a harder batch than any recent
-//      one makes its own gradient jump, and its loss with it).
+//      jump is ≥ normRatioThreshold × each peer's — a batch moves every peer's gradient; where it has none (DP or
+//      PP without TP: a stage's rare-token batch moves that stage alone), nothing but size tells a hard batch from a
+//      fault: the run's loss that step is no higher than the largest of the previous window (a harder batch than
+//      any recent one makes its own gradient jump, and its loss with it), and the whole model's norm is at least
+//      kNoPeerRunRangeRatio × the largest it reached anywhere before in the run — an order of magnitude past its
+//      own range (healthy hard batches reached 2.5–8.7× of it; an injected spike 1000×).
 // Without step_stats parts 1 and 3's peer test decide.
 bool material(const GradSeries& g, int rank, int step, const AnomalyOptions& options) {
   const double ratio = options.normRatioThreshold;
@@ -171,7 +177,9 @@ bool material(const GradSeries& g, int rank, int step, const AnomalyOptions& opt
   if (!risesAbove(g.wholeNorm, rank, step, options.window, ratio, Against::Max, [](double x) { return x; }))
     return false;
   const auto peers = g.tpPeers.find(rank);
-  if (peers == g.tpPeers.end() || peers->second.empty()) return !hardBatch(g.loss, step, options.window);
+  if (peers == g.tpPeers.end() || peers->second.empty())
+    return !hardBatch(g.loss, step, options.window) &&
+           risesAbove(g.wholeNorm, rank, step, step + 1, kNoPeerRunRangeRatio, Against::Max, [](double x) { return x; });
   for (int p : peers->second)
     if (own < ratio * totalRatio(g, p, step, options.window)) return false;
   return true;
@@ -244,13 +252,17 @@ void stepStatAnomalies(const std::vector<tracedb::StepStatRow>& stats, const Ano
   const Series global = meanPerStep(norms), loss = meanPerStep(losses);
   findSpikes(global, globalNorm, probes::SpikeScale::Norm, [&](int step, double x, double m, double mad, double z) {
     Spike sp{-1, step, -1, "", x, m, mad, z};
-    // Material as a rank's spike (material() above): beyond the largest norm of the previous window, and not a
-    // harder batch than any of them.
+    // Material as a rank's spike without TP peers (material() above): beyond the largest norm of the previous
+    // window, not a harder batch than any of them, an order of magnitude past the run's range.
     std::vector<double> before;
     for (const auto& [s, v] : global)
       if (s < step && s >= step - options.window) before.push_back(v);
+    std::vector<double> earlier;  // the whole run before it: no peers to tell a batch by (material(), part 3)
+    for (const auto& [s, v] : global)
+      if (s < step) earlier.push_back(v);
     sp.material = risesAbove(x, std::move(before), options.normRatioThreshold, Against::Max) &&
-                  !hardBatch(loss, step, options.window);
+                  !hardBatch(loss, step, options.window) &&
+                  risesAbove(x, std::move(earlier), kNoPeerRunRangeRatio, Against::Max);
     out.gradSpikes.push_back(std::move(sp));
   });
   findSpikes(meanPerStep(losses), options, probes::SpikeScale::Level,

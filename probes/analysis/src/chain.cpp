@@ -216,8 +216,9 @@ Reason explainedBy(const Finding& c, const Finding& e) {
   if (!(isKind(e, FindingKind::SilentCorruption) && secondary(e) && textOr(e, "cause") == findingKindName(c.kind) &&
         numberOr(e, "cause_rank", -2) == c.rank && numberOr(e, "cause_step", -2) == c.step && c.step >= 0))
     return {};
-  LinkReason r{"the copies part on " + rankList(e.ranks.empty() ? std::vector<int>{e.rank} : e.ranks) +
-                   ", whose values came from the " + std::string(findingKindName(c.kind)) + " (sdc.h)",
+  LinkReason r{"the copies part on " + rankList(e.ranks.empty() ? std::vector<int>{e.rank} : e.ranks) + " from step " +
+                   std::to_string(e.step) + ", computed from rank " + std::to_string(c.rank) + "'s " +
+                   std::string(findingKindName(c.kind)) + " of step " + std::to_string(c.step),
                {}};
   for (const auto& row : e.evidence.rows)
     if (row.table != "alerts" && r.rows.size() < 4) r.rows.push_back(row);

@@ -111,6 +111,7 @@ class HealthRules {
   // is neither raised nor learned. `batchLoss`: this rank's loss of the step's batch (NaN where the rank has none, a
   // pipeline stage before the last): a spike on a batch whose loss exceeds the largest of the loss rule's window of
   // healthy steps is the batch's — a hard batch moves its own gradient — and is neither raised nor learned either.
+  // Without it the spike is raised at info unless the grad_spike policy acts (warn: a figure the analysis decides).
   StepAction checkGradients(int step, std::span<const probes::GradStat> stats,
                             double wholeModelNorm = std::numeric_limits<double>::quiet_NaN(),
                             double batchLoss = std::numeric_limits<double>::quiet_NaN());
