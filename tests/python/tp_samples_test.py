@@ -19,7 +19,7 @@ fsdp2d_healthy samples/python/fsdp_tp_2d.py at 4 ranks, TP 2 x DP 2: FSDP2's all
                and completed; each parameter's local shard a quarter of it (dp:S(0) tp:S(0)), or a half for the
                tp-replicated norms (dp:S(0) tp:R); no warning
 fsdp2d_nan     rank 3 (tp 1, dp 1) puts the NaN into layer 1 at step 3: nan_origin names rank 3, step 3, layer 1
-               (its spread to the other DP replica, through FSDP2's reduce-scatter, is not followed yet: docs/capture.md)
+               (its spread to the other DP replica through FSDP2's reduce-scatter is not followed yet: docs/capture.md)
 fsdp2d_hang    rank 2 stalls before step 3: the hang names rank 2 as the one that never entered FSDP2's root all-gather
                in dp-0 (its tp-1 peer's wait is a consequence); the live WAITING line names it before the watchdog
 """
