@@ -218,8 +218,11 @@ StepAction HealthRules::checkGradients(int step, std::span<const probes::GradSta
   // A rank's spike that leaves the whole model's norm within its range (one stage's, one replica's, averaged away by
   // the reduction; a hard batch's, a few times the median) changes no update beyond what the run's own batches do:
   // not a fault (and, a spike, not the rank's baseline either). The analysis' materiality (anomalies.h).
+  // A rank sees no peer: as the analysis where no TP peer saw the batch, the whole norm must also pass the largest
+  // the run has shown by an order of magnitude (probes::kRunRangeRatio).
   const bool wholeMoved = !pendingWholeNorm_ || wholeBase_.size() < options_.gradSpike.warmup ||
-                          *pendingWholeNorm_ >= kWholeModelSpikeRatio * wholeBase_.max();
+                          (*pendingWholeNorm_ >= kWholeModelSpikeRatio * wholeBase_.max() &&
+                           *pendingWholeNorm_ >= probes::kRunRangeRatio * wholeRunMax_);
   const bool hardBatch = std::isfinite(batchLoss) && lossBase_.size() >= options_.lossSpike.warmup &&
                          batchLoss > lossBase_.max();
   if (v.spike && !wholeMoved) return action;
@@ -372,7 +375,10 @@ StepAction HealthRules::agree(int step, StepAction agreed) {
   if (agreed == StepAction::Continue && !pendingUnhealthy_) {
     if (pendingGradNorm_) gradBase_.add(*pendingGradNorm_, step);
     if (pendingLoss_) lossBase_.add(*pendingLoss_, step);
-    if (pendingWholeNorm_) wholeBase_.add(*pendingWholeNorm_, step);
+    if (pendingWholeNorm_) {
+      wholeBase_.add(*pendingWholeNorm_, step);
+      wholeRunMax_ = std::max(wholeRunMax_, *pendingWholeNorm_);
+    }
   }
   pendingWholeNorm_.reset();
   pendingGradNorm_.reset();

@@ -104,9 +104,6 @@ tracedb::Result<GradSeries> readGradSeries(tracedb::Reader& reader) {
   return g;
 }
 
-// Without TP peers a rank's spike must pass the largest reduced norm the run showed before by this much (material()).
-constexpr double kNoPeerRunRangeRatio = 10.0;
-
 // What a value is compared with: the median of the previous values (their level), or their largest (their range).
 enum class Against { Median, Max };
 
@@ -167,7 +164,7 @@ bool hardBatch(const Series& loss, int step, int window) {
 //      PP without TP: a stage's rare-token batch moves that stage alone), nothing but size tells a hard batch from a
 //      fault: the run's loss that step is no higher than the largest of the previous window (a harder batch than
 //      any recent one makes its own gradient jump, and its loss with it), and the whole model's norm is at least
-//      kNoPeerRunRangeRatio × the largest it reached anywhere before in the run — an order of magnitude past its
+//      probes::kRunRangeRatio × the largest it reached anywhere before in the run — an order of magnitude past its
 //      own range (healthy hard batches reached 2.5–8.7× of it; an injected spike 1000×).
 // Without step_stats parts 1 and 3's peer test decide.
 bool material(const GradSeries& g, int rank, int step, const AnomalyOptions& options) {
@@ -179,7 +176,7 @@ bool material(const GradSeries& g, int rank, int step, const AnomalyOptions& opt
   const auto peers = g.tpPeers.find(rank);
   if (peers == g.tpPeers.end() || peers->second.empty())
     return !hardBatch(g.loss, step, options.window) &&
-           risesAbove(g.wholeNorm, rank, step, step + 1, kNoPeerRunRangeRatio, Against::Max, [](double x) { return x; });
+           risesAbove(g.wholeNorm, rank, step, step + 1, probes::kRunRangeRatio, Against::Max, [](double x) { return x; });
   for (int p : peers->second)
     if (own < ratio * totalRatio(g, p, step, options.window)) return false;
   return true;
@@ -262,7 +259,7 @@ void stepStatAnomalies(const std::vector<tracedb::StepStatRow>& stats, const Ano
       if (s < step) earlier.push_back(v);
     sp.material = risesAbove(x, std::move(before), options.normRatioThreshold, Against::Max) &&
                   !hardBatch(loss, step, options.window) &&
-                  risesAbove(x, std::move(earlier), kNoPeerRunRangeRatio, Against::Max);
+                  risesAbove(x, std::move(earlier), probes::kRunRangeRatio, Against::Max);
     out.gradSpikes.push_back(std::move(sp));
   });
   findSpikes(meanPerStep(losses), options, probes::SpikeScale::Level,

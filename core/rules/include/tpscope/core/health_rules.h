@@ -106,9 +106,10 @@ class HealthRules {
   // the caller has none. The rank's own norm is a part of it — one pipeline stage's (stage 0's is mostly the
   // embedding's, whose rows spike with the batch's rare tokens), one DP replica's batch — so a spike of it is a
   // grad_spike only where the whole model's norm moves too, ≥ kWholeModelSpikeRatio × the largest value of the
-  // rule's window of healthy steps (the analysis' materiality and run-wide ratio, anomalies.h: a hard batch moves it a
-  // few times its median, within the run's own range): the update is made of the reduced gradient. One that does not
-  // is neither raised nor learned. `batchLoss`: this rank's loss of the step's batch (NaN where the rank has none, a
+  // rule's window of healthy steps and ≥ probes::kRunRangeRatio × the largest of the run's healthy steps (the
+  // analysis' materiality for a rank no TP peer can vouch for, anomalies.h: a hard batch moves it a few times its
+  // median, within the run's own range): the update is made of the reduced gradient. One that does not is neither
+  // raised nor learned. `batchLoss`: this rank's loss of the step's batch (NaN where the rank has none, a
   // pipeline stage before the last): a spike on a batch whose loss exceeds the largest of the loss rule's window of
   // healthy steps is the batch's — a hard batch moves its own gradient — and is neither raised nor learned either.
   // Without it the spike is raised at info unless the grad_spike policy acts (warn: a figure the analysis decides).
@@ -148,6 +149,7 @@ class HealthRules {
   RobustBaseline gradBase_, lossBase_;
   std::optional<double> pendingGradNorm_, pendingLoss_;  // this step's values, added by agree() if healthy
   RobustBaseline wholeBase_;  // healthy steps' whole-model norms (after reduction)
+  double wholeRunMax_ = 0;    // the largest of them over the whole run
   std::optional<double> pendingWholeNorm_;
   bool pendingUnhealthy_ = false;
   std::deque<int> skipped_;  // steps skipped within the window

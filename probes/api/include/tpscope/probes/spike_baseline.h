@@ -41,6 +41,11 @@ namespace tpscope::probes {
 // 1.4826·MAD estimates σ of a normal distribution.
 inline constexpr double kMadToSigma = 1.4826;
 
+// A gradient spike nothing else can tell from a hard batch (no TP peer saw the same batch; the live rules see no
+// peer) must take the whole model's norm this many times past the largest value the run has shown before: an order
+// of magnitude past its own range (anomalies.h, materiality; core/rules/health_rules.h).
+inline constexpr double kRunRangeRatio = 10.0;
+
 // Median of `v` (the mean of the two middle values for an even count); 0 for none.
 inline double medianOf(std::vector<double> v) {
   if (v.empty()) return 0.0;
