@@ -28,9 +28,9 @@ def _owner(group):
     """(span name, layer) of the module an FSDPParamGroup shards: the first of its modules, as its spans name it."""
     modules = getattr(group, "modules", ()) or ()
     for m in modules:
-        entry = _modules._infos.get(id(m))
-        if entry is not None and entry[0] is m:
-            return entry[1].name, entry[1].layer
+        known = _modules.module_name(m)
+        if known is not None:
+            return known
     fqn = getattr(group, "_module_fqn", None) or (type(modules[0]).__name__ if modules else "FSDP")
     return fqn, _modules.layer_of(fqn)
 

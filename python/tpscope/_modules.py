@@ -159,6 +159,12 @@ def _index_root(root):
             _params[id(p)] = (p, qual, layer_of(qual))
 
 
+def module_name(m):
+    """(span name, layer) of a module seen so far, or None."""
+    entry = _infos.get(id(m))
+    return (entry[1].name, entry[1].layer) if entry is not None and entry[0] is m else None
+
+
 def param_name(p):
     """(qualified name, layer) of a parameter of a module seen so far, or None."""
     entry = _params.get(id(p))
