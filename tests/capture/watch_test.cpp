@@ -54,6 +54,14 @@ void killAll(const std::vector<pid_t>& pids) {
   for (pid_t p : pids) waitStatus(p);
 }
 
+// `log` removed first: a poll of it must never read a previous run's lines before the process (a forked child)
+// truncates it.
+fs::path freshLog(const fs::path& log) {
+  std::error_code ec;
+  fs::remove(log, ec);
+  return log;
+}
+
 fs::path watchLog(const fs::path& dir) {
   return dir.parent_path() / (dir.filename().string() + ".watch.log");
 }
@@ -75,14 +83,17 @@ int64_t unixNowNs() {
 // watchdog, leaving the ranks running.
 TEST(Watch, NamesAHangLiveAndExitsThreeOnItsWatchdog) {
   const auto dir = testDir("watch-hang");
-  const pid_t watch = startProcess(watchArgv(dir, {"--hang-timeout", "8", "--start-timeout", "60"}), watchLog(dir));
+  const pid_t watch =
+      startProcess(watchArgv(dir, {"--hang-timeout", "8", "--start-timeout", "60"}), freshLog(watchLog(dir)));
   const std::vector<pid_t> ranks = startTorchrunRanks(dir, 2, 30, {"--inject", "hang:rank=1,step=3"});
-  // Note when the WAITING line appears, while the watch runs.
-  std::optional<int64_t> lineUnixNs;
+  // Note when each WAITING line appears ("WAITING  G seq S" → first seen), while the watch runs.
+  std::map<std::string, int64_t> seenUnixNs;
   int status = -1;
   const auto deadline = Clock::now() + std::chrono::seconds(90);
   while (Clock::now() < deadline) {
-    if (!lineUnixNs && contains(readFile(watchLog(dir)), "WAITING")) lineUnixNs = unixNowNs();
+    std::istringstream text(readFile(watchLog(dir)));
+    for (std::string l; std::getline(text, l);)
+      if (l.starts_with("WAITING")) seenUnixNs.emplace(l.substr(0, l.find(" (")), unixNowNs());
     int st = 0;
     if (::waitpid(watch, &st, WNOHANG) == watch) {
       status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
@@ -115,8 +126,9 @@ TEST(Watch, NamesAHangLiveAndExitsThreeOnItsWatchdog) {
   EXPECT_TRUE(contains(waiting, "rank 1 has not entered it")) << waiting;
   EXPECT_FALSE(contains(out, "rank 1 blocked")) << out;
   EXPECT_LT(at, out.find("hang: no progress on any rank for 8 s")) << out;
-  ASSERT_TRUE(lineUnixNs.has_value());
-  const double latencyS = static_cast<double>(*lineUnixNs - enteredUnixNs) * 1e-9;
+  const auto seen = seenUnixNs.find(line.substr(0, line.size() - 2));
+  ASSERT_NE(seen, seenUnixNs.end()) << "the line was not seen while the watch ran";
+  const double latencyS = static_cast<double>(seen->second - enteredUnixNs) * 1e-9;
   EXPECT_GT(latencyS, 1.0) << "a line before --stall-after (1.5 s) has passed";
   EXPECT_LT(latencyS, 5.0) << out;
 }
@@ -125,7 +137,8 @@ TEST(Watch, NamesAHangLiveAndExitsThreeOnItsWatchdog) {
 // after that job ended, it does not take the old files for a job that just finished: it waits for new ones.
 TEST(Watch, AHealthyJobExitsZeroWithoutAStallLineAndAnEarlierJobsFilesAreNotThisOnes) {
   const auto dir = testDir("watch-healthy");
-  const pid_t watch = startProcess(watchArgv(dir, {"--start-timeout", "60", "--hang-timeout", "60"}), watchLog(dir));
+  const pid_t watch =
+      startProcess(watchArgv(dir, {"--start-timeout", "60", "--hang-timeout", "60"}), freshLog(watchLog(dir)));
   const std::vector<pid_t> ranks = startTorchrunRanks(dir, 2, 6, {});
   for (pid_t p : ranks) EXPECT_EQ(waitStatus(p), 0);
   const int status = waitStatus(watch);
@@ -142,7 +155,8 @@ TEST(Watch, AHealthyJobExitsZeroWithoutAStallLineAndAnEarlierJobsFilesAreNotThis
 // A crash (rank 1 aborts at the start of step 3): exit 4, naming rank 1 and its signal.
 TEST(Watch, ACrashExitsFourNamingTheRank) {
   const auto dir = testDir("watch-crash");
-  const pid_t watch = startProcess(watchArgv(dir, {"--start-timeout", "60", "--hang-timeout", "30"}), watchLog(dir));
+  const pid_t watch =
+      startProcess(watchArgv(dir, {"--start-timeout", "60", "--hang-timeout", "30"}), freshLog(watchLog(dir)));
   const std::vector<pid_t> ranks = startTorchrunRanks(dir, 2, 30, {"--inject", "crash:rank=1,step=3"});
   const int status = waitStatus(watch);
   killAll(ranks);
@@ -157,7 +171,7 @@ TEST(Watch, ACrashExitsFourNamingTheRank) {
 // would), it stops following with status 0 and says on stderr how the job ended.
 TEST(Watch, AlertsFollowPrintsAlertsAndStallLinesWhileTheJobRuns) {
   const auto dir = testDir("watch-follow");
-  const fs::path log = dir.parent_path() / "watch-follow.alerts.log";
+  const fs::path log = freshLog(dir.parent_path() / "watch-follow.alerts.log");
   const pid_t follow = startProcess({TPSCOPE_BIN, "alerts", dir.string(), "--follow", "--hang-timeout", "60"}, log);
   const std::vector<pid_t> ranks =
       startTorchrunRanks(dir, 2, 30, {"--inject", "nan:rank=1,step=2", "--inject", "hang:rank=1,step=4"});

@@ -188,6 +188,7 @@ class WatchSession {
   std::optional<int> pollOnce();
   void showAlerts(std::vector<LiveAlert>& alerts);
   void showProgress();
+  void showStallLine(const std::string& line);
   std::vector<bool> processesGone() const;
   std::optional<int> judgeEnds(const std::vector<bool>& gone);
   int finish(int code, const std::string& text);
@@ -267,12 +268,7 @@ std::optional<int> WatchSession::pollOnce() {
   }
   std::vector<bool> ended(gone.size());
   for (size_t i = 0; i < gone.size(); ++i) ended[i] = gone[i] || poller_->rank(static_cast<int>(i)).ended;
-  for (const std::string& l : stalls_.update(*poller_, ended, poller_->completedStep() < 1)) {
-    if (o_.onStallLine)
-      o_.onStallLine(l);
-    else
-      display_.message(l);
-  }
+  for (const std::string& l : stalls_.update(*poller_, ended, poller_->completedStep() < 1)) showStallLine(l);
   std::fflush(out_);
 
   if (auto code = judgeEnds(gone)) return code;
@@ -296,6 +292,13 @@ void WatchSession::showAlerts(std::vector<LiveAlert>& alerts) {
   }
 }
 
+void WatchSession::showStallLine(const std::string& line) {
+  if (o_.onStallLine)
+    o_.onStallLine(line);
+  else
+    display_.message(line);
+}
+
 void WatchSession::showProgress() {
   ProgressLine line;
   line.step = poller_->completedStep();
@@ -317,8 +320,9 @@ std::vector<bool> WatchSession::processesGone() const {
   return gone;
 }
 
-// The job's end from the ranks' ends: the first abnormal one decides (a crash at once; a failed collective, a
-// non-finite stop or a refused config after 1 s more for a crash to show); every rank ended well: 0.
+// The job's end from the ranks' ends: the first abnormal one decides — once every rank has ended, or 1 s after it
+// (a failed collective is most often a crash's echo; a desync shows once the peers' dumps are in); every rank ended
+// well: 0.
 std::optional<int> WatchSession::judgeEnds(const std::vector<bool>& gone) {
   End worst = End::Running;
   int worstRank = -1;
@@ -348,7 +352,8 @@ std::optional<int> WatchSession::judgeEnds(const std::vector<bool>& gone) {
   }
   if (priority(worst) > 0) {
     if (!firstAbnormal_) firstAbnormal_ = Clock::now();
-    if (worst == End::Crash || allEnded || secondsSince(*firstAbnormal_) >= 1.0) {
+    for (const std::string& l : stalls_.desyncsAfterEnd(*poller_)) showStallLine(l);  // e.g. Gloo aborted on it
+    if (allEnded || secondsSince(*firstAbnormal_) >= 1.0) {
       const char* what = worst == End::Crash       ? "crash"
                          : worst == End::Hang      ? "hang"
                          : worst == End::NonFinite ? "stopped on non-finite values"

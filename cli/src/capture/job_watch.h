@@ -15,8 +15,9 @@
 //   4    crash: a rank died (a crash signal, a runtime error, gone without recording its end)
 //   5    a rank stopped on non-finite values
 //   130  the ranks were stopped from outside (SIGTERM, SIGINT) with no stall open
-// The first abnormal end decides; a failed collective is most often a peer's echo, so after one the watch waits up to
-// 1 s for a crash to show (as capture does).
+// The first abnormal end decides, once every rank has ended or 1 s after it: a failed collective is most often a
+// peer's echo, so the watch waits for a crash to show (as capture does), and a desync the ranks died on (Gloo aborts
+// on a size mismatch) is named from their dumps (StallWatch::desyncsAfterEnd).
 //
 // Rank files left in DIR by an earlier job (they ended before the watch started) are ignored until the new job's
 // ranks replace them (unless skipEarlierJobs is off). The ranks watched: every rank of the job (the world size the

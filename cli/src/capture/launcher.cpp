@@ -738,6 +738,7 @@ void CaptureSession::watch() {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   showNewAlerts();  // one last look for alerts written at the very end
+  for (const std::string& l : stalls_->desyncsAfterEnd(*poller_)) display_->message(l);  // ranks that died on one
   display_->finish();
   poller_->close();
 }
@@ -910,6 +911,8 @@ void CaptureSession::pollProgress() {
     std::vector<bool> exited;
     for (const auto& p : ranks_) exited.push_back(!p.running());
     for (const std::string& l : stalls_->update(*poller_, exited, poller_->completedStep() < 1)) display_->message(l);
+  } else {
+    for (const std::string& l : stalls_->desyncsAfterEnd(*poller_)) display_->message(l);  // e.g. Gloo aborted on it
   }
   // Until every rank has finished a step (rendezvous, model build, first step), allow at least the startup time.
   const double limit = poller_->watchdogLimitS(o_.hangTimeoutS, o_.startupTimeoutS);

@@ -64,6 +64,22 @@ std::vector<std::string> StallWatch::update(RunPoller& poller, const std::vector
   return lines;
 }
 
+std::vector<std::string> StallWatch::desyncsAfterEnd(RunPoller& poller) {
+  std::vector<analysis::LiveGroup> groups;
+  std::vector<analysis::LiveRankState> ranks;
+  // Ended ranks count as present: their files hold what they had entered when they died.
+  poller.liveState({}, &groups, &ranks);
+  const int64_t now = poller.nowFileNs();
+  std::vector<std::string> lines;
+  for (const analysis::LiveStall& s : analysis::detectStalls(groups, ranks, now, {0})) {
+    if (s.kind != analysis::StallKind::Desync || open_.contains(siteOf(s)) || !endDesyncs_.insert(siteOf(s)).second)
+      continue;
+    lines.push_back(analysis::stallLine(s));
+    log_.push_back({s, now - s.blockedNs, false, 0});
+  }
+  return lines;
+}
+
 std::vector<tracedb::AlertRow> StallWatch::alerts() const {
   std::vector<tracedb::AlertRow> out;
   for (const Logged& l : log_) {

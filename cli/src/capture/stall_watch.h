@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,11 @@ class StallWatch {
   // every rank has finished a step yet (rendezvous, model build: the longer limit). `exited(i)`: the i-th rank's
   // process ended.
   std::vector<std::string> update(RunPoller& poller, const std::vector<bool>& exited, bool startup);
+  // Once a rank has ended abnormally (the job is stopping): the desyncs the ranks' files hold — every member entered
+  // (G, s) with different ops, sizes or dtypes — named at once, without waiting for --stall-after: a size mismatch
+  // makes Gloo abort the ranks before any of them is blocked that long. Each desync once; call on every poll while
+  // the ranks are stopping (a peer's record of the collective arrives with its dump).
+  std::vector<std::string> desyncsAfterEnd(RunPoller& poller);
   // The stalls seen, as alerts for the run file (ts: when each was first named, in the files' clock).
   std::vector<tracedb::AlertRow> alerts() const;
   int stallsNamed() const { return static_cast<int>(log_.size()); }
@@ -45,6 +51,7 @@ class StallWatch {
   };
   double afterS_, startupAfterS_;
   std::map<std::string, Open> open_;  // by (group, seq) site
+  std::set<std::string> endDesyncs_;  // sites named by desyncsAfterEnd
   std::vector<Logged> log_;
 };
 
