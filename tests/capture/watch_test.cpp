@@ -166,6 +166,29 @@ TEST(Watch, ACrashExitsFourNamingTheRank) {
   EXPECT_TRUE(contains(out, "SIGABRT")) << out;
 }
 
+// A desync the ranks die on (rank 1's all-reduce carries one element more; Gloo aborts both at once): never blocked
+// for --stall-after, it is named from the ranks' dumps as they die — the DESYNC line with both sizes — and the watch
+// exits 4 (the abort), as capture does.
+TEST(Watch, ADesyncTheRanksDieOnIsNamedFromTheirDumps) {
+  const auto dir = testDir("watch-desync");
+  const pid_t watch =
+      startProcess(watchArgv(dir, {"--start-timeout", "60", "--hang-timeout", "30"}), freshLog(watchLog(dir)));
+  const std::vector<pid_t> ranks = startTorchrunRanks(dir, 2, 30, {"--inject", "mismatch:rank=1,step=3"});
+  const int status = waitStatus(watch);
+  killAll(ranks);
+  const std::string out = readFile(watchLog(dir));
+  EXPECT_EQ(status, 4) << out;
+  Db db(dir / "rank-1.db");
+  // The mismatched all-reduce: rank 1's collective still open when Gloo aborted it.
+  const std::string seq =
+      std::to_string(db.integer("SELECT min(seq) FROM collectives WHERE group_name = 'tp-0' AND state != 'completed'"));
+  const size_t at = out.find("DESYNC   tp-0 seq " + seq + " (");
+  ASSERT_NE(at, std::string::npos) << "no DESYNC line for tp-0 seq " << seq << ":\n" << out;
+  const std::string line = out.substr(at, out.find('\n', at) - at);
+  EXPECT_TRUE(contains(line, "size_mismatch")) << line;
+  EXPECT_TRUE(contains(line, "rank 1 all_reduce float32 numel")) << line;
+}
+
 // `tpscope alerts --follow DIR`: the ranks' alerts (a NaN gradient on rank 1 at step 2) and the stall line (rank 1
 // hangs at step 4) are printed while the job still runs; when the ranks are gone (killed here, as a scheduler
 // would), it stops following with status 0 and says on stderr how the job ended.
