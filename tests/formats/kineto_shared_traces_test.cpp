@@ -197,6 +197,8 @@ TEST_F(SharedKinetoTraces, TwoRanksWithoutMetadata) {
     if (set.size() > 1) mixed.insert(key.second);
   }
   EXPECT_EQ(mixed, (std::set<int64_t>{7, 8}));
+  // ... which the file says, so that the desync analysis does not take them for a desync.
+  EXPECT_EQ(run->metaValue(tracedb::meta_keys::kSeqByOrder).value_or(""), "default_pg");
 }
 
 TEST_F(SharedKinetoTraces, LargeTraceWithManyCollectives) {

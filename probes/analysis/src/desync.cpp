@@ -641,7 +641,19 @@ std::vector<Finding> desyncFindings(const DesyncReport& report, const RunInfo& i
       if (m.state == MatchState::FullyMatched || m.state == MatchState::Undecided ||
           m.state == MatchState::StateMismatch)
         continue;
-      out.push_back(desyncFinding(g, m));
+      Finding fd = desyncFinding(g, m);
+      // Sequence numbers an importer inferred from each rank's order: two threads' collectives (DDP's all-reduces
+      // on the autograd thread, all-to-alls on the main thread) may interleave differently on two ranks, and the
+      // same seq then pairs different calls. Not evidence of a desync: a figure, said so.
+      if (std::find(info.seqByOrder.begin(), info.seqByOrder.end(), g.group) != info.seqByOrder.end() && !g.stuckSeq) {
+        fd.severity = Severity::Info;
+        fd.details.insert(fd.details.begin(),
+                          "the trace carries no sequence numbers: seq is each rank's order of enqueueing in " + g.group +
+                              ", and ranks that issue collectives from two threads may order them differently; no "
+                              "evidence of a desync (a trace with the process group's Seq, PyTorch >= 2.1, decides)");
+        fd.number("seq_by_order", int64_t{1});
+      }
+      out.push_back(std::move(fd));
     }
   }
   if (!info.missingRankDumps.empty()) out.push_back(missingDumpsFinding(report, info));

@@ -46,6 +46,19 @@ std::string RunInfo::describeRank(int r) const {
 }
 
 namespace {
+// The items of a comma-separated meta value ("2,3"); none for an absent or empty one.
+std::vector<std::string> commaList(const std::optional<std::string>& value) {
+  std::vector<std::string> out;
+  if (!value) return out;
+  std::string_view rest = *value;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    if (comma != 0) out.emplace_back(rest.substr(0, comma));
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+  }
+  return out;
+}
+
 std::optional<ModelConfig> parseModel(const std::string& text) {
   const auto json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!json.is_object()) return std::nullopt;
@@ -87,25 +100,13 @@ void readMeta(tracedb::Reader& reader, RunInfo& info) {
         if (cpus > 0) info.hostCpus[key.substr(prefix.size())] = cpus;
       }
   }
-  if (auto m = reader.metaValue(tracedb::meta_keys::kMissingRankDumps)) {
-    std::string_view rest = *m;
-    while (!rest.empty()) {
-      const size_t comma = rest.find(',');
-      const int r = std::atoi(std::string(rest.substr(0, comma)).c_str());
-      if (r >= 0) info.missingRankDumps.push_back(r);
-      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    }
-  }
-  if (auto e = reader.metaValue("emulated_ops")) {
-    std::string_view rest = *e;
-    while (!rest.empty()) {
-      const size_t comma = rest.find(',');
-      const std::string_view item = rest.substr(0, comma);
-      if (const size_t eq = item.find('='); eq != std::string_view::npos)
-        info.emulatedOps[canonicalOp(item.substr(0, eq))] = canonicalOp(item.substr(eq + 1));
-      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    }
-  }
+  for (const std::string& r : commaList(reader.metaValue(tracedb::meta_keys::kMissingRankDumps)))
+    if (const int rank = std::atoi(r.c_str()); rank >= 0) info.missingRankDumps.push_back(rank);
+  info.seqByOrder = commaList(reader.metaValue(tracedb::meta_keys::kSeqByOrder));
+  for (const std::string& item : commaList(reader.metaValue("emulated_ops")))
+    if (const size_t eq = item.find('='); eq != std::string::npos)
+      info.emulatedOps[canonicalOp(std::string_view(item).substr(0, eq))] =
+          canonicalOp(std::string_view(item).substr(eq + 1));
 }
 
 // The steps of loadRunInfo after the ranks and groups tables: ranks and groups that only appear in records, each

@@ -313,6 +313,7 @@ Status writeRank(tracedb::Writer& writer, kineto::RankModel& m, const std::vecto
   stats.threads += static_cast<int64_t>(m.threads.size());
   stats.flows += m.flowsUsed;
   for (const auto& [reason, count] : m.skipped) stats.skipped[reason] += count;
+  stats.seqByOrder.insert(m.seqByOrder.begin(), m.seqByOrder.end());
   m.spans = {};
   return Status::ok();
 }
@@ -336,6 +337,11 @@ Status writeMeta(tracedb::Writer& writer, int64_t epoch, const InputsMeta& input
   }
   if (inputs.devicesJson.size() > 2)
     if (Status s = writer.setMeta("kineto_device_properties", inputs.devicesJson); !s) return s;
+  if (!stats.seqByOrder.empty()) {
+    std::string groups;
+    for (const std::string& g : stats.seqByOrder) groups += (groups.empty() ? "" : ",") + g;
+    if (Status s = writer.setMeta(tracedb::meta_keys::kSeqByOrder, groups); !s) return s;
+  }
   return Status::ok();
 }
 

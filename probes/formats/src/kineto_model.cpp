@@ -627,6 +627,7 @@ void numberCollectives(std::vector<Draft>& drafts, const KinetoFile& file, int r
           static_cast<int64_t>(end - begin);
     for (size_t k = begin; k < end; ++k)
       drafts[k].row.seq = allMeta && distinct ? drafts[k].metaSeq : static_cast<int64_t>(k - begin) + 1;
+    if (!(allMeta && distinct)) m.seqByOrder.insert(drafts[begin].row.group);
     if (!groupInfos.count(drafts[begin].row.group)) {
       tracedb::GroupInfo gi;
       gi.name = drafts[begin].row.group;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,7 @@ struct RankModel {
   int64_t minNs = 0, maxNs = 0;  // absolute, over everything above
   int64_t flowsUsed = 0;  // ac2g flow events that gave a span its missing correlation id
   std::map<std::string, int64_t> skipped;
+  std::set<std::string> seqByOrder;  // groups whose seq is the order of enqueueing (no distinct Seq in the trace)
 };
 
 // Builds the rank model of `file`, whose rank has been decided by the caller.

@@ -56,6 +56,10 @@ struct RunInfo {
   // meta 'flight_recorder_missing_ranks' (an imported Flight Recorder folder): ranks its process groups name that
   // left no dump. They have no records; the desync analysis says what cannot be decided without them.
   std::vector<int> missingRankDumps;
+  // meta 'collective_seq_by_order' (an imported trace without sequence numbers): groups whose seq is each rank's
+  // order of enqueueing. Two threads' collectives may interleave differently on two ranks there, so a mismatch at a
+  // seq is no evidence of a desync (desync.h).
+  std::vector<std::string> seqByOrder;
   int64_t beginNs = 0, endNs = 0;          // extent of spans, collectives and step_stats (0, 0 when empty)
   std::vector<RankExtent> spanExtents;     // by rank, ranks with spans only
   std::optional<ModelConfig> model;        // when meta 'config' is JSON with at least one of the model keys

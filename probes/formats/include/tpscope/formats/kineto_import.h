@@ -44,6 +44,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <span>
 #include <string>
 
@@ -62,6 +63,7 @@ struct KinetoImportStats {
   int64_t threads = 0;         // thread lanes written (CPU threads and GPU streams)
   int64_t flows = 0;           // ac2g flow events that supplied a missing correlation id
   std::map<std::string, int64_t> skipped;  // reason -> count: unknown phases, malformed events (not fatal)
+  std::set<std::string> seqByOrder;        // groups numbered by each rank's order (meta collective_seq_by_order)
   double seconds = 0;          // wall time of the import
   double parseSeconds = 0;     // reading, inflating and parsing the JSON (summed over files, which may overlap)
   double modelSeconds = 0;     // interpreting events: lanes, nesting, collectives, correlation (summed likewise)

@@ -30,6 +30,9 @@ inline constexpr std::string_view kPipeline = "pipeline";
 // An imported Flight Recorder folder: the ranks below the highest one dumped or named in a pg_config that left no
 // dump file, comma-separated ("2,3"); absent when every rank's dump is there (docs/formats.md "Flight Recorder dumps").
 inline constexpr std::string_view kMissingRankDumps = "flight_recorder_missing_ranks";
+// An imported trace whose records carry no sequence numbers: the process groups whose seq is each rank's order of
+// enqueueing, comma-separated ("default_pg"); absent when every group's seq came from the trace (docs/formats.md).
+inline constexpr std::string_view kSeqByOrder = "collective_seq_by_order";
 }  // namespace meta_keys
 
 // Well-known counter names (table counters).
