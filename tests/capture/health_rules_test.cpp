@@ -19,6 +19,7 @@ class AlertSink final : public probes::Sink {
   struct Kept {
     std::string kind, param, message;
     int step, layer;
+    probes::Severity severity;
     nlohmann::json evidence;
     uint64_t ticks;
   };
@@ -31,7 +32,7 @@ class AlertSink final : public probes::Sink {
   void stepStat(const probes::StepStat&) noexcept override {}
   void alert(const probes::Alert& a) noexcept override {
     alerts.push_back({std::string(a.kind), std::string(a.param), std::string(a.message), a.step, a.layer,
-                      nlohmann::json::parse(a.evidence), a.ticks});
+                      a.severity, nlohmann::json::parse(a.evidence), a.ticks});
   }
   void counter(std::string_view, double, uint64_t) noexcept override {}
   void flush() noexcept override {}
@@ -116,6 +117,23 @@ TEST_F(HealthRulesTest, GradientSpikeNeedsWarmupAndIgnoresNoise) {
   EXPECT_EQ(sink_.alerts[0].kind, "grad_spike");
   EXPECT_EQ(sink_.alerts[0].step, 8);
   EXPECT_GT(sink_.alerts[0].evidence["ratio"].get<double>(), 10.0);
+  // Under the warn policy a rank's spike is a figure: it sees neither its peers nor the steps after.
+  EXPECT_EQ(sink_.alerts[0].severity, probes::Severity::Info);
+}
+
+// A policy that acts on a spike makes its alert a warning (the step is skipped on its word).
+TEST_F(HealthRulesTest, ASpikeThePolicyActsOnIsAWarning) {
+  HealthOptions o;
+  o.gradSpike.warmup = 3;
+  o.gradSpike.policy = HealthPolicy::SkipStep;
+  HealthRules rules(o);
+  for (int step = 1; step <= 6; ++step) {
+    EXPECT_EQ(rules.checkGradients(step, grads(1.0 + 0.01 * step)), StepAction::Continue);
+    rules.agree(step, StepAction::Continue);
+  }
+  EXPECT_EQ(rules.checkGradients(7, grads(50.0)), StepAction::SkipStep);
+  ASSERT_EQ(sink_.alerts.size(), 1u);
+  EXPECT_EQ(sink_.alerts[0].severity, probes::Severity::Warning);
 }
 
 // A pipeline stage's norm is a part of the model's. Stage 0's jumps 50× at step 8 while the whole model's norm (the

@@ -112,7 +112,8 @@ class HealthRules {
   // raised nor learned. `batchLoss`: this rank's loss of the step's batch (NaN where the rank has none, a
   // pipeline stage before the last): a spike on a batch whose loss exceeds the largest of the loss rule's window of
   // healthy steps is the batch's — a hard batch moves its own gradient — and is neither raised nor learned either.
-  // Without it the spike is raised at info unless the grad_spike policy acts (warn: a figure the analysis decides).
+  // A raised grad_spike is info under the warn policy (a rank sees neither its peers nor the steps after: a figure
+  // the analysis decides), a warning where the policy acts on it.
   StepAction checkGradients(int step, std::span<const probes::GradStat> stats,
                             double wholeModelNorm = std::numeric_limits<double>::quiet_NaN(),
                             double batchLoss = std::numeric_limits<double>::quiet_NaN());
