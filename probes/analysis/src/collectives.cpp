@@ -184,9 +184,11 @@ void accumulate(const OneCollective& c, const RunInfo& info, const std::unordere
   const int64_t skew = maxArr - minArr;
   CollectiveArrival arrival{c.group, c.seq, c.op, step, -1, skew, 0, completed ? minDur : 0};
   // A pipeline message (group "p2p-<src>-<dst>") whose send is posted after its receive is the schedule's
-  // dependency, measured by the pipeline analysis (pipeline.h), not a rank arriving late at a collective.
-  const bool pointToPoint = isPointToPointGroup(c.group);
-  if (recs.size() >= 2 && !pointToPoint) {
+  // dependency, measured by the pipeline analysis (pipeline.h), not a rank arriving late at a collective. So is the
+  // order of arrival in a group that spans stages (the stages' loss and norm all-reduce after the flush: the stage
+  // that runs the last backward pass, stage 0 in GPipe and 1F1B, arrives last; its balance is stage_imbalance).
+  const bool schedule = isPointToPointGroup(c.group) || info.spansStages(c.group);
+  if (recs.size() >= 2 && !schedule) {
     auto clockOf = [&](int rank) {
       auto it = uncertainty.find(rank);
       return it == uncertainty.end() ? int64_t{0} : it->second;

@@ -31,6 +31,19 @@ const tracedb::GroupInfo* RunInfo::group(const std::string& name) const {
   return it != groups.end() && it->name == name ? &*it : nullptr;
 }
 
+bool RunInfo::spansStages(const std::string& name) const {
+  const tracedb::GroupInfo* g = group(name);
+  if (g == nullptr || stageOfRank.empty()) return false;
+  int first = -1;
+  for (int r : g->ranks) {
+    const int s = r >= 0 && r < static_cast<int>(stageOfRank.size()) ? stageOfRank[static_cast<size_t>(r)] : -1;
+    if (s < 0) continue;
+    if (first < 0) first = s;
+    else if (s != first) return true;
+  }
+  return false;
+}
+
 std::string RunInfo::describeRank(int r) const {
   const tracedb::RankInfo* info = rank(r);
   if (!info) return "";
@@ -301,6 +314,12 @@ tracedb::Result<RunInfo> loadRunInfoFrom(tracedb::Reader& reader, const detail::
   load.mergeSeenGroups();
   if (auto s = load.timeExtent(); !s) return s;
   if (auto config = reader.metaValue(tracedb::meta_keys::kConfig)) info.model = parseModel(*config);
+  if (auto pipeline = reader.metaValue(tracedb::meta_keys::kPipeline)) {
+    const auto json = nlohmann::json::parse(*pipeline, nullptr, /*allow_exceptions=*/false);
+    if (json.is_object())
+      if (auto it = json.find("stage_of_rank"); it != json.end() && it->is_array())
+        for (const auto& s : *it) info.stageOfRank.push_back(s.is_number_integer() ? s.get<int>() : -1);
+  }
   return info;
 }
 

@@ -361,6 +361,8 @@ Status writeRun(const std::filesystem::path& path, const RunSpec& spec) {
   if (Status s = w.setMeta("clock_aligned", "1"); !s) return s;
   if (!spec.seqByOrder.empty())
     if (Status s = w.setMeta(tracedb::meta_keys::kSeqByOrder, spec.seqByOrder); !s) return s;
+  if (!spec.pipelineMeta.empty())
+    if (Status s = w.setMeta(tracedb::meta_keys::kPipeline, spec.pipelineMeta); !s) return s;
   if (spec.hostCpus > 0)
     for (int node = 0; node * spec.ranksPerHost < world; ++node)
       if (Status s = w.setMeta(std::string(tracedb::meta_keys::kHostCpusPrefix) + "node-" + std::to_string(node),

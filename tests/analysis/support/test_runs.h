@@ -57,6 +57,7 @@ struct RunSpec {
   int64_t mismatchSeq = -1;                       // tensor twice as large (size mismatch), the others complete
   int mismatchRank = -1;
   std::string seqByOrder;                         // meta collective_seq_by_order (an import without seq); "" = none
+  std::string pipelineMeta;                       // meta 'pipeline' as written (JSON); "" = none
   int crashRank = -1, crashStep = -1;             // this rank dies (SIGSEGV) after finishing `crashStep`
   std::string crashReason = "crash (SIGSEGV)";    // ranks.exit_reason of the crashed rank
   std::string stopReason = "signal SIGTERM";      // ... and of the others when there is a crash or a hang

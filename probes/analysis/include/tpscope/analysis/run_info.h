@@ -63,9 +63,13 @@ struct RunInfo {
   int64_t beginNs = 0, endNs = 0;          // extent of spans, collectives and step_stats (0, 0 when empty)
   std::vector<RankExtent> spanExtents;     // by rank, ranks with spans only
   std::optional<ModelConfig> model;        // when meta 'config' is JSON with at least one of the model keys
+  std::vector<int> stageOfRank;            // meta 'pipeline' stage_of_rank (empty without PP)
 
   const tracedb::RankInfo* rank(int rank) const;
   const tracedb::GroupInfo* group(const std::string& name) const;
+  // Whether `group`'s members hold two or more pipeline stages (the stages' loss and norm all-reduce, the tied
+  // embedding's): who arrives last there is the schedule's order and the stages' balance (pipeline.h).
+  bool spansStages(const std::string& group) const;
   // "tp 5, dp 1, host node-3" (parts that are unknown are left out).
   std::string describeRank(int rank) const;
 };
