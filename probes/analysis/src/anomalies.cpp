@@ -130,13 +130,27 @@ bool risesAbove(const std::map<std::pair<int, int>, double>& byRankStep, int ran
 
 // The rank's total norm (√Σ l2² over its parameters) at `step` over its median over the previous `window` steps; 0
 // without a value or a history.
+// A rank's total norm at one step (the entry `at` of rankStepSq) and the median of its previous `window` steps.
+struct RankTotal {
+  double norm = 0, median = 0;  // median 0: no history
+  int history = 0;              // previous steps it was taken over
+};
+RankTotal rankTotal(const GradSeries& g, std::map<std::pair<int, int>, double>::const_iterator at, int window) {
+  const auto [rank, step] = at->first;
+  std::vector<double> before;
+  for (auto it = g.rankStepSq.lower_bound({rank, step - window}); it != at; ++it) before.push_back(std::sqrt(it->second));
+  RankTotal t;
+  t.norm = std::sqrt(at->second);
+  t.history = static_cast<int>(before.size());
+  t.median = before.empty() ? 0.0 : medianOf(std::move(before));
+  return t;
+}
+
 double totalRatio(const GradSeries& g, int rank, int step, int window) {
   const auto now = g.rankStepSq.find({rank, step});
   if (now == g.rankStepSq.end()) return 0;
-  std::vector<double> before;
-  for (auto it = g.rankStepSq.lower_bound({rank, step - window}); it != now; ++it) before.push_back(std::sqrt(it->second));
-  const double m = before.empty() ? 0.0 : medianOf(std::move(before));
-  return m > 0 ? std::sqrt(now->second) / m : 0.0;
+  const RankTotal t = rankTotal(g, now, window);
+  return t.median > 0 ? t.norm / t.median : 0.0;
 }
 
 // A harder batch than any of the previous window's: the run's loss at `step` exceeds the largest of the `window`
@@ -174,7 +188,7 @@ bool material(const GradSeries& g, int rank, int step, const AnomalyOptions& opt
   if (!risesAbove(g.wholeNorm, rank, step, options.window, ratio, Against::Max, [](double x) { return x; }))
     return false;
   const auto peers = g.tpPeers.find(rank);
-  if (peers == g.tpPeers.end() || peers->second.empty())
+  if (peers == g.tpPeers.end())
     return !hardBatch(g.loss, step, options.window) &&
            risesAbove(g.wholeNorm, rank, step, step + 1, probes::kRunRangeRatio, Against::Max, [](double x) { return x; });
   for (int p : peers->second)
@@ -251,18 +265,18 @@ void stepStatAnomalies(const std::vector<tracedb::StepStatRow>& stats, const Ano
     Spike sp{-1, step, -1, "", x, m, mad, z};
     // Material as a rank's spike without TP peers (material() above): beyond the largest norm of the previous
     // window, not a harder batch than any of them, an order of magnitude past the run's range.
-    std::vector<double> before;
-    for (const auto& [s, v] : global)
-      if (s < step && s >= step - options.window) before.push_back(v);
-    std::vector<double> earlier;  // the whole run before it: no peers to tell a batch by (material(), part 3)
-    for (const auto& [s, v] : global)
-      if (s < step) earlier.push_back(v);
+    std::vector<double> before, earlier;  // its window; the whole run before it (no peers: material(), part 3)
+    for (const auto& [s, v] : global) {
+      if (s >= step) break;  // step order
+      earlier.push_back(v);
+      if (s >= step - options.window) before.push_back(v);
+    }
     sp.material = risesAbove(x, std::move(before), options.normRatioThreshold, Against::Max) &&
                   !hardBatch(loss, step, options.window) &&
                   risesAbove(x, std::move(earlier), probes::kRunRangeRatio, Against::Max);
     out.gradSpikes.push_back(std::move(sp));
   });
-  findSpikes(meanPerStep(losses), options, probes::SpikeScale::Level,
+  findSpikes(loss, options, probes::SpikeScale::Level,
              [&](int step, double x, double m, double mad, double z) {
                out.lossSpikes.push_back(Spike{-1, step, -1, "", x, m, mad, z});
              });
@@ -291,13 +305,8 @@ void rankJumps(const GradSeries& g, const AnomalyOptions& options, AnomalyReport
   };
   std::map<int, std::vector<Seen>> byStep;
   for (auto it = g.rankStepSq.begin(); it != g.rankStepSq.end(); ++it) {
-    const auto [rank, step] = it->first;
-    std::vector<double> before;
-    for (auto b = g.rankStepSq.lower_bound({rank, step - options.window}); b != it; ++b)
-      before.push_back(std::sqrt(b->second));
-    const int history = static_cast<int>(before.size());
-    const double median = history > 0 ? medianOf(std::move(before)) : 0.0;
-    if (median > 0) byStep[step].push_back({rank, std::sqrt(it->second), median, history});
+    const RankTotal t = rankTotal(g, it, options.window);
+    if (t.median > 0) byStep[it->first.second].push_back({it->first.first, t.norm, t.median, t.history});
   }
   for (const auto& [step, seen] : byStep) {
     const Seen* top = nullptr;
