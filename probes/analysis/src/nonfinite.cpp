@@ -431,7 +431,9 @@ std::vector<Finding> nonFiniteFindings(const NonFiniteReport& report, const RunI
   if (o.source == "grad_stats")
     fd.cite("grad_stats", {f("rank", int64_t{o.rank}), f("step", int64_t{o.step}), f("param", o.param)});
   else if (o.source == "alerts")
-    fd.cite("alerts", {f("rank", int64_t{o.rank}), f("step", int64_t{o.step}), f("ts_ns", *o.tsNs)});
+    // The alert row's time: a backward alert's is kept as the bound (readAlertEvents), not as tsNs.
+    fd.cite("alerts", {f("rank", int64_t{o.rank}), f("step", int64_t{o.step}),
+                       f("ts_ns", o.tsNs.value_or(o.boundNs.value_or(-1)))});
   else
     fd.cite("step_stats", {f("rank", int64_t{o.rank}), f("step", int64_t{o.step})});
   for (const SpreadHop& h : report.spread)
