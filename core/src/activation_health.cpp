@@ -17,7 +17,7 @@ void ActivationWatch::note(const at::Tensor& output, int layer, const std::strin
   notes_.push_back({output.detach().sum(at::kFloat), layer, where, microBatch_, probes::rawTicks()});
 }
 
-std::optional<ActivationFault> ActivationWatch::firstNonFinite() {
+std::optional<rules::ActivationFault> ActivationWatch::firstNonFinite() {
   if (notes_.empty()) return std::nullopt;
   torch::NoGradGuard ng;
   std::vector<at::Tensor> sums;
@@ -28,7 +28,7 @@ std::optional<ActivationFault> ActivationWatch::firstNonFinite() {
   for (size_t i = 0; i < notes_.size(); ++i) {
     if (std::isfinite(v[i])) continue;
     const Note& n = notes_[i];
-    return ActivationFault{n.layer, *n.where, n.microBatch, n.ticks, v[i]};
+    return rules::ActivationFault{n.layer, *n.where, n.microBatch, n.ticks, v[i]};
   }
   return std::nullopt;
 }

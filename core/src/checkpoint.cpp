@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "tpscope/core/config.h"
+#include "tpscope/rules/config.h"
 
 namespace tpscope::core {
 
@@ -26,7 +26,7 @@ std::string resolveCheckpointDir(const std::string& dir) {
   std::string name;
   if (latest && std::getline(latest, name) && !name.empty() && fs::exists(p / name / "manifest.json"))
     return (p / name).string();
-  throw ConfigError(fmt::format("no checkpoint at {}: expected a step folder with manifest.json or a root with "
+  throw rules::ConfigError(fmt::format("no checkpoint at {}: expected a step folder with manifest.json or a root with "
                                 "a 'latest' file",
                                 dir));
 }

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "tpscope/core/config.h"
+#include "tpscope/rules/config.h"
 
 namespace tpscope::core {
 
@@ -16,24 +16,24 @@ namespace fs = std::filesystem;
 Corpus Corpus::load(const std::string& path) {
   Corpus c;
   std::error_code ec;
-  if (!fs::exists(path, ec)) throw ConfigError(fmt::format("corpus not found: {}", path));
+  if (!fs::exists(path, ec)) throw rules::ConfigError(fmt::format("corpus not found: {}", path));
   std::vector<fs::path> files;
   if (fs::is_directory(path)) {
     for (const auto& e : fs::directory_iterator(path))
       if (e.is_regular_file() && e.path().extension() == ".txt") files.push_back(e.path());
     std::sort(files.begin(), files.end());
-    if (files.empty()) throw ConfigError(fmt::format("corpus folder {} holds no *.txt files", path));
+    if (files.empty()) throw rules::ConfigError(fmt::format("corpus folder {} holds no *.txt files", path));
   } else {
     files.push_back(path);
   }
   for (const auto& f : files) {
     std::ifstream in(f, std::ios::binary);
-    if (!in) throw ConfigError(fmt::format("cannot read corpus file {}", f.string()));
+    if (!in) throw rules::ConfigError(fmt::format("cannot read corpus file {}", f.string()));
     if (!c.bytes_.empty()) c.bytes_.push_back('\n');
     c.bytes_.insert(c.bytes_.end(), std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     c.files_.push_back(f.string());
   }
-  if (c.bytes_.size() < 2) throw ConfigError(fmt::format("corpus {} is empty", path));
+  if (c.bytes_.size() < 2) throw rules::ConfigError(fmt::format("corpus {} is empty", path));
   return c;
 }
 
@@ -53,7 +53,7 @@ std::string ByteTokenizer::decode(const std::vector<int64_t>& ids) {
 BatchSampler::BatchSampler(const Corpus& corpus, int64_t seqLen, int64_t microBatch, uint64_t seed)
     : corpus_(&corpus), seqLen_(seqLen), microBatch_(microBatch), seed_(seed) {
   if (static_cast<int64_t>(corpus.bytes().size()) < seqLen + 2)
-    throw ConfigError(fmt::format("corpus of {} bytes is shorter than seq_len + 1 = {}", corpus.bytes().size(),
+    throw rules::ConfigError(fmt::format("corpus of {} bytes is shorter than seq_len + 1 = {}", corpus.bytes().size(),
                                   seqLen + 1));
 }
 

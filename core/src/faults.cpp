@@ -14,13 +14,27 @@
 
 #include "tpscope/core/activation_health.h"
 #include "tpscope/core/communicator.h"
-#include "tpscope/core/config.h"
 #include "tpscope/core/mesh.h"
 #include "tpscope/core/replica_check.h"
+#include "tpscope/rules/config.h"
 
 namespace tpscope::core {
 
 namespace probes = ::tpscope::probes;
+// The fault specs and health rules this file carries out (rules/fault_spec.h, rules/health_rules.h).
+using rules::checkFaultSpec;
+using rules::ConfigError;
+using rules::FaultKind;
+using rules::FaultPhase;
+using rules::FaultSpec;
+using rules::formatFaultSpec;
+using rules::HealthOptions;
+using rules::HealthPolicy;
+using rules::kBitflipAllReduce;
+using rules::kDefaultFlipBit;
+using rules::parseFaultList;
+using rules::parseHealthOptions;
+using rules::StepAction;
 
 namespace {
 

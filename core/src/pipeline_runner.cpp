@@ -44,18 +44,18 @@ struct PassSpan {
 
 }  // namespace
 
-PipelineRunner::PipelineRunner(const TrainConfig& cfg, Mesh& mesh, std::vector<Gpt> chunks, c10::Device device)
+PipelineRunner::PipelineRunner(const rules::TrainConfig& cfg, Mesh& mesh, std::vector<Gpt> chunks, c10::Device device)
     : cfg_(cfg), mesh_(mesh), chunks_(std::move(chunks)), device_(device),
-      kind_(parsePipelineSchedule(cfg.schedule)) {
-  const int v = kind_ == PipelineSchedule::Interleaved ? static_cast<int>(cfg.virtual_stages) : 1;
-  const auto all = buildPipelineSchedule(kind_, mesh.pp(), static_cast<int>(cfg.grad_accum), v);
+      kind_(rules::parsePipelineSchedule(cfg.schedule)) {
+  const int v = kind_ == rules::PipelineSchedule::Interleaved ? static_cast<int>(cfg.virtual_stages) : 1;
+  const auto all = rules::buildPipelineSchedule(kind_, mesh.pp(), static_cast<int>(cfg.grad_accum), v);
   for (int s = 0; s < mesh.pp(); ++s)
-    for (const PipelineOp& op : all[static_cast<size_t>(s)])
+    for (const rules::PipelineOp& op : all[static_cast<size_t>(s)])
       if (op.sendTo >= 0) ++perStep_[{s, op.sendTo}];
   ops_ = all[static_cast<size_t>(mesh.ppRank())];
-  for (const PipelineOp& op : ops_) forwardPasses_ += op.forward ? 1 : 0;
+  for (const rules::PipelineOp& op : ops_) forwardPasses_ += op.forward ? 1 : 0;
   const bool withChunk = v > 1;
-  for (const PipelineOp& op : ops_) passSite(op.forward, op.microbatch, op.chunk, withChunk);  // built up front
+  for (const rules::PipelineOp& op : ops_) passSite(op.forward, op.microbatch, op.chunk, withChunk);  // built up front
   const int m = static_cast<int>(cfg.grad_accum);
   siteNames_.reserve(2 * static_cast<size_t>(m));  // no reallocation: the callsites point into these strings
   for (int mb = 0; mb < m; ++mb) siteNames_.push_back(fmt::format("pipeline activation of micro-batch {}", mb));
@@ -70,7 +70,7 @@ PipelineRunner::PipelineRunner(const TrainConfig& cfg, Mesh& mesh, std::vector<G
 at::Tensor PipelineRunner::run(int64_t step, const BatchSampler& sampler, double lossScale, const ForwardFn& forward,
                                const std::function<void(int)>& beforeForward,
                                const std::function<void()>& beforeLastBackward) {
-  const TrainConfig& c = cfg_;
+  const rules::TrainConfig& c = cfg_;
   Communicator& pg = mesh_.ppGroup();
   const bool withChunk = chunks_.size() > 1;
   const int64_t seq = c.sequence_parallel && mesh_.tp() > 1 ? c.seq_len / mesh_.tp() : c.seq_len;
@@ -82,11 +82,11 @@ at::Tensor PipelineRunner::run(int64_t step, const BatchSampler& sampler, double
   std::map<std::pair<int, int>, Saved> saved;
   std::vector<PendingCollective> sends;
   const int me = mesh_.ppRank();
-  auto sendSeq = [&](const PipelineOp& op) { return stepsRun_ * perStep_.at({me, op.sendTo}) + op.sendSeq; };
-  auto recvSeq = [&](const PipelineOp& op) { return stepsRun_ * perStep_.at({op.recvFrom, me}) + op.recvSeq; };
+  auto sendSeq = [&](const rules::PipelineOp& op) { return stepsRun_ * perStep_.at({me, op.sendTo}) + op.sendSeq; };
+  auto recvSeq = [&](const rules::PipelineOp& op) { return stepsRun_ * perStep_.at({op.recvFrom, me}) + op.recvSeq; };
   int backwardsLeft = 0;
-  for (const PipelineOp& op : ops_) backwardsLeft += op.forward ? 0 : 1;
-  for (const PipelineOp& op : ops_) {
+  for (const rules::PipelineOp& op : ops_) backwardsLeft += op.forward ? 0 : 1;
+  for (const rules::PipelineOp& op : ops_) {
     Gpt& model = chunks_[static_cast<size_t>(op.chunk)];
     // The pass's micro-batch, from its receive on: capture's --inject ...,mb=K fires in it only.
     if (FaultInjector* f = activeFaults()) f->setMicrobatch(op.microbatch);

@@ -21,11 +21,11 @@
 #include <memory>
 #include <vector>
 
-#include "tpscope/core/config.h"
 #include "tpscope/core/data.h"
 #include "tpscope/core/gpt.h"
 #include "tpscope/core/mesh.h"
-#include "tpscope/core/pipeline_schedule.h"
+#include "tpscope/rules/config.h"
+#include "tpscope/rules/pipeline_schedule.h"
 
 namespace tpscope::core {
 
@@ -34,21 +34,21 @@ class PipelineRunner {
   // Runs one chunk's forward under the trainer's autocast settings.
   using ForwardFn = std::function<at::Tensor(Gpt&, const at::Tensor& input, at::Tensor ids, at::Tensor targets)>;
 
-  PipelineRunner(const TrainConfig& cfg, Mesh& mesh, std::vector<Gpt> chunks, c10::Device device);
+  PipelineRunner(const rules::TrainConfig& cfg, Mesh& mesh, std::vector<Gpt> chunks, c10::Device device);
   // One step. `beforeLastBackward` runs just before this stage's last backward pass (the DP reducer arms its
   // hooks). Returns the sum of this stage's micro-batch losses ([1] fp32; zeros except on the last stage).
   at::Tensor run(int64_t step, const BatchSampler& sampler, double lossScale, const ForwardFn& forward,
                  const std::function<void(int microbatch)>& beforeForward,
                  const std::function<void()>& beforeLastBackward);
-  PipelineSchedule schedule() const noexcept { return kind_; }
+  rules::PipelineSchedule schedule() const noexcept { return kind_; }
 
  private:
-  const TrainConfig& cfg_;  // the trainer's copy: outlives the runner
+  const rules::TrainConfig& cfg_;  // the trainer's copy: outlives the runner
   Mesh& mesh_;
   std::vector<Gpt> chunks_;
   c10::Device device_;
-  PipelineSchedule kind_;
-  std::vector<PipelineOp> ops_;  // this stage's
+  rules::PipelineSchedule kind_;
+  std::vector<rules::PipelineOp> ops_;  // this stage's
   int forwardPasses_ = 0;        // this stage's forward passes per step (m × its chunks)
   // Messages per step on each directed pair (src stage, dst stage): the schedule numbers them 1..n within a step,
   // the wire and the trace number them over the run (step k's message i is k·n + i), so (src, dst, seq) stays unique.

@@ -110,11 +110,12 @@ int flipBit(const at::Tensor& t, int64_t index, int bit) {
   return b;
 }
 
-ReplicaCheck::ReplicaCheck(const TrainConfig& config, Mesh& mesh, std::vector<ReplicaTensor> tensors, StepHooks& hooks)
+ReplicaCheck::ReplicaCheck(const rules::TrainConfig& config, Mesh& mesh, std::vector<ReplicaTensor> tensors,
+                           StepHooks& hooks)
     : config_(config), mesh_(mesh), hooks_(hooks), tensors_(std::move(tensors)) {
-  const HealthOptions& o = hooks.rules().options();
+  const rules::HealthOptions& o = hooks.rules().options();
   every_ = std::max(1, o.replicaEvery);
-  enabled_ = mesh.worldSize() > 1 && o.replica != HealthPolicy::Off && (hooks.recording() || o.needsAgreement());
+  enabled_ = mesh.worldSize() > 1 && o.replica != rules::HealthPolicy::Off && (hooks.recording() || o.needsAgreement());
   // The copies that must agree live on one pipeline stage (Mesh: rank = pp·tp·dp + dp·tp + tp): the layout is the
   // stage's, its ranks counted from the stage's first.
   stageSize_ = mesh.tp() * mesh.dp();
@@ -142,7 +143,7 @@ void ReplicaCheck::afterStep(int64_t step64) {
     std::vector<std::string> names;
     std::vector<at::Tensor> params;
     std::vector<bool> replicated;
-    if (f->has(FaultKind::Bitflip)) {
+    if (f->has(rules::FaultKind::Bitflip)) {
       for (const auto& t : tensors_) {
         names.push_back(t.name);
         params.push_back(t.tensor);
@@ -169,7 +170,7 @@ void ReplicaCheck::afterStep(int64_t step64) {
 // The widest row any rank sends with `historySteps` steps of history. Without pipeline stages every rank holds the
 // same tensors; with them the stages' counts are gathered once, at the first check (a collective on every rank).
 size_t ReplicaCheck::paddedRowSize(size_t historySteps) {
-  if (mesh_.pp() == 1) return fingerprintRowSize(layout_, historySteps);
+  if (mesh_.pp() == 1) return rules::fingerprintRowSize(layout_, historySteps);
   if (stageCounts_.empty()) {
     const c10::Device device = tensors_.empty() ? c10::Device(c10::kCPU) : tensors_.front().tensor.device();
     const at::Tensor mine = torch::tensor({static_cast<int64_t>(layout_.historyTensors.size()),
@@ -192,7 +193,7 @@ void ReplicaCheck::check(int step) {
   for (const auto& t : tensors_) now.push_back(fingerprint(t.tensor));
   if (!now.empty()) parts.push_back(torch::stack(now));
   const at::Tensor row = torch::cat(parts);
-  const size_t width = fingerprintRowSize(layout_, historySteps_.size());
+  const size_t width = rules::fingerprintRowSize(layout_, historySteps_.size());
   TORCH_CHECK(static_cast<size_t>(row.numel()) == width, "replica check: ", row.numel(), " fingerprints, expected ",
               width);
   // One all-gather on the world. Pipeline stages hold other tensors (rows of other widths): every row is padded to
@@ -204,7 +205,7 @@ void ReplicaCheck::check(int step) {
   const int64_t* p = all.data_ptr<int64_t>() + static_cast<size_t>(stageBase_) * padded;
   std::vector<std::vector<int64_t>> rows(layout_.worldSize);
   for (int r = 0; r < layout_.worldSize; ++r) rows[r].assign(p + r * padded, p + r * padded + width);
-  auto incident = findSdcIncident(layout_, rows, historySteps_, step, lastCheck_);
+  auto incident = rules::findSdcIncident(layout_, rows, historySteps_, step, lastCheck_);
   history_.clear();
   historySteps_.clear();
   lastCheck_ = step;
@@ -212,11 +213,11 @@ void ReplicaCheck::check(int step) {
     for (int& r : incident->group) r += stageBase_;
     for (int& r : incident->vote.suspects) r += stageBase_;
   }
-  HealthRules& rules = hooks_.rules();
-  const HealthPolicy policy = rules.options().replica;
+  rules::HealthRules& rules = hooks_.rules();
+  const rules::HealthPolicy policy = rules.options().replica;
   // Each stage decides from its own rows; with a stop policy every stage must stop with the one that found it.
-  bool stop = policy == HealthPolicy::Stop && incident && !reported_;
-  if (mesh_.pp() > 1 && policy == HealthPolicy::Stop) {
+  bool stop = policy == rules::HealthPolicy::Stop && incident && !reported_;
+  if (mesh_.pp() > 1 && policy == rules::HealthPolicy::Stop) {
     static const Callsite kStopSite{"replica check: stop decision across pipeline stages", -1};
     at::Tensor flag = torch::full({1}, stop ? 1 : 0, torch::dtype(torch::kLong).device(row.device()));
     mesh_.world().allReduce(flag, ReduceOp::Max, kStopSite, probes::Phase::Optimizer);
@@ -231,12 +232,12 @@ void ReplicaCheck::check(int step) {
   for (int s : incident->vote.suspects)
     if (s == mesh_.rank())
       rules.silentCorruption(incident->step, layout_.layers[incident->tensor], layout_.names[incident->tensor],
-                             describeSdcIncident(layout_, *incident),
-                             sdcEvidence(layout_, *incident, healthPolicyName(policy)));
+                             rules::describeSdcIncident(layout_, *incident),
+                             rules::sdcEvidence(layout_, *incident, rules::healthPolicyName(policy)));
   if (stop) {  // every rank of the stage decides the same from the same table
     if (probes::Sink* s = probes::sink()) s->flush();
     throw NonFiniteStop(fmt::format("rank {} step {}: every rank stops on silent data corruption: {}", mesh_.rank(),
-                                    step, describeSdcIncident(layout_, *incident)));
+                                    step, rules::describeSdcIncident(layout_, *incident)));
   }
 }
 

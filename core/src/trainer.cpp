@@ -35,7 +35,7 @@ double processCpuSeconds() {
 }
 }  // namespace
 
-double learningRate(const TrainConfig& c, int64_t step) {
+double learningRate(const rules::TrainConfig& c, int64_t step) {
   if (c.warmup > 0 && step <= c.warmup) return c.lr * static_cast<double>(step) / static_cast<double>(c.warmup);
   const double span = static_cast<double>(std::max<int64_t>(1, c.steps - c.warmup));
   const double progress = std::clamp(static_cast<double>(step - c.warmup) / span, 0.0, 1.0);
@@ -43,7 +43,7 @@ double learningRate(const TrainConfig& c, int64_t step) {
 }
 
 struct Trainer::Impl {
-  TrainConfig cfg;
+  rules::TrainConfig cfg;
   Mesh* mesh;
   Corpus corpus;
   std::unique_ptr<BatchSampler> sampler;
@@ -137,7 +137,7 @@ struct Trainer::Impl {
 
   // One model chunk's forward (pipeline_runner.h): `input` from the previous stage, or the tokens `ids`.
   at::Tensor forwardChunk(Gpt& chunk, const at::Tensor& input, at::Tensor ids, at::Tensor targets) {
-    const TrainConfig& c = cfg;
+    const rules::TrainConfig& c = cfg;
     at::Tensor out;
     if (device.is_cuda() && ids.defined()) {
       ids = ids.to(device, /*non_blocking=*/true);
@@ -209,7 +209,7 @@ struct Trainer::Impl {
   }
 };
 
-Trainer::Trainer(const TrainConfig& config, Mesh& mesh) : impl_(std::make_unique<Impl>()) {
+Trainer::Trainer(const rules::TrainConfig& config, Mesh& mesh) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.cfg = config;
   m.mesh = &mesh;
@@ -252,7 +252,7 @@ Trainer::Trainer(const TrainConfig& config, Mesh& mesh) : impl_(std::make_unique
   }
   m.device = mesh.device();
   if (config.device == "cuda" && !m.device.is_cuda())
-    throw ConfigError("config: device = \"cuda\" needs a mesh built for CUDA (MeshOptions::cuda)");
+    throw rules::ConfigError("config: device = \"cuda\" needs a mesh built for CUDA (MeshOptions::cuda)");
   for (auto& chunk : m.chunks) {
     if (m.device.is_cuda()) chunk->to(m.device);  // the master initialisation is cut on the host, then moved
     chunk->train();
@@ -313,7 +313,7 @@ double Trainer::flopsPerStep() const {
 
 StepMetrics Trainer::trainStep(int64_t step) {
   Impl& m = *impl_;
-  const TrainConfig& c = m.cfg;
+  const rules::TrainConfig& c = m.cfg;
   TPS_STEP(static_cast<int>(step));
   const uint64_t t0 = probes::rawTicks();
   const auto wall0 = std::chrono::steady_clock::now();
@@ -464,14 +464,15 @@ int64_t Trainer::loadCheckpoint(const std::string& where) {
   nlohmann::json j;
   std::ifstream(fs::path(dir) / "manifest.json") >> j;
   if (j.value("format", "") != "tpscope-checkpoint" || j.value("version", 0) > kCheckpointVersion)
-    throw ConfigError(fmt::format("{}: not a tpscope checkpoint of version <= {}", dir, kCheckpointVersion));
+    throw rules::ConfigError(fmt::format("{}: not a tpscope checkpoint of version <= {}", dir, kCheckpointVersion));
   if (j["tp"].get<int>() != m.mesh->tp() || j["dp"].get<int>() != m.mesh->dp() ||
       j.value("pp", 1) != m.mesh->pp() || j.value("zero1", false) != m.cfg.zero1)
-    throw ConfigError(fmt::format("{} was written with tp={} dp={}{} zero1={}; this run has tp={} dp={}{} zero1={}",
-                                  dir, j["tp"].get<int>(), j["dp"].get<int>(),
-                                  j.value("pp", 1) > 1 ? fmt::format(" pp={}", j.value("pp", 1)) : "",
-                                  j.value("zero1", false), m.mesh->tp(), m.mesh->dp(),
-                                  m.mesh->pp() > 1 ? fmt::format(" pp={}", m.mesh->pp()) : "", m.cfg.zero1));
+    throw rules::ConfigError(
+        fmt::format("{} was written with tp={} dp={}{} zero1={}; this run has tp={} dp={}{} zero1={}", dir,
+                    j["tp"].get<int>(), j["dp"].get<int>(),
+                    j.value("pp", 1) > 1 ? fmt::format(" pp={}", j.value("pp", 1)) : "", j.value("zero1", false),
+                    m.mesh->tp(), m.mesh->dp(), m.mesh->pp() > 1 ? fmt::format(" pp={}", m.mesh->pp()) : "",
+                    m.cfg.zero1));
   torch::serialize::InputArchive ar;
   ar.load_from(checkpointRankFile(dir, m.mesh->rank()), m.device);  // optimizer state lands where the params are
   torch::NoGradGuard ng;

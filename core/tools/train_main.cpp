@@ -13,11 +13,11 @@
 #include <nlohmann/json.hpp>
 
 #include "tpscope/core/checkpoint.h"
-#include "tpscope/core/config.h"
 #include "tpscope/core/faults.h"
 #include "tpscope/core/mesh.h"
-#include "tpscope/core/pipeline_schedule.h"
 #include "tpscope/core/trainer.h"
+#include "tpscope/rules/config.h"
+#include "tpscope/rules/pipeline_schedule.h"
 
 #if TPSCOPE_TRAIN_WITH_RUNTIME
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -32,6 +32,7 @@
 #endif
 
 namespace core = tpscope::core;
+namespace rules = tpscope::rules;
 
 namespace {
 
@@ -67,7 +68,7 @@ class C10dKvStore final : public tpscope::probes::KvStore {
 };
 
 // Records this rank's coordinates, groups and config once the mesh exists (TPSCOPE_OUT set by tpscope capture).
-void describeRankToRecorder(core::Mesh& mesh, const core::TrainConfig& cfg) {
+void describeRankToRecorder(core::Mesh& mesh, const rules::TrainConfig& cfg) {
   namespace probes = tpscope::probes;
   if (!probes::started()) return;
   tpscope::tracedb::RankInfo info;
@@ -95,14 +96,14 @@ void describeRankToRecorder(core::Mesh& mesh, const core::TrainConfig& cfg) {
       probes::putGroup({core::Communicator::p2pGroupName(a, b), {a, b}, "gloo"});
       probes::putGroup({core::Communicator::p2pGroupName(b, a), {b, a}, "gloo"});
     }
-    const core::PipelineSchedule kind = core::parsePipelineSchedule(cfg.schedule);
+    const rules::PipelineSchedule kind = rules::parsePipelineSchedule(cfg.schedule);
     nlohmann::json stageOfRank = nlohmann::json::array();
     for (int r = 0; r < mesh.worldSize(); ++r) stageOfRank.push_back(r / (mesh.tp() * mesh.dp()));
     const nlohmann::json pipeline{
-        {"schedule", core::pipelineScheduleName(kind)},
+        {"schedule", rules::pipelineScheduleName(kind)},
         {"stages", mesh.pp()},
         {"microbatches", cfg.grad_accum},
-        {"virtual_stages", kind == core::PipelineSchedule::Interleaved ? cfg.virtual_stages : 1},
+        {"virtual_stages", kind == rules::PipelineSchedule::Interleaved ? cfg.virtual_stages : 1},
         {"stage_layers", cfg.stageLayers(mesh.pp())},
         {"stage_of_rank", stageOfRank}};
     probes::setMeta(std::string(tpscope::tracedb::meta_keys::kPipeline), pipeline.dump());
@@ -212,12 +213,12 @@ std::optional<int> parseArgs(int argc, char** argv, TrainArgs& args) {
 
 // The config file with the command line's overrides, validated; --inject and --health passed on to the engine
 // through the environment (TPSCOPE_INJECT, TPSCOPE_HEALTH).
-core::TrainConfig configFrom(const TrainArgs& args) {
-  core::TrainConfig cfg = core::TrainConfig::fromFile(args.configPath);
+rules::TrainConfig configFrom(const TrainArgs& args) {
+  rules::TrainConfig cfg = rules::TrainConfig::fromFile(args.configPath);
   for (auto& [k, v] : args.shortcuts) cfg.set(k, v.empty() ? "true" : v);
   for (const auto& s : args.sets) {
     const auto eq = s.find('=');
-    if (eq == std::string::npos) throw core::ConfigError(fmt::format("--set {}: expected key=value", s));
+    if (eq == std::string::npos) throw rules::ConfigError(fmt::format("--set {}: expected key=value", s));
     cfg.set(s.substr(0, eq), s.substr(eq + 1));
   }
   if (args.steps) cfg.set("steps", std::to_string(*args.steps));
@@ -240,7 +241,7 @@ core::TrainConfig configFrom(const TrainArgs& args) {
 }
 
 // Rank 0's report of one step: a log line every log_every steps (and the last), a --metrics-jsonl object.
-void reportStep(int64_t step, const core::StepMetrics& s, const core::TrainConfig& cfg, const TrainArgs& args,
+void reportStep(int64_t step, const core::StepMetrics& s, const rules::TrainConfig& cfg, const TrainArgs& args,
                 std::ofstream& metrics) {
   if ((cfg.log_every > 0 && step % cfg.log_every == 0) || step == cfg.steps)
     fmt::print("step {}/{} loss {:.6f} lr {:.3e} grad_norm {:.4f} tokens/s {:.0f} step_time {:.4f}s{}{}\n", step,
@@ -269,7 +270,7 @@ void reportStep(int64_t step, const core::StepMetrics& s, const core::TrainConfi
 int run(int argc, char** argv) {
   TrainArgs args;
   if (std::optional<int> rc = parseArgs(argc, argv, args)) return *rc;
-  const core::TrainConfig cfg = configFrom(args);
+  const rules::TrainConfig cfg = configFrom(args);
   const int tp = args.tp, dp = args.dp, pp = args.pp;
 
 #if TPSCOPE_TRAIN_WITH_RUNTIME
@@ -290,7 +291,7 @@ int run(int argc, char** argv) {
   try {
     mesh = core::Mesh::fromEnvironment(mo);
   } catch (const std::invalid_argument& e) {
-    throw core::ConfigError(e.what());
+    throw rules::ConfigError(e.what());
   }
 #if TPSCOPE_TRAIN_WITH_RUNTIME
   describeRankToRecorder(*mesh, cfg);
@@ -308,7 +309,7 @@ int run(int argc, char** argv) {
   std::ofstream metrics;
   if (reporter && !args.metricsPath.empty()) {
     metrics.open(args.metricsPath, std::ios::app);
-    if (!metrics) throw core::ConfigError(fmt::format("cannot write --metrics-jsonl {}", args.metricsPath));
+    if (!metrics) throw rules::ConfigError(fmt::format("cannot write --metrics-jsonl {}", args.metricsPath));
   }
   if (lead)
     fmt::print(
@@ -344,7 +345,7 @@ int main(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
   try {
     return run(argc, argv);
-  } catch (const core::ConfigError& e) {
+  } catch (const rules::ConfigError& e) {
     std::fprintf(stderr, "tpscope-train: error: %s\n", e.what());
     stopRecordingOnError("config error");
     return kExitConfig;

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "bindings.h"
-#include "tpscope/core/health_rules.h"
 #include "tpscope/probes/probes.h"
+#include "tpscope/rules/health_rules.h"
 
 namespace py = pybind11;
 namespace probes = tpscope::probes;
@@ -20,9 +20,9 @@ namespace tpscope::python {
 
 namespace {
 
-core::HealthOptions parseOptions(const std::string& text) {
+rules::HealthOptions parseOptions(const std::string& text) {
   std::string error;
-  auto options = core::parseHealthOptions(text, &error);
+  auto options = rules::parseHealthOptions(text, &error);
   if (!options) throw py::value_error(error);  // "--health 'x=y': ..." (TPSCOPE_HEALTH is that text)
   return *options;
 }
@@ -50,7 +50,7 @@ class Health {
   }
 
   int activation(int step, int layer, const std::string& where, int microBatch, uint64_t ticks, double value) {
-    core::ActivationFault f;
+    rules::ActivationFault f;
     f.layer = layer;
     f.where = where;
     f.microBatch = microBatch;
@@ -62,18 +62,18 @@ class Health {
   int loss(int step, double localLoss) { return static_cast<int>(rules_.checkLoss(step, localLoss)); }
 
   int agree(int step, int agreed) {
-    if (agreed < 0 || agreed > static_cast<int>(core::StepAction::Stop))
+    if (agreed < 0 || agreed > static_cast<int>(rules::StepAction::Stop))
       throw py::value_error("agree: action " + std::to_string(agreed) + " is not 0, 1 or 2");
-    return static_cast<int>(rules_.agree(step, static_cast<core::StepAction>(agreed)));
+    return static_cast<int>(rules_.agree(step, static_cast<rules::StepAction>(agreed)));
   }
 
   bool needsAgreement() const { return rules_.options().needsAgreement(); }
-  std::string optionsText() const { return core::formatHealthOptions(rules_.options()); }
+  std::string optionsText() const { return rules::formatHealthOptions(rules_.options()); }
   int alertsRaised() const { return rules_.alertsRaised(); }
   int stepsSkipped() const { return rules_.stepsSkipped(); }
 
  private:
-  core::HealthRules rules_;
+  rules::HealthRules rules_;
 };
 
 }  // namespace
@@ -81,9 +81,9 @@ class Health {
 void bindHealth(py::module_& m) {
   using namespace py::literals;
   py::object kinds = m.attr("kinds");  // bindRecorder made it
-  kinds.attr("ACTION_CONTINUE") = static_cast<int>(core::StepAction::Continue);
-  kinds.attr("ACTION_SKIP_STEP") = static_cast<int>(core::StepAction::SkipStep);
-  kinds.attr("ACTION_STOP") = static_cast<int>(core::StepAction::Stop);
+  kinds.attr("ACTION_CONTINUE") = static_cast<int>(rules::StepAction::Continue);
+  kinds.attr("ACTION_SKIP_STEP") = static_cast<int>(rules::StepAction::SkipStep);
+  kinds.attr("ACTION_STOP") = static_cast<int>(rules::StepAction::Stop);
   py::class_<Health>(m, "Health",
                      "The live health rules of one rank (core/health_rules.h). Built from the options text of "
                      "TPSCOPE_HEALTH / `tpscope capture --health` (ValueError when it is malformed).")

@@ -1,4 +1,4 @@
-// One spike definition (probes/spike_baseline.h), two users: the live health rules (core/rules, during the run) and
+// One spike definition (probes/spike_baseline.h), two users: the live health rules (rules/, during the run) and
 // the anomaly analysis (after it, on the trace). The same series goes through both; on transient spikes they must
 // call the same steps spikes. The series is not the shape either was tuned on: a gradient norm that climbs two
 // decades through warm-up and then decays, a loss that sits on a plateau and then falls, both with irregular noise,
@@ -16,9 +16,9 @@
 #include "test_file.h"
 #include "tpscope/analysis/anomalies.h"
 #include "tpscope/analysis/run_info.h"
-#include "tpscope/core/health_rules.h"
 #include "tpscope/probes/alert_kinds.h"
 #include "tpscope/probes/spike_baseline.h"
+#include "tpscope/rules/health_rules.h"
 
 namespace tpscope {
 namespace {
@@ -103,10 +103,10 @@ class Recording {
 // The live rules over the series, step by step as the trainer calls them (one rank, one parameter: its l2 norm is
 // the rank's gradient norm), with the spike thresholds given.
 LiveAlerts runLive(double gradFactor, int gradWarmup) {
-  core::HealthOptions o;
+  rules::HealthOptions o;
   o.gradSpike.factor = gradFactor;
   o.gradSpike.warmup = gradWarmup;
-  core::HealthRules rules(o);
+  rules::HealthRules rules(o);
   LiveAlerts alerts;
   SpikeSink sink;
   sink.out = &alerts;
@@ -201,8 +201,8 @@ TEST(SpikeAgreement, LiveRulesAndAnalysisCallTheSameStepsSpikes) {
   // (ratio 5 after 5); the loss rule's defaults are the analysis' (ratio 2, z 6, window 20, 5 values).
   const LiveAlerts asParam = runLive(options.paramRatioThreshold, options.paramMinHistory);
   const LiveAlerts asRunWide = runLive(options.normRatioThreshold, options.minHistory);
-  ASSERT_EQ(core::HealthOptions{}.lossSpike.factor, options.ratioThreshold);
-  ASSERT_EQ(core::HealthOptions{}.lossSpike.warmup, options.minHistory);
+  ASSERT_EQ(rules::HealthOptions{}.lossSpike.factor, options.ratioThreshold);
+  ASSERT_EQ(rules::HealthOptions{}.lossSpike.warmup, options.minHistory);
 
   // The known answer first (so that two equally wrong answers cannot pass), then the two users against each other.
   const std::set<int> big{30, 61, 95}, all{30, 50, 61, 83, 95}, lossSteps{40, 77};
@@ -218,9 +218,9 @@ TEST(SpikeAgreement, LiveRulesAndAnalysisCallTheSameStepsSpikes) {
 // Where they differ, as the definition says: a jump that stays. The live rules cannot look forward, never learn a
 // flagged value, and keep alerting; the analysis sees the values stay up and calls it a level shift, not a spike.
 TEST(SpikeAgreement, AJumpThatStaysIsALiveAlertEachStepButNoFinding) {
-  core::HealthOptions o;
-  o.lossSpike.policy = core::HealthPolicy::Off;
-  core::HealthRules rules(o);
+  rules::HealthOptions o;
+  o.lossSpike.policy = rules::HealthPolicy::Off;
+  rules::HealthRules rules(o);
   LiveAlerts alerts;
   SpikeSink sink;
   sink.out = &alerts;

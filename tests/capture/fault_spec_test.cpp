@@ -1,10 +1,10 @@
 // The --inject grammar: every kind parses to the spec it names, round-trips through formatFaultSpec, and every
 // malformed spec is refused with a message that quotes it and says what is expected.
-#include "tpscope/core/fault_spec.h"
+#include "tpscope/rules/fault_spec.h"
 
 #include <gtest/gtest.h>
 
-namespace tpscope::core {
+namespace tpscope::rules {
 namespace {
 
 FaultSpec parseOk(std::string_view text) {
@@ -148,4 +148,4 @@ TEST(FaultSpec, ChecksRanksAndLayersAgainstTheJob) {
 }
 
 }  // namespace
-}  // namespace tpscope::core
+}  // namespace tpscope::rules

@@ -1,6 +1,6 @@
 // Health rules on host numbers: each rule fires on the value it is about (and only then), with its evidence, and the
 // policies turn into the step actions capture relies on (skip-step, escalation to stop, warn never acts).
-#include "tpscope/core/health_rules.h"
+#include "tpscope/rules/health_rules.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace tpscope::core {
+namespace tpscope::rules {
 namespace {
 
 // A probe sink that keeps the alerts it is given (the rules' only output besides the step action).
@@ -296,4 +296,4 @@ TEST(HealthOptions, ParsesAndRefuses) {
 }
 
 }  // namespace
-}  // namespace tpscope::core
+}  // namespace tpscope::rules

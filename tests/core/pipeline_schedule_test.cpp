@@ -1,4 +1,4 @@
-// Pipeline schedules (core/rules pipeline_schedule.h) and the pipeline config keys, without processes: every
+// Pipeline schedules (rules/ pipeline_schedule.h) and the pipeline config keys, without processes: every
 // stage's op list, the message pairing, and the known bubble of each schedule on a model clock.
 #include <gtest/gtest.h>
 
@@ -6,18 +6,18 @@
 #include <set>
 #include <tuple>
 
-#include "tpscope/core/config.h"
-#include "tpscope/core/pipeline_schedule.h"
+#include "tpscope/rules/config.h"
+#include "tpscope/rules/pipeline_schedule.h"
 
-namespace core = tpscope::core;
-using core::PipelineSchedule;
+namespace rules = tpscope::rules;
+using rules::PipelineSchedule;
 
 namespace {
 
 // Every stage runs each (micro-batch, chunk) forward once and backward once, backward after forward; every
 // receive has exactly one matching send (same pair, same seq) of the same direction and micro-batch.
 void expectWellFormed(PipelineSchedule kind, int p, int m, int v) {
-  const auto sched = core::buildPipelineSchedule(kind, p, m, v);
+  const auto sched = rules::buildPipelineSchedule(kind, p, m, v);
   ASSERT_EQ(static_cast<int>(sched.size()), p);
   const int chunks = kind == PipelineSchedule::Interleaved ? v : 1;
   std::map<std::tuple<int, int, uint64_t>, std::pair<bool, int>> sent;  // (src, dst, seq) -> (forward, mb)
@@ -52,8 +52,8 @@ void expectWellFormed(PipelineSchedule kind, int p, int m, int v) {
 // The idle fraction of the busiest schedule run on a model clock, per stage: 1 - busy / makespan.
 std::vector<double> simulatedBubble(PipelineSchedule kind, int p, int m, int v, double f, double b) {
   const int chunks = kind == PipelineSchedule::Interleaved ? v : 1;
-  const auto sched = core::buildPipelineSchedule(kind, p, m, v);
-  const auto sim = core::simulatePipeline(sched, std::vector<double>(p * chunks, f / chunks),
+  const auto sched = rules::buildPipelineSchedule(kind, p, m, v);
+  const auto sim = rules::simulatePipeline(sched, std::vector<double>(p * chunks, f / chunks),
                                           std::vector<double>(p * chunks, b / chunks));
   double makespan = 0;
   for (const auto& ops : sim) makespan = std::max(makespan, ops.back().end);
@@ -79,7 +79,7 @@ TEST(PipelineSchedule, EveryScheduleRunsEachPassOnceAndPairsEveryMessage) {
 }
 
 TEST(PipelineSchedule, OneFOneBWarmsUpWithStagesLeftForwards) {
-  const auto s = core::buildPipelineSchedule(PipelineSchedule::OneFOneB, 4, 8, 1);
+  const auto s = rules::buildPipelineSchedule(PipelineSchedule::OneFOneB, 4, 8, 1);
   for (int stage = 0; stage < 4; ++stage) {
     int leading = 0;
     while (s[stage][leading].forward) ++leading;
@@ -101,15 +101,15 @@ TEST(PipelineSchedule, SimulatedBubbleEqualsTheAnalyticFormula) {
   for (auto kind : {PipelineSchedule::GPipe, PipelineSchedule::OneFOneB})
     for (int p : {2, 4})
       for (int m : {4, 8, 16}) {
-        const double want = core::analyticBubbleFraction(kind, p, m, 1);
+        const double want = rules::analyticBubbleFraction(kind, p, m, 1);
         EXPECT_DOUBLE_EQ(want, double(p - 1) / (m + p - 1));
         for (double bubble : simulatedBubble(kind, p, m, 1, 1.0, 2.0))
-          EXPECT_NEAR(bubble, want, 1e-12) << core::pipelineScheduleName(kind) << " p=" << p << " m=" << m;
+          EXPECT_NEAR(bubble, want, 1e-12) << rules::pipelineScheduleName(kind) << " p=" << p << " m=" << m;
       }
   for (int p : {2, 4})
     for (int v : {2, 4}) {
       const int m = 2 * p;
-      const double want = core::analyticBubbleFraction(PipelineSchedule::Interleaved, p, m, v);
+      const double want = rules::analyticBubbleFraction(PipelineSchedule::Interleaved, p, m, v);
       EXPECT_DOUBLE_EQ(want, double(p - 1) / (v * m + p - 1));
       for (double bubble : simulatedBubble(PipelineSchedule::Interleaved, p, m, v, 1.0, 1.0))
         EXPECT_NEAR(bubble, want, 1e-12) << "interleaved p=" << p << " v=" << v;
@@ -117,7 +117,7 @@ TEST(PipelineSchedule, SimulatedBubbleEqualsTheAnalyticFormula) {
 }
 
 TEST(PipelineSchedule, ConfigChecksTheLayoutWithClearErrors) {
-  core::TrainConfig c;
+  rules::TrainConfig c;
   c.layers = 4;
   c.corpus = TPSCOPE_SAMPLES_DIR "/corpus";
   EXPECT_NO_THROW(c.validate(1, 1, 4));
@@ -129,7 +129,7 @@ TEST(PipelineSchedule, ConfigChecksTheLayoutWithClearErrors) {
   auto message = [&](int pp) {
     try {
       c.validate(1, 1, pp);
-    } catch (const core::ConfigError& e) {
+    } catch (const rules::ConfigError& e) {
       return std::string(e.what());
     }
     return std::string("no error");

@@ -4,12 +4,13 @@
 #include <cmath>
 #include <filesystem>
 
-#include "tpscope/core/config.h"
 #include "tpscope/core/data.h"
 #include "tpscope/core/loss_scaler.h"
 #include "tpscope/core/trainer.h"
+#include "tpscope/rules/config.h"
 
 namespace core = tpscope::core;
+namespace rules = tpscope::rules;
 namespace fs = std::filesystem;
 
 namespace {
@@ -32,7 +33,7 @@ TEST(Corpus, SampleCorpusIsRealProseUnderTheSizeLimits) {
   for (const auto& f : c.files()) EXPECT_LT(fs::file_size(f), 2u * 1024 * 1024) << f;
   const std::string text(c.bytes().begin(), c.bytes().end());
   EXPECT_NE(text.find("the"), std::string::npos);
-  EXPECT_THROW(core::Corpus::load("/nonexistent/corpus"), core::ConfigError);
+  EXPECT_THROW(core::Corpus::load("/nonexistent/corpus"), rules::ConfigError);
 }
 
 TEST(BatchSampler, DataParallelShardsEqualGradientAccumulation) {
@@ -58,37 +59,37 @@ TEST(BatchSampler, DataParallelShardsEqualGradientAccumulation) {
 
 TEST(TrainConfig, ReadsTheSampleConfigsAndOverrides) {
   for (const char* name : {"tiny", "small", "bench"}) {
-    auto c = core::TrainConfig::fromFile(kSamples + "/configs/" + name + ".json");
+    auto c = rules::TrainConfig::fromFile(kSamples + "/configs/" + name + ".json");
     EXPECT_GT(c.layers, 0) << name;
     EXPECT_NO_THROW(c.validate(1, 1)) << name;
     EXPECT_NO_THROW(c.validate(2, 1)) << name;
     EXPECT_EQ(fs::path(c.corpusPath()), fs::path(kSamples + "/corpus").lexically_normal()) << name;
   }
-  auto c = core::TrainConfig::fromFile(kSamples + "/configs/tiny.json");
+  auto c = rules::TrainConfig::fromFile(kSamples + "/configs/tiny.json");
   c.set("layers", "3");
   c.set("sequence_parallel", "true");
   c.set("corpus", "/tmp/x");
   EXPECT_EQ(c.layers, 3);
   EXPECT_TRUE(c.sequence_parallel);
   EXPECT_EQ(c.corpus, "/tmp/x");
-  EXPECT_THROW(c.set("layers", "2.5"), core::ConfigError);
-  EXPECT_THROW(c.set("no_such_key", "1"), core::ConfigError);
+  EXPECT_THROW(c.set("layers", "2.5"), rules::ConfigError);
+  EXPECT_THROW(c.set("no_such_key", "1"), rules::ConfigError);
 }
 
 TEST(TrainConfig, ValidateNamesTheValueThatDoesNotDivide) {
-  auto c = core::TrainConfig::fromFile(kSamples + "/configs/tiny.json");
+  auto c = rules::TrainConfig::fromFile(kSamples + "/configs/tiny.json");
   try {
     c.validate(8, 1);
     FAIL() << "heads = 4 at tp = 8 must be refused";
-  } catch (const core::ConfigError& e) {
+  } catch (const rules::ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("heads = 4 is not divisible by tp = 8"), std::string::npos) << e.what();
   }
   c.ffn_hidden = 66;
-  EXPECT_THROW(c.validate(4, 1), core::ConfigError);
+  EXPECT_THROW(c.validate(4, 1), rules::ConfigError);
 }
 
 TEST(LearningRate, WarmupThenCosine) {
-  core::TrainConfig c;
+  rules::TrainConfig c;
   c.lr = 1.0;
   c.min_lr = 0.1;
   c.warmup = 10;
@@ -122,28 +123,28 @@ TEST(DynamicLossScaler, HalvesOnOverflowAndDoublesAfterACleanWindow) {
 }
 
 TEST(TrainConfig, Fp16ImpliesDynamicLossScalingAndNeedsCuda) {
-  auto c = core::TrainConfig::fromFile(kSamples + "/configs/tiny.json");
+  auto c = rules::TrainConfig::fromFile(kSamples + "/configs/tiny.json");
   EXPECT_EQ(c.initialLossScale(), 0);  // off by default
   c.set("loss_scale", "4096");
   EXPECT_EQ(c.initialLossScale(), 4096);
   c.set("loss_scale", "0");
   c.set("fp16", "true");
   EXPECT_EQ(c.initialLossScale(), 65536);
-  EXPECT_THROW(c.validate(1, 1), core::ConfigError);  // device is cpu
+  EXPECT_THROW(c.validate(1, 1), rules::ConfigError);  // device is cpu
   c.set("device", "cuda");
   EXPECT_NO_THROW(c.validate(1, 1));  // the config is fine; the mesh refuses when no GPU is visible
   c.set("bf16", "true");
-  EXPECT_THROW(c.validate(1, 1), core::ConfigError);
+  EXPECT_THROW(c.validate(1, 1), rules::ConfigError);
 }
 
 // Found by fuzz_config: an override that is not UTF-8 made the error message itself throw (nlohmann's dump), so
 // tpscope-train died on an uncaught exception instead of printing one line. Such bytes are refused or kept.
 TEST(TrainConfig, BytesThatAreNotUtf8GiveAClearErrorNotACrash) {
-  auto c = core::TrainConfig::fromFile(kSamples + "/configs/tiny.json");
+  auto c = rules::TrainConfig::fromFile(kSamples + "/configs/tiny.json");
   try {
     c.set("bf16", "\x8c\x8d\x82\xa4");
     FAIL() << "a bool key must refuse non-UTF-8 bytes";
-  } catch (const core::ConfigError& e) {
+  } catch (const rules::ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("expected true or false"), std::string::npos) << e.what();
   }
   c.set("corpus", "/data/\xff\xfe");  // a path may be any bytes
@@ -154,12 +155,12 @@ TEST(TrainConfig, BytesThatAreNotUtf8GiveAClearErrorNotACrash) {
 // Found by fuzz_config: a corpus name longer than the file system allows made validate() throw filesystem_error
 // (exit 1, no key named) instead of the config error.
 TEST(TrainConfig, ACorpusNameTooLongIsNotFoundNotAnException) {
-  auto c = core::TrainConfig::fromFile(kSamples + "/configs/tiny.json");
+  auto c = rules::TrainConfig::fromFile(kSamples + "/configs/tiny.json");
   c.set("corpus", "/tmp/" + std::string(300, 'x'));
   try {
     c.validate(1, 1);
     FAIL() << "the corpus does not exist";
-  } catch (const core::ConfigError& e) {
+  } catch (const rules::ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("corpus not found"), std::string::npos) << e.what();
   }
 }

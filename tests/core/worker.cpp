@@ -20,14 +20,15 @@
 #include <sstream>
 #include <thread>
 
-#include "tpscope/core/config.h"
 #include "tpscope/core/gpt.h"
 #include "tpscope/core/grad_health.h"
 #include "tpscope/core/layers.h"
 #include "tpscope/core/mesh.h"
 #include "tpscope/core/trainer.h"
+#include "tpscope/rules/config.h"
 
 namespace core = tpscope::core;
+namespace rules = tpscope::rules;
 namespace probes = tpscope::probes;
 
 namespace {
@@ -290,7 +291,7 @@ void scenarioRecording(const std::string& configPath) {
   static FakeSink sink;
   probes::detail::g_sink.store(&sink);
   probes::detail::g_recording.store(true);
-  core::TrainConfig cfg = core::TrainConfig::fromFile(configPath);
+  rules::TrainConfig cfg = rules::TrainConfig::fromFile(configPath);
   core::Trainer trainer(cfg, *mesh);
   trainer.trainStep(1);
   trainer.trainStep(2);

@@ -11,12 +11,12 @@
 #include <string>
 #include <string_view>
 
-#include "tpscope/core/config.h"
+#include "tpscope/rules/config.h"
 
 namespace {
 
-using tpscope::core::ConfigError;
-using tpscope::core::TrainConfig;
+using tpscope::rules::ConfigError;
+using tpscope::rules::TrainConfig;
 
 // One scratch file per process: fromFile reads a path.
 const std::string& scratchPath() {

@@ -5,10 +5,10 @@
 #include <string>
 #include <string_view>
 
-#include "tpscope/core/fault_spec.h"
+#include "tpscope/rules/fault_spec.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace tpscope::core;
+  using namespace tpscope::rules;
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   std::string error;
   auto list = parseFaultList(text, &error);

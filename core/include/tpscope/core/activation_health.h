@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "tpscope/core/health_rules.h"
+#include "tpscope/rules/health_rules.h"
 
 namespace tpscope::core {
 
@@ -31,7 +31,7 @@ class ActivationWatch {
   // `where` must outlive the step (a string literal or a member of the model).
   void note(const at::Tensor& output, int layer, const std::string* where);
   // The first non-finite output of the step in forward order (micro-batch by micro-batch), or nullopt. One host sync.
-  std::optional<ActivationFault> firstNonFinite();
+  std::optional<rules::ActivationFault> firstNonFinite();
 
  private:
   struct Note {

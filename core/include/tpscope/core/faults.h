@@ -38,9 +38,9 @@
 #include <vector>
 
 #include "tpscope/core/callsite.h"
-#include "tpscope/core/fault_spec.h"
-#include "tpscope/core/health_rules.h"
 #include "tpscope/probes/probes.h"
+#include "tpscope/rules/fault_spec.h"
+#include "tpscope/rules/health_rules.h"
 
 namespace tpscope::core {
 
@@ -58,10 +58,10 @@ class NonFiniteStop : public std::runtime_error {
 class FaultInjector {
  public:
   // `specs`: the faults of this rank only (others are ignored).
-  FaultInjector(std::vector<FaultSpec> specs, int rank);
+  FaultInjector(std::vector<rules::FaultSpec> specs, int rank);
 
-  const std::vector<FaultSpec>& specs() const { return specs_; }
-  bool has(FaultKind kind) const;
+  const std::vector<rules::FaultSpec>& specs() const { return specs_; }
+  bool has(rules::FaultKind kind) const;
   int step() const { return step_; }
 
   // Trainer: start of step `step` (slow, crash).
@@ -94,13 +94,13 @@ class FaultInjector {
   void corruptAllReduceResult(const Communicator& comm, const at::Tensor& result, probes::Phase phase);
 
  private:
-  std::vector<FaultSpec> specs_;
+  std::vector<rules::FaultSpec> specs_;
   std::vector<bool> fired_;
   int rank_;
   int step_ = 0;
   int microbatch_ = -1;
   bool slowInPasses_ = false;
-  bool inMicrobatch(const FaultSpec& s) const { return s.microbatch < 0 || s.microbatch == microbatch_; }
+  bool inMicrobatch(const rules::FaultSpec& s) const { return s.microbatch < 0 || s.microbatch == microbatch_; }
 };
 
 // The injector installed in this process, or null. One relaxed load.
@@ -131,8 +131,8 @@ class StepHooks {
   bool beforeUpdate(int64_t step, std::span<const probes::GradStat> grads, ActivationWatch* activations,
                     const at::Tensor& lossSum, int64_t microBatches, double gradNorm);
 
-  const HealthRules& rules() const { return rules_; }
-  HealthRules& rules() { return rules_; }
+  const rules::HealthRules& rules() const { return rules_; }
+  rules::HealthRules& rules() { return rules_; }
   // TPSCOPE_OUT is set: the ranks record (identical on every rank).
   bool recording() const { return recordingRequested_; }
 
@@ -140,7 +140,7 @@ class StepHooks {
   Mesh& mesh_;
   bool recordingRequested_;  // TPSCOPE_OUT is set: the ranks record (same on every rank)
   std::unique_ptr<FaultInjector> faults_;
-  HealthRules rules_;
+  rules::HealthRules rules_;
 };
 
 }  // namespace tpscope::core

@@ -39,8 +39,8 @@
 #include <string>
 #include <vector>
 
-#include "tpscope/core/config.h"
-#include "tpscope/core/replica_vote.h"
+#include "tpscope/rules/config.h"
+#include "tpscope/rules/replica_vote.h"
 
 namespace tpscope::core {
 
@@ -64,7 +64,7 @@ class ReplicaCheck {
  public:
   // `tensors`: the parameters in model order (identical names and order on every rank). `hooks`: the health options
   // and rules (policy `replica`, `replica.every`) and the fault injector (bitflip).
-  ReplicaCheck(const TrainConfig& config, Mesh& mesh, std::vector<ReplicaTensor> tensors, StepHooks& hooks);
+  ReplicaCheck(const rules::TrainConfig& config, Mesh& mesh, std::vector<ReplicaTensor> tensors, StepHooks& hooks);
   ~ReplicaCheck();
 
   // After the optimizer update of `step`, on every rank (a collective on check steps). Applies an injected
@@ -79,11 +79,11 @@ class ReplicaCheck {
   void check(int step);
   size_t paddedRowSize(size_t historySteps);
 
-  TrainConfig config_;
+  rules::TrainConfig config_;
   Mesh& mesh_;
   StepHooks& hooks_;
   std::vector<ReplicaTensor> tensors_;
-  FingerprintLayout layout_;          // this rank's pipeline stage (ranks counted from stageBase_)
+  rules::FingerprintLayout layout_;          // this rank's pipeline stage (ranks counted from stageBase_)
   int stageBase_ = 0, stageSize_ = 1;
   std::vector<int64_t> stageCounts_;  // PP > 1: per global rank, its history tensors and tensors (from the first check)
   bool enabled_ = false;

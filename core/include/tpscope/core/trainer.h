@@ -19,8 +19,8 @@
 #include <memory>
 #include <string>
 
-#include "tpscope/core/config.h"
 #include "tpscope/core/mesh.h"
+#include "tpscope/rules/config.h"
 
 namespace tpscope::core {
 
@@ -38,13 +38,13 @@ struct StepMetrics {
 };
 
 // The LR at `step` (1-based): linear warm-up over `warmup` steps, then cosine from lr down to min_lr at `steps`.
-double learningRate(const TrainConfig& c, int64_t step);
+double learningRate(const rules::TrainConfig& c, int64_t step);
 
 class Trainer {
  public:
   // Builds the model from the master initialisation, the optimizer and the data. Throws ConfigError for config
   // problems (including a missing corpus). `mesh` must outlive the trainer.
-  Trainer(const TrainConfig& config, Mesh& mesh);
+  Trainer(const rules::TrainConfig& config, Mesh& mesh);
   ~Trainer();
 
   StepMetrics trainStep(int64_t step);

@@ -1,6 +1,6 @@
 // Gradient and loss anomalies.
 //
-// Spikes: the one definition of probes/spike_baseline.h (shared with the live rules, core/rules/health_rules.h): the
+// Spikes: the one definition of probes/spike_baseline.h (shared with the live rules, rules/health_rules.h): the
 // window of a series at step t is its previous `window` usable values that were not spikes; gradient norms are tested
 // on its Norm scale (log10, against the window's Theil–Sen trend), the loss on its Level scale (the median); a spike
 // is ≥ ratioThreshold × the baseline with a robust z ≥ zThreshold, after minHistory values.

@@ -1,4 +1,4 @@
-#include "tpscope/core/health_rules.h"
+#include "tpscope/rules/health_rules.h"
 
 #include "tpscope/probes/alert_kinds.h"
 #include "tpscope/probes/nonfinite_order.h"
@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-namespace tpscope::core {
+namespace tpscope::rules {
 
 namespace alert_kinds = probes::alert_kinds;
 
@@ -387,4 +387,4 @@ StepAction HealthRules::agree(int step, StepAction agreed) {
   return out;
 }
 
-}  // namespace tpscope::core
+}  // namespace tpscope::rules

@@ -1,5 +1,5 @@
 // Fault specifications for `tpscope capture --inject` and `tpscope-train --inject` — the pure, LibTorch-free part
-// (target tpscope_fault_spec, linked by the CLI to validate specs before any rank starts, and by core to run them).
+// (target tpscope_rules, linked by the CLI to validate specs before any rank starts, and by core to run them).
 //
 // Grammar: KIND ':' KEY '=' VALUE (',' KEY '=' VALUE)*   — no spaces; keys in any order, each at most once.
 //   nan:rank=R,step=S[,layer=L][,phase=fwd|bwd]
@@ -34,7 +34,7 @@
 #include <string_view>
 #include <vector>
 
-namespace tpscope::core {
+namespace tpscope::rules {
 
 enum class FaultKind : uint8_t { Nan, Inf, Spike, Hang, Mismatch, Slow, Delay, Crash, Bitflip };
 enum class FaultPhase : uint8_t { Any, Forward, Backward };
@@ -73,4 +73,4 @@ std::string checkFaultSpec(const FaultSpec& spec, int worldSize, int layers = 0,
 
 bool operator==(const FaultSpec& a, const FaultSpec& b);
 
-}  // namespace tpscope::core
+}  // namespace tpscope::rules

@@ -46,7 +46,7 @@
 #include "tpscope/probes/probes.h"
 #include "tpscope/probes/spike_baseline.h"
 
-namespace tpscope::core {
+namespace tpscope::rules {
 
 enum class HealthPolicy : uint8_t { Off, Warn, SkipStep, Stop };
 std::string_view healthPolicyName(HealthPolicy policy);  // "off", "warn", "skip-step", "stop"
@@ -159,4 +159,4 @@ class HealthRules {
   int alerts_ = 0;
 };
 
-}  // namespace tpscope::core
+}  // namespace tpscope::rules

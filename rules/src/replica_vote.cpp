@@ -1,4 +1,4 @@
-#include "tpscope/core/replica_vote.h"
+#include "tpscope/rules/replica_vote.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -7,7 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-namespace tpscope::core {
+namespace tpscope::rules {
 
 ReplicaVote voteReplicas(std::span<const int64_t> values, std::span<const int> members) {
   ReplicaVote v;
@@ -148,4 +148,4 @@ std::string sdcEvidence(const FingerprintLayout& layout, const SdcIncident& inc,
   return ev.dump();
 }
 
-}  // namespace tpscope::core
+}  // namespace tpscope::rules

@@ -1,4 +1,4 @@
-#include "tpscope/core/pipeline_schedule.h"
+#include "tpscope/rules/pipeline_schedule.h"
 
 #include <fmt/format.h>
 
@@ -7,9 +7,9 @@
 #include <stdexcept>
 #include <tuple>
 
-#include "tpscope/core/config.h"
+#include "tpscope/rules/config.h"
 
-namespace tpscope::core {
+namespace tpscope::rules {
 
 PipelineSchedule parsePipelineSchedule(const std::string& name) {
   if (name == "gpipe") return PipelineSchedule::GPipe;
@@ -143,4 +143,4 @@ std::vector<std::vector<SimulatedOp>> simulatePipeline(const std::vector<std::ve
   return out;
 }
 
-}  // namespace tpscope::core
+}  // namespace tpscope::rules

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-namespace tpscope::core {
+namespace tpscope::rules {
 
 // The vote of the copies that must agree: `values[i]` is held by rank `members[i]`.
 struct ReplicaVote {
@@ -67,4 +67,4 @@ std::string describeSdcIncident(const FingerprintLayout& layout, const SdcIncide
 // check_step, tensors_disagreeing, fingerprints (hex, per member of the group), policy.
 std::string sdcEvidence(const FingerprintLayout& layout, const SdcIncident& incident, std::string_view policy);
 
-}  // namespace tpscope::core
+}  // namespace tpscope::rules

@@ -1,4 +1,4 @@
-#include "tpscope/core/config.h"
+#include "tpscope/rules/config.h"
 
 #include <fmt/format.h>
 
@@ -7,7 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-namespace tpscope::core {
+namespace tpscope::rules {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -204,4 +204,4 @@ std::string TrainConfig::toJson() const {
   return dumpText(j);
 }
 
-}  // namespace tpscope::core
+}  // namespace tpscope::rules

@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-namespace tpscope::core {
+namespace tpscope::rules {
 
 enum class PipelineSchedule { GPipe, OneFOneB, Interleaved };
 
@@ -63,4 +63,4 @@ std::vector<std::vector<SimulatedOp>> simulatePipeline(const std::vector<std::ve
                                                        const std::vector<double>& fwd,
                                                        const std::vector<double>& bwd);
 
-}  // namespace tpscope::core
+}  // namespace tpscope::rules

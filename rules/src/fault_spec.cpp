@@ -1,4 +1,4 @@
-#include "tpscope/core/fault_spec.h"
+#include "tpscope/rules/fault_spec.h"
 
 #include <fmt/format.h>
 
@@ -8,7 +8,7 @@
 #include <cmath>
 #include <map>
 
-namespace tpscope::core {
+namespace tpscope::rules {
 
 namespace {
 
@@ -228,4 +228,4 @@ bool operator==(const FaultSpec& a, const FaultSpec& b) {
          a.microbatch == b.microbatch;
 }
 
-}  // namespace tpscope::core
+}  // namespace tpscope::rules

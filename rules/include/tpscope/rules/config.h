@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace tpscope::core {
+namespace tpscope::rules {
 
 // A configuration problem the user can fix (bad key, bad value, a size that TP does not divide, missing corpus).
 // tpscope-train turns it into exit code 2.
@@ -63,4 +63,4 @@ struct TrainConfig {
   std::string toJson() const;
 };
 
-}  // namespace tpscope::core
+}  // namespace tpscope::rules
