@@ -13,7 +13,7 @@
 #include "capture/run_poller.h"
 #endif
 #include "command.h"
-#include "findings_text.h"
+#include "tpscope/report/findings_text.h"
 #include "tpscope/analysis/finding.h"
 
 namespace tpscope::cli {
@@ -132,7 +132,7 @@ void addAlerts(CLI::App& app, Context& ctx) {
     for (const auto& a : *alerts) {
       if (!shown(a)) continue;
       ++printed;
-      std::cout << alertText(a, hosts[a.rank]) << "\n";
+      std::cout << report::alertText(a, hosts[a.rank]) << "\n";
     }
     if (printed == 0) std::cout << "no alerts\n";
   });

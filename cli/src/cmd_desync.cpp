@@ -5,7 +5,7 @@
 #include "command.h"
 #include "text.h"
 #include "tpscope/analysis/desync.h"
-#include "tpscope/analysis/json_output.h"
+#include "tpscope/report/json_output.h"
 
 namespace tpscope::cli {
 namespace {
@@ -85,7 +85,7 @@ void addDesync(CLI::App& app, Context& ctx) {
       return;
     }
     if (args->json) {
-      std::cout << analysis::desyncToJson(*report, args->run.string());
+      std::cout << tpscope::report::desyncToJson(*report, args->run.string());
       return;
     }
     if (report->groups.empty()) std::cout << "no collectives recorded\n";

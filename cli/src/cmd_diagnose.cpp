@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "command.h"
-#include "findings_text.h"
+#include "tpscope/report/findings_text.h"
 #include "tpscope/analysis/diagnose.h"
-#include "tpscope/analysis/json_output.h"
+#include "tpscope/report/json_output.h"
 
 namespace tpscope::cli {
 namespace {
@@ -125,8 +125,8 @@ void addDiagnose(CLI::App& app, Context& ctx) {
     const auto result = analysis::diagnose(*reader);
     std::string name;
     for (const auto& r : args->runs) name += (name.empty() ? "" : " ") + r.string();
-    if (args->json) std::cout << analysis::diagnosisToJson(result, name);
-    else printDiagnosis(result, std::cout);
+    if (args->json) std::cout << report::diagnosisToJson(result, name);
+    else report::printDiagnosis(result, std::cout);
     if (!result.errors.empty()) {
       for (const auto& e : result.errors) printError("diagnose", e);
       ctx.exitCode = kExitBadInput;

@@ -4,7 +4,7 @@
 
 #include "command.h"
 #include "text.h"
-#include "tpscope/analysis/json_output.h"
+#include "tpscope/report/json_output.h"
 #include "tpscope/analysis/report.h"
 
 namespace tpscope::cli {
@@ -55,7 +55,7 @@ void addDiff(CLI::App& app, Context& ctx) {
     }
     const auto d = analysis::diffProfiles(profiles[0], profiles[1]);
     if (args->json) {
-      std::cout << analysis::diffToJson(d, args->a.string(), args->b.string());
+      std::cout << report::diffToJson(d, args->a.string(), args->b.string());
       return;
     }
     std::cout << "A: " << args->a.string() << " (" << d.ranksA << " ranks, " << d.stepsA << " steps)\n"

@@ -1,15 +1,15 @@
 // tpscope report RUN [--json] [--steps] [--html FILE]: time breakdown per rank (and step), collective table, TP model
 // check, stragglers, and (text) gradient norms by layer over the run; --html writes the self-contained HTML report
-// (analysis/html_report.h) instead.
+// (report/html_report.h) instead.
 #include <iostream>
 
 #include "command.h"
 #include "text.h"
 #include "tpscope/version.h"
 #include "tpscope/analysis/anomalies.h"
-#include "tpscope/analysis/html_report.h"
-#include "tpscope/analysis/json_output.h"
 #include "tpscope/analysis/report.h"
+#include "tpscope/report/html_report.h"
+#include "tpscope/report/json_output.h"
 
 namespace tpscope::cli {
 namespace {
@@ -173,19 +173,19 @@ struct ReportArgs {
 
 // --html FILE: a damaged run is bad input (exit 2), a file that cannot be written an output failure (exit 6).
 int writeHtml(tracedb::Reader& reader, const ReportArgs& args) {
-  analysis::HtmlReportOptions options;
+  report::HtmlReportOptions options;
   options.generator = "tpscope " TPSCOPE_VERSION;
-  auto report = analysis::renderHtmlReport(reader, options);
-  if (!report) {
-    printError("report", report.error());
+  auto page = report::renderHtmlReport(reader, options);
+  if (!page) {
+    printError("report", page.error());
     return kExitBadInput;
   }
-  if (auto s = analysis::writeHtmlFile(args.html, report->html); !s) {
+  if (auto s = report::writeHtmlFile(args.html, page->html); !s) {
     printError("report", s.message());
     return kExitOutput;
   }
-  std::cout << "wrote " << args.html.string() << " (" << bytes(static_cast<double>(report->stats.bytes)) << ", "
-            << report->stats.lanes << " timeline lanes, " << report->stats.windowSpans << " spans in the window)\n";
+  std::cout << "wrote " << args.html.string() << " (" << bytes(static_cast<double>(page->stats.bytes)) << ", "
+            << page->stats.lanes << " timeline lanes, " << page->stats.windowSpans << " spans in the window)\n";
   return kExitOk;
 }
 
@@ -218,7 +218,7 @@ void addReport(CLI::App& app, Context& ctx) {
       return;
     }
     if (args->json) {
-      std::cout << analysis::reportToJson(*report, args->run.string());
+      std::cout << tpscope::report::reportToJson(*report, args->run.string());
       return;
     }
     printText(*report, args->run.string(), args->steps, std::cout);

@@ -9,10 +9,12 @@
 
 #include "tpscope/analysis/chain.h"
 #include "tpscope/analysis/diagnose.h"
-#include "tpscope/analysis/json_output.h"
+#include "tpscope/report/json_output.h"
 
 namespace tpscope::analysis {
 namespace {
+
+using report::diagnosisToJson;
 
 Finding make(FindingKind kind, Severity sev, int rank, int step = -1) {
   Finding f;

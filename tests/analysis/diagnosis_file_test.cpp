@@ -11,13 +11,15 @@
 #include "test_file.h"
 #include "test_runs.h"
 #include "tpscope/analysis/diagnose.h"
-#include "tpscope/analysis/json_output.h"
+#include "tpscope/report/json_output.h"
 #include "tpscope/analysis/summary.h"
 #include "tpscope/tracedb/merge.h"
 #include "tpscope/tracedb/query.h"
 
 namespace tpscope::analysis {
 namespace {
+
+using report::diagnosisToJson;
 
 using testing::RunSpec;
 

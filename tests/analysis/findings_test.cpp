@@ -4,11 +4,14 @@
 #include <nlohmann/json.hpp>
 
 #include "tpscope/analysis/finding.h"
-#include "tpscope/analysis/json_output.h"
+#include "tpscope/report/json_output.h"
 #include "tpscope/analysis/run_info.h"
 
 namespace tpscope::analysis {
 namespace {
+
+using report::diagnosisToJson;
+using report::kDiagnosisJsonVersion;
 
 TEST(Findings, NamesRoundTrip) {
   for (size_t k = 0; k < kFindingKindCount; ++k) {

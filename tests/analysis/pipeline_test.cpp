@@ -5,12 +5,14 @@
 #include <nlohmann/json.hpp>
 
 #include "test_file.h"
-#include "tpscope/analysis/json_output.h"
+#include "tpscope/report/json_output.h"
 #include "tpscope/analysis/pipeline.h"
 #include "tpscope/analysis/report.h"
 
 namespace tpscope::analysis {
 namespace {
+
+using report::reportToJson;
 
 using testing::newWriter;
 using testing::openReader;

@@ -15,13 +15,17 @@
 #include "test_runs.h"
 #include "tpscope/analysis/desync.h"
 #include "tpscope/analysis/diagnose.h"
-#include "tpscope/analysis/json_output.h"
+#include "tpscope/report/json_output.h"
 #include "tpscope/analysis/nonfinite.h"
 #include "tpscope/analysis/report.h"
 #include "tpscope/tracedb/query.h"
 
 namespace tpscope::analysis {
 namespace {
+
+using report::desyncToJson;
+using report::diagnosisToJson;
+using report::reportToJson;
 
 using testing::RunSpec;
 

@@ -11,12 +11,15 @@
 #include "test_file.h"
 #include "test_runs.h"
 #include "tpscope/analysis/diagnose.h"
-#include "tpscope/analysis/json_output.h"
+#include "tpscope/report/json_output.h"
 #include "tpscope/analysis/report.h"
 #include "tpscope/analysis/summary.h"
 
 namespace tpscope::analysis {
 namespace {
+
+using report::diagnosisToJson;
+using report::reportToJson;
 
 std::unique_ptr<tracedb::Reader> openRun(const std::filesystem::path& p) {
   auto r = tracedb::Reader::open(p);

@@ -15,7 +15,7 @@
 
 #include "test_support.h"
 #include "tpscope/analysis/breakdown.h"
-#include "tpscope/analysis/json_output.h"
+#include "tpscope/report/json_output.h"
 #include "tpscope/analysis/report.h"
 #include "tpscope/formats/kineto_import.h"
 #include "tpscope/formats/nsys_import.h"
@@ -426,7 +426,7 @@ TEST(NsysImport, ReportJsonCarriesTheKernels) {
   ASSERT_TRUE(reader);
   auto report = analysis::buildReport(*reader);
   ASSERT_TRUE(report) << report.error();
-  const auto j = nlohmann::json::parse(analysis::reportToJson(*report, "run.db"));
+  const auto j = nlohmann::json::parse(report::reportToJson(*report, "run.db"));
   ASSERT_TRUE(j.contains("kernels"));
   // 3 steps × (gemm 30 us + relu 10 us + NCCL 30 us).
   EXPECT_EQ(j["kernels"]["count"], 9);
@@ -605,7 +605,7 @@ TEST(ReportKernels, SharedKinetoTrace) {
   ASSERT_TRUE(reader);
   auto report = analysis::buildReport(*reader);
   ASSERT_TRUE(report) << report.error();
-  const auto j = nlohmann::json::parse(analysis::reportToJson(*report, "run.db"));
+  const auto j = nlohmann::json::parse(report::reportToJson(*report, "run.db"));
   ASSERT_TRUE(j.contains("kernels"));
 
   std::map<std::string, std::pair<int64_t, long double>> byName;  // name -> count, µs

@@ -28,7 +28,7 @@
 //  5. Writes the launcher's view of each rank's end into the rank file (ranks.exit_reason, only where the launcher
 //     knows more than the rank: it crashed, was stopped, or never said) — so a later `tpscope merge` keeps it —
 //     merges DIR/rank-*.db into DIR/run.db, adds meta capture_* keys, runs the diagnosis and prints it; with `html`
-//     it also writes the HTML report of run.db (analysis/html_report.h); failing that makes a successful capture
+//     it also writes the HTML report of run.db (report/html_report.h); failing that makes a successful capture
 //     exit 1.
 //  Several nodes: a stop on any node (watchdog, a failed rank, Ctrl-C) is posted on the control channel and every
 //  node stops its ranks with the same exit status; node 0 keeps the channel up until every node's ranks have ended.

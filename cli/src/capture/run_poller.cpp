@@ -7,7 +7,7 @@
 #include <system_error>
 #include <tuple>
 
-#include "findings_text.h"
+#include "tpscope/report/findings_text.h"
 #include "tpscope/analysis/live_stall.h"
 #include "tpscope/tracedb/reader.h"
 
@@ -189,6 +189,6 @@ void RunPoller::liveState(const std::vector<bool>& exited, std::vector<analysis:
   }
 }
 
-std::string liveAlertText(const LiveAlert& a) { return alertText(a.row, a.host); }
+std::string liveAlertText(const LiveAlert& a) { return report::alertText(a.row, a.host); }
 
 }  // namespace tpscope::cli::capture

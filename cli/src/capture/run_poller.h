@@ -113,7 +113,7 @@ class RunPoller {
   std::vector<std::unique_ptr<tracedb::Reader>> readers_;
 };
 
-// One live alert as capture and watch print it (findings_text.h's layout).
+// One live alert as capture and watch print it (report/findings_text.h's layout).
 std::string liveAlertText(const LiveAlert& a);
 
 }  // namespace tpscope::cli::capture

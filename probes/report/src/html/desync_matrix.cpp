@@ -7,7 +7,7 @@
 #include "html/palette.h"
 #include "html/sections.h"
 
-namespace tpscope::analysis::html {
+namespace tpscope::report::html {
 
 namespace {
 
@@ -78,4 +78,4 @@ std::string desyncSection(const DesyncReport& d, const std::vector<Finding>& fin
   return out + "</section>";
 }
 
-}  // namespace tpscope::analysis::html
+}  // namespace tpscope::report::html

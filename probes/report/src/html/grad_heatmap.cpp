@@ -13,7 +13,7 @@
 #include "html/svg.h"
 #include "tpscope/analysis/units_text.h"
 
-namespace tpscope::analysis::html {
+namespace tpscope::report::html {
 
 namespace {
 
@@ -168,4 +168,4 @@ std::string gradHealthSection(const std::vector<tracedb::GradStatRow>& rows) {
   return out + "</section>";
 }
 
-}  // namespace tpscope::analysis::html
+}  // namespace tpscope::report::html

@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace tpscope::analysis::html {
+namespace tpscope::report::html {
 
 void appendEscaped(std::string& out, std::string_view text) {
   for (char c : text) {
@@ -62,4 +62,4 @@ std::string sectionStart(std::string_view id, std::string_view title) {
   return out + "</h2>";
 }
 
-}  // namespace tpscope::analysis::html
+}  // namespace tpscope::report::html

@@ -2,7 +2,7 @@
 
 #include "html/html_text.h"
 
-namespace tpscope::analysis::html {
+namespace tpscope::report::html {
 
 Svg::Svg(double width, double height, std::string_view cssClass, std::string_view label)
     : width_(width), height_(height) {
@@ -57,4 +57,4 @@ void Svg::text(double x, double y, std::string_view text, std::string_view ancho
 
 std::string Svg::str() const { return open_ + body_ + "</svg>"; }
 
-}  // namespace tpscope::analysis::html
+}  // namespace tpscope::report::html

@@ -4,7 +4,7 @@
 
 #include <string_view>
 
-namespace tpscope::analysis::html {
+namespace tpscope::report::html {
 
 extern const std::string_view kStyle;
 // Draws the timeline overview from #tl-data into #tl-svg (format in timeline_section.cpp) and handles zoom, pan and
@@ -12,4 +12,4 @@ extern const std::string_view kStyle;
 // body[data-timeline-rects] = rectangles drawn; an uncaught error is also written into #js-errors.
 extern const std::string_view kScript;
 
-}  // namespace tpscope::analysis::html
+}  // namespace tpscope::report::html

@@ -1,6 +1,6 @@
 #include "html/page_assets.h"
 
-namespace tpscope::analysis::html {
+namespace tpscope::report::html {
 
 const std::string_view kStyle = R"CSS(
 :root{color-scheme:light}
@@ -256,4 +256,4 @@ const std::string_view kScript = R"JS(
 })();
 )JS";
 
-}  // namespace tpscope::analysis::html
+}  // namespace tpscope::report::html

@@ -19,7 +19,7 @@
 #include "tpscope/analysis/finding.h"
 #include "tpscope/tracedb/records.h"
 
-namespace tpscope::cli {
+namespace tpscope::report {
 
 // "CRITICAL", "ERROR", "WARNING", "INFO"; any other stored name upper-cased as it is.
 std::string severityLabel(std::string_view severityName);
@@ -44,4 +44,4 @@ void printDiagnosis(const analysis::DiagnoseResult& r, std::ostream& out);
 // "ALERT SEVERITY kind  where", the message, and the evidence unless empty.
 std::string alertText(const tracedb::AlertRow& a, std::string_view host);
 
-}  // namespace tpscope::cli
+}  // namespace tpscope::report

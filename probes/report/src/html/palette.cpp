@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
-namespace tpscope::analysis::html::palette {
+namespace tpscope::report::html::palette {
 
 namespace {
 
@@ -82,4 +82,4 @@ std::string heat(double t) {
   return buf;
 }
 
-}  // namespace tpscope::analysis::html::palette
+}  // namespace tpscope::report::html::palette

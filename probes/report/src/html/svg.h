@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-namespace tpscope::analysis::html {
+namespace tpscope::report::html {
 
 class Svg {
  public:
@@ -29,4 +29,4 @@ class Svg {
   std::string body_;
 };
 
-}  // namespace tpscope::analysis::html
+}  // namespace tpscope::report::html

@@ -8,7 +8,7 @@
 #include "html/sections.h"
 #include "tpscope/analysis/units_text.h"
 
-namespace tpscope::analysis::html {
+namespace tpscope::report::html {
 
 namespace {
 
@@ -138,4 +138,4 @@ std::string findingsSection(const DiagnoseResult& d, const RunInfo& info) {
   return out + "</section>";
 }
 
-}  // namespace tpscope::analysis::html
+}  // namespace tpscope::report::html

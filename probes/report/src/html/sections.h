@@ -13,7 +13,9 @@
 #include "tpscope/analysis/run_info.h"
 #include "tpscope/tracedb/records.h"
 
-namespace tpscope::analysis::html {
+namespace tpscope::report::html {
+
+using namespace tpscope::analysis;  // the findings and tables the page draws
 
 struct TimelineOverview;
 
@@ -28,4 +30,4 @@ std::string communicationSection(const CollectiveAnalysis& collectives, const Ti
 std::string desyncSection(const DesyncReport& desync, const std::vector<Finding>& findings);  // desync_matrix.cpp
 std::string timelineSection(const TimelineOverview& overview);                                // timeline_section.cpp
 
-}  // namespace tpscope::analysis::html
+}  // namespace tpscope::report::html

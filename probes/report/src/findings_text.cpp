@@ -1,4 +1,4 @@
-#include "findings_text.h"
+#include "tpscope/report/findings_text.h"
 
 #include <algorithm>
 #include <cctype>
@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-namespace tpscope::cli {
+namespace tpscope::report {
 namespace {
 
 constexpr size_t kSeverityColumn = 9;  // "CRITICAL "
@@ -103,4 +103,4 @@ std::string alertText(const tracedb::AlertRow& a, std::string_view host) {
   return out;
 }
 
-}  // namespace tpscope::cli
+}  // namespace tpscope::report

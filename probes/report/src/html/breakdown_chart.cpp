@@ -6,7 +6,7 @@
 #include "html/svg.h"
 #include "tpscope/analysis/units_text.h"
 
-namespace tpscope::analysis::html {
+namespace tpscope::report::html {
 
 namespace {
 
@@ -71,4 +71,4 @@ std::string breakdownSection(const Breakdown& b) {
   return out + "</section>";
 }
 
-}  // namespace tpscope::analysis::html
+}  // namespace tpscope::report::html

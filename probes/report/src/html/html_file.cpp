@@ -6,9 +6,9 @@
 #include <cstring>
 #include <system_error>
 
-#include "tpscope/analysis/html_report.h"
+#include "tpscope/report/html_report.h"
 
-namespace tpscope::analysis {
+namespace tpscope::report {
 
 tracedb::Status writeHtmlFile(const std::filesystem::path& output, const std::string& html) {
   namespace fs = std::filesystem;
@@ -31,4 +31,4 @@ tracedb::Status writeHtmlFile(const std::filesystem::path& output, const std::st
   return tracedb::Status::ok();
 }
 
-}  // namespace tpscope::analysis
+}  // namespace tpscope::report

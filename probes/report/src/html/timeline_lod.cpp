@@ -10,7 +10,7 @@
 
 #include "html/palette.h"
 
-namespace tpscope::analysis::html {
+namespace tpscope::report::html {
 
 namespace {
 
@@ -235,4 +235,4 @@ tracedb::Result<TimelineOverview> buildTimelineOverview(tracedb::Reader& reader,
   return o;
 }
 
-}  // namespace tpscope::analysis::html
+}  // namespace tpscope::report::html

@@ -9,7 +9,7 @@
 #include "html/svg.h"
 #include "tpscope/analysis/units_text.h"
 
-namespace tpscope::analysis::html {
+namespace tpscope::report::html {
 
 namespace {
 
@@ -81,4 +81,4 @@ std::string communicationSection(const CollectiveAnalysis& c, const TimeShares& 
   return out + "</section>";
 }
 
-}  // namespace tpscope::analysis::html
+}  // namespace tpscope::report::html

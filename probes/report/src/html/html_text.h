@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace tpscope::analysis::html {
+namespace tpscope::report::html {
 
 std::string escapeHtml(std::string_view text);
 void appendEscaped(std::string& out, std::string_view text);
@@ -19,4 +19,4 @@ std::string scriptJsonString(std::string_view text);
 // A number for SVG coordinates: at most one decimal, no exponent, "-0" avoided.
 std::string coord(double v);
 
-}  // namespace tpscope::analysis::html
+}  // namespace tpscope::report::html

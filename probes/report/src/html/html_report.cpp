@@ -1,5 +1,5 @@
 // renderHtmlReport: runs the analyses the viewer's first screen shows and assembles the page (html_report.h).
-#include "tpscope/analysis/html_report.h"
+#include "tpscope/report/html_report.h"
 
 #include "html/html_text.h"
 #include "html/page_assets.h"
@@ -10,7 +10,9 @@
 #include "tpscope/analysis/diagnose.h"
 #include "tpscope/analysis/report.h"
 
-namespace tpscope::analysis {
+namespace tpscope::report {
+
+using namespace tpscope::analysis;
 
 namespace {
 
@@ -94,4 +96,4 @@ tracedb::Result<HtmlReport> renderHtmlReport(tracedb::Reader& reader, const Html
   return out;
 }
 
-}  // namespace tpscope::analysis
+}  // namespace tpscope::report

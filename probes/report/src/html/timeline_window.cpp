@@ -4,7 +4,7 @@
 
 #include "html/timeline_lod.h"
 
-namespace tpscope::analysis::html {
+namespace tpscope::report::html {
 
 TimelineWindow chooseTimelineWindow(const Breakdown& breakdown, const std::vector<Finding>& findings,
                                     const RunInfo& info, int steps) {
@@ -45,4 +45,4 @@ TimelineWindow chooseTimelineWindow(const Breakdown& breakdown, const std::vecto
   return w;
 }
 
-}  // namespace tpscope::analysis::html
+}  // namespace tpscope::report::html

@@ -20,12 +20,14 @@
 #include "tpscope/analysis/breakdown.h"
 #include "tpscope/analysis/desync.h"
 #include "tpscope/analysis/finding.h"
-#include "tpscope/analysis/html_report.h"
+#include "tpscope/report/html_report.h"
 #include "tpscope/analysis/run_info.h"
 #include "tpscope/tracedb/reader.h"
 #include "tpscope/tracedb/status.h"
 
-namespace tpscope::analysis::html {
+namespace tpscope::report::html {
+
+using namespace tpscope::analysis;  // the findings and tables the page draws
 
 struct TimelineWindow {
   int64_t beginNs = 0, endNs = 0;
@@ -73,4 +75,4 @@ tracedb::Result<TimelineOverview> buildTimelineOverview(tracedb::Reader& reader,
                                                         const RunInfo& info, const Breakdown& breakdown,
                                                         const DesyncReport& desync, const TimelineOptions& options);
 
-}  // namespace tpscope::analysis::html
+}  // namespace tpscope::report::html

@@ -1,4 +1,4 @@
-// The HTML report (analysis/html_report.h) rendered from the fixture runs: self-contained (nothing fetched from the
+// The HTML report (report/html_report.h) rendered from the fixture runs: self-contained (nothing fetched from the
 // network, no external script), every section present, the finding's rank and step in the text, names from the trace
 // escaped, the size bound for a demo-sized run, the timeline's level-of-detail budget on a denser run, and the
 // complete-or-absent output file. The real-browser checks are in tests/cli/html_browser_test.cpp.
@@ -11,9 +11,9 @@
 #include "hostile_names.h"
 #include "test_file.h"
 #include "test_runs.h"
-#include "tpscope/analysis/html_report.h"
+#include "tpscope/report/html_report.h"
 
-namespace tpscope::analysis {
+namespace tpscope::report {
 namespace {
 
 namespace fs = std::filesystem;
@@ -182,4 +182,4 @@ TEST(HtmlReport, OutputIsCompleteOrAbsent) {
 }
 
 }  // namespace
-}  // namespace tpscope::analysis
+}  // namespace tpscope::report

@@ -1,4 +1,4 @@
-#include "tpscope/analysis/json_output.h"
+#include "tpscope/report/json_output.h"
 
 #include <nlohmann/json.hpp>
 
@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <cstdlib>
 
-namespace tpscope::analysis {
+namespace tpscope::report {
+
+using namespace tpscope::analysis;
 
 namespace {
 
@@ -309,4 +311,4 @@ std::string diffToJson(const RunDiff& diff, const std::string& fileA, const std:
   return j.dump(indent) + "\n";
 }
 
-}  // namespace tpscope::analysis
+}  // namespace tpscope::report

@@ -23,7 +23,7 @@
 #include "tpscope/tracedb/reader.h"
 #include "tpscope/tracedb/status.h"
 
-namespace tpscope::analysis {
+namespace tpscope::report {
 
 struct TimelineOptions {
   int steps = 3;                  // steps in the overview: the first finding's step and its neighbours, else the last
@@ -63,4 +63,4 @@ tracedb::Result<HtmlReport> renderHtmlReport(tracedb::Reader& reader, const Html
 // Errors name `output` and say what failed.
 tracedb::Status writeHtmlFile(const std::filesystem::path& output, const std::string& html);
 
-}  // namespace tpscope::analysis
+}  // namespace tpscope::report

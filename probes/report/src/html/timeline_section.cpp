@@ -14,7 +14,7 @@
 #include "html/timeline_lod.h"
 #include "tpscope/analysis/units_text.h"
 
-namespace tpscope::analysis::html {
+namespace tpscope::report::html {
 
 namespace {
 
@@ -122,4 +122,4 @@ std::string timelineSection(const TimelineOverview& o) {
   return out + "</section>";
 }
 
-}  // namespace tpscope::analysis::html
+}  // namespace tpscope::report::html

@@ -10,7 +10,9 @@
 #include "tpscope/analysis/finding.h"
 #include "tpscope/tracedb/records.h"
 
-namespace tpscope::analysis::html::palette {
+namespace tpscope::report::html::palette {
+
+using namespace tpscope::analysis;  // the findings and tables the page draws
 
 // The timeline's colour table: tracedb::kSpanKindCount kinds, then one per collective op (kOps order).
 inline constexpr std::array<std::string_view, 6> kOps = {"all_reduce", "all_gather", "reduce_scatter",
@@ -37,4 +39,4 @@ inline constexpr std::string_view kExposedComm = "#ea4335";
 inline constexpr std::string_view kOther = "#8e6ec8";
 inline constexpr std::string_view kIdle = "#c8c8d0";
 
-}  // namespace tpscope::analysis::html::palette
+}  // namespace tpscope::report::html::palette
