@@ -432,6 +432,7 @@ void writeVariedRanks(const std::filesystem::path& dir) {
   ASSERT_TRUE(wr.close());
 }
 
+// The output does not depend on the number of reader threads.
 TEST(MergeInParallel, WritesWhatMergeWrites) {
   TempDir dir;
   writeVariedRanks(dir / "in");
@@ -439,14 +440,14 @@ TEST(MergeInParallel, WritesWhatMergeWrites) {
   ASSERT_EQ(files.size(), 3u);
   for (MergeSpans spans : {MergeSpans::All, MergeSpans::Ends}) {
     const auto reference = dir / "merge.db";
-    ASSERT_TRUE(merge(files, reference, {spans}).isOk());
+    ASSERT_TRUE(merge(files, reference, {spans, true, 1}).isOk());
     const auto expected = dumpTables(reference);
     ASSERT_EQ(expected.at("spans").size(), spans == MergeSpans::All ? 2u * 406 + 4 : 2u * (kEndSpans + 1) + 4);
     for (int readers : {1, 2, 5}) {
       SCOPED_TRACE(std::to_string(readers) + " reader(s), " + (spans == MergeSpans::All ? "all spans" : "end spans"));
       const auto out = dir / ("parallel-" + std::to_string(readers) + ".db");
       std::vector<int> seen(files.size(), 0);
-      auto stats = mergeInParallel(files, out, {spans}, readers, [&](size_t i, Reader& r, const FileClock& clock) {
+      auto stats = merge(files, out, {spans, true, readers}, [&](size_t i, Reader& r, const FileClock& clock) {
         EXPECT_EQ(r.path(), files[i]);
         const std::vector<int64_t> shifts = {2'000, 0, 1'000};  // the run's epoch is rank-1.db's
         EXPECT_EQ(clock.epochShiftNs, shifts[i]);
@@ -467,7 +468,7 @@ TEST(MergeInParallel, QueryIndexesAreCreatedByName) {
   TempDir dir;
   writeVariedRanks(dir / "in");
   const auto files = rankFiles(dir / "in");
-  ASSERT_TRUE(mergeInParallel(files, dir / "bare.db", {MergeSpans::Ends, /*indexes=*/false}, 2).isOk());
+  ASSERT_TRUE(merge(files, dir / "bare.db", {MergeSpans::Ends, /*indexes=*/false, 2}).isOk());
   auto indexes = [&](const std::filesystem::path& file) {
     std::set<std::string> out;
     for (const std::string& row : dumpNames(file)) out.insert(row);
@@ -477,7 +478,7 @@ TEST(MergeInParallel, QueryIndexesAreCreatedByName) {
   const std::vector<std::string_view> some = {query_indexes::kSpansStep, query_indexes::kAlertsTs};
   ASSERT_TRUE(createQueryIndexes(dir / "bare.db", some, 2));
   EXPECT_EQ(indexes(dir / "bare.db"), (std::set<std::string>{"alerts_ts", "spans_step"}));
-  ASSERT_TRUE(mergeInParallel(files, dir / "full.db", {MergeSpans::Ends}, 2).isOk());
+  ASSERT_TRUE(merge(files, dir / "full.db", {MergeSpans::Ends, true, 2}).isOk());
   EXPECT_EQ(indexes(dir / "full.db"), (std::set<std::string>{"spans_rank_begin", "spans_step", "collectives_group_seq",
                                                             "grad_stats_step", "counters_name", "alerts_ts"}));
   EXPECT_EQ(dumpTables(dir / "bare.db"), dumpTables(dir / "full.db")) << "indexes change no row";
@@ -488,7 +489,7 @@ TEST(MergeInParallel, AFailingInputStopsItAndLeavesNothing) {
   writeVariedRanks(dir / "in");
   const auto files = rankFiles(dir / "in");
   for (int readers : {1, 3}) {
-    auto stats = mergeInParallel(files, dir / "run.db", {}, readers, [&](size_t i, Reader& r, const FileClock&) {
+    auto stats = merge(files, dir / "run.db", {MergeSpans::All, true, readers}, [&](size_t i, Reader& r, const FileClock&) {
       return i == 1 ? Status::error(r.path().string() + ": cannot summarise it") : Status::ok();
     });
     ASSERT_FALSE(stats.isOk());
@@ -496,14 +497,14 @@ TEST(MergeInParallel, AFailingInputStopsItAndLeavesNothing) {
     for (const auto& e : std::filesystem::directory_iterator(dir.path()))
       EXPECT_EQ(e.path().filename().string().find("run.db"), std::string::npos) << e.path();
   }
-  // The refusals are merge()'s.
+  // The refusals, on several readers.
   writeRank(dir / "dup.db", 0, 100, 0);
   std::vector<std::filesystem::path> dup = files;
   dup.push_back(dir / "dup.db");
-  auto refused = mergeInParallel(dup, dir / "run.db", {}, 2);
+  auto refused = merge(dup, dir / "run.db", {MergeSpans::All, true, 2});
   ASSERT_FALSE(refused.isOk());
   EXPECT_NE(refused.error().find("rank 0"), std::string::npos) << refused.error();
-  EXPECT_FALSE(mergeInParallel({}, dir / "run.db", {}, 2).isOk());
+  EXPECT_FALSE(merge({}, dir / "run.db", {MergeSpans::All, true, 2}).isOk());
 }
 
 }  // namespace

@@ -34,9 +34,9 @@
 #include "tpscope/analysis/summary.h"
 #include "tpscope/report/findings_text.h"
 #include "tpscope/report/html_report.h"
-#include "tpscope/core/fault_spec.h"
-#include "tpscope/core/health_rules.h"
 #include "tpscope/probes/tcp_store.h"
+#include "tpscope/rules/fault_spec.h"
+#include "tpscope/rules/health_rules.h"
 #include "tpscope/tracedb/merge.h"
 #include "tpscope/tracedb/rank_file.h"
 #include "tpscope/tracedb/reader.h"
@@ -364,7 +364,7 @@ class CaptureSession {
   bool defaultProgram_ = false;
   std::vector<std::string> argv_;
   std::optional<int> layers_, totalSteps_;
-  std::vector<core::FaultSpec> faults_;
+  std::vector<rules::FaultSpec> faults_;
   std::string healthText_;
   std::map<std::string, std::string> programEnv_;  // a Python program: PYTHONPATH with the tpscope package
   std::string pythonNote_;
@@ -496,21 +496,21 @@ std::optional<int> CaptureSession::resolveCommand() {
 std::optional<int> CaptureSession::parseFaultsAndHealth() {
   for (const auto& text : o_.inject) {
     std::string error;
-    auto spec = core::parseFaultSpec(text, &error);
+    auto spec = rules::parseFaultSpec(text, &error);
     if (!spec) return bad(error);
-    if (std::string why = core::checkFaultSpec(*spec, world_, layers_.value_or(0), o_.pp); !why.empty())
+    if (std::string why = rules::checkFaultSpec(*spec, world_, layers_.value_or(0), o_.pp); !why.empty())
       return bad(why);
     faults_.push_back(*spec);
   }
   if (!o_.onNonfinite.empty()) {
-    if (!core::parseHealthPolicy(o_.onNonfinite))
+    if (!rules::parseHealthPolicy(o_.onNonfinite))
       return bad(fmt::format("--on-nonfinite {}: expected warn, skip-step or stop", o_.onNonfinite));
     healthText_ = "nonfinite=" + o_.onNonfinite;
   }
   if (!o_.health.empty()) healthText_ += (healthText_.empty() ? "" : ",") + o_.health;
   if (!healthText_.empty()) {
     std::string error;
-    if (!core::parseHealthOptions(healthText_, &error)) return bad(error);
+    if (!rules::parseHealthOptions(healthText_, &error)) return bad(error);
   }
   return std::nullopt;
 }
@@ -596,7 +596,7 @@ std::optional<int> CaptureSession::startStoreAndAnnounce() {
   else
     fmt::print(out_, "capture: {} ranks (tp {} x dp {}{}) → {}\n  {}\n", o_.nproc, tp_, dp_, pp, dir_.string(),
                command_);
-  if (!faults_.empty()) fmt::print(out_, "  inject: {}\n", core::formatFaultList(faults_));
+  if (!faults_.empty()) fmt::print(out_, "  inject: {}\n", rules::formatFaultList(faults_));
   if (!healthText_.empty()) fmt::print(out_, "  health: {}\n", healthText_);
   if (!pythonNote_.empty()) fmt::print(out_, "  python: {}\n", pythonNote_);
   std::fflush(out_);
@@ -691,7 +691,7 @@ std::optional<int> CaptureSession::spawn() {
         {"TPSCOPE_RUN_ID", runId_},
         {"TPSCOPE_EPOCH_NS", std::to_string(epochNs_)},
         {"TPSCOPE_CLOCK_STORE", storeAddr_},
-        {"TPSCOPE_INJECT", core::formatFaultList(faults_)},
+        {"TPSCOPE_INJECT", rules::formatFaultList(faults_)},
         {"TPSCOPE_HEALTH", healthText_},
         {"TPSCOPE_TP", std::to_string(tp_)},
         {"TPSCOPE_DP", std::to_string(dp_)},
@@ -1045,7 +1045,7 @@ std::vector<std::pair<std::string, std::string>> CaptureSession::recordRankExits
       {"capture_outcome", outcomeText_},
       {"capture_exit_status", std::to_string(code_)},
       {"capture_command", command_},
-      {"capture_inject", core::formatFaultList(faults_)},
+      {"capture_inject", rules::formatFaultList(faults_)},
       {"capture_health", healthText_},
       {"capture_hang_timeout_s", fmt::format("{:g}", o_.hangTimeoutS)},
   };

@@ -1,5 +1,5 @@
 // writeDiagnosisFile (diagnose.h): the records of the rank files merged with each rank's end spans only
-// (tracedb::mergeInParallel, MergeSpans::Ends), and the summaries computed per rank file by the worker that reads it,
+// (tracedb::merge, MergeSpans::Ends), and the summaries computed per rank file by the worker that reads it,
 // through the same connection. Each file is opened twice (once for its epoch, once to read it) and its rows copied
 // once, by one writer that prepares its statements once.
 #include <algorithm>
@@ -72,8 +72,8 @@ tracedb::Status writeDiagnosisFile(std::span<const std::filesystem::path> rankFi
       pointToPoint = true;
     return tracedb::Status::ok();
   };
-  auto merged = tracedb::mergeInParallel(rankFiles, output, {tracedb::MergeSpans::Ends, /*indexes=*/false},
-                                         static_cast<int>(readers), summarise);
+  auto merged = tracedb::merge(rankFiles, output,
+                               {tracedb::MergeSpans::Ends, /*indexes=*/false, static_cast<int>(readers)}, summarise);
   if (!merged) return merged.status();
   // The query indexes diagnose uses. The (group, seq) index of the collectives serves only the lookups of pipeline
   // messages (desync of a p2p group, the pipeline report), and no query of diagnose reads grad_stats by step (the

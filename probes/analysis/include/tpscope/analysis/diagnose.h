@@ -87,7 +87,7 @@ DiagnoseResult diagnose(tracedb::Reader& reader, const DiagnoseOptions& options 
 // needs no merged run file: every record diagnose reads, but of the spans only each rank's first and newest
 // (tracedb::MergeSpans::Ends), and the summaries that stand for the others (summary.h). Worker threads read the rank
 // files, each file's summaries computed by the worker that reads it, while the calling thread writes the records
-// (tracedb::mergeInParallel). diagnose() on it finds what it finds on the run file `tpscope merge` writes of the
+// (tracedb::merge). diagnose() on it finds what it finds on the run file `tpscope merge` writes of the
 // same files.
 inline constexpr size_t kMaxDiagnosisReaders = 16;
 struct DiagnosisFileOptions {

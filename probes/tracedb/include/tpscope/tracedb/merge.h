@@ -37,20 +37,19 @@ inline constexpr int kEndSpans = 256;
 struct MergeOptions {
   MergeSpans spans = MergeSpans::All;
   bool indexes = true;  // false: without the query indexes (a part of a larger merge that creates them)
+  int readers = 0;      // threads reading the inputs while the calling thread writes; 0: one per core, at most
+                        // kMaxMergeReaders. Each holds at most 4 inputs in memory ahead of the writer.
 };
+inline constexpr int kMaxMergeReaders = 16;
 
-Result<MergeStats> merge(std::span<const std::filesystem::path> inputs, const std::filesystem::path& output,
-                         const MergeOptions& options = {});
-
-// merge() with the inputs read by `readers` worker threads while the calling thread writes: the same output, row for
-// row, for a fraction of merge()'s time over thousands of rank files (merge() attaches each input to one connection
-// and parses its copy statements again per input; here each input is opened by the worker that reads it, and the
-// writer's statements are prepared once). At most 4 inputs per worker are held in memory ahead of the writer.
-// `each`, when given, runs on the worker with each input open and its clock on the run's time base, before its
+// `each`, when given, runs on a reader thread with each input open and its clock on the run's time base, before its
 // records are read (the diagnosis file's summaries: analysis/diagnose.h); an error it returns fails the merge.
 using EachInput = std::function<Status(size_t index, Reader& reader, const FileClock& clock)>;
-Result<MergeStats> mergeInParallel(std::span<const std::filesystem::path> inputs, const std::filesystem::path& output,
-                                   const MergeOptions& options, int readers, const EachInput& each = {});
+
+// The one merge: each input opened and read by a reader thread, the records written in input order by the calling
+// thread through statements prepared once (merge_inputs.cpp). The output does not depend on `readers`.
+Result<MergeStats> merge(std::span<const std::filesystem::path> inputs, const std::filesystem::path& output,
+                         const MergeOptions& options = {}, const EachInput& each = {});
 
 // The query indexes a merged file gets (indexes.sql), by name.
 namespace query_indexes {

@@ -1,12 +1,11 @@
-// mergeInParallel (merge.h): the records merge() copies with SQL, read by worker threads and inserted by one writer.
+// The copy of a merge's inputs (merge.h, merge_internal.h): worker threads read the inputs, the calling thread writes.
 //
-// merge() attaches each input to the output's connection and copies it with INSERT ... SELECT. Per input that costs
-// an ATTACH (the input's schema parsed) and the copy statements parsed and prepared again: at thousands of rank files
-// that overhead is a third of the merge, and one connection cannot be shared by threads. Here each worker opens its
-// inputs with their own Reader, reads every row into memory (times moved to the run's base, string ids turned into
-// indexes of the input's own strings), and hands the input's records to the writer, which inserts them in input
-// order through statements prepared once. The output's content is merge()'s: the same rows, ids and strings, in the
-// same order (tests/tracedb/merge_test.cpp compares the two files table by table).
+// Each worker opens its inputs with their own Reader, reads every row into memory (times moved to the run's base,
+// string ids turned into indexes of the input's own strings), and hands the input's records to the writer, which
+// inserts them in input order through statements prepared once (one connection cannot be shared by threads, and an
+// ATTACH per input with its copy statements parsed again costs a third of the merge at thousands of rank files).
+// The output's spans are in (rank, thread, begin, input id) order and renumbered in it; the other tables keep the
+// input order (tests/tracedb/merge_test.cpp compares merges on different numbers of readers table by table).
 #include <sqlite3.h>
 
 #include <algorithm>
@@ -25,7 +24,6 @@
 #include <vector>
 
 #include "merge_internal.h"
-#include "schema.h"
 #include "sqlite_util.h"
 #include "tpscope/tracedb/merge.h"
 #include "tpscope/tracedb/reader.h"
@@ -40,7 +38,7 @@ using detail::Stmt;
 
 // One table copied row by row: the columns read from the input and the statement that writes them, the column that
 // holds the rank (its clock shift applies), the columns that hold times and those that hold string ids. The column
-// lists are merge.cpp's kCopyHeadSql / kCopyTailSql, and the schema's (schema.sql).
+// lists are the schema's (schema.sql).
 struct TableCopy {
   const char* select;
   const char* insert;
@@ -120,8 +118,8 @@ Status readError(sqlite3* db, const std::filesystem::path& path, const std::file
   return detail::sqliteError(db, path, "cannot merge it into " + output.string());
 }
 
-// MergeSpans::Ends: each rank's newest kEndSpans spans and its first, by (begin, thread, id): keepEndSpans in
-// merge.cpp, the same choice.
+// MergeSpans::Ends: each rank's newest kEndSpans spans and its first, by (begin, thread, id), so that a query for a
+// rank's first or newest spans through the spans_rank_begin index finds the same spans as in the run file.
 void keepEnds(std::vector<Span>& spans) {
   auto byTime = [](const Span& a, const Span& b) {
     return std::tie(a.begin, a.thread, a.id) < std::tie(b.begin, b.thread, b.id);
@@ -188,8 +186,8 @@ Status readStrings(InputReading& in, InputRecords& out) {
   return rc == SQLITE_DONE ? Status::ok() : in.error();
 }
 
-// The spans merge() copies of the input, in output order. MergeSpans::Ends reads the four columns the choice needs of
-// every span, then the chosen rows; an input with a pipeline layout gives every span, as in merge().
+// The spans a merge copies of the input, in output order. MergeSpans::Ends reads the four columns the choice needs of
+// every span, then the chosen rows; an input with a pipeline layout gives every span.
 Status readSpans(InputReading& in, MergeSpans which, InputRecords& out) {
   {
     Stmt pipeline(in.db, "SELECT 1 FROM meta WHERE key = ?");
@@ -199,8 +197,7 @@ Status readSpans(InputReading& in, MergeSpans which, InputRecords& out) {
   }
   constexpr const char* kColumns =
       "SELECT id, rank, thread, kind, name, begin_ns, dur_ns, step, layer, phase, correlation FROM spans";
-  // A span whose name is not among the strings is left out, as merge()'s join on the strings does (after the choice
-  // of the end spans, as there).
+  // A span whose name is not among the strings is left out (after the choice of the end spans).
   auto add = [&](Stmt& st) {
     const auto name = in.stringIndex.find(st.i64(4));
     if (name == in.stringIndex.end()) return;
@@ -289,7 +286,7 @@ Status readTable(InputReading& in, const TableCopy& copy, Rows& rows) {
     bool named = true;
     for (int c : copy.strings) {
       const auto it = in.stringIndex.find(row[c].i);
-      if (it == in.stringIndex.end()) named = false;  // left out, as merge()'s join on the strings does
+      if (it == in.stringIndex.end()) named = false;  // a row naming no string is left out
       else row[c].i = it->second;
     }
     if (!named) rows.cells.resize(first);
@@ -428,8 +425,9 @@ class OutputInserts {
   const std::filesystem::path* input_ = nullptr;
 };
 
-// Every input's epoch, alignment and ranks (openRunFiles), read on `threads` threads, on the run's time base.
-Result<RunFiles> openAll(std::span<const std::filesystem::path> inputs, size_t threads) {
+}  // namespace
+
+Result<RunFiles> detail::openInputs(std::span<const std::filesystem::path> inputs, size_t threads) {
   threads = std::clamp<size_t>(threads, 1, inputs.size());
   std::vector<std::optional<Result<RunFiles>>> parts(threads);
   std::vector<std::thread> workers;
@@ -449,6 +447,8 @@ Result<RunFiles> openAll(std::span<const std::filesystem::path> inputs, size_t t
   for (RunFile& f : run.files) f.clock.epochShiftNs = f.clock.epochUnixNs - run.epochUnixNs;
   return run;
 }
+
+namespace {
 
 Result<InputRecords> readFile(size_t index, const RunFile& file, MergeSpans which, const EachInput& each,
                               const std::filesystem::path& output) {
@@ -517,8 +517,9 @@ class ReadAhead {
   std::vector<std::thread> workers_;
 };
 
-// Every input's records into the writer's file, in input order, read on `threads` threads.
-Status copyInputs(Writer& writer, const RunFiles& run, size_t threads, MergeSpans which, const EachInput& each,
+}  // namespace
+
+Status detail::copyInputs(Writer& writer, const RunFiles& run, size_t threads, MergeSpans which, const EachInput& each,
                   const std::filesystem::path& output) {
   OutputInserts inserts(writer, output);  // its statements are finalised on return, before the writer closes
   if (!inserts.valid()) return detail::sqliteError(detail::Access::db(writer), writer.path(), "cannot prepare the merge");
@@ -530,47 +531,6 @@ Status copyInputs(Writer& writer, const RunFiles& run, size_t threads, MergeSpan
     if (Status s = inserts.write(*records, run.files[i].path); !s) return s;
   }
   return Status::ok();
-}
-
-}  // namespace
-
-Status createQueryIndexes(const std::filesystem::path& file, std::span<const std::string_view> names,
-                          int sortThreads) {
-  return detail::writeInTransaction(file, "query indexes", [&](sqlite3* db) {
-    if (Status s = detail::allowSortThreads(db, file, sortThreads); !s) return s;
-    return detail::createIndexes(db, file, names);
-  });
-}
-
-Result<MergeStats> mergeInParallel(std::span<const std::filesystem::path> inputs, const std::filesystem::path& output,
-                                   const MergeOptions& options, int readers, const EachInput& each) {
-  if (Status s = detail::checkOutput(inputs, output); !s) return s;
-  const size_t threads = static_cast<size_t>(std::max(1, readers));
-  auto run = openAll(inputs, threads + 1);
-  if (!run) return run.status();
-  auto runId = detail::checkInputs(*run);
-  if (!runId) return runId.status();
-
-  const std::filesystem::path tmp = detail::mergeTemporary(output);
-  auto writer = detail::createMergeOutput(*run, *runId, tmp);
-  if (!writer) return writer.status();
-  auto fail = [&](Status s) -> Result<MergeStats> {
-    (void)(*writer)->close();
-    detail::removeMergeOutput(tmp);
-    return s;
-  };
-  if (Status s = copyInputs(**writer, *run, threads, options.spans, each, output); !s) return fail(s);
-  if (Status s = (*writer)->setMeta(meta_keys::kClockAligned, "1"); !s) return fail(s);
-  if (options.indexes) {
-    // CREATE INDEX sorts: SQLite's sorter may use a helper thread per reader (idle now).
-    if (Status s = (*writer)->commit(); !s) return fail(s);
-    if (Status s = detail::allowSortThreads(detail::Access::db(**writer), tmp, static_cast<int>(threads)); !s)
-      return fail(s);
-    if (Status s = (*writer)->createIndexes(); !s) return fail(s);
-  }
-  auto stats = detail::finishMerge(**writer, *run, tmp, output);
-  if (!stats) return fail(stats.status());
-  return stats;
 }
 
 }  // namespace tpscope::tracedb
