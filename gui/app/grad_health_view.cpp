@@ -69,6 +69,11 @@ void GradHealthView::showStep(int step) {
   syncControls();
 }
 
+void GradHealthView::setAnalysis(const AnalysisPtr& analysis) {
+  model_.setAnalysis(analysis);
+  syncControls();
+}
+
 void GradHealthView::setRun(RunPtr run) {
   model_.setRun(std::move(run));
   syncing_ = true;
@@ -90,11 +95,13 @@ void GradHealthView::syncControls() {
   syncing_ = false;
   if (model_.steps().empty()) summary_->setText("No gradient statistics in this run.");
   else if (model_.firstNonFiniteStep() >= 0)
-    summary_->setText(QString("<b style='color:%1'>First non-finite gradient at step %2.</b> Click a cell to see "
+    summary_->setText(QString("<b style='color:%1'>First non-finite value at step %2.</b> Click a cell to see "
                               "that rank and step in the timeline.")
                           .arg(palette::kNonFinite.name())
                           .arg(model_.firstNonFiniteStep()));
-  else summary_->setText("All gradients finite. Click a cell to see that rank and step in the timeline.");
+  else if (model_.analysed())
+    summary_->setText("All gradients finite. Click a cell to see that rank and step in the timeline.");
+  else summary_->setText("Click a cell to see that rank and step in the timeline.");
 }
 
 }  // namespace tpscope::gui

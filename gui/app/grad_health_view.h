@@ -16,7 +16,9 @@ class GradHealthView : public QWidget {
  public:
   explicit GradHealthView(QWidget* parent = nullptr);
   void setRun(RunPtr run);
-  // Shows one step (rank × layer): the viewer calls it with the NaN/Inf origin's step, the analysis' "first".
+  // The run's analysis: the heatmap shows the step of its NaN/Inf origin, the analysis' "first" (GradHealthModel).
+  void setAnalysis(const AnalysisPtr& analysis);
+  // Shows one step (rank × layer).
   void showStep(int step);
   GradHealthModel* model() { return &model_; }
   QTableView* table() { return table_; }

@@ -206,6 +206,7 @@ void MainWindow::onRunLoaded(RunPtr run, qint64 ms) {
   matches_.clear();
   timeline_->setRun(run_, keep);
   grad_->setRun(run_);
+  if (keep && analysis_) grad_->setAnalysis(analysis_);
   comm_->setRun(run_);
   findings_->setRun(run_, analysis_ && keep ? analysis_ : nullptr);
   pipeline_->setRun(run_);
@@ -242,14 +243,7 @@ void MainWindow::onAnalysisLoaded(AnalysisPtr analysis) {
   desync_->setAnalysis(analysis_);
   findings_->setRun(run_, analysis_);
   pipeline_->setAnalysis(analysis_);
-  // The heatmap opens on the step where the analysis puts the first non-finite value (nonfinite_order.h), which
-  // may be an activation before any gradient shows one.
-  for (const auto& f : analysis_->findings)
-    if ((f.kind == analysis::FindingKind::NanOrigin || f.kind == analysis::FindingKind::InfOrigin) &&
-        f.severity == analysis::Severity::Critical && f.step >= 0) {
-      grad_->showStep(f.step);
-      break;
-    }
+  grad_->setAnalysis(analysis_);  // the heatmap opens on the step of the analysis' first non-finite value
   // A freshly opened run whose chain has a warning or worse opens on the story, not on the timeline.
   if (freshOpen_ && chainNeedsAttention(*analysis_)) {
     tabs_->setCurrentIndex(kFindingsTab);

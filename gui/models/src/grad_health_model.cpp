@@ -16,14 +16,13 @@ void GradHealthModel::setRun(RunPtr run) {
   std::set<int> steps, ranks, layers;
   std::set<std::string> params;
   firstNonFiniteStep_ = -1;
+  analysed_ = false;
   if (run_) {
     for (const auto& g : run_->gradStats) {
       steps.insert(g.step);
       ranks.insert(g.rank);
       layers.insert(g.layer);
       params.insert(g.param);
-      if ((g.nanCount > 0 || g.infCount > 0) && (firstNonFiniteStep_ < 0 || g.step < firstNonFiniteStep_))
-        firstNonFiniteStep_ = g.step;
     }
   }
   steps_.assign(steps.begin(), steps.end());
@@ -32,9 +31,22 @@ void GradHealthModel::setRun(RunPtr run) {
   params_.clear();
   for (const auto& p : params) params_ << QString::fromStdString(p);
   mode_ = Mode::RankByLayer;
-  step_ = firstNonFiniteStep_ >= 0 ? firstNonFiniteStep_ : (steps_.empty() ? -1 : steps_.back());
+  step_ = steps_.empty() ? -1 : steps_.back();
   param_ = params_.isEmpty() ? QString() : params_.front();
   rebuild();
+}
+
+void GradHealthModel::setAnalysis(const AnalysisPtr& analysis) {
+  analysed_ = analysis != nullptr;
+  firstNonFiniteStep_ = -1;
+  if (!analysis) return;
+  for (const auto& f : analysis->findings)
+    if ((f.kind == analysis::FindingKind::NanOrigin || f.kind == analysis::FindingKind::InfOrigin) &&
+        f.severity == analysis::Severity::Critical && f.step >= 0) {
+      firstNonFiniteStep_ = f.step;
+      showStep(f.step);
+      return;
+    }
 }
 
 void GradHealthModel::showStep(int step) {

@@ -112,9 +112,26 @@ tracedb::Status readGradEvents(tracedb::Reader& reader, std::vector<NonFiniteEve
   });
 }
 
+// A gradient's non-finite counts as grad_stats holds them, by (rank, step, param): the one source of those counts (a
+// nonfinite_grad alert's evidence repeats them for the live log).
+struct GradCounts {
+  int64_t nan, inf, numel;
+};
+using GradCountsByParam = std::map<std::tuple<int, int, std::string>, GradCounts>;
+
+GradCountsByParam gradCounts(const std::vector<NonFiniteEvent>& gradEvents) {
+  GradCountsByParam out;
+  for (const NonFiniteEvent& e : gradEvents)
+    out.try_emplace({e.rank, e.step, e.param}, GradCounts{e.nanCount, e.infCount, e.numel});
+  return out;
+}
+
 // 2. The live rules' non-finite alerts (activations with the time the output was produced; gradients).
 // `pipeline`: the run is pipeline-parallel, so an activation alert's micro-batch says where the value was born.
-tracedb::Status readAlertEvents(tracedb::Reader& reader, std::vector<NonFiniteEvent>& events, bool pipeline) {
+// A gradient alert's counts are its gradient's in grad_stats (`grads`); the evidence's only where grad_stats has no
+// row of that gradient (an activation's, a run recorded without gradient statistics).
+tracedb::Status readAlertEvents(tracedb::Reader& reader, std::vector<NonFiniteEvent>& events, bool pipeline,
+                                const GradCountsByParam& grads) {
   const std::string sql = "SELECT rank, step, layer, param, ts_ns, kind, evidence FROM alerts WHERE kind LIKE '" +
                           std::string(probes::alert_kinds::kNonfinitePrefix) +
                           "%' OR kind LIKE 'nan%' OR kind LIKE 'inf%'";
@@ -139,9 +156,17 @@ tracedb::Status readAlertEvents(tracedb::Reader& reader, std::vector<NonFiniteEv
       if (j.is_object())
         if (auto it = j.find("micro_batch"); it != j.end() && it->is_number_integer()) e.microbatch = it->get<int>();
     }
-    e.nanCount = jsonCount(evidence, "nan_count");
-    e.infCount = jsonCount(evidence, "inf_count");
-    e.numel = jsonCount(evidence, "numel");
+    const auto grad = e.phase == tracedb::phaseName(Phase::Backward) ? grads.find({e.rank, e.step, e.param})
+                                                                      : grads.end();
+    if (grad != grads.end()) {
+      e.nanCount = grad->second.nan;
+      e.infCount = grad->second.inf;
+      e.numel = grad->second.numel;
+    } else {
+      e.nanCount = jsonCount(evidence, "nan_count");
+      e.infCount = jsonCount(evidence, "inf_count");
+      e.numel = jsonCount(evidence, "numel");
+    }
     if (e.nanCount == 0 && e.infCount == 0) {
       const bool infKind = kind.find("inf") != std::string::npos &&
                            kind.find(probes::alert_kinds::kNonfinitePrefix) == std::string::npos;
@@ -348,7 +373,7 @@ tracedb::Result<NonFiniteReport> analyzeNonFinite(tracedb::Reader& reader, const
   std::vector<NonFiniteEvent> events;
   std::map<std::pair<int, int>, int64_t> stepEnd;
   if (auto s = readGradEvents(reader, events); !s) return s;
-  if (auto s = readAlertEvents(reader, events, pipelineStages(reader) > 1); !s) return s;
+  if (auto s = readAlertEvents(reader, events, pipelineStages(reader) > 1, gradCounts(events)); !s) return s;
   if (auto s = readStepStatEvents(reader, events, stepEnd); !s) return s;
   for (NonFiniteEvent& e : events) {
     if (e.tsNs)

@@ -2,7 +2,9 @@
 // aggregates the layer's parameters: the largest l2 norm, the summed NaN and Inf counts) or step × rank for one
 // parameter (rows steps, columns ranks). A cell with any NaN or Inf is flagged (NonFiniteRole) and shows "NaN"/"Inf".
 // BackgroundRole is the heat colour of log10(norm) over the shown cells' finite range (palette::heat); non-finite
-// cells use palette::kNonFinite, cells without a record palette::kNoData.
+// cells use palette::kNonFinite, cells without a record palette::kNoData. The counts are grad_stats' (RunData); the
+// first non-finite value is the analysis' (its nan_origin / inf_origin finding: setAnalysis), which may be an
+// activation's before any gradient shows one.
 //
 // Threading: UI thread.
 #pragma once
@@ -29,7 +31,9 @@ class GradHealthModel : public QAbstractTableModel {
   };
 
   explicit GradHealthModel(QObject* parent = nullptr);
-  void setRun(RunPtr run);  // shows the first step with a non-finite value, else the last step
+  void setRun(RunPtr run);  // shows the last step; the origin is unknown until setAnalysis
+  // The analysis of the run: shows the step of its NaN/Inf origin finding, when it has one.
+  void setAnalysis(const AnalysisPtr& analysis);
   void showStep(int step);  // RankByLayer
   void showParam(const QString& param);  // StepByRank
 
@@ -38,7 +42,8 @@ class GradHealthModel : public QAbstractTableModel {
   QString param() const { return param_; }
   const std::vector<int>& steps() const { return steps_; }
   const QStringList& params() const { return params_; }
-  int firstNonFiniteStep() const { return firstNonFiniteStep_; }  // -1 if none
+  bool analysed() const { return analysed_; }  // setAnalysis was called since the last setRun
+  int firstNonFiniteStep() const { return firstNonFiniteStep_; }  // the origin finding's step; -1 if none (yet)
 
   int rowCount(const QModelIndex& parent = {}) const override;
   int columnCount(const QModelIndex& parent = {}) const override;
@@ -62,6 +67,7 @@ class GradHealthModel : public QAbstractTableModel {
   std::vector<int> steps_, ranks_, layers_;
   QStringList params_;
   int firstNonFiniteStep_ = -1;
+  bool analysed_ = false;
   std::vector<int> rowKeys_, columnKeys_;
   std::vector<Cell> cells_;  // rows × columns
   double logMin_ = 0, logMax_ = 1;

@@ -2,9 +2,10 @@
 //
 // Events (per rank): grad_stats rows with nan_count > 0 or inf_count > 0 (gradients, taken before any reduction),
 // alerts whose kind starts with "nonfinite", "nan" or "inf" (nonfinite_activation, nonfinite_grad, ...; their
-// evidence JSON may carry nan_count, inf_count, numel, phase), and step_stats rows with a non-finite loss or
+// evidence JSON may carry nan_count, inf_count, numel, phase: a gradient's counts are taken from its grad_stats row
+// all the same, the evidence's only where there is none), and step_stats rows with a non-finite loss or
 // grad_norm (±Inf as stored; NaN, which SQLite stores as NULL, where the rank records that column at other steps).
-// "First" is defined once (tpscope/probes/nonfinite_order.h) and used by the live rule, this analysis and, through
+// "First" is defined once (tpscope/vocabulary/nonfinite_order.h) and used by the live rule, this analysis and, through
 // this analysis' origin finding, the viewer. The origin is the first event by:
 //   1. step (smallest);
 //   2. time, where events carry one (alerts.ts_ns; grad_stats have none);
