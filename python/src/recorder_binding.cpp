@@ -152,7 +152,7 @@ void stepStat(int step, double loss, double lr, double gradNorm, double lossScal
 
 void alert(int severity, const std::string& kind, int step, int layer, const std::string& param,
            const std::string& message, const std::string& evidence, uint64_t ticks) {
-  if (severity < 0 || severity >= static_cast<int>(probes::kSeverityNames.size()))
+  if (severity < 0 || severity >= static_cast<int>(vocabulary::kSeverityNames.size()))
     throw py::value_error("severity " + std::to_string(severity) + " is not a tpscope Severity");
   probes::Sink* sink = probes::sink();
   if (sink == nullptr) return;

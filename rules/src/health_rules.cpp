@@ -1,7 +1,7 @@
 #include "tpscope/rules/health_rules.h"
 
-#include "tpscope/probes/alert_kinds.h"
-#include "tpscope/probes/nonfinite_order.h"
+#include "tpscope/vocabulary/alert_kinds.h"
+#include "tpscope/vocabulary/nonfinite_order.h"
 
 #include <fmt/format.h>
 
@@ -16,20 +16,20 @@
 
 namespace tpscope::rules {
 
-namespace alert_kinds = probes::alert_kinds;
+namespace alert_kinds = vocabulary::alert_kinds;
 
 namespace {
 
 // The rule's thresholds as the shared spike test's (probes/spike_baseline.h): factor is the ratio, mads the z.
-probes::SpikeTest spikeTest(const SpikeRule& rule) {
-  probes::SpikeTest t;
+vocabulary::SpikeTest spikeTest(const SpikeRule& rule) {
+  vocabulary::SpikeTest t;
   t.ratio = rule.factor;
   t.zMin = rule.mads;
   t.minHistory = rule.warmup;
   return t;
 }
 
-probes::SpikeVerdict isSpike(const SpikeRule& rule, const RobustBaseline& base, int step, double value) {
+vocabulary::SpikeVerdict isSpike(const SpikeRule& rule, const RobustBaseline& base, int step, double value) {
   if (rule.policy == HealthPolicy::Off) return {};
   return base.test(step, value, spikeTest(rule));
 }
@@ -137,9 +137,9 @@ std::string formatHealthOptions(const HealthOptions& o) {
 
 HealthRules::HealthRules(HealthOptions options)
     : options_(options),
-      gradBase_(options.gradSpike.window, probes::SpikeScale::Norm),
-      lossBase_(options.lossSpike.window, probes::SpikeScale::Level),
-      wholeBase_(options.gradSpike.window, probes::SpikeScale::Level) {}
+      gradBase_(options.gradSpike.window, vocabulary::SpikeScale::Norm),
+      lossBase_(options.lossSpike.window, vocabulary::SpikeScale::Level),
+      wholeBase_(options.gradSpike.window, vocabulary::SpikeScale::Level) {}
 
 bool HealthRules::startsBadRun(int& lastBadStep, int step) {
   pendingUnhealthy_ = true;
@@ -156,7 +156,7 @@ StepAction HealthRules::actionOf(HealthPolicy policy) {
   }
 }
 
-void HealthRules::raise(probes::Severity severity, std::string_view kind, int step, int layer, std::string_view param,
+void HealthRules::raise(vocabulary::Severity severity, std::string_view kind, int step, int layer, std::string_view param,
                         const std::string& message, const std::string& evidence, uint64_t ticks) {
   ++alerts_;
   if (probes::Sink* s = probes::sink()) {
@@ -193,7 +193,7 @@ StepAction HealthRules::checkGradients(int step, std::span<const probes::GradSta
       nan += g.nanCount;
       inf += g.infCount;
       // "first": the gradient the backward pass produced first (nonfinite_order.h, the analysis' definition too).
-      if (first == nullptr || probes::producedBefore(g.layer, first->layer)) first = &g;
+      if (first == nullptr || vocabulary::producedBefore(g.layer, first->layer)) first = &g;
     }
   }
   const double norm = std::sqrt(sumSq);
@@ -205,7 +205,7 @@ StepAction HealthRules::checkGradients(int step, std::span<const probes::GradSta
                         {"numel", first->numel},        {"params_affected", affected},
                         {"nan_total", nan},             {"inf_total", inf},
                         {"policy", healthPolicyName(options_.nonfinite)}};
-      raise(probes::Severity::Critical, alert_kinds::kNonfiniteGrad, step, first->layer, first->param,
+      raise(vocabulary::Severity::Critical, alert_kinds::kNonfiniteGrad, step, first->layer, first->param,
             fmt::format("non-finite gradient before reduction: {} ({} NaN, {} Inf in {} elements){}", first->param,
                         first->nanCount, first->infCount, first->numel,
                         affected > 1 ? fmt::format("; {} parameters affected", affected) : std::string()),
@@ -214,15 +214,15 @@ StepAction HealthRules::checkGradients(int step, std::span<const probes::GradSta
     if (options_.nonfinite != HealthPolicy::Off) action = std::max(action, actionOf(options_.nonfinite));
     return action;
   }
-  const probes::SpikeVerdict v = isSpike(options_.gradSpike, gradBase_, step, norm);
+  const vocabulary::SpikeVerdict v = isSpike(options_.gradSpike, gradBase_, step, norm);
   // A rank's spike that leaves the whole model's norm within its range (one stage's, one replica's, averaged away by
   // the reduction; a hard batch's, a few times the median) changes no update beyond what the run's own batches do:
   // not a fault (and, a spike, not the rank's baseline either). The analysis' materiality (anomalies.h).
   // A rank sees no peer: as the analysis where no TP peer saw the batch, the whole norm must also pass the largest
-  // the run has shown by an order of magnitude (probes::kRunRangeRatio).
+  // the run has shown by an order of magnitude (vocabulary::kRunRangeRatio).
   const bool wholeMoved = !pendingWholeNorm_ || wholeBase_.size() < options_.gradSpike.warmup ||
                           (*pendingWholeNorm_ >= kWholeModelSpikeRatio * wholeBase_.max() &&
-                           *pendingWholeNorm_ >= probes::kRunRangeRatio * wholeRunMax_);
+                           *pendingWholeNorm_ >= vocabulary::kRunRangeRatio * wholeRunMax_);
   const bool hardBatch = std::isfinite(batchLoss) && lossBase_.size() >= options_.lossSpike.warmup &&
                          batchLoss > lossBase_.max();
   if (v.spike && !wholeMoved) return action;
@@ -253,7 +253,7 @@ StepAction HealthRules::checkGradients(int step, std::span<const probes::GradSta
     // and the steps after, decides the finding; a policy that acts on it (skip-step, stop) makes it a warning.
     ev["batch_loss_known"] = std::isfinite(batchLoss);
     const auto severity =
-        options_.gradSpike.policy != HealthPolicy::Warn ? probes::Severity::Warning : probes::Severity::Info;
+        options_.gradSpike.policy != HealthPolicy::Warn ? vocabulary::Severity::Warning : vocabulary::Severity::Info;
     raise(severity, alert_kinds::kGradSpike, step, top != nullptr ? top->layer : -1,
           top != nullptr ? top->param : std::string_view(),
           fmt::format("gradient norm {:.4g} is {:.1f}x its baseline {:.4g} (the trend of the last {} healthy steps, "
@@ -283,7 +283,7 @@ StepAction HealthRules::checkActivation(int step, const ActivationFault& fault) 
                     {"value", nonfiniteName(fault.value)},
                     {std::isnan(fault.value) ? "nan_count" : "inf_count", 1},
                     {"policy", healthPolicyName(options_.nonfinite)}};
-  raise(probes::Severity::Critical, alert_kinds::kNonfiniteActivation, step, fault.layer, fault.where,
+  raise(vocabulary::Severity::Critical, alert_kinds::kNonfiniteActivation, step, fault.layer, fault.where,
         fmt::format("{} is {} in the forward pass (micro-batch {}): the first non-finite output of this rank's step",
                     fault.where, nonfiniteName(fault.value), fault.microBatch),
         ev.dump(), fault.ticks);
@@ -301,13 +301,13 @@ StepAction HealthRules::checkLoss(int step, double localLoss) {
         {"phase", std::string(probes::phaseName(probes::Phase::Forward))},
         {"loss", nonfiniteName(localLoss)},
         {"policy", healthPolicyName(options_.nonfinite)}};
-    raise(probes::Severity::Critical, alert_kinds::kNonfiniteActivation, step, -1, "loss",
+    raise(vocabulary::Severity::Critical, alert_kinds::kNonfiniteActivation, step, -1, "loss",
           fmt::format("this rank's loss is {} before the DP reduction: the forward pass produced a non-finite value",
                       localLoss),
           ev.dump());
     return actionOf(options_.nonfinite);
   }
-  const probes::SpikeVerdict v = isSpike(options_.lossSpike, lossBase_, step, localLoss);
+  const vocabulary::SpikeVerdict v = isSpike(options_.lossSpike, lossBase_, step, localLoss);
   if (v.spike) {
     pendingUnhealthy_ = true;
     nlohmann::json ev{{"loss", localLoss},
@@ -317,7 +317,7 @@ StepAction HealthRules::checkLoss(int step, double localLoss) {
                       {"baseline_steps", lossBase_.size()},
                       {"factor", options_.lossSpike.factor},
                       {"policy", healthPolicyName(options_.lossSpike.policy)}};
-    raise(probes::Severity::Warning, alert_kinds::kLossSpike, step, -1, "loss",
+    raise(vocabulary::Severity::Warning, alert_kinds::kLossSpike, step, -1, "loss",
           fmt::format("loss {:.4g} is {:.1f}x the median {:.4g} of the last {} steps", localLoss,
                       v.median > 0 ? localLoss / v.median : 0.0, v.median, lossBase_.size()),
           ev.dump());
@@ -341,7 +341,7 @@ StepAction HealthRules::checkReplicas(int step, double minNorm, double maxNorm, 
   nlohmann::json ev{{"min_grad_norm", minNorm}, {"max_grad_norm", maxNorm}, {"relative_difference", rel},
                     {"rtol", options_.replicaRtol}, {"dp_size", dpSize},
                     {"policy", healthPolicyName(options_.replica)}};
-  raise(probes::Severity::Error, alert_kinds::kReplicaDivergence, step, -1, "",
+  raise(vocabulary::Severity::Error, alert_kinds::kReplicaDivergence, step, -1, "",
         fmt::format("DP replicas disagree after the gradient reduction: grad norm {:.8g} vs {:.8g} (relative {:.2e})",
                     minNorm, maxNorm, rel),
         ev.dump());
@@ -351,7 +351,7 @@ StepAction HealthRules::checkReplicas(int step, double minNorm, double maxNorm, 
 StepAction HealthRules::silentCorruption(int step, int layer, std::string_view tensor, const std::string& message,
                                          const std::string& evidence) {
   if (options_.replica == HealthPolicy::Off) return StepAction::Continue;
-  raise(probes::Severity::Critical, alert_kinds::kSilentCorruption, step, layer, tensor, message, evidence);
+  raise(vocabulary::Severity::Critical, alert_kinds::kSilentCorruption, step, layer, tensor, message, evidence);
   return actionOf(options_.replica);
 }
 
@@ -365,7 +365,7 @@ StepAction HealthRules::agree(int step, StepAction agreed) {
       nlohmann::json ev{{"skipped_steps", std::vector<int>(skipped_.begin(), skipped_.end())},
                         {"skip_window", options_.skipWindow},
                         {"skip_max", options_.skipMax}};
-      raise(probes::Severity::Critical, alert_kinds::kTooManySkippedSteps, step, -1, "",
+      raise(vocabulary::Severity::Critical, alert_kinds::kTooManySkippedSteps, step, -1, "",
             fmt::format("{} steps skipped within {} steps (at most {} allowed): stopping", skipped_.size(),
                         options_.skipWindow, options_.skipMax),
             ev.dump());

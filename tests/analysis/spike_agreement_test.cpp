@@ -16,8 +16,8 @@
 #include "test_file.h"
 #include "tpscope/analysis/anomalies.h"
 #include "tpscope/analysis/run_info.h"
-#include "tpscope/probes/alert_kinds.h"
-#include "tpscope/probes/spike_baseline.h"
+#include "tpscope/vocabulary/alert_kinds.h"
+#include "tpscope/vocabulary/spike_baseline.h"
 #include "tpscope/rules/health_rules.h"
 
 namespace tpscope {
@@ -80,8 +80,8 @@ class SpikeSink final : public probes::Sink {
   void gradStats(int, std::span<const probes::GradStat>) noexcept override {}
   void stepStat(const probes::StepStat&) noexcept override {}
   void alert(const probes::Alert& a) noexcept override {
-    if (a.kind == probes::alert_kinds::kGradSpike) out->grad.insert(a.step);
-    if (a.kind == probes::alert_kinds::kLossSpike) out->loss.insert(a.step);
+    if (a.kind == vocabulary::alert_kinds::kGradSpike) out->grad.insert(a.step);
+    if (a.kind == vocabulary::alert_kinds::kLossSpike) out->loss.insert(a.step);
   }
   void counter(std::string_view, double, uint64_t) noexcept override {}
   void flush() noexcept override {}
@@ -161,30 +161,30 @@ std::set<int> stepsOf(const std::vector<analysis::Spike>& spikes, int rank) {
 
 // The statistics themselves, on numbers worked by hand.
 TEST(SpikeBaseline, RobustStatisticsKnownAnswers) {
-  EXPECT_DOUBLE_EQ(probes::medianOf({5, 1, 3}), 3.0);
-  EXPECT_DOUBLE_EQ(probes::medianOf({4, 1, 3, 2}), 2.5);
-  EXPECT_DOUBLE_EQ(probes::madOf({1, 2, 3, 4, 100}, 3.0), 1.0);  // |dev| = 2 1 0 1 97
+  EXPECT_DOUBLE_EQ(vocabulary::medianOf({5, 1, 3}), 3.0);
+  EXPECT_DOUBLE_EQ(vocabulary::medianOf({4, 1, 3, 2}), 2.5);
+  EXPECT_DOUBLE_EQ(vocabulary::madOf({1, 2, 3, 4, 100}, 3.0), 1.0);  // |dev| = 2 1 0 1 97
   // y = 2x + 1 with one wild point: Theil–Sen ignores it.
-  const auto line = probes::theilSen({0, 1, 2, 3, 4, 5, 6}, {1, 3, 5, 70, 9, 11, 13});
+  const auto line = vocabulary::theilSen({0, 1, 2, 3, 4, 5, 6}, {1, 3, 5, 70, 9, 11, 13});
   EXPECT_DOUBLE_EQ(line.slope, 2.0);
   EXPECT_DOUBLE_EQ(line.intercept, 1.0);
   // Level: window 10 10 10 12 8 → m 10, MAD 0 floored at 1e-3·10: 20 is 2× and z = 10 / (1.4826·0.01) ≫ 6.
-  probes::SpikeWindow w(5, probes::SpikeScale::Level);
+  vocabulary::SpikeWindow w(5, vocabulary::SpikeScale::Level);
   for (double v : {99.0, 10.0, 10.0, 10.0, 12.0, 8.0}) w.add(v);  // 99 falls out of the window of 5
   EXPECT_EQ(w.size(), 5);
   EXPECT_DOUBLE_EQ(w.median(), 10.0);
   EXPECT_DOUBLE_EQ(w.mad(), 0.0);
-  const auto v = w.test(6, 20.0, probes::SpikeTest{});
+  const auto v = w.test(6, 20.0, vocabulary::SpikeTest{});
   EXPECT_TRUE(v.tested && v.spike);
-  EXPECT_DOUBLE_EQ(v.z, 10.0 / (probes::kMadToSigma * 0.01));
-  EXPECT_FALSE(w.test(6, 19.9, probes::SpikeTest{}).spike);  // below 2 × the median
-  probes::SpikeTest needsSix;
+  EXPECT_DOUBLE_EQ(v.z, 10.0 / (vocabulary::kMadToSigma * 0.01));
+  EXPECT_FALSE(w.test(6, 19.9, vocabulary::SpikeTest{}).spike);  // below 2 × the median
+  vocabulary::SpikeTest needsSix;
   needsSix.minHistory = 6;
   EXPECT_FALSE(w.test(6, 1000.0, needsSix).tested);
   // Norm: 1, 10, 100, ... (a decade a step) predicts 10^5 at step 5: 10^5.5 is 3.2× the trend, not 10×; 10^6.5 is.
-  probes::SpikeWindow n(20, probes::SpikeScale::Norm);
+  vocabulary::SpikeWindow n(20, vocabulary::SpikeScale::Norm);
   for (int s = 0; s < 5; ++s) n.add(std::pow(10.0, s), s);
-  probes::SpikeTest tenfold;
+  vocabulary::SpikeTest tenfold;
   tenfold.ratio = 10;
   EXPECT_FALSE(n.test(5, std::pow(10.0, 5.5), tenfold).spike);
   const auto big = n.test(5, std::pow(10.0, 6.5), tenfold);

@@ -6,7 +6,7 @@
 #include <set>
 
 #include "evidence_util.h"
-#include "tpscope/probes/spike_baseline.h"
+#include "tpscope/vocabulary/spike_baseline.h"
 #include "tpscope/tracedb/query.h"
 
 namespace tpscope::analysis {
@@ -15,15 +15,15 @@ using tracedb::Query;
 
 namespace {
 
-using probes::medianOf;
+using vocabulary::medianOf;
 
 // Spikes in one series of (step, value) in step order: the causal test of probes/spike_baseline.h, confirmed by the
 // analysis' forward-looking check (transience). A confirmed spike does not enter the window; anything else usable does.
 template <class Emit>
-void findSpikes(const std::vector<std::pair<int, double>>& series, const AnomalyOptions& o, probes::SpikeScale scale,
+void findSpikes(const std::vector<std::pair<int, double>>& series, const AnomalyOptions& o, vocabulary::SpikeScale scale,
                 Emit&& emit) {
-  probes::SpikeWindow window(o.window, scale);
-  probes::SpikeTest test;
+  vocabulary::SpikeWindow window(o.window, scale);
+  vocabulary::SpikeTest test;
   test.ratio = o.ratioThreshold;
   test.zMin = o.zThreshold;
   test.minHistory = o.minHistory;
@@ -38,7 +38,7 @@ void findSpikes(const std::vector<std::pair<int, double>>& series, const Anomaly
   };
   for (size_t i = 0; i < series.size(); ++i) {
     const auto [step, x] = series[i];
-    const probes::SpikeVerdict v = window.test(step, x, test);
+    const vocabulary::SpikeVerdict v = window.test(step, x, test);
     if (v.spike && fallsBack(i, x)) {
       emit(step, x, v.median, v.mad, v.z);
       continue;
@@ -178,7 +178,7 @@ bool hardBatch(const Series& loss, int step, int window) {
 //      PP without TP: a stage's rare-token batch moves that stage alone), nothing but size tells a hard batch from a
 //      fault: the run's loss that step is no higher than the largest of the previous window (a harder batch than
 //      any recent one makes its own gradient jump, and its loss with it), and the whole model's norm is at least
-//      probes::kRunRangeRatio × the largest it reached anywhere before in the run — an order of magnitude past its
+//      vocabulary::kRunRangeRatio × the largest it reached anywhere before in the run — an order of magnitude past its
 //      own range (healthy hard batches reached 2.5–8.7× of it; an injected spike 1000×).
 // Without step_stats parts 1 and 3's peer test decide.
 bool material(const GradSeries& g, int rank, int step, const AnomalyOptions& options) {
@@ -190,7 +190,7 @@ bool material(const GradSeries& g, int rank, int step, const AnomalyOptions& opt
   const auto peers = g.tpPeers.find(rank);
   if (peers == g.tpPeers.end())
     return !hardBatch(g.loss, step, options.window) &&
-           risesAbove(g.wholeNorm, rank, step, step + 1, probes::kRunRangeRatio, Against::Max, [](double x) { return x; });
+           risesAbove(g.wholeNorm, rank, step, step + 1, vocabulary::kRunRangeRatio, Against::Max, [](double x) { return x; });
   for (int p : peers->second)
     if (own < ratio * totalRatio(g, p, step, options.window)) return false;
   return true;
@@ -204,7 +204,7 @@ void paramSpikes(const GradSeries& g, const AnomalyOptions& options, AnomalyRepo
   perParam.ratioThreshold = std::max(options.ratioThreshold, options.paramRatioThreshold);
   for (const auto& [key, s] : g.byParam) {
     const auto& [name, layer] = g.params.at(key.second);
-    findSpikes(s, perParam, probes::SpikeScale::Norm, [&](int step, double x, double m, double mad, double z) {
+    findSpikes(s, perParam, vocabulary::SpikeScale::Norm, [&](int step, double x, double m, double mad, double z) {
       Spike sp{key.first, step, layer, name, x, m, mad, z};
       sp.material = material(g, key.first, step, options);
       out.gradSpikes.push_back(std::move(sp));
@@ -261,7 +261,7 @@ void stepStatAnomalies(const std::vector<tracedb::StepStatRow>& stats, const Ano
   AnomalyOptions globalNorm = options;
   globalNorm.ratioThreshold = std::max(options.ratioThreshold, options.normRatioThreshold);
   const Series global = meanPerStep(norms), loss = meanPerStep(losses);
-  findSpikes(global, globalNorm, probes::SpikeScale::Norm, [&](int step, double x, double m, double mad, double z) {
+  findSpikes(global, globalNorm, vocabulary::SpikeScale::Norm, [&](int step, double x, double m, double mad, double z) {
     Spike sp{-1, step, -1, "", x, m, mad, z};
     // Material as a rank's spike without TP peers (material() above): beyond the largest norm of the previous
     // window, not a harder batch than any of them, an order of magnitude past the run's range.
@@ -273,10 +273,10 @@ void stepStatAnomalies(const std::vector<tracedb::StepStatRow>& stats, const Ano
     }
     sp.material = risesAbove(x, std::move(before), options.normRatioThreshold, Against::Max) &&
                   !hardBatch(loss, step, options.window) &&
-                  risesAbove(x, std::move(earlier), probes::kRunRangeRatio, Against::Max);
+                  risesAbove(x, std::move(earlier), vocabulary::kRunRangeRatio, Against::Max);
     out.gradSpikes.push_back(std::move(sp));
   });
-  findSpikes(loss, options, probes::SpikeScale::Level,
+  findSpikes(loss, options, vocabulary::SpikeScale::Level,
              [&](int step, double x, double m, double mad, double z) {
                out.lossSpikes.push_back(Spike{-1, step, -1, "", x, m, mad, z});
              });

@@ -14,7 +14,7 @@
 #include "tpscope/analysis/pipeline.h"
 #include "tpscope/analysis/run_info.h"
 #include "tpscope/analysis/sdc.h"
-#include "tpscope/probes/spike_baseline.h"
+#include "tpscope/vocabulary/spike_baseline.h"
 #include "tpscope/tracedb/query.h"
 #include "analysis_internal.h"
 #include "evidence_util.h"
@@ -78,7 +78,7 @@ std::optional<double> cpuWaitExcess(const std::map<int, double>& cpuWait, int ra
   for (const auto& [r, ns] : cpuWait)
     if (r != rank) others.push_back(ns);
   if (others.empty()) return std::nullopt;
-  return own->second - probes::medianOf(std::move(others));
+  return own->second - vocabulary::medianOf(std::move(others));
 }
 
 std::vector<Finding> stragglerFindings(const CollectiveAnalysis& ca, const RunInfo& info, const Breakdown* b,

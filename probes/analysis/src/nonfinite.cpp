@@ -14,8 +14,8 @@
 #include "tpscope/tracedb/query.h"
 #include "tpscope/analysis/collectives.h"
 #include "tpscope/analysis/pipeline.h"
-#include "tpscope/probes/alert_kinds.h"
-#include "tpscope/probes/nonfinite_order.h"
+#include "tpscope/vocabulary/alert_kinds.h"
+#include "tpscope/vocabulary/nonfinite_order.h"
 
 namespace tpscope::analysis {
 
@@ -30,7 +30,7 @@ bool earlier(const NonFiniteEvent& a, const NonFiniteEvent& b) {
   if (a.step != b.step) return a.step < b.step;
   if (a.tsNs.has_value() != b.tsNs.has_value()) return a.tsNs.has_value();
   if (a.tsNs && *a.tsNs != *b.tsNs) return *a.tsNs < *b.tsNs;
-  if (a.layer != b.layer) return probes::producedBefore(a.layer, b.layer);
+  if (a.layer != b.layer) return vocabulary::producedBefore(a.layer, b.layer);
   if (a.isNan() != b.isNan()) return a.isNan();
   const int64_t na = a.nanCount + a.infCount, nb = b.nanCount + b.infCount;
   if (na != nb) return na > nb;
@@ -133,7 +133,7 @@ GradCountsByParam gradCounts(const std::vector<NonFiniteEvent>& gradEvents) {
 tracedb::Status readAlertEvents(tracedb::Reader& reader, std::vector<NonFiniteEvent>& events, bool pipeline,
                                 const GradCountsByParam& grads) {
   const std::string sql = "SELECT rank, step, layer, param, ts_ns, kind, evidence FROM alerts WHERE kind LIKE '" +
-                          std::string(probes::alert_kinds::kNonfinitePrefix) +
+                          std::string(vocabulary::alert_kinds::kNonfinitePrefix) +
                           "%' OR kind LIKE 'nan%' OR kind LIKE 'inf%'";
   Query q(reader, sql, "table 'alerts'");
   return q.each([&](Query& r) {
@@ -169,7 +169,7 @@ tracedb::Status readAlertEvents(tracedb::Reader& reader, std::vector<NonFiniteEv
     }
     if (e.nanCount == 0 && e.infCount == 0) {
       const bool infKind = kind.find("inf") != std::string::npos &&
-                           kind.find(probes::alert_kinds::kNonfinitePrefix) == std::string::npos;
+                           kind.find(vocabulary::alert_kinds::kNonfinitePrefix) == std::string::npos;
       if (infKind)
         e.infCount = 1;
       else

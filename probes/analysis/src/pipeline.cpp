@@ -11,7 +11,7 @@
 
 #include "intervals.h"
 #include "tpscope/analysis/run_info.h"
-#include "tpscope/probes/spike_baseline.h"
+#include "tpscope/vocabulary/spike_baseline.h"
 #include "tpscope/tracedb/query.h"
 
 namespace tpscope::analysis {
@@ -212,7 +212,7 @@ tracedb::Result<PipelineReport> analyzePipeline(tracedb::Reader& reader) {
       b.warmupCooldownPct = 100.0 * s.structural / s.window;
       b.dependencyWaitPct = 100.0 * s.dependency / s.window;
       b.bubblePct = b.transferPct + b.warmupCooldownPct + b.dependencyWaitPct;
-      b.ownComputeNs = probes::medianOf(s.own);
+      b.ownComputeNs = vocabulary::medianOf(s.own);
       computeSum += b.ownComputeNs;
       ++counted;
       if (b.ownComputeNs > computeMax) {

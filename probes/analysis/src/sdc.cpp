@@ -6,7 +6,7 @@
 #include <set>
 #include <tuple>
 
-#include "tpscope/probes/alert_kinds.h"
+#include "tpscope/vocabulary/alert_kinds.h"
 #include "evidence_util.h"
 
 namespace tpscope::analysis {
@@ -36,7 +36,7 @@ tracedb::Result<std::vector<Finding>> silentCorruptionFindings(tracedb::Reader& 
   // (first step, tensor) -> the alerts of that incident (one per suspect rank).
   std::map<std::tuple<int, std::string>, std::vector<const tracedb::AlertRow*>> incidents;
   for (const auto& a : *alerts)
-    if (a.kind == probes::alert_kinds::kSilentCorruption) incidents[{a.step, a.param}].push_back(&a);
+    if (a.kind == vocabulary::alert_kinds::kSilentCorruption) incidents[{a.step, a.param}].push_back(&a);
   std::vector<Finding> out;
   for (const auto& [key, rows] : incidents) {
     const auto& [step, tensor] = key;

@@ -11,7 +11,7 @@
 #include "tpscope/analysis/collectives.h"
 #include "tpscope/analysis/pipeline.h"
 #include "tpscope/analysis/run_info.h"
-#include "tpscope/probes/spike_baseline.h"
+#include "tpscope/vocabulary/spike_baseline.h"
 #include "tpscope/tracedb/query.h"
 #include "whatif_graph.h"
 
@@ -82,7 +82,7 @@ void replayChange(const Context& c, const WhatIfEdit& edit, double measuredNs, W
   const std::vector<double> changed = stepTimesNs(c, &r.markNs);
   std::vector<double> savings;
   for (size_t i = 0; i < changed.size(); ++i) savings.push_back(c.baseSteps[i] - changed[i]);
-  out.savingNs = probes::medianOf(savings);
+  out.savingNs = vocabulary::medianOf(savings);
   out.predictedStepNs = measuredNs - out.savingNs;
   std::set<int> ranks;
   for (const auto& path : c.paths)
@@ -144,7 +144,7 @@ StragglerPlan planFor(const Context& c, int rank, const std::vector<int>& peers,
       for (size_t k = 0; k < ev.size(); ++k) {
         std::vector<double> v;
         for (const auto& d : peerDur) v.push_back(static_cast<double>(d[k]));
-        const int64_t med = static_cast<int64_t>(probes::medianOf(v));
+        const int64_t med = static_cast<int64_t>(vocabulary::medianOf(v));
         const int64_t own = c.g.workNs(lane, ev[k]);
         if (own > med) {
           p.work[{lane, ev[k]}] = med;
@@ -161,7 +161,7 @@ StragglerPlan planFor(const Context& c, int rank, const std::vector<int>& peers,
     }
     double own = 0;
     for (int e : ev) own += static_cast<double>(c.g.workNs(lane, e));
-    const double med = probes::medianOf(totals);
+    const double med = vocabulary::medianOf(totals);
     if (own <= med || own <= 0) continue;
     for (int e : ev) p.work[{lane, e}] = static_cast<int64_t>(std::llround(c.g.workNs(lane, e) * med / own));
     p.excessNs += own - med;
@@ -451,8 +451,8 @@ tracedb::Result<WhatIfReport> analyzeWhatIf(tracedb::Reader& reader, const WhatI
   out.steps = static_cast<int>(c.steps.size());
   out.firstStep = c.steps.empty() ? -1 : *c.steps.begin();
   out.device = c.g.device;
-  out.measuredStepNs = probes::medianOf(stepTimesNs(c, nullptr));
-  out.replayedStepNs = probes::medianOf(c.baseSteps);
+  out.measuredStepNs = vocabulary::medianOf(stepTimesNs(c, nullptr));
+  out.replayedStepNs = vocabulary::medianOf(c.baseSteps);
   out.boundBlocks = c.g.boundBlocks;
   out.unboundBlocks = c.g.unboundBlocks;
   out.unboundRecords = c.g.unboundRecords;

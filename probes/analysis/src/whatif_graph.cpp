@@ -9,7 +9,7 @@
 
 #include "intervals.h"
 #include "tpscope/analysis/collectives.h"
-#include "tpscope/probes/spike_baseline.h"
+#include "tpscope/vocabulary/spike_baseline.h"
 #include "tpscope/tracedb/query.h"
 
 namespace tpscope::analysis::detail {
@@ -244,7 +244,7 @@ void alignOnKernelEnds(WhatIfGraph& g) {
         diffs[g.arrivals[m].rank].push_back(static_cast<double>(g.arrivals[m].endNs - ref->endNs));
   }
   std::map<int, int64_t> shift;
-  for (auto& [rank, d] : diffs) shift[rank] = -static_cast<int64_t>(std::llround(probes::medianOf(std::move(d))));
+  for (auto& [rank, d] : diffs) shift[rank] = -static_cast<int64_t>(std::llround(vocabulary::medianOf(std::move(d))));
   for (auto& l : g.lanes) {
     auto it = shift.find(l.rank);
     if (it == shift.end()) continue;

@@ -44,7 +44,7 @@
 #include <string_view>
 
 #include "tpscope/probes/probes.h"
-#include "tpscope/probes/spike_baseline.h"
+#include "tpscope/vocabulary/spike_baseline.h"
 
 namespace tpscope::rules {
 
@@ -93,7 +93,7 @@ enum class StepAction : int { Continue = 0, SkipStep = 1, Stop = 2 };
 
 // The live rules' window of one series: the previous `window` values of healthy, applied steps (spikes and skipped
 // steps never enter), tested by the one spike definition of probes/spike_baseline.h.
-using RobustBaseline = probes::SpikeWindow;
+using RobustBaseline = vocabulary::SpikeWindow;
 
 class HealthRules {
  public:
@@ -106,7 +106,7 @@ class HealthRules {
   // the caller has none. The rank's own norm is a part of it — one pipeline stage's (stage 0's is mostly the
   // embedding's, whose rows spike with the batch's rare tokens), one DP replica's batch — so a spike of it is a
   // grad_spike only where the whole model's norm moves too, ≥ kWholeModelSpikeRatio × the largest value of the
-  // rule's window of healthy steps and ≥ probes::kRunRangeRatio × the largest of the run's healthy steps (the
+  // rule's window of healthy steps and ≥ vocabulary::kRunRangeRatio × the largest of the run's healthy steps (the
   // analysis' materiality for a rank no TP peer can vouch for, anomalies.h: a hard batch moves it a few times its
   // median, within the run's own range): the update is made of the reduced gradient. One that does not is neither
   // raised nor learned. `batchLoss`: this rank's loss of the step's batch (NaN where the rank has none, a
@@ -139,7 +139,7 @@ class HealthRules {
   int stepsSkipped() const { return static_cast<int>(skipped_.size()); }
 
  private:
-  void raise(probes::Severity severity, std::string_view kind, int step, int layer, std::string_view param,
+  void raise(vocabulary::Severity severity, std::string_view kind, int step, int layer, std::string_view param,
              const std::string& message, const std::string& evidence, uint64_t ticks = 0);
   static StepAction actionOf(HealthPolicy policy);
   // A non-finite value at `step`: marks the step unhealthy and records it in `lastBadStep`. True when it starts a

@@ -15,16 +15,16 @@
 #include <variant>
 #include <vector>
 
-#include "tpscope/probes/severity.h"
+#include "tpscope/vocabulary/severity.h"
 
 namespace tpscope::analysis {
 
-// The one severity scale (tpscope/probes/severity.h), ordered most severe first: sorting by the enum value puts
+// The one severity scale (tpscope/vocabulary/severity.h), ordered most severe first: sorting by the enum value puts
 // critical findings on top.
-using probes::Severity;
-using probes::severityName;   // "critical", "error", "warning", "info"
-using probes::parseSeverity;
-using probes::storedSeverity;  // an alert's stored name; unknown names grade as warnings
+using vocabulary::Severity;
+using vocabulary::severityName;   // "critical", "error", "warning", "info"
+using vocabulary::parseSeverity;
+using vocabulary::storedSeverity;  // an alert's stored name; unknown names grade as warnings
 
 enum class FindingKind : uint8_t {
   NanOrigin,          // first NaN: (step, rank, layer, param/phase), told apart from ranks that only received it

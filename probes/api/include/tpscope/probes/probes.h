@@ -19,7 +19,7 @@
 #include <span>
 #include <string_view>
 
-#include "tpscope/probes/severity.h"
+#include "tpscope/vocabulary/severity.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <x86intrin.h>
@@ -34,6 +34,9 @@
 #endif
 
 namespace tpscope::probes {
+
+// An alert's grade: the one severity scale, defined with the other shared names (tpscope/vocabulary/).
+using vocabulary::Severity;
 
 // Stored as integers in the trace (spans.kind); names in docs/schema.md and the `span_kinds` table.
 enum class SpanKind : uint8_t {

@@ -151,7 +151,7 @@ struct AlertRow {
   int rank = 0;
   int step = -1;
   int64_t tsNs = 0;
-  std::string severity = "warning";  // a name of the one scale, tpscope/probes/severity.h: "critical" ... "info"
+  std::string severity = "warning";  // a name of the one scale, tpscope/vocabulary/severity.h: "critical" ... "info"
   std::string kind;
   int layer = -1;
   std::string param;

@@ -1,6 +1,6 @@
 // The one definition of a spike: the baseline of a series at a step and whether a value is a spike against it,
-// shared by the live health rules (core/rules: grad_spike, loss_spike) and the anomaly analysis (probes/analysis:
-// grad_spike, loss_spike findings). Header-only and dependency-free (the probe API's rule).
+// shared by the live health rules (rules/: grad_spike, loss_spike) and the anomaly analysis (probes/analysis:
+// grad_spike, loss_spike findings). Header-only and dependency-free (the vocabulary's rule).
 //
 // The window: the previous `capacity` usable values of the series that were not spikes, with their steps.
 // The test of a value x at step t against that window (at least `minHistory` values), on one of two scales:
@@ -15,7 +15,7 @@
 // Usable values: finite (and > 0 on the Norm scale); others are neither tested nor learned.
 //
 // Who applies it, and how they differ — the test above is the same; what each may add around it is not:
-//   - The live rules (core/rules/health_rules.h) can only look backward: they fire during the step. A value they
+//   - The live rules (rules/health_rules.h) can only look backward: they fire during the step. A value they
 //     flag never enters the window, nor does a step some rank found unhealthy or that was skipped; so a jump that
 //     stays (a level shift) keeps firing until the policy acts.
 //   - The analysis (probes/analysis/anomalies.h) sees the whole run and adds forward-looking checks on top:
@@ -36,14 +36,14 @@
 #include <utility>
 #include <vector>
 
-namespace tpscope::probes {
+namespace tpscope::vocabulary {
 
 // 1.4826·MAD estimates σ of a normal distribution.
 inline constexpr double kMadToSigma = 1.4826;
 
 // A gradient spike nothing else can tell from a hard batch (no TP peer saw the same batch; the live rules see no
 // peer) must take the whole model's norm this many times past the largest value the run has shown before: an order
-// of magnitude past its own range (anomalies.h, materiality; core/rules/health_rules.h).
+// of magnitude past its own range (anomalies.h, materiality; rules/health_rules.h).
 inline constexpr double kRunRangeRatio = 10.0;
 
 // Median of `v` (the mean of the two middle values for an even count); 0 for none.
@@ -181,4 +181,4 @@ class SpikeWindow {
   std::deque<std::pair<int, double>> values_;  // (step, value on the test's scale), oldest first
 };
 
-}  // namespace tpscope::probes
+}  // namespace tpscope::vocabulary

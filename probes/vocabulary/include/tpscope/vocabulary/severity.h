@@ -9,7 +9,7 @@
 #include <optional>
 #include <string_view>
 
-namespace tpscope::probes {
+namespace tpscope::vocabulary {
 
 enum class Severity : uint8_t { Critical = 0, Error = 1, Warning = 2, Info = 3 };
 
@@ -30,4 +30,4 @@ constexpr std::optional<Severity> parseSeverity(std::string_view name) {
 // The severity of a stored alert: its name, and a name this version does not know grades as a warning.
 constexpr Severity storedSeverity(std::string_view name) { return parseSeverity(name).value_or(Severity::Warning); }
 
-}  // namespace tpscope::probes
+}  // namespace tpscope::vocabulary

@@ -5,7 +5,7 @@
 
 #include <string_view>
 
-namespace tpscope::probes::alert_kinds {
+namespace tpscope::vocabulary::alert_kinds {
 
 inline constexpr std::string_view kNonfiniteGrad = "nonfinite_grad";              // NaN/Inf in a gradient
 inline constexpr std::string_view kNonfiniteActivation = "nonfinite_activation";  // NaN/Inf in the forward pass
@@ -18,4 +18,4 @@ inline constexpr std::string_view kSilentCorruption = "silent_corruption";      
 // Every non-finite kind starts with it (the analysis of the first NaN selects alerts by it).
 inline constexpr std::string_view kNonfinitePrefix = "nonfinite";
 
-}  // namespace tpscope::probes::alert_kinds
+}  // namespace tpscope::vocabulary::alert_kinds
