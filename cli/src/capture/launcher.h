@@ -2,37 +2,11 @@
 // whatever happens — success, a hang, a crash, a stop on non-finite values, Ctrl-C — into one merged, diagnosed
 // run file and an exit status that says which. docs/capture.md is the user's page.
 //
-// Lifecycle (runCapture: the steps of a CaptureSession in launcher.cpp, one function each — validate, prepare, spawn,
-// watch, finish):
-//  1. Validates everything it can before starting anything (sizes, config, --inject, --health, program).
-//  2. Prepares DIR: removes the previous capture's rank-*.db, run.db and logs (nothing else), runs a TcpKvServer on
-//     loopback with a fresh token (clock alignment, TPSCOPE_CLOCK_STORE and TPSCOPE_TOKEN; other local users are
-//     not let in) and picks a free MASTER_PORT. With several nodes, node 0 serves that store at
-//     --master-addr:--master-port + 1 instead (node_link.h: the control channel, with the job's token), the nodes
-//     wait for each other (at most --rendezvous-timeout), and they share one run id and time origin; each removes
-//     only its own ranks' files. The store admits the job's ranks and node captures (storeLimits()) and drops a
-//     stranger that does not log in within seconds (tcp_store.h).
-//  3. Spawns the ranks (posix_spawn, each in its own process group, output to DIR/logs/rank-K.log) with
-//     MASTER_ADDR=127.0.0.1 MASTER_PORT RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE TPSCOPE_OUT TPSCOPE_RUN_ID
-//     TPSCOPE_EPOCH_NS TPSCOPE_CLOCK_STORE TPSCOPE_TOKEN TPSCOPE_TP TPSCOPE_DP [TPSCOPE_INJECT TPSCOPE_HEALTH],
-//     OMP_NUM_THREADS=1 unless set. A Python interpreter running a script is run through tpscope.run
-//     (python_program.h).
-//  4. Polls the rank files read-only every `pollMs` (progress, live alerts) and reaps the ranks.
-//     Watchdog: no new span, collective or step on any rank for `hangTimeoutS` (at least `startupTimeoutS` until
-//     every rank has finished a step) → stop (hang). A rank that fails
-//     (non-zero exit or signal) → stop the others. SIGINT/SIGTERM to the launcher → stop (interrupted); a second one
-//     kills at once. Stop = SIGUSR1 (dump, the recorder flushes and continues), `dumpWaitS` later SIGTERM (dump and
-//     exit), `termGraceS` later SIGKILL. Live stall lines (analysis/live_stall.h): once a rank has been silent for
-//     `stallAfterS`, each poll reads the ranks' frontier and says which collective who is blocked in and who has not
-//     entered it; the line changes with the situation, RESUMED when it ends; run.db keeps them (alerts, kind stall).
-//  5. Writes the launcher's view of each rank's end into the rank file (ranks.exit_reason, only where the launcher
-//     knows more than the rank: it crashed, was stopped, or never said) — so a later `tpscope merge` keeps it —
-//     merges DIR/rank-*.db into DIR/run.db, adds meta capture_* keys, runs the diagnosis and prints it; with `html`
-//     it also writes the HTML report of run.db (report/html_report.h); failing that makes a successful capture
-//     exit 1.
-//  Several nodes: a stop on any node (watchdog, a failed rank, Ctrl-C) is posted on the control channel and every
-//  node stops its ranks with the same exit status; node 0 keeps the channel up until every node's ranks have ended.
-//  Each node merges its own ranks into DIR/run.db; `tpscope merge DIR0 DIR1 ...` joins the nodes' folders.
+// Design: runCapture runs the steps of one CaptureSession (capture_session.h, where each step is described):
+// validate everything before starting anything → prepare DIR, the clock store and MASTER_PORT → spawn the ranks →
+// watch them (progress, live alerts, hang watchdog, the stop sequence) → mark each rank's end, merge, diagnose.
+// Several nodes: node 0 serves the control channel (node_link.h); a stop on any node stops every node with the same
+// exit status; each node merges its own ranks.
 //
 // Threading: runCapture runs on the calling thread and installs SIGINT/SIGTERM handlers for its duration.
 #pragma once
