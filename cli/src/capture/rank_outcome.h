@@ -34,7 +34,7 @@ std::string lastErrorLine(const std::filesystem::path& log);
 
 // The first line in a rank's log where its recorder says it could not start or a flush failed (a full disk, a file
 // size limit), without the "tpscope recorder: " prefix; "" when there is none. The recorder logs each distinct
-// flush failure once (recorder.cpp), a start failure from startFromEnvironment (environment.cpp).
+// flush failure once (recorder_flusher.cpp), a start failure from startFromEnvironment (environment.cpp).
 std::string recorderWriteFailure(const std::filesystem::path& log);
 
 }  // namespace tpscope::cli::capture

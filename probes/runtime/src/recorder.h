@@ -208,4 +208,9 @@ class Recorder final : public Sink {
   RecorderStats stats_;
 };
 
+// Shared by the recorder's files: this thread's kernel thread id (gettid), and one line on stderr prefixed
+// "tpscope recorder: " (capture reads that prefix in the ranks' logs: cli/src/capture/rank_outcome.h).
+int64_t osTid();
+void logLine(const std::string& line);
+
 }  // namespace tpscope::probes::runtime_detail
