@@ -1,17 +1,14 @@
 // tpscope: makes tensor-parallel training observable. Subcommands register themselves (command.h).
-#include <sqlite3.h>
-
 #include <exception>
 #include <iostream>
 
 #include "command.h"
+#include "tpscope/tracedb/process.h"
 #include "tpscope/version.h"
 
 int main(int argc, char** argv) {
   using namespace tpscope::cli;
-  // No process-wide count of SQLite's memory: each of its allocations would take a global mutex, which the threads
-  // of merge and diagnose (several connections at once) contend for. Must precede SQLite's initialisation.
-  sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+  tpscope::tracedb::configureProcess();  // before any trace is opened (process.h)
   CLI::App app{"tpscope " TPSCOPE_VERSION " — tensor-parallel training, made observable"};
   app.require_subcommand(1);
   app.footer(
