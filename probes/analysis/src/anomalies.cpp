@@ -383,8 +383,8 @@ tracedb::Result<AnomalyReport> analyzeAnomalies(tracedb::Reader& reader, const R
 }
 
 namespace {
-using detail::f;
-using detail::g3;
+using detail::field;
+using detail::threeDigits;
 }  // namespace
 
 std::vector<Finding> anomalyFindings(const AnomalyReport& report, const RunInfo& info) {
@@ -419,19 +419,21 @@ std::vector<Finding> anomalyFindings(const AnomalyReport& report, const RunInfo&
     fd.layer = s.layer;
     const std::string what = s.param.empty() ? "global grad norm" : s.param + " grad norm";
     const std::string on = s.rank >= 0 ? " on rank " + std::to_string(s.rank) : std::string();
-    fd.message = what + " " + g3(s.value) + on + " at step " +
-                 std::to_string(s.step) + " (median " + g3(s.median) + ", " + g3(s.value / std::max(s.median, 1e-300)) +
-                 "×, robust z " + g3(s.z) + ")";
+    fd.message = what + " " + threeDigits(s.value) + on + " at step " + std::to_string(s.step) + " (median " +
+                 threeDigits(s.median) + ", " + threeDigits(s.value / std::max(s.median, 1e-300)) + "×, robust z " +
+                 threeDigits(s.z) + ")";
     if (j - i > 1) fd.details.push_back(std::to_string(j - i) + " parameters spiked on this rank at this step");
     const auto rw = runWide.find(s.step);
     const bool folded = s.rank >= 0 && rw != runWide.end();
     if (folded)
-      fd.details.push_back("the run's global grad norm spiked with it: " + g3(rw->second->value) + " (median " +
-                           g3(rw->second->median) + ")");
+      fd.details.push_back("the run's global grad norm spiked with it: " + threeDigits(rw->second->value) +
+                           " (median " + threeDigits(rw->second->median) + ")");
     for (size_t k = i; k < j; ++k) {
       const Spike& x = report.gradSpikes[k];
-      if (x.param.empty()) fd.cite("step_stats", {f("step", int64_t{x.step})});
-      else fd.cite("grad_stats", {f("rank", int64_t{x.rank}), f("step", int64_t{x.step}), f("param", x.param)});
+      if (x.param.empty()) fd.cite("step_stats", {field("step", int64_t{x.step})});
+      else
+        fd.cite("grad_stats",
+                {field("rank", int64_t{x.rank}), field("step", int64_t{x.step}), field("param", x.param)});
     }
     fd.number("value", s.value).number("median", s.median).number("mad", s.mad).number("z", s.z);
     if (folded) fd.number("global_value", rw->second->value).number("global_median", rw->second->median);
@@ -443,9 +445,9 @@ std::vector<Finding> anomalyFindings(const AnomalyReport& report, const RunInfo&
     fd.kind = FindingKind::LossSpike;
     fd.severity = Severity::Warning;
     fd.step = s.step;
-    fd.message = "loss " + g3(s.value) + " at step " + std::to_string(s.step) + " (median of the previous steps " +
-                 g3(s.median) + ", robust z " + g3(s.z) + ")";
-    fd.cite("step_stats", {f("step", int64_t{s.step})});
+    fd.message = "loss " + threeDigits(s.value) + " at step " + std::to_string(s.step) +
+                 " (median of the previous steps " + threeDigits(s.median) + ", robust z " + threeDigits(s.z) + ")";
+    fd.cite("step_stats", {field("step", int64_t{s.step})});
     fd.number("value", s.value).number("median", s.median).number("mad", s.mad).number("z", s.z);
     out.push_back(std::move(fd));
   }
@@ -457,12 +459,12 @@ std::vector<Finding> anomalyFindings(const AnomalyReport& report, const RunInfo&
     fd.rank = d.maxRank;
     fd.ranks = d.ranks;
     fd.message = d.what + " differs across ranks that must agree at step " + std::to_string(d.step) + ": " +
-                 g3(d.minValue) + " (rank " + std::to_string(d.minRank) + ") vs " + g3(d.maxValue) + " (rank " +
-                 std::to_string(d.maxRank) + "), relative spread " + g3(d.relSpread);
+                 threeDigits(d.minValue) + " (rank " + std::to_string(d.minRank) + ") vs " + threeDigits(d.maxValue) +
+                 " (rank " + std::to_string(d.maxRank) + "), relative spread " + threeDigits(d.relSpread);
     if (d.tpRank >= 0) fd.details.push_back("DP replicas of tp rank " + std::to_string(d.tpRank));
     for (int r : d.ranks) {
-      if (d.what == "grad_norm") fd.cite("step_stats", {f("rank", int64_t{r}), f("step", int64_t{d.step})});
-      else fd.cite("grad_stats", {f("rank", int64_t{r}), f("step", int64_t{d.step}), f("param", d.what)});
+      if (d.what == "grad_norm") fd.cite("step_stats", {field("rank", int64_t{r}), field("step", int64_t{d.step})});
+      else fd.cite("grad_stats", {field("rank", int64_t{r}), field("step", int64_t{d.step}), field("param", d.what)});
     }
     fd.number("min", d.minValue).number("max", d.maxValue).number("rel_spread", d.relSpread);
     out.push_back(std::move(fd));
@@ -477,14 +479,14 @@ Finding rankJumpFinding(const RankJump& jump, const AnomalyOptions& options) {
   fd.severity = Severity::Warning;
   fd.rank = jump.rank;
   fd.step = jump.step;
-  fd.message = "rank " + std::to_string(jump.rank) + "'s gradient norm " + g3(jump.norm) + " at step " +
+  fd.message = "rank " + std::to_string(jump.rank) + "'s gradient norm " + threeDigits(jump.norm) + " at step " +
                std::to_string(jump.step) + " (median of its previous " + std::to_string(jump.history) + " step" +
-               (jump.history == 1 ? "" : "s") + " " + g3(jump.median) + ", " + g3(jump.norm / jump.median) +
-               "×); no other rank's moved " + g3(options.normRatioThreshold) + "× (at most " + g3(jump.othersRatio) +
-               "×)";
+               (jump.history == 1 ? "" : "s") + " " + threeDigits(jump.median) + ", " +
+               threeDigits(jump.norm / jump.median) + "×); no other rank's moved " +
+               threeDigits(options.normRatioThreshold) + "× (at most " + threeDigits(jump.othersRatio) + "×)";
   fd.details.push_back("the rank's total over its parameters (√Σ l2², grad_stats) against its own previous steps; the "
                        "spike test did not flag it (too little history, or no fall back after it)");
-  fd.cite("grad_stats", {f("rank", int64_t{jump.rank}), f("step", int64_t{jump.step})});
+  fd.cite("grad_stats", {field("rank", int64_t{jump.rank}), field("step", int64_t{jump.step})});
   fd.number("value", jump.norm)
       .number("median", jump.median)
       .number("ratio", jump.norm / jump.median)

@@ -12,7 +12,7 @@ namespace tpscope::analysis {
 
 namespace {
 
-using detail::f;
+using detail::field;
 
 bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
@@ -97,10 +97,10 @@ struct Ctx {
 using Reason = std::optional<LinkReason>;
 
 EvidenceRow collectiveRow(int rank, const std::string& group, int64_t seq) {
-  return {"collectives", {f("rank", int64_t{rank}), f("group_name", group), f("seq", seq)}};
+  return {"collectives", {field("rank", int64_t{rank}), field("group_name", group), field("seq", seq)}};
 }
 
-EvidenceRow rankRow(int rank) { return {"ranks", {f("rank", int64_t{rank})}}; }
+EvidenceRow rankRow(int rank) { return {"ranks", {field("rank", int64_t{rank})}}; }
 
 // The rows of `fd`'s evidence from `table` (at most `n`).
 std::vector<EvidenceRow> rowsOf(const Finding& fd, const std::string& table, size_t n = 4) {
@@ -190,7 +190,7 @@ Reason originCauses(const Ctx& x, const Finding& c, const Finding& e) {
   if (e.rank == c.rank || e.rank < 0)  // the origin's own values, or a run-wide value its values enter
     return LinkReason{"rank " + std::to_string(c.rank) + " held the " + value + " from step " + std::to_string(c.step) +
                           (e.rank < 0 ? ", and the run-wide value is computed from every rank's" : ""),
-                      {{"step_stats", {f("rank", int64_t{c.rank}), f("step", int64_t{e.step})}}}};
+                      {{"step_stats", {field("rank", int64_t{c.rank}), field("step", int64_t{e.step})}}}};
   if (!contains(c.ranks, e.rank)) return {};  // the origin's receivers: ranks its spread path reached (nonfinite.h)
   const SpreadHop* h = hopTo(x, e.rank);
   if (h == nullptr)
@@ -299,7 +299,8 @@ Reason stragglerCauses(const Ctx& x, const Finding& c, const Finding& e) {
 // must show it, anomalies.cpp's global_value), a divergence of values it is one of.
 Reason spikeCauses(const Finding& c, const Finding& e) {
   if (!isKind(c, FindingKind::GradSpike) || c.rank < 0 || c.step < 0) return {};
-  const std::vector<EvidenceRow> own = {{"step_stats", {f("rank", int64_t{c.rank}), f("step", int64_t{c.step})}}};
+  const std::vector<EvidenceRow> own = {
+      {"step_stats", {field("rank", int64_t{c.rank}), field("step", int64_t{c.step})}}};
   const std::string r = "rank " + std::to_string(c.rank);
   if (isKind(e, FindingKind::GradSpike)) {
     if (!(e.rank < 0 && e.step == c.step)) return {};
@@ -314,8 +315,8 @@ Reason spikeCauses(const Finding& c, const Finding& e) {
     const double global = numberAs<double>(c, "global_value", -1), median = numberAs<double>(c, "global_median", -1);
     if (e.step != c.step + 1 || global <= 0 || median <= 0) return {};
     return LinkReason{"the update of step " + std::to_string(c.step) + " used the spiked gradient (the run-wide norm " +
-                          detail::g3(global) + ", median " + detail::g3(median) + "); step " + std::to_string(e.step) +
-                          "'s loss is the first after it",
+                          detail::threeDigits(global) + ", median " + detail::threeDigits(median) + "); step " +
+                          std::to_string(e.step) + "'s loss is the first after it",
                       own};
   }
   if (isKind(e, FindingKind::ReplicaDivergence)) {
@@ -425,10 +426,11 @@ ChainLink groupWait(const Ctx& x, Severity sev, int late, const GroupStraggling&
   l.message += ")";
   l.costNs = static_cast<int64_t>(lagPerStep * static_cast<double>(x.steps()));
   for (const auto& [seq, w] : g.worst)
-    l.evidence.rows.push_back({"collectives", {f("rank", int64_t{late}), f("group_name", g.group), f("seq", seq)}});
-  l.evidence.numbers = {f("caused_wait_ns", g.causedWaitNs), f("expected_wait_ns", g.expectedWaitNs),
-                        f("last_count", g.lastCount), f("collectives", g.collectives),
-                        f("wait_per_member_per_step_ns", lagPerStep), f("steps", x.steps())};
+    l.evidence.rows.push_back(
+        {"collectives", {field("rank", int64_t{late}), field("group_name", g.group), field("seq", seq)}});
+  l.evidence.numbers = {field("caused_wait_ns", g.causedWaitNs), field("expected_wait_ns", g.expectedWaitNs),
+                        field("last_count", g.lastCount), field("collectives", g.collectives),
+                        field("wait_per_member_per_step_ns", lagPerStep), field("steps", x.steps())};
   return l;
 }
 
@@ -468,9 +470,9 @@ double stragglerLinks(const Ctx& x, const Finding& fd, ChainLink& root) {
     st.message = "step time +" + text::pct(pct) + ": " + text::ms(lag) + " ms of a mean " + text::ms(stepNs) +
                  " ms step is waiting on rank " + std::to_string(fd.rank);
     st.costNs = static_cast<int64_t>(lag * static_cast<double>(x.steps()));
-    st.evidence.rows.push_back({"spans", {f("rank", int64_t{fd.rank})}});
-    st.evidence.numbers = {f("mean_step_ns", stepNs), f("wait_per_step_ns", lag), f("step_time_pct", pct),
-                           f("steps", x.steps())};
+    st.evidence.rows.push_back({"spans", {field("rank", int64_t{fd.rank})}});
+    st.evidence.numbers = {field("mean_step_ns", stepNs), field("wait_per_step_ns", lag), field("step_time_pct", pct),
+                           field("steps", x.steps())};
     root.consequences.push_back(std::move(st));
   }
   return lag;
@@ -497,25 +499,29 @@ void spreadLinks(const Ctx& x, const Finding& fd, ChainLink& root) {
     l.message = "carried by " + (h.collective.op.empty() ? std::string("collective") : h.collective.op) + " " +
                 h.collective.group + " seq " + std::to_string(h.collective.seq) + " (step " + std::to_string(h.step) +
                 ") from rank " + std::to_string(h.fromRank) + " → " + rankList(h.toRanks);
-    l.evidence.rows.push_back({"collectives", {f("rank", int64_t{h.fromRank}), f("group_name", h.collective.group),
-                                               f("seq", h.collective.seq)}});
+    l.evidence.rows.push_back({"collectives",
+                               {field("rank", int64_t{h.fromRank}), field("group_name", h.collective.group),
+                                field("seq", h.collective.seq)}});
     std::vector<std::string> shows;
     for (int r : h.toRanks)
       if (const NonFiniteEvent* e = firstEvent(r)) {
         shows.push_back("rank " + std::to_string(r) + ": " + e->param + (e->phase.empty() ? "" : " " + e->phase) +
                         " at step " + std::to_string(e->step));
-        if (e->source == "step_stats") l.evidence.rows.push_back({"step_stats", {f("rank", int64_t{r}), f("step", int64_t{e->step})}});
+        if (e->source == "step_stats")
+          l.evidence.rows.push_back({"step_stats", {field("rank", int64_t{r}), field("step", int64_t{e->step})}});
         else if (e->source == "grad_stats")
-          l.evidence.rows.push_back({"grad_stats", {f("rank", int64_t{r}), f("step", int64_t{e->step}), f("param", e->param)}});
+          l.evidence.rows.push_back(
+              {"grad_stats", {field("rank", int64_t{r}), field("step", int64_t{e->step}), field("param", e->param)}});
         else if (e->tsNs)
-          l.evidence.rows.push_back({"alerts", {f("rank", int64_t{r}), f("step", int64_t{e->step}), f("ts_ns", *e->tsNs)}});
+          l.evidence.rows.push_back(
+              {"alerts", {field("rank", int64_t{r}), field("step", int64_t{e->step}), field("ts_ns", *e->tsNs)}});
       }
     if (!shows.empty()) {
       l.message += " (";
       for (size_t k = 0; k < shows.size(); ++k) l.message += (k ? "; " : "") + shows[k];
       l.message += ")";
     }
-    l.evidence.numbers.push_back(f("receivers", static_cast<int64_t>(h.toRanks.size())));
+    l.evidence.numbers.push_back(field("receivers", static_cast<int64_t>(h.toRanks.size())));
     int p = -1;
     for (int j = static_cast<int>(i) - 1; j >= 0 && p < 0; --j)
       if (contains(nf->spread[j].toRanks, h.fromRank)) p = j;
@@ -539,7 +545,7 @@ ChainLink build(const Ctx& x, int i, const Causes& cs, const std::vector<std::ve
       const double lag = stragglerLinks(x, fd, l);
       if (lag > 0) {
         l.costNs = static_cast<int64_t>(lag * static_cast<double>(x.steps()));
-        l.evidence.numbers.push_back(f("cost_per_step_ns", lag));
+        l.evidence.numbers.push_back(field("cost_per_step_ns", lag));
       }
       break;
     }

@@ -29,7 +29,7 @@ bool isCrashExitReason(std::string reason) {
 
 namespace {
 
-using detail::f;
+using detail::field;
 
 // analyzeRankEnds, with the collectives from `table` where given, else from a scan of the file.
 tracedb::Result<std::vector<RankEnd>> rankEnds(tracedb::Reader& reader, const RunInfo& info,
@@ -104,7 +104,7 @@ tracedb::Result<std::vector<Finding>> crashFindings(tracedb::Reader& reader, con
     if (e.crashed) fd.message = who + " exited: " + e.exitReason;
     else fd.message = who + " stopped recording early" + (e.exitReason.empty() ? "" : " (exit: " + e.exitReason + ")");
     if (e.lastStep >= 0) fd.message += ", last step " + std::to_string(e.lastStep);
-    fd.cite("ranks", {f("rank", int64_t{e.rank})});
+    fd.cite("ranks", {field("rank", int64_t{e.rank})});
     {
       Query q(reader,
               "SELECT n.value, s.begin_ns, s.step, s.layer FROM spans s LEFT JOIN strings n ON n.id = s.name"
@@ -114,7 +114,7 @@ tracedb::Result<std::vector<Finding>> crashFindings(tracedb::Reader& reader, con
       auto s = q.each([&](Query& r) {
         fd.details.push_back("last span: " + r.text(0) + (r.i32(2) >= 0 ? ", step " + std::to_string(r.i32(2)) : "") +
                              (r.i32(3) >= 0 ? ", layer " + std::to_string(r.i32(3)) : ""));
-        fd.cite("spans", {f("rank", int64_t{e.rank}), f("begin_ns", r.i64(1)), f("name", r.text(0))});
+        fd.cite("spans", {field("rank", int64_t{e.rank}), field("begin_ns", r.i64(1)), field("name", r.text(0))});
       });
       if (!s) return s;
     }
@@ -128,7 +128,8 @@ tracedb::Result<std::vector<Finding>> crashFindings(tracedb::Reader& reader, con
         fd.collective = CollectiveRef{r.text(0), r.i64(1), r.text(2)};
         fd.details.push_back("last collective: group " + r.text(0) + " seq " + std::to_string(r.i64(1)) + " " +
                              r.text(2) + " (" + r.text(3) + ")" + (r.view(4).empty() ? "" : " at " + r.text(4)));
-        fd.cite("collectives", {f("rank", int64_t{e.rank}), f("group_name", r.text(0)), f("seq", r.i64(1))});
+        fd.cite("collectives",
+                {field("rank", int64_t{e.rank}), field("group_name", r.text(0)), field("seq", r.i64(1))});
       });
       if (!s) return s;
     }

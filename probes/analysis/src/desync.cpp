@@ -326,7 +326,7 @@ tracedb::Result<DesyncReport> analyzeDesync(tracedb::Reader& reader, const RunIn
 
 namespace {
 
-using detail::f;
+using detail::field;
 
 std::string describeRecord(const MemberRecord& r) {
   std::string s = r.op + " " + r.dtype + " [";
@@ -394,9 +394,10 @@ void describeMissingRanks(const GroupDesync& g, Finding& fd) {
     if (mp.lastSpan) line += "; its last span: " + spanText(*mp.lastSpan);
     fd.details.push_back(line);
     if (mp.lastEnqueued > 0)
-      fd.cite("collectives", {f("rank", int64_t{m}), f("group_name", g.group), f("seq", mp.lastEnqueued)});
+      fd.cite("collectives", {field("rank", int64_t{m}), field("group_name", g.group), field("seq", mp.lastEnqueued)});
     if (mp.lastSpan)
-      fd.cite("spans", {f("rank", int64_t{m}), f("begin_ns", mp.lastSpan->beginNs), f("name", mp.lastSpan->name)});
+      fd.cite("spans",
+              {field("rank", int64_t{m}), field("begin_ns", mp.lastSpan->beginNs), field("name", mp.lastSpan->name)});
   }
 }
 
@@ -505,7 +506,7 @@ Finding hangFinding(const GroupDesync& g, const Blocked& blocked) {
       g.stuckState != MatchState::Undecided)
     fd.details.push_back(std::string("the ranks that entered it disagree: ") + matchStateName(g.stuckState));
   for (const MemberRecord& r : g.stuckRecords) {
-    fd.cite("collectives", {f("rank", int64_t{r.rank}), f("group_name", g.group), f("seq", *g.stuckSeq)});
+    fd.cite("collectives", {field("rank", int64_t{r.rank}), field("group_name", g.group), field("seq", *g.stuckSeq)});
     if (!r.callsite.empty() && sample && r.callsite != sample->callsite)
       fd.details.push_back("rank " + std::to_string(r.rank) + " was at: " + r.callsite);
   }
@@ -624,7 +625,7 @@ Finding desyncFinding(const GroupDesync& g, const SeqMismatch& m) {
                          (shifted.size() > 1 ? "their" : "its") + " seq " + std::to_string(m.seq + 1) +
                          " is what the others issued at seq " + std::to_string(m.seq));
   for (const auto& r : m.records)
-    fd.cite("collectives", {f("rank", int64_t{r.rank}), f("group_name", g.group), f("seq", m.seq)});
+    fd.cite("collectives", {field("rank", int64_t{r.rank}), field("group_name", g.group), field("seq", m.seq)});
   fd.number("match_state", std::string(matchStateName(m.state)));
   fd.number("mismatched_seqs_in_group", g.mismatchCount);
   return fd;

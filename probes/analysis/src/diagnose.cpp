@@ -24,7 +24,7 @@ namespace tpscope::analysis {
 
 namespace {
 
-using detail::f;
+using detail::field;
 
 std::string ms(int64_t ns) {
   char buf[32];
@@ -183,7 +183,7 @@ std::vector<Finding> stragglerFindings(const CollectiveAnalysis& ca, const RunIn
                            " CPUs: a lag under a quarter of a step per step is scheduling, not a fault");
     for (const CollectiveArrival& a : ca.worst) {
       if (a.lastRank != r.rank) continue;
-      fd.cite("collectives", {f("rank", int64_t{r.rank}), f("group_name", a.group), f("seq", a.seq)});
+      fd.cite("collectives", {field("rank", int64_t{r.rank}), field("group_name", a.group), field("seq", a.seq)});
       if (!fd.collective) fd.collective = CollectiveRef{a.group, a.seq, a.op};
     }
     if (waiters.empty())
@@ -231,7 +231,7 @@ std::vector<Finding> overheadFindings(const Breakdown& b, const TpModelCheck* tp
                  pct(t.pct(t.commNs - t.exposedCommNs)) + ")";
     if (unexplained)
       fd.details.push_back("TP communication is " + pct(*excess) + " above what the TP model of the config expects");
-    if (rank >= 0) fd.cite("spans", {f("rank", int64_t{rank})});
+    if (rank >= 0) fd.cite("spans", {field("rank", int64_t{rank})});
     fd.number("step_ns", t.stepNs)
         .number("comm_ns", t.commNs)
         .number("exposed_comm_ns", t.exposedCommNs)

@@ -8,10 +8,12 @@
 
 namespace tpscope::analysis::detail {
 
-inline EvidenceField f(const char* name, EvidenceValue v) { return EvidenceField{name, std::move(v)}; }
+// One named field of a finding's evidence or citation: field("rank", int64_t{3}).
+inline EvidenceField field(const char* name, EvidenceValue v) { return EvidenceField{name, std::move(v)}; }
 
-// printf-style number for messages: g3(2.1e4) = "2.1e+04", g3(3.2) = "3.2".
-inline std::string g3(double v) {
+// A number for messages, to three significant digits (printf %.3g): threeDigits(2.1e4) = "2.1e+04",
+// threeDigits(3.2) = "3.2".
+inline std::string threeDigits(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3g", v);
   return buf;

@@ -401,9 +401,9 @@ tracedb::Result<NonFiniteReport> analyzeNonFinite(tracedb::Reader& reader, const
 }
 
 namespace {
-using detail::f;
+using detail::field;
 
-using detail::g3;
+using detail::threeDigits;
 }  // namespace
 
 std::vector<Finding> nonFiniteFindings(const NonFiniteReport& report, const RunInfo& info) {
@@ -433,8 +433,8 @@ std::vector<Finding> nonFiniteFindings(const NonFiniteReport& report, const RunI
   if (o.numel > 0) line += " in " + std::to_string(o.numel) + " elements";
   line += " (" + o.source + ")";
   if (o.prevNorm) {
-    line += "; rank " + std::to_string(o.rank) + "'s grad norm was " + g3(*o.prevNorm) + " the step before";
-    if (o.medianNorm) line += " (median " + g3(*o.medianNorm) + ")";
+    line += "; rank " + std::to_string(o.rank) + "'s grad norm was " + threeDigits(*o.prevNorm) + " the step before";
+    if (o.medianNorm) line += " (median " + threeDigits(*o.medianNorm) + ")";
   }
   fd.details.push_back(line);
   if (!report.spread.empty()) {
@@ -454,20 +454,20 @@ std::vector<Finding> nonFiniteFindings(const NonFiniteReport& report, const RunI
     fd.details.push_back(rankList(report.unexplained) +
                          " also show non-finite values that no collective of the origin explains (a second origin?)");
   if (o.source == "grad_stats")
-    fd.cite("grad_stats", {f("rank", int64_t{o.rank}), f("step", int64_t{o.step}), f("param", o.param)});
+    fd.cite("grad_stats", {field("rank", int64_t{o.rank}), field("step", int64_t{o.step}), field("param", o.param)});
   else if (o.source == "alerts")
     // The alert row's time: a backward alert's is kept as the bound (readAlertEvents), not as tsNs.
-    fd.cite("alerts", {f("rank", int64_t{o.rank}), f("step", int64_t{o.step}),
-                       f("ts_ns", o.tsNs.value_or(o.boundNs.value_or(-1)))});
+    fd.cite("alerts", {field("rank", int64_t{o.rank}), field("step", int64_t{o.step}),
+                       field("ts_ns", o.tsNs.value_or(o.boundNs.value_or(-1)))});
   else
-    fd.cite("step_stats", {f("rank", int64_t{o.rank}), f("step", int64_t{o.step})});
+    fd.cite("step_stats", {field("rank", int64_t{o.rank}), field("step", int64_t{o.step})});
   for (const SpreadHop& h : report.spread)
-    fd.cite("collectives", {f("rank", int64_t{h.fromRank}), f("group_name", h.collective.group),
-                            f("seq", h.collective.seq)});
+    fd.cite("collectives", {field("rank", int64_t{h.fromRank}), field("group_name", h.collective.group),
+                            field("seq", h.collective.seq)});
   for (const NonFiniteEvent& e : report.firstPerRank) {
     if (e.rank == o.rank) continue;
     if (e.source == "grad_stats")
-      fd.cite("grad_stats", {f("rank", int64_t{e.rank}), f("step", int64_t{e.step}), f("param", e.param)});
+      fd.cite("grad_stats", {field("rank", int64_t{e.rank}), field("step", int64_t{e.step}), field("param", e.param)});
   }
   fd.number("nan_count", o.nanCount);
   fd.number("inf_count", o.infCount);
@@ -490,7 +490,7 @@ std::vector<Finding> nonFiniteFindings(const NonFiniteReport& report, const RunI
                 (e.param.empty() ? "" : " " + e.param) + " not explained by the spread from rank " +
                 std::to_string(o.rank);
     if (e.source == "grad_stats")
-      s.cite("grad_stats", {f("rank", int64_t{e.rank}), f("step", int64_t{e.step}), f("param", e.param)});
+      s.cite("grad_stats", {field("rank", int64_t{e.rank}), field("step", int64_t{e.step}), field("param", e.param)});
     s.number("nan_count", e.nanCount);
     s.number("inf_count", e.infCount);
     out.push_back(std::move(s));

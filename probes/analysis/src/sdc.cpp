@@ -13,7 +13,7 @@ namespace tpscope::analysis {
 
 namespace {
 
-using detail::f;
+using detail::field;
 
 // Without a majority and without another fault that parted the copies (explainDivergences), what would decide.
 constexpr const char* kUndecided =
@@ -77,7 +77,8 @@ tracedb::Result<std::vector<Finding>> silentCorruptionFindings(tracedb::Reader& 
                          "; found by the fingerprint check of step " + std::to_string(checkStep));
     if (num("tensors_disagreeing", 1) > 1)
       fd.details.push_back(std::to_string(num("tensors_disagreeing", 1)) + " tensors disagree at that step");
-    for (const auto* a : rows) fd.cite("alerts", {f("rank", int64_t{a->rank}), f("step", int64_t{a->step}), f("ts_ns", a->tsNs)});
+    for (const auto* a : rows)
+      fd.cite("alerts", {field("rank", int64_t{a->rank}), field("step", int64_t{a->step}), field("ts_ns", a->tsNs)});
     fd.number("tensor", tensor)
         .number("check_step", checkStep)
         .number("earliest_step", earliest)
@@ -164,13 +165,13 @@ bool explainByNonFinite(Finding& fd, const std::vector<Finding>& all, const NonF
                     (e->source == "grad_stats" ? " grad" : "") + " at step " + std::to_string(e->step) + " (" +
                     e->source + ")");
       if (e->source == "grad_stats")
-        fd.cite("grad_stats", {detail::f("rank", int64_t{e->rank}), detail::f("step", int64_t{e->step}),
-                               detail::f("param", e->param)});
+        fd.cite("grad_stats", {detail::field("rank", int64_t{e->rank}), detail::field("step", int64_t{e->step}),
+                               detail::field("param", e->param)});
       else if (e->source == "step_stats")
-        fd.cite("step_stats", {detail::f("rank", int64_t{e->rank}), detail::f("step", int64_t{e->step})});
+        fd.cite("step_stats", {detail::field("rank", int64_t{e->rank}), detail::field("step", int64_t{e->step})});
       else if (e->tsNs)
-        fd.cite("alerts", {detail::f("rank", int64_t{e->rank}), detail::f("step", int64_t{e->step}),
-                           detail::f("ts_ns", *e->tsNs)});
+        fd.cite("alerts", {detail::field("rank", int64_t{e->rank}), detail::field("step", int64_t{e->step}),
+                           detail::field("ts_ns", *e->tsNs)});
     }
     fd.rank = holds(heldRanks, o.rank) ? o.rank : heldRanks.front();
     fd.ranks = heldRanks;
@@ -219,8 +220,9 @@ int explainBySpike(size_t at, std::vector<Finding>& all, const AnomalyReport* an
   std::string figure;
   if (auto it = jumpOf.find(j); it != jumpOf.end()) {
     const RankJump& r = *it->second;
-    figure = " (its total norm " + detail::g3(r.norm) + ", " + detail::g3(r.norm / r.median) + "× its median " +
-             detail::g3(r.median) + "; no other rank's moved " + detail::g3(options.normRatioThreshold) + "×)";
+    figure = " (its total norm " + detail::threeDigits(r.norm) + ", " + detail::threeDigits(r.norm / r.median) +
+             "× its median " + detail::threeDigits(r.median) + "; no other rank's moved " +
+             detail::threeDigits(options.normRatioThreshold) + "×)";
   }
   why.push_back("rank " + std::to_string(j) + "'s gradient stood out at step " + std::to_string(spike.step) + figure +
                 ": " + spike.message);
