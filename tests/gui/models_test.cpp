@@ -38,7 +38,9 @@ class ModelsTest : public ::testing::Test {
     auto run = loadRun(*dir_ / "run.db");
     ASSERT_TRUE(run) << run.error();
     run_ = new RunPtr(*run);
-    analysis_ = new AnalysisPtr(std::make_shared<const AnalysisData>(loadAnalysis((*run_)->files)));
+    auto opened = openRun(*dir_ / "run.db");
+    ASSERT_TRUE(opened) << opened.error();
+    analysis_ = new AnalysisPtr(std::make_shared<const AnalysisData>(loadAnalysis(**opened)));
   }
   static void TearDownTestSuite() {
     delete run_;
@@ -443,6 +445,31 @@ TEST(LiveFolder, AlignsRankFilesAndNoticesGrowth) {
   EXPECT_EQ(t.lanes()[0].rows[0].begin[0], 1000);
   EXPECT_EQ(t.lanes()[1].rows[0].begin[0], 1000 + 300 + 200) << "epoch difference plus clock offset";
   EXPECT_EQ(t.string(t.lanes()[1].rows[0].name[0]), "backward") << "names re-interned across files";
+}
+
+// The views and the analysis of a capture folder read one merge of its rank files, made once and removed with the
+// last reference to the opened run.
+TEST(LiveFolder, ViewsAndAnalysisReadOneMerge) {
+  const fs::path dir = scratchDir("one-merge");
+  ASSERT_EQ(writeRankFile(dir / "rank-0.db", 0, 1'000'000, 0, "forward"), "");
+  ASSERT_EQ(writeRankFile(dir / "rank-1.db", 1, 1'000'300, 200, "backward"), "");
+  auto opened = openRun(dir);
+  ASSERT_TRUE(opened) << opened.error();
+  const OpenedRun& file = **opened;
+  ASSERT_TRUE(file.merged());
+  EXPECT_TRUE(file.live);
+  EXPECT_EQ(file.files, traceFilesOf(dir));
+  const fs::path merge = file.file;
+  EXPECT_TRUE(fs::exists(merge));
+  auto run = loadRun(file);
+  ASSERT_TRUE(run) << run.error();
+  EXPECT_EQ((*run)->files, file.files);
+  ASSERT_EQ((*run)->timeline->lanes().size(), 2u);
+  EXPECT_EQ((*run)->timeline->lanes()[1].rows[0].begin[0], 1000 + 300 + 200);
+  const AnalysisData analysis = loadAnalysis(file);
+  EXPECT_EQ(analysis.info.ranks.size(), 2u);
+  opened = tracedb::Status::error("closed");
+  EXPECT_FALSE(fs::exists(merge)) << "the merge goes with the opened run";
 }
 
 // A run over the full-load limit opens on its summary only (RunData::windowed); a window read from the file then

@@ -10,7 +10,6 @@
 #include <unordered_map>
 
 #include "tpscope/tracedb/lane_summary.h"
-#include "tpscope/tracedb/merge.h"
 #include "tpscope/tracedb/query.h"
 #include "tpscope/tracedb/reader.h"
 #include "tpscope/tracedb/run_files.h"
@@ -51,13 +50,6 @@ bool RunData::stepWindow(int rank, int step, int64_t& b, int64_t& e) const {
         }
   }
   return found;
-}
-
-std::vector<fs::path> traceFilesOf(const fs::path& path) {
-  std::error_code ec;
-  if (!fs::is_directory(path, ec)) return {path};
-  if (fs::exists(path / "run.db", ec)) return {path / "run.db"};
-  return tracedb::rankFiles(path);
 }
 
 namespace {
@@ -287,24 +279,22 @@ Status forEachOnWorkers(size_t n, int workers, const std::function<Status(size_t
 }
 
 // Pass 2: the chunks read in parallel (one connection per chunk); the first error wins.
-Status readSpans(const RunData& run, const tracedb::RunFiles& opened, const std::vector<SpanChunk>& chunks,
-                 const SpanNames& names, int workers, std::vector<std::vector<InputSpan>>& spans) {
+Status readSpans(const tracedb::RunFiles& opened, const std::vector<SpanChunk>& chunks, const SpanNames& names,
+                 int workers, std::vector<std::vector<InputSpan>>& spans) {
   spans.resize(chunks.size());
   return forEachOnWorkers(chunks.size(), workers, [&](size_t k, int) {
     const SpanChunk& c = chunks[k];
-    return readSpanChunk(run.files[c.file], c.lo, c.hi, opened.files[c.file].clock, names.maps[c.file], spans[k]);
+    const tracedb::RunFile& in = opened.files[c.file];
+    return readSpanChunk(in.path, c.lo, c.hi, in.clock, names.maps[c.file], spans[k]);
   });
 }
 
-// The run's files, before anything is read from them.
-Result<std::shared_ptr<RunData>> newRun(const fs::path& path) {
-  std::error_code ec;
-  if (!fs::exists(path, ec)) return Status::error(path.string() + ": no such file or folder");
+// The opened run's data, before anything is read from its file.
+std::shared_ptr<RunData> newRun(const OpenedRun& opened) {
   auto run = std::make_shared<RunData>();
-  run->source = path;
-  run->files = traceFilesOf(path);
-  run->live = fs::is_directory(path, ec) && !(run->files.size() == 1 && run->files[0].filename() == "run.db");
-  if (run->files.empty()) return Status::error(path.string() + ": no run.db and no rank-*.db files in this folder");
+  run->source = opened.source;
+  run->files = opened.files;
+  run->live = opened.live;
   return run;
 }
 
@@ -314,12 +304,16 @@ double msSince(Clock::time_point t) { return std::chrono::duration<double, std::
 }  // namespace
 
 Result<std::shared_ptr<const RunData>> loadRunSummary(const fs::path& path, const LoadOptions& options) {
-  auto made = newRun(path);
-  if (!made) return made.status();
-  std::shared_ptr<RunData> run = std::move(*made);
+  auto opened = openRun(path);
+  if (!opened) return opened.status();
+  return loadRunSummary(**opened, options);
+}
+
+Result<std::shared_ptr<const RunData>> loadRunSummary(const OpenedRun& file, const LoadOptions& options) {
+  std::shared_ptr<RunData> run = newRun(file);
   if (run->live || run->files.size() != 1) return std::shared_ptr<const RunData>();
   const auto phase = Clock::now();
-  auto opened = tracedb::openRunFiles(run->files);
+  auto opened = tracedb::openRunFiles(std::vector<fs::path>{file.file});
   if (!opened) return opened.status();
   auto summary = tracedb::readLaneSummary(*opened->files[0].reader);
   if (!summary) return summary.status();
@@ -352,15 +346,19 @@ Result<std::shared_ptr<const RunData>> loadRunSummary(const fs::path& path, cons
 }
 
 Result<std::shared_ptr<const RunData>> loadRun(const fs::path& path, const LoadOptions& options) {
-  auto made = newRun(path);
-  if (!made) return made.status();
-  std::shared_ptr<RunData> run = std::move(*made);
+  auto opened = openRun(path);
+  if (!opened) return opened.status();
+  return loadRun(**opened, options);
+}
+
+Result<std::shared_ptr<const RunData>> loadRun(const OpenedRun& file, const LoadOptions& options) {
+  std::shared_ptr<RunData> run = newRun(file);
   auto ms = msSince;
   LoadTimings timings;
   auto phase = Clock::now();
 
-  // Pass 1: open every file (clocks aligned once, tracedb/run_files.h), read the small tables.
-  auto opened = tracedb::openRunFiles(run->files);
+  // Pass 1: open the file (its clocks aligned once, tracedb/run_files.h), read the small tables.
+  auto opened = tracedb::openRunFiles(std::vector<fs::path>{file.file});
   if (!opened) return opened.status();
   SpanNames names;
   const RunData* tables =
@@ -382,7 +380,7 @@ Result<std::shared_ptr<const RunData>> loadRun(const fs::path& path, const LoadO
   auto chunks = spanChunks(*opened, options.workers);
   if (!chunks) return chunks.status();
   std::vector<std::vector<InputSpan>> spans;
-  if (Status s = readSpans(*run, *opened, *chunks, names, options.workers, spans); !s) return s;
+  if (Status s = readSpans(*opened, *chunks, names, options.workers, spans); !s) return s;
   opened->files.clear();
 
   timings.spansMs = ms(phase);

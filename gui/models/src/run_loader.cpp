@@ -33,36 +33,40 @@ void RunLoader::load(const QString& path, bool withAnalysis) {
         if (generation == generation_) emit runLoaded(run, ms);
       });
     };
-    auto analyse = [&](const RunPtr& run) {
+    auto fail = [&](const std::string& error) {
+      const QString message = QString::fromStdString(error);
+      QMetaObject::invokeMethod(this, [this, path, message, generation] {
+        --inFlight_;
+        if (generation == generation_) emit failed(path, message);
+      });
+    };
+    // One opened run for the views and the analysis: a capture folder's rank files merged once (opened_run.h).
+    auto opened = openRun(path.toStdString());
+    if (!opened) return fail(opened.error());
+    const OpenedRun& file = **opened;
+    auto analyse = [&] {
       if (!withAnalysis) return;
-      auto analysis = std::make_shared<const AnalysisData>(loadAnalysis(run->files));
+      auto analysis = std::make_shared<const AnalysisData>(loadAnalysis(file));
       QMetaObject::invokeMethod(this, [this, analysis, generation] {
         if (generation == generation_) emit analysisLoaded(analysis);
       });
     };
     // A run file with a lane summary is on screen from the summary first; every span follows (the same load).
-    if (auto summary = loadRunSummary(path.toStdString(), options); summary && *summary) {
+    if (auto summary = loadRunSummary(file, options); summary && *summary) {
       RunPtr first = *summary;
       shown(first, timer.elapsed());
       options.tablesFrom = first;
       if (first->windowed) {  // too big to read whole: the view reads the spans of what it shows
-        analyse(first);
+        analyse();
         QMetaObject::invokeMethod(this, [this] { --inFlight_; });
         return;
       }
     }
-    auto run = loadRun(path.toStdString(), options);
-    if (!run) {
-      const QString message = QString::fromStdString(run.error());
-      QMetaObject::invokeMethod(this, [this, path, message, generation] {
-        --inFlight_;
-        if (generation == generation_) emit failed(path, message);
-      });
-      return;
-    }
+    auto run = loadRun(file, options);
+    if (!run) return fail(run.error());
     RunPtr loaded = *run;
     shown(loaded, timer.elapsed());
-    analyse(loaded);
+    analyse();
     writeTimelineCache(*loaded);  // after the run is on screen: the next open of this file skips the span table
     QMetaObject::invokeMethod(this, [this] { --inFlight_; });
   });

@@ -2,8 +2,8 @@
 // chain, and the reports it drew
 // them from (the per-rank/step time breakdown, collective statistics and stragglers, the desync report).
 //
-// A single trace file is analysed in place. A capture folder of rank files (a capture in progress) is merged into
-// a temporary run file first (tracedb::merge), which is removed afterwards.
+// It reads the opened run's one file (opened_run.h), the file the views read: a capture folder's rank files are
+// merged once, for both.
 //
 // Threading: loadAnalysis() blocks; call it on a worker thread. It opens its own Reader. A failing analysis does not
 // stop the others: its error is kept in `errors` (text naming the analysis and the file).
@@ -20,6 +20,7 @@
 #include "tpscope/analysis/finding.h"
 #include "tpscope/analysis/pipeline.h"
 #include "tpscope/analysis/run_info.h"
+#include "tpscope/gui/opened_run.h"
 
 namespace tpscope::gui {
 
@@ -34,7 +35,6 @@ struct AnalysisData {
   std::vector<std::string> errors;
 };
 
-// `files`: RunData::files (one run file, or the rank files of a capture folder).
-AnalysisData loadAnalysis(const std::vector<std::filesystem::path>& files);
+AnalysisData loadAnalysis(const OpenedRun& run);
 
 }  // namespace tpscope::gui

@@ -1,9 +1,10 @@
 // Everything the viewer shows about one run, loaded into plain structs: a merged run file (run.db), one rank file, or
 // a capture folder (DIR/rank-*.db, a capture in progress; DIR/run.db wins when it exists).
 //
-// Time base: ns. Rank files of a folder are aligned by tracedb::openRunFiles, the function `tpscope merge` uses
-// (run_files.h): a rank's times move by (its file's epoch - the earliest epoch) + its clock offset, unless the file
-// says clock_aligned=1. Strings of several files are re-interned into one table (TimelineData::strings).
+// What is read is the opened run's one file (opened_run.h): the run file, a rank file, or the merge of a capture
+// folder's rank files that the analysis reads too. Time base: ns, aligned by tracedb::openRunFiles (run_files.h): a
+// rank's times move by (its file's epoch - the earliest epoch) + its clock offset, unless the file says
+// clock_aligned=1 (a merge's). The file's strings are re-interned into one table (TimelineData::strings).
 //
 // Threading: loadRun() is blocking and may run on any thread (it opens its own readers); the result is immutable and
 // shared between threads. Errors come back as a message naming the file; nothing throws.
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "tpscope/gui/opened_run.h"
 #include "tpscope/gui/timeline_data.h"
 #include "tpscope/tracedb/records.h"
 #include "tpscope/tracedb/status.h"
@@ -32,7 +34,7 @@ struct SpanWindowSource {
 
 struct RunData {
   std::filesystem::path source;               // what was opened
-  std::vector<std::filesystem::path> files;   // the trace files read
+  std::vector<std::filesystem::path> files;   // the run's trace files (OpenedRun::files)
   std::map<std::string, std::string> meta;    // of the first file
   std::vector<tracedb::RankInfo> ranks;
   std::vector<tracedb::ThreadInfo> threads;
@@ -44,7 +46,7 @@ struct RunData {
   std::shared_ptr<const TimelineData> timeline;
   int64_t beginNs = 0;  // over spans and collectives
   int64_t endNs = 0;
-  bool live = false;    // read from rank files of a capture folder
+  bool live = false;    // a capture folder of rank files (OpenedRun::live)
   bool timelineFromCache = false;  // the spans came from the timeline cache (see LoadOptions::useCache)
   // The timeline is the file's lane summary (loadRunSummary), shown while every span is read.
   bool summaryOnly() const { return timeline && timeline->summary(); }
@@ -85,9 +87,9 @@ struct LoadOptions {
 // Blocking (hundreds of MB for 10 M spans): call it off the UI thread, after the run is shown.
 bool writeTimelineCache(const RunData& run);
 
-// What loadRun would read for `path`: the run file, or the rank files of a folder. Empty if nothing readable is there.
-std::vector<std::filesystem::path> traceFilesOf(const std::filesystem::path& path);
-
+// Every span and table of the opened run's file.
+tracedb::Result<std::shared_ptr<const RunData>> loadRun(const OpenedRun& opened, const LoadOptions& options = {});
+// loadRun of openRun(path): a capture folder's merge removed when it has been read.
 tracedb::Result<std::shared_ptr<const RunData>> loadRun(const std::filesystem::path& path,
                                                         const LoadOptions& options = {});
 
@@ -95,6 +97,8 @@ tracedb::Result<std::shared_ptr<const RunData>> loadRun(const std::filesystem::p
 // (tracedb/lane_summary.h), a few MB whatever the number of spans. nullptr when `path` is not a single run file with
 // a current lane summary (a capture folder, a rank file, an older file): then loadRun is the first frame. The caller
 // shows it, then calls loadRun with LoadOptions::tablesFrom set to it for every span. Blocking; any thread.
+tracedb::Result<std::shared_ptr<const RunData>> loadRunSummary(const OpenedRun& opened,
+                                                               const LoadOptions& options = {});
 tracedb::Result<std::shared_ptr<const RunData>> loadRunSummary(const std::filesystem::path& path,
                                                                const LoadOptions& options = {});
 

@@ -1,4 +1,5 @@
-// Loads runs off the UI thread: the run's data and timeline first (what the first frame needs), the analyses after.
+// Loads runs off the UI thread: the run's data and timeline first (what the first frame needs), the analyses after,
+// both from one opened run (opened_run.h: a capture folder's rank files merged once, for both).
 // A run file with a lane summary is loaded twice over: runLoaded() comes first with the summary timeline
 // (RunData::summaryOnly(), a fraction of a second whatever the run's size), then again with every span — unless the
 // run has more spans than TPSCOPE_GUI_FULL_LOAD_LIMIT (default LoadOptions::kFullLoadLimit): such a run stays
