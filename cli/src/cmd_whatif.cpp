@@ -8,6 +8,7 @@
 #include "text.h"
 #include "tpscope/analysis/run_info.h"
 #include "tpscope/analysis/whatif.h"
+#include "tpscope/vocabulary/collective_ops.h"
 
 namespace tpscope::cli {
 namespace {
@@ -60,9 +61,11 @@ void addWhatIf(CLI::App& app, Context& ctx) {
   cmd->add_flag("--json", args->json, "Print JSON");
   cmd->add_option("--busbw", args->busbw, "Replay one kind of collective at this bus bandwidth, GB/s (nccl-tests)")
       ->check(CLI::PositiveNumber);
+  std::string ops;  // the catalogue's names, as the trace stores them
+  for (std::string_view op : vocabulary::kCollectiveOpNames) ops += (ops.empty() ? "" : ", ") + std::string(op);
   cmd->add_option("--collective", args->collective,
-                  "With --busbw: which collectives, OP or CLASS:OP (tp:all_reduce); default: the one with the most "
-                  "transfer on the critical path");
+                  "With --busbw: which collectives, OP or CLASS:OP (tp:all_reduce; OP one of " + ops +
+                      "); default: the one with the most transfer on the critical path");
   cmd->callback([args, &ctx]() {
     auto reader = openRun(args->run);
     if (!reader) {

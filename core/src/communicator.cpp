@@ -11,6 +11,7 @@
 
 #include "backend.h"
 #include "tpscope/core/faults.h"
+#include "tpscope/vocabulary/collective_ops.h"
 
 namespace tpscope::core {
 
@@ -52,11 +53,12 @@ const char* dtypeName(at::ScalarType t) {
 }
 
 const char* opDisplay(const char* op) {
-  std::string_view o(op);
-  if (o == "all_reduce") return "all-reduce";
-  if (o == "all_gather") return "all-gather";
-  if (o == "reduce_scatter") return "reduce-scatter";
-  return op;
+  switch (vocabulary::canonicalOp(op)) {
+    case vocabulary::CollectiveOp::AllReduce: return "all-reduce";
+    case vocabulary::CollectiveOp::AllGather: return "all-gather";
+    case vocabulary::CollectiveOp::ReduceScatter: return "reduce-scatter";
+    default: return op;
+  }
 }
 
 bool looksLikeTimeout(const std::exception& e) {

@@ -17,6 +17,7 @@
 #include "tpscope/core/mesh.h"
 #include "tpscope/core/replica_check.h"
 #include "tpscope/rules/config.h"
+#include "tpscope/vocabulary/collective_ops.h"
 
 namespace tpscope::core {
 
@@ -204,7 +205,7 @@ bool FaultInjector::mismatchAllReduce(const Communicator& comm, at::Tensor& t, c
       d.group = comm.name();
       d.groupRanks = comm.globalRanks();
       d.seq = comm.seq() + 1;
-      d.op = "all_reduce";
+      d.op = vocabulary::opName(vocabulary::CollectiveOp::AllReduce);
       d.dtype = t.scalar_type() == at::kDouble ? "float64"
                 : t.scalar_type() == at::kBFloat16 ? "bfloat16"
                 : t.scalar_type() == at::kHalf    ? "float16"

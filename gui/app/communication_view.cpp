@@ -103,9 +103,9 @@ void CommunicationView::rebuildChart() {
   auto* exposed = new QBarSet("exposed comm");
   auto* other = new QBarSet("other");
   auto* idle = new QBarSet("idle");
-  compute->setColor(palette::kind(0));
-  exposed->setColor(palette::kind(1));
-  other->setColor(palette::kind(2));
+  compute->setColor(palette::kind(tracedb::SpanKind::Compute));  // the HTML report's breakdown colours
+  exposed->setColor(palette::kind(tracedb::SpanKind::Comm));
+  other->setColor(palette::kind(tracedb::SpanKind::Data));
   idle->setColor(QColor(110, 110, 110));
   QStringList categories;
   double maxMs = 0;

@@ -307,6 +307,7 @@ TEST_F(ModelsTest, GradHealthFlagsTheNanCell) {
   EXPECT_EQ(nan.data(GradHealthModel::NanCountRole).toLongLong(), 3);
   EXPECT_EQ(nan.data().toString(), "NaN");
   EXPECT_EQ(nan.data(Qt::BackgroundRole).value<QBrush>().color(), palette::kNonFinite);
+  EXPECT_EQ(nan.data(Qt::ForegroundRole).value<QBrush>().color(), palette::textOn(palette::kNonFinite));
   EXPECT_EQ(nan.data(GradHealthModel::RankRole).toInt(), kNanRank);
   EXPECT_EQ(nan.data(GradHealthModel::StepRole).toInt(), kNanStep);
   EXPECT_EQ(nan.data(GradHealthModel::LayerRole).toInt(), kNanLayer);

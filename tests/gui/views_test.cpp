@@ -98,7 +98,8 @@ TEST_F(ViewsTest, TimelineShowsLanesAndTheStuckCollective) {
     ASSERT_TRUE(image.rect().contains(r.center())) << "lane " << lane << " on screen";
     // Spans are drawn: the main lanes show compute (blue), the stream lanes kernels (cyan).
     const QRect plot(plotLeft, r.top(), image.width() - plotLeft - 20, r.height() - TimelineLayout::kLaneGap);
-    EXPECT_TRUE(hasColour(image, plot, lane % 2 == 0 ? palette::kind(0) : palette::kind(6), 10)) << "lane " << lane;
+    const QColor kind = palette::kind(lane % 2 == 0 ? tracedb::SpanKind::Compute : tracedb::SpanKind::Kernel);
+    EXPECT_TRUE(hasColour(image, plot, kind, 10)) << "lane " << lane;
   }
   // The stuck collective: a red-outlined band from each waiting rank's arrival on its main lane; the missing rank
   // carries a dashed red line.

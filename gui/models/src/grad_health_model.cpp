@@ -133,6 +133,8 @@ QVariant GradHealthModel::data(const QModelIndex& index, int role) const {
       if (!c->present) return QBrush(palette::kNoData);
       if (nonFinite) return QBrush(palette::kNonFinite);
       return QBrush(palette::heat(c->norm > 0 ? (std::log10(c->norm) - logMin_) / (logMax_ - logMin_) : 0.0));
+    case Qt::ForegroundRole:  // numbers that read on their cell: light on the dark end of the ramp
+      return QBrush(palette::textOn(data(index, Qt::BackgroundRole).value<QBrush>().color()));
     case Qt::ToolTipRole:
       if (!c->present) return QString("no record");
       return QString("rank %1 · step %2%3\nl2 norm %4 · NaN %5 · Inf %6")

@@ -8,39 +8,37 @@
 #include <unordered_map>
 
 #include "analysis_internal.h"
+#include "tpscope/vocabulary/collective_ops.h"
 
 namespace tpscope::analysis {
 
+using vocabulary::CollectiveOp;
+
 
 std::string canonicalOp(std::string_view op) {
-  std::string s;
-  for (char c : op) s += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  for (std::string_view prefix : {"c10d::", "nccl::", "nccl:", "gloo:"})
-    if (std::string_view(s).starts_with(prefix)) s.erase(0, prefix.size());
+  if (const auto known = vocabulary::canonicalOp(op); known != CollectiveOp::Unknown)
+    return std::string(vocabulary::opName(known));
+  std::string s;  // an op the catalogue does not know: its bare name, lower-cased, grouped as it is
+  for (char c : op.substr(op.rfind(':') + 1)) s += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   while (!s.empty() && s.front() == '_') s.erase(0, 1);
   while (!s.empty() && s.back() == '_') s.pop_back();
-  for (std::string_view suffix : {"_coalesced", "_into_tensor", "_tensor", "_base", "_single"})
-    if (std::string_view(s).ends_with(suffix)) s.erase(s.size() - suffix.size());
-  std::string squeezed;
-  for (char c : s)
-    if (c != '_') squeezed += c;
-  if (squeezed == "allreduce") return "all_reduce";
-  if (squeezed == "allgather") return "all_gather";
-  if (squeezed == "reducescatter") return "reduce_scatter";
-  if (squeezed == "alltoall" || squeezed == "alltoallv") return "all_to_all";
-  if (squeezed == "sendrecv") return "send_recv";
   return s;
 }
 
-double busBandwidthFactor(const std::string& op, int n) {
+double busBandwidthFactor(std::string_view op, int n) {
   if (n < 1) return 0;
   const double nn = n;
-  const std::string o = canonicalOp(op);
-  if (o == "all_reduce") return 2.0 * (nn - 1) / nn;
-  // nccl-tests: every rank sends or receives (n−1)/n of the message.
-  if (o == "all_gather" || o == "reduce_scatter" || o == "all_to_all" || o == "gather" || o == "scatter")
-    return (nn - 1) / nn;
-  if (o == "barrier") return 0;
+  switch (vocabulary::canonicalOp(op)) {
+    case CollectiveOp::AllReduce: return 2.0 * (nn - 1) / nn;
+    // nccl-tests: every rank sends or receives (n−1)/n of the message.
+    case CollectiveOp::AllGather:
+    case CollectiveOp::ReduceScatter:
+    case CollectiveOp::AllToAll:
+    case CollectiveOp::Gather:
+    case CollectiveOp::Scatter: return (nn - 1) / nn;
+    case CollectiveOp::Barrier: return 0;
+    default: break;
+  }
   return 1;  // broadcast, reduce, send, recv, send_recv: the whole message crosses one link
 }
 
@@ -201,7 +199,7 @@ void accumulate(const OneCollective& c, const RunInfo& info, const std::unordere
     ++acc.stats.incomplete;
     return;
   }
-  const bool gather = c.op == "all_gather" || c.op == "allgather";
+  const bool gather = vocabulary::namesOp(c.op, CollectiveOp::AllGather);
   const int64_t size = gather ? maxBytes * n : maxBytes;
   CollectiveStats& st = acc.stats;
   if (st.count == 0 || minDur < st.minLatencyNs) st.minLatencyNs = minDur;
@@ -286,9 +284,10 @@ TpModelCheck checkTpModel(const Accumulation& a, const RunInfo& info) {
     const double steps = static_cast<double>(std::max<int64_t>(1, acc.stats.steps));
     const std::string& o = key.second;
     modelBytesPerStep += static_cast<double>(acc.modelSizedBytes) / steps;
-    if (o == "all_gather" || o == "allgather") gatherPerStep += static_cast<double>(acc.modelSized) / steps;
-    if (o == "reduce_scatter") scatterPerStep += static_cast<double>(acc.modelSized) / steps;
-    if (o != "all_reduce" && o != "allreduce") continue;
+    if (vocabulary::namesOp(o, CollectiveOp::AllGather)) gatherPerStep += static_cast<double>(acc.modelSized) / steps;
+    if (vocabulary::namesOp(o, CollectiveOp::ReduceScatter))
+      scatterPerStep += static_cast<double>(acc.modelSized) / steps;
+    if (!vocabulary::namesOp(o, CollectiveOp::AllReduce)) continue;
     perStep += static_cast<double>(acc.stats.count) / steps;
     modelPerStep += static_cast<double>(acc.modelSized) / steps;
     arBytes += static_cast<double>(acc.stats.bytes);
@@ -309,7 +308,8 @@ TpModelCheck checkTpModel(const Accumulation& a, const RunInfo& info) {
         best = c;
         tp.measuredBytesEach = b;
       }
-    tp.busbwGbps = arLatency > 0 ? arBytes / arLatency * busBandwidthFactor("all_reduce", n) : 0.0;
+    const double factor = busBandwidthFactor(vocabulary::opName(CollectiveOp::AllReduce), n);
+    tp.busbwGbps = arLatency > 0 ? arBytes / arLatency * factor : 0.0;
   }
   if (tp.haveModel) {
     const ModelConfig& m = tp.model;

@@ -6,72 +6,19 @@
 #include <charconv>
 #include <utility>
 
+#include "tpscope/vocabulary/collective_ops.h"
+
 namespace tpscope::formats::kineto {
 namespace {
 
+using vocabulary::CollectiveOp;
+
 bool startsWith(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
-
-// Collective names as c10d, record_param_comms and the nccl:/gloo: annotations spell them, minus leading '_'
-// and trailing '_' — mapped to tpscope's op names.
-constexpr std::array<std::pair<std::string_view, std::string_view>, 40> kOps{{
-    {"allreduce", "all_reduce"},
-    {"all_reduce", "all_reduce"},
-    {"allreduce_coalesced", "all_reduce_coalesced"},
-    {"all_reduce_coalesced", "all_reduce_coalesced"},
-    {"allreduce_sparse", "all_reduce"},
-    {"allgather", "all_gather"},
-    {"all_gather", "all_gather"},
-    {"allgather_base", "all_gather"},
-    {"all_gather_base", "all_gather"},
-    {"allgather_into_tensor", "all_gather"},
-    {"all_gather_into_tensor", "all_gather"},
-    {"allgather_into_tensor_coalesced", "all_gather_coalesced"},
-    {"allgather_coalesced", "all_gather_coalesced"},
-    {"all_gather_coalesced", "all_gather_coalesced"},
-    {"reduce_scatter", "reduce_scatter"},
-    {"reduce_scatter_base", "reduce_scatter"},
-    {"reduce_scatter_tensor", "reduce_scatter"},
-    {"reduce_scatter_tensor_coalesced", "reduce_scatter_coalesced"},
-    {"reducescatter", "reduce_scatter"},
-    {"alltoall", "all_to_all"},
-    {"all_to_all", "all_to_all"},
-    {"alltoall_base", "all_to_all"},
-    {"all_to_all_base", "all_to_all"},
-    {"all_to_allv", "all_to_all"},
-    {"broadcast", "broadcast"},
-    {"broadcast_coalesced", "broadcast"},
-    {"reduce", "reduce"},
-    {"gather", "gather"},
-    {"scatter", "scatter"},
-    {"barrier", "barrier"},
-    {"monitored_barrier", "barrier"},
-    {"send", "send"},
-    {"recv", "recv"},
-    {"recv_any_source", "recv"},
-    {"recvanysource", "recv"},
-    {"coalesced", "coalesced"},
-    {"batch_isend_irecv", "send_recv"},
-    {"sendrecv", "send_recv"},
-    {"alltoallv", "all_to_all"},
-    {"gather_into_tensor", "gather"},
-}};
-
-std::string_view trimUnderscores(std::string_view s) {
-  while (!s.empty() && s.front() == '_') s.remove_prefix(1);
-  while (!s.empty() && s.back() == '_') s.remove_suffix(1);
-  return s;
-}
 
 std::string lower(std::string_view s) {
   std::string out(s);
   for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return out;
-}
-
-std::string_view lookupOp(std::string_view bare) {
-  for (const auto& [from, to] : kOps)
-    if (from == bare) return to;
-  return {};
 }
 
 }  // namespace
@@ -80,21 +27,26 @@ constexpr std::array<std::string_view, 5> kBackendPrefixes{"nccl:", "gloo:", "uc
 
 bool isBackendOpName(std::string_view name) {
   for (std::string_view prefix : kBackendPrefixes)
-    if (startsWith(name, prefix)) return !lookupOp(trimUnderscores(name.substr(prefix.size()))).empty();
+    if (startsWith(name, prefix)) return vocabulary::canonicalOp(name.substr(prefix.size())) != CollectiveOp::Unknown;
   return false;
 }
 
 bool isCollectiveOpName(std::string_view name) {
   if (name == "record_param_comms") return true;
   constexpr std::string_view kDispatcher = "c10d::";
-  if (startsWith(name, kDispatcher)) return !lookupOp(trimUnderscores(name.substr(kDispatcher.size()))).empty();
+  if (startsWith(name, kDispatcher))
+    return vocabulary::canonicalOp(name.substr(kDispatcher.size())) != CollectiveOp::Unknown;
   return isBackendOpName(name);
 }
 
 std::string normalizeCollectiveOp(std::string_view name) {
-  if (auto colon = name.rfind(':'); colon != std::string_view::npos) name = name.substr(colon + 1);
-  const std::string bare = lower(trimUnderscores(name));
-  return std::string(lookupOp(bare));
+  const vocabulary::OpSpelling s = vocabulary::parseOp(name);
+  std::string op(vocabulary::opName(s.op));
+  // The coalesced entry points of the three reductions keep their own name in the trace; broadcast's does not.
+  if (s.coalesced && (s.op == CollectiveOp::AllReduce || s.op == CollectiveOp::AllGather ||
+                      s.op == CollectiveOp::ReduceScatter))
+    op += "_coalesced";
+  return op;
 }
 
 bool isNonCollectiveCommName(std::string_view collectiveName) {

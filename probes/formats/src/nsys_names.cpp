@@ -4,6 +4,7 @@
 #include <charconv>
 
 #include "kineto_names.h"
+#include "tpscope/vocabulary/collective_ops.h"
 
 namespace tpscope::formats::nsys {
 namespace {
@@ -54,8 +55,7 @@ std::optional<NcclKernelName> parseNcclKernel(std::string_view name) {
       end += 2;
     }
     if (first) {
-      const std::string op = lower(token);
-      if (op != "generic") out.op = kineto::normalizeCollectiveOp(op);
+      out.op = std::string(vocabulary::opName(vocabulary::canonicalOp(name)));  // "" for ncclDevKernel_Generic
       first = false;
     } else if (out.dtype.empty()) {
       out.dtype = ncclDtype(token);
@@ -70,7 +70,7 @@ std::string collectiveOfRange(std::string_view text) {
   if (text == "record_param_comms") return "unknown";
   if (kineto::isCollectiveOpName(text)) return kineto::normalizeCollectiveOp(text);
   if (startsWith(text, "nccl") && text.size() > 4 && std::isupper(static_cast<unsigned char>(text[4])))
-    return kineto::normalizeCollectiveOp(lower(text.substr(4)));  // NCCL's own ranges: ncclAllReduce, ncclSend
+    return std::string(vocabulary::opName(vocabulary::canonicalOp(text)));  // NCCL's own ranges: ncclAllReduce
   return {};
 }
 

@@ -2,7 +2,8 @@
 // aggregates the layer's parameters: the largest l2 norm, the summed NaN and Inf counts) or step × rank for one
 // parameter (rows steps, columns ranks). A cell with any NaN or Inf is flagged (NonFiniteRole) and shows "NaN"/"Inf".
 // BackgroundRole is the heat colour of log10(norm) over the shown cells' finite range (palette::heat); non-finite
-// cells use palette::kNonFinite, cells without a record palette::kNoData. The counts are grad_stats' (RunData); the
+// cells use palette::kNonFinite, cells without a record palette::kNoData; ForegroundRole is the text colour that
+// reads on it (palette::textOn). The counts are grad_stats' (RunData); the
 // first non-finite value is the analysis' (its nan_origin / inf_origin finding: setAnalysis), which may be an
 // activation's before any gradient shows one.
 //

@@ -43,17 +43,15 @@
 
 namespace tpscope::analysis {
 
-// The canonical name of a collective op as the analyses use it: "all_reduce", "all_gather", "reduce_scatter",
-// "all_to_all", "broadcast", "reduce", "gather", "scatter", "send", "recv", "send_recv", "barrier". Accepts the spellings
-// of c10d, Gloo, NCCL and the profiler ("allreduce", "c10d::allreduce_", "gloo:all_reduce", "_allgather_base",
-// "allreduce_coalesced", "reduce_scatter_tensor", "all_gather_into_tensor_coalesced", ...); unknown names come back
-// lower-cased.
+// The canonical name of a collective op as the analyses group by it: the catalogue's (vocabulary::canonicalOp,
+// opName: "all_reduce", ..., every spelling of c10d, Gloo, NCCL and the profiler, coalesced and tensor variants
+// included); an op the catalogue does not know comes back lower-cased, without prefix and surrounding '_'.
 std::string canonicalOp(std::string_view op);
 
 // nccl-tests' bus-bandwidth factor for an op over n ranks (PERFORMANCE.md of nccl-tests): all_reduce 2(n−1)/n;
 // all_gather, reduce_scatter, all_to_all, gather, scatter (n−1)/n; broadcast, reduce, send, recv, send_recv 1;
 // barrier 0. Coalesced and tensor variants take their op's factor (canonicalOp).
-double busBandwidthFactor(const std::string& op, int n);
+double busBandwidthFactor(std::string_view op, int n);
 
 struct CollectiveStats {
   std::string group;
