@@ -2,28 +2,10 @@
 // communicator call. Specs (fault_spec.h) come from TPSCOPE_INJECT (set by `tpscope capture --inject` or
 // `tpscope-train --inject`); health options (health_rules.h) from TPSCOPE_HEALTH (`--on-nonfinite`, `--health`).
 //
-// Each fault goes through the real code path it breaks:
-//   nan/inf   phase=bwd (default): a gradient hook on the target parameter (registered BEFORE the DP reducer's
-//             hooks, so the reducer, the gradient-health stats and the DP all-reduce all see the bad value) writes one
-//             NaN/+Inf into its gradient at step S — the first parameter of layer L, or of layer 0 without layer=.
-//             phase=fwd: the model adds one NaN/+Inf to layer L's output in the forward pass of step S (its first
-//             micro-batch): the next layer's all-reduce carries it to the TP peers, the loss and every gradient.
-//   spike     gradient hooks on every parameter multiply the gradients by F during step S.
-//   hang      at the first collective of step S (of that phase) the rank does not enter it and stalls there, as a
-//             rank stuck in a data loader or a divergent branch would; its peers block in that collective. The rank
-//             gives up after twice the group's timeout (CollectiveError: exit 3) if nobody stopped it before.
-//   mismatch  the first all-reduce of step S (of that phase) carries one element more than on the other ranks
-//             (recorded so, and flushed before it is sent: Gloo aborts the ranks on the size mismatch; their crash
-//             handlers dump the flight recorder).
-//   slow      every step starts with M ms of extra compute (a busy loop inside a span "injected slow compute").
-//   delay     the rank sleeps M ms before entering every collective.
-//   crash     std::abort() at the start of step S (SIGABRT, as a real crash: the recorder's crash handler dumps what
-//             it holds before the process dies).
-//   bitflip   one bit of element 0 flips in memory, silently: of a parameter right after the optimizer update of step S
-//             (ReplicaCheck::afterStep calls flipParameterBit; the next forward pass uses the corrupted value), or of
-//             the result of the rank's first all-reduce of step S (the communicator calls corruptAllReduceResult
-//             after the result is in place; the caller consumes the corrupted value).
-// Health policy: see StepHooks::beforeUpdate.
+// Design: each fault goes through the real code path it breaks — a gradient hook, the model's layer output, the
+// communicator's entry to a collective or its result, the start of a step, a parameter after the update — so the
+// recorder, the health rules and the analysis see it as they would see the real failure. Each FaultInjector hook
+// below says which faults it carries out and how. Health policy: see StepHooks::beforeUpdate.
 //
 // Threading: the training thread only. activeFaults() is one relaxed atomic load.
 #pragma once
@@ -64,7 +46,9 @@ class FaultInjector {
   bool has(rules::FaultKind kind) const;
   int step() const { return step_; }
 
-  // Trainer: start of step `step` (slow, crash).
+  // Trainer: start of step `step`. slow: the step starts with M ms of extra compute (a busy loop inside a span
+  // "injected slow compute"). crash: std::abort() at the start of step S (SIGABRT, as a real crash: the recorder's
+  // crash handler dumps what it holds before the process dies).
   void stepBegin(int step);
   // Where this rank is a pipeline stage (StepHooks sets it), `slow` is spread over the stage's forward passes
   // (slowPass) instead of one span at the start of the step: the stage computes slower, as on a slower device, so
@@ -75,22 +59,35 @@ class FaultInjector {
   // PipelineRunner, before each forward or backward pass: the micro-batch it runs (a spec with mb=K fires only in
   // micro-batch K's passes); -1 outside a pass.
   void setMicrobatch(int microbatch) { microbatch_ = microbatch; }
-  // Trainer, once, before the DP reducer registers its hooks: gradient hooks for nan/inf/spike.
+  // Trainer, once, before the DP reducer registers its hooks: gradient hooks for nan/inf/spike. nan/inf with
+  // phase=bwd (the default): the hook on the target parameter (registered BEFORE the DP reducer's, so the reducer,
+  // the gradient-health stats and the DP all-reduce all see the bad value) writes one NaN/+Inf into its gradient at
+  // step S — the first parameter of layer L, or of layer 0 without layer=. spike: hooks on every parameter multiply
+  // the gradients by F during step S.
   void attachGradientHooks(const std::vector<std::string>& names, const std::vector<int>& layers,
                            std::vector<at::Tensor> params);
-  // Model, after each transformer layer's forward: `output`, or a copy with one NaN/+Inf (nan/inf, phase=fwd).
+  // Model, after each transformer layer's forward: `output`, or a copy with one NaN/+Inf (nan/inf, phase=fwd: in
+  // layer L's output in the forward pass of step S, its first micro-batch; the next layer's all-reduce carries it to
+  // the TP peers, the loss and every gradient).
   at::Tensor corruptActivation(int layer, const at::Tensor& output);
-  // Communicator, before it numbers and issues a collective of a group with more than one member (delay, hang).
+  // Communicator, before it numbers and issues a collective of a group with more than one member. delay: the rank
+  // sleeps M ms before entering every collective. hang: at the first collective of step S (of that phase) the rank
+  // does not enter it and stalls there, as a rank stuck in a data loader or a divergent branch would; its peers block
+  // in that collective. The rank gives up after twice the group's timeout (CollectiveError: exit 3) if nobody
+  // stopped it before.
   void beforeCollective(const Communicator& comm, const char* op, probes::Phase phase);
-  // Communicator::allReduce, before recording: replaces `t` by a tensor one element longer (mismatch). True if so.
-  // The collective is pre-recorded with that shape and flushed first: Gloo aborts the process on a size mismatch,
-  // possibly before the communicator's own record of it reaches the disk.
+  // Communicator::allReduce, before recording: replaces `t` by a tensor one element longer (mismatch: the first
+  // all-reduce of step S, of that phase). True if so. The collective is pre-recorded with that shape and flushed
+  // first: Gloo aborts the process on a size mismatch (the ranks' crash handlers dump the flight recorder), possibly
+  // before the communicator's own record of it reaches the disk.
   bool mismatchAllReduce(const Communicator& comm, at::Tensor& t, const Callsite& site, probes::Phase phase);
   // ReplicaCheck, after the optimizer update of the current step: bitflip on a parameter (`tensor=NAME`, default the
-  // first `replicated` one). `names`, `params`, `replicated`: the model's parameters in order.
+  // first `replicated` one): one bit of element 0 flips in memory, silently; the next forward pass uses the
+  // corrupted value. `names`, `params`, `replicated`: the model's parameters in order.
   void flipParameterBit(const std::vector<std::string>& names, const std::vector<at::Tensor>& params,
                         const std::vector<bool>& replicated);
-  // Communicator, when an all-reduce's result is in `result` (bitflip tensor=allreduce, of that phase).
+  // Communicator, when an all-reduce's result is in `result` (bitflip tensor=allreduce, of that phase): one bit of
+  // element 0 of the rank's first all-reduce result of step S flips; the caller consumes the corrupted value.
   void corruptAllReduceResult(const Communicator& comm, const at::Tensor& result, probes::Phase phase);
 
  private:

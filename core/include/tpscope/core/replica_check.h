@@ -1,33 +1,11 @@
 // Silent data corruption detection: fingerprints of the state that is bitwise identical on every rank of a group by
 // construction, compared across the ranks (issue #15, part 1; docs/diagnosis.md#silent_corruption).
 //
-// fingerprint(t): a 64-bit hash of a tensor's bits computed on the tensor's device (no copy of the tensor to the
-// host): the elements' bit patterns as integers x_i (sign-extended to int64), h = Σ x_i · c_(i mod 2^16) · r_(i div
-// 2^16) in wrapping int64 arithmetic, with odd multipliers c_j = (2j+1)·K1 and r_k = (2k+1)·K2, then h·K3 + salt,
-// the salt a host-side hash of the dtype and the shape. Every single-bit flip changes x_i by ±2^b, so h by
-// ±2^b·(odd) ≠ 0 mod 2^64: a single-bit flip ALWAYS changes the fingerprint. Equal tensors have equal fingerprints;
-// tensors of another dtype or shape differ by the salt.
-//
-// What is compared (the list and why, verified on real runs: tests/capture/sdc_test.cpp, docs/diagnosis.md):
-//   - TP-replicated parameters (layer norms, row-parallel biases, the position embedding — everything
-//     tpShardedParams does not list) after the optimizer step: identical on every rank of the world. Their inputs
-//     are identical by construction: activations leave each TP all-reduce identical on every member, the
-//     sequence-parallel gradients are summed by one all-reduce, the DP reduction is one all-reduce per replica
-//     group, AdamW is elementwise, ZeRO-1 broadcasts the owner's update. Fingerprinted EVERY step into a local
-//     history (replica.every steps deep) that dates a mismatch to the first step a rank disagreed.
-//   - Every parameter (sharded ones included) at a check: identical on the DP replicas of one TP shard.
-//   - All-reduce results are witnessed through the state they produce (a flipped result on one rank changes that
-//     rank's update): the loss all-reduce, which feeds no state, is not.
-// Gradients are NOT compared: pre-reduction they differ by design, and reduction orders may differ in the last bit.
-//
-// A check (every `replica.every` steps, at every step that saves a checkpoint — so `replica=stop` stops before the
-// corrupted state is written — and at the last step) costs one all-gather on the world group of the fingerprints
-// (history + current: a few KB), host work on the gathered table only. The decision (replica_vote.h) is computed
-// by every rank from the same table, so every rank takes the same stop decision without another collective.
-// Pipeline stages (PP > 1) hold different tensors: the copies that must agree are those of one stage (its TP x DP
-// ranks), rows are padded to the widest stage's (the stages' counts are gathered once, at the first check), each
-// stage votes on its own rows, and under `replica=stop` one MAX all-reduce of a flag makes every stage stop together.
-// The check runs when the ranks record (TPSCOPE_OUT) or a policy can act, and the `replica` health policy is not off.
+// Design: every rank fingerprints (fingerprint(), on the tensor's device) its replicated parameters after each
+// optimizer step into a short local history, and every parameter at a check; a check all-gathers the fingerprints
+// once and every rank runs the same vote on the same table (rules/replica_vote.h), so every rank takes the same
+// stop decision without another collective. What is compared, and why, is at ReplicaTensor; when and at what cost,
+// at ReplicaCheck.
 //
 // Threading: the training thread.
 #pragma once
@@ -47,12 +25,28 @@ namespace tpscope::core {
 class Mesh;
 class StepHooks;
 
-// The fingerprint above: a 0-dim int64 tensor on `t`'s device. Any dtype of 1, 2, 4 or 8 bytes per element.
+// A 64-bit hash of a tensor's bits, computed on its device (no copy to the host): a 0-dim int64 tensor on `t`'s
+// device. Any dtype of 1, 2, 4 or 8 bytes per element. The elements' bit patterns as integers x_i (sign-extended to
+// int64), h = Σ x_i · c_(i mod 2^16) · r_(i div 2^16) in wrapping int64 arithmetic, with odd multipliers
+// c_j = (2j+1)·K1 and r_k = (2k+1)·K2, then h·K3 + salt, the salt a host-side hash of the dtype and the shape. Every
+// single-bit flip changes x_i by ±2^b, so h by ±2^b·(odd) ≠ 0 mod 2^64: a single-bit flip ALWAYS changes the
+// fingerprint. Equal tensors have equal fingerprints; tensors of another dtype or shape differ by the salt.
 at::Tensor fingerprint(const at::Tensor& t);
 // Flips bit `bit` (counted from the least significant bit of the element's bit pattern; taken modulo the element's
 // width) of element `index` of `t` in place, on its device. Returns the bit flipped.
 int flipBit(const at::Tensor& t, int64_t index, int bit);
 
+// What is compared (the list and why, verified on real runs: tests/capture/sdc_test.cpp, docs/diagnosis.md):
+//   - TP-replicated parameters (`replicated`: layer norms, row-parallel biases, the position embedding — everything
+//     tpShardedParams does not list) after the optimizer step: identical on every rank of the world. Their inputs
+//     are identical by construction: activations leave each TP all-reduce identical on every member, the
+//     sequence-parallel gradients are summed by one all-reduce, the DP reduction is one all-reduce per replica
+//     group, AdamW is elementwise, ZeRO-1 broadcasts the owner's update. Fingerprinted EVERY step into a local
+//     history (replica.every steps deep) that dates a mismatch to the first step a rank disagreed.
+//   - Every parameter (sharded ones included) at a check: identical on the DP replicas of one TP shard.
+//   - All-reduce results are witnessed through the state they produce (a flipped result on one rank changes that
+//     rank's update): the loss all-reduce, which feeds no state, is not.
+// Gradients are NOT compared: pre-reduction they differ by design, and reduction orders may differ in the last bit.
 struct ReplicaTensor {
   std::string name;
   int layer = -1;
@@ -60,6 +54,13 @@ struct ReplicaTensor {
   bool replicated = false;  // identical on every rank of the world (else: on the DP replicas of its TP shard)
 };
 
+// A check (every `replica.every` steps, at every step that saves a checkpoint — so `replica=stop` stops before the
+// corrupted state is written — and at the last step) costs one all-gather on the world group of the fingerprints
+// (history + current: a few KB), host work on the gathered table only. Pipeline stages (PP > 1) hold different
+// tensors: the copies that must agree are those of one stage (its TP x DP ranks), rows are padded to the widest
+// stage's (the stages' counts are gathered once, at the first check), each stage votes on its own rows, and under
+// `replica=stop` one MAX all-reduce of a flag makes every stage stop together. The check runs when the ranks record
+// (TPSCOPE_OUT) or a policy can act, and the `replica` health policy is not off.
 class ReplicaCheck {
  public:
   // `tensors`: the parameters in model order (identical names and order on every rank). `hooks`: the health options
@@ -83,7 +84,7 @@ class ReplicaCheck {
   Mesh& mesh_;
   StepHooks& hooks_;
   std::vector<ReplicaTensor> tensors_;
-  rules::FingerprintLayout layout_;          // this rank's pipeline stage (ranks counted from stageBase_)
+  rules::FingerprintLayout layout_;  // this rank's pipeline stage (ranks counted from stageBase_)
   int stageBase_ = 0, stageSize_ = 1;
   std::vector<int64_t> stageCounts_;  // PP > 1: per global rank, its history tensors and tensors (from the first check)
   bool enabled_ = false;

@@ -1,38 +1,12 @@
 // Live per-rank gradient-health rules, checked by the trainer every step (LibTorch-free: they see host-side
 // numbers only, so the CLI can validate their options and tests can drive them without a model).
 //
-// Rules (alert kinds in the alerts table):
-//   nonfinite_grad        a NaN/Inf in this rank's gradients before any reduction; names the first parameter in
-//                         model order (lowest layer) where it shows and how many parameters are affected
-//   nonfinite_activation  a NaN/Inf in this rank's forward pass: the first output (in forward order: embedding,
-//                         each transformer layer, the output logits) that is not finite, with its layer, micro-batch
-//                         and the time it was produced (the alert carries that time, so the rank that produced a NaN
-//                         first is told from the ranks it spread to through the next all-reduce); or, when no output
-//                         was watched, this rank's own loss (before the DP reduction)
-//   grad_spike            this rank's pre-reduction gradient norm (√Σ l2² over its parameters) is a spike by the one
-//                         definition of probes/spike_baseline.h, on its Norm scale: on log10 norms, ≥ factor × the
-//                         Theil–Sen trend of the last `window` healthy steps (after `warmup` steps) with a robust z
-//                         of its residual ≥ mads
-//   loss_spike            the same definition on its Level scale, on this rank's own loss: ≥ factor × the median
-//                         and z = (loss − median) / (1.4826 × MAD) ≥ mads
-//   replica_divergence    DP replicas' reduced gradient norms differ by more than rtol (relative): replicas that
-//                         must be identical are not (checked every `every` steps; costs one DP all-reduce)
-//   silent_corruption     a tensor that is bitwise identical on every rank of a group by construction has a
-//                         different 64-bit fingerprint on some rank (replica_vote.h, core's replica_check.h; checked
-//                         every `every` steps, before each checkpoint and at the last step; policy `replica`)
-// Policies: off (not checked), warn (alert only), skip-step (every rank agrees to drop the update: the trainer
-// all-reduces the MAX of the ranks' actions, see agree()), stop (every rank stops; tpscope-train exits 5).
-// More than `skip_max` skipped steps within `skip_window` steps escalate to stop ("don't wake me for ONE bad batch").
-// Steps that are skipped or spiking do not enter the baselines. A non-finite alert is raised on the first step of a
-// run of consecutive bad steps (the policy still acts on every one of them).
-//
-// Options text (TPSCOPE_HEALTH, `tpscope capture --health`): comma-separated KEY=VALUE, e.g.
-//   "nonfinite=skip-step,grad_spike=stop,grad_spike.factor=8,loss_spike=off,replica.every=5,skip_window=20"
-// Keys: nonfinite, grad_spike, loss_spike, replica (policies; replica: off|warn|stop), grad_spike.{factor,mads,
-// window,warmup}, loss_spike.{factor,mads,window,warmup}, replica.{every,rtol}, skip_window, skip_max.
-//
-// Threading: one HealthRules per rank, used by the training thread only. Alerts go to probes::sink() when it is
-// recording, else one line on stderr.
+// Design: one HealthRules per rank turns each step's host numbers (gradient stats, the first non-finite forward
+// output, the loss, the DP replicas' norms, a replica fingerprint mismatch) into alerts of the alerts table
+// (nonfinite_grad, nonfinite_activation, grad_spike, loss_spike, replica_divergence, silent_corruption; each is
+// described at the check that raises it) and a proposed StepAction. The ranks agree on the maximum of their
+// actions, and agree() turns it into the step's final action under the policies (HealthPolicy). Spikes are the one
+// definition of vocabulary/spike_baseline.h, against baselines of healthy, applied steps only.
 #pragma once
 
 #include <cstdint>
@@ -48,6 +22,9 @@
 
 namespace tpscope::rules {
 
+// What a rule does when it fires: off (not checked), warn (alert only), skip-step (every rank agrees to drop the
+// update: the trainer all-reduces the MAX of the ranks' actions, see agree()), stop (every rank stops;
+// tpscope-train exits 5).
 enum class HealthPolicy : uint8_t { Off, Warn, SkipStep, Stop };
 std::string_view healthPolicyName(HealthPolicy policy);  // "off", "warn", "skip-step", "stop"
 std::optional<HealthPolicy> parseHealthPolicy(std::string_view name);
@@ -75,6 +52,10 @@ struct HealthOptions {
 };
 
 // Applies `text` on top of `base`. nullopt + `error` ("--health 'x=y': ...") on a bad key or value.
+// The text (TPSCOPE_HEALTH, `tpscope capture --health`): comma-separated KEY=VALUE, e.g.
+//   "nonfinite=skip-step,grad_spike=stop,grad_spike.factor=8,loss_spike=off,replica.every=5,skip_window=20"
+// Keys: nonfinite, grad_spike, loss_spike, replica (policies; replica: off|warn|stop), grad_spike.{factor,mads,
+// window,warmup}, loss_spike.{factor,mads,window,warmup}, replica.{every,rtol}, skip_window, skip_max.
 std::optional<HealthOptions> parseHealthOptions(std::string_view text, std::string* error,
                                                 const HealthOptions& base = {});
 std::string formatHealthOptions(const HealthOptions& options);
@@ -95,12 +76,20 @@ enum class StepAction : int { Continue = 0, SkipStep = 1, Stop = 2 };
 // steps never enter), tested by the one spike definition of probes/spike_baseline.h.
 using RobustBaseline = vocabulary::SpikeWindow;
 
+// Threading: one HealthRules per rank, used by the training thread only. Alerts go to probes::sink() when it is
+// recording, else one line on stderr. A non-finite alert is raised on the first step of a run of consecutive bad
+// steps (the policy still acts on every one of them).
 class HealthRules {
  public:
   explicit HealthRules(HealthOptions options);
 
   const HealthOptions& options() const { return options_; }
 
+  // nonfinite_grad: a NaN/Inf in this rank's gradients before any reduction; names the first parameter in model
+  // order (lowest layer) where it shows and how many parameters are affected.
+  // grad_spike: this rank's pre-reduction gradient norm (√Σ l2² over its parameters) is a spike by the one
+  // definition of vocabulary/spike_baseline.h, on its Norm scale: on log10 norms, ≥ factor × the Theil–Sen trend of
+  // the last `window` healthy steps (after `warmup` steps) with a robust z of its residual ≥ mads.
   // Pre-reduction per-parameter stats of this rank (probes::GradStat: param, layer, l2Norm, maxAbs, NaN/Inf counts).
   // `wholeModelNorm`: the gradient norm after reduction over every rank (the clip's, equal on every rank); NaN where
   // the caller has none. The rank's own norm is a part of it — one pipeline stage's (stage 0's is mostly the
@@ -118,21 +107,31 @@ class HealthRules {
                             double wholeModelNorm = std::numeric_limits<double>::quiet_NaN(),
                             double batchLoss = std::numeric_limits<double>::quiet_NaN());
   static constexpr double kWholeModelSpikeRatio = 5.0;
-  // The first non-finite forward output of this rank's step. Call before checkLoss: a non-finite loss that follows
-  // from it raises no second alert (the policy still acts).
+  // nonfinite_activation: the first non-finite forward output of this rank's step (in forward order: embedding,
+  // each transformer layer, the output logits), with its layer, micro-batch and the time it was produced (the alert
+  // carries that time, so the rank that produced a NaN first is told from the ranks it spread to through the next
+  // all-reduce). Call before checkLoss: a non-finite loss that follows from it raises no second alert (the policy
+  // still acts).
   StepAction checkActivation(int step, const ActivationFault& fault);
-  // This rank's own loss of the step (mean over its micro-batches, before the DP reduction).
+  // This rank's own loss of the step (mean over its micro-batches, before the DP reduction). nonfinite_activation
+  // when it is not finite and no output was watched; loss_spike: the spike definition on its Level scale, ≥ factor
+  // × the median and z = (loss − median) / (1.4826 × MAD) ≥ mads.
   StepAction checkLoss(int step, double localLoss);
   // Whether the replica check runs at `step` (every `replicaEvery` steps, when DP > 1 and the rule is on).
   bool replicaCheckDue(int step, int dpSize) const;
-  // The smallest and largest reduced gradient norm over this rank's DP group.
+  // The smallest and largest reduced gradient norm over this rank's DP group. replica_divergence: they differ by
+  // more than rtol (relative): replicas that must be identical are not (checked every `every` steps; costs one DP
+  // all-reduce).
   StepAction checkReplicas(int step, double minNorm, double maxNorm, int dpSize);
   // A replica fingerprint mismatch in which this rank is a suspect (raised by each suspect rank once): a critical
-  // silent_corruption alert; returns the `replica` policy's action (warn: Continue, stop: Stop).
+  // silent_corruption alert — a tensor that is bitwise identical on every rank of a group by construction has a
+  // different 64-bit fingerprint on some rank (replica_vote.h, core's replica_check.h; checked every `every` steps,
+  // before each checkpoint and at the last step). Returns the `replica` policy's action (warn: Continue, stop: Stop).
   StepAction silentCorruption(int step, int layer, std::string_view tensor, const std::string& message,
                               const std::string& evidence);
   // Called with the action every rank agreed on (max over ranks) before the update: returns the final action
-  // (a skip beyond skip_max within skip_window becomes Stop) and records the step in the baselines if healthy.
+  // (more than skip_max skipped steps within skip_window escalate to Stop: "don't wake me for ONE bad batch") and
+  // records the step in the baselines if healthy (steps that are skipped or spiking never enter them).
   StepAction agree(int step, StepAction agreed);
 
   int alertsRaised() const { return alerts_; }

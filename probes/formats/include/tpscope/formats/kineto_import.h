@@ -1,44 +1,11 @@
-// Import of PyTorch profiler (Kineto) traces into a tpscope run file.
+// Import of PyTorch profiler (Kineto) traces, and of Chrome Trace Event JSON of any tool, into a tpscope run file.
 //
-// Inputs: one file per rank, plain JSON (.json) or gzip-compressed (.json.gz, detected by the magic bytes, not the
-// name), in the object form {"traceEvents": [...], "distributedInfo": {...}, "baseTimeNanoseconds": ...} or the
-// plain array form [...]. The rank of a file comes from distributedInfo.rank, else from the file name ("rank-N",
-// "rankN", "rank_N"), else from the input order; two inputs with the same rank are refused.
-//
-// Mapping (docs/formats.md has the full table):
-//   "X" events -> spans (cpu_op/user_annotation/python_function -> Compute, kernel -> Kernel or NcclKernel,
-//                 gpu_memcpy -> Memcpy, gpu_memset -> Memset, ...); pid/tid -> thread lanes, GPU streams kind
-//                 "cuda-stream"; args "correlation"/"External id" and ac2g flows -> spans.correlation.
-//   Collectives are identified by their metadata (args "Collective name", "In msg nelems", "Out msg nelems",
-//   "Group size", "dtype", "Process Group Name", "Process Group Ranks", "Seq") or by the profiler's collective op
-//   names (record_param_comms, c10d::allreduce_, nccl:all_reduce, gloo:all_reduce, ...) — never only by kernel
-//   name prefixes. A collective is recorded once per rank: the host-side op carries the metadata; a GPU kernel with
-//   the same metadata is a NcclKernel span, not a second collective. Per collective: enqueue_ns = the outermost
-//   host op's begin; start/end = the GPU kernels launched by the innermost collective op (c10d::allreduce_ >
-//   record_param_comms > nccl:all_reduce), else that op's own span; seq = the metadata's Seq where it is distinct
-//   within the group on that rank, else the order of enqueueing, 1-based (1, 2, ...); group = "Process Group Name",
-//   else "default_pg"; shape/numel/bytes describe the input tensor (schema), from "In msg nelems" or the backend
-//   op's first tensor argument.
-//   "C" events -> counters.
-// Chrome traces and pipeline runs (importChrome takes any Chrome Trace Event JSON; a Kineto trace is one): a file
-//   may hold several ranks, one per process or thread whose name carries it ("PP rank 2, TP rank 0", tpscope's
-//   export "rank 5 ... pp 1/2"); ranks known only by (pp, tp, dp) get Megatron's global rank (TP fastest, then DP,
-//   then PP). Args "step", "layer", "phase" and a tpscope span-kind "cat" place a span; an event of cat
-//   "collective" with args group/seq/op is a collective record. Megatron-style timers (forward-compute,
-//   backward-send, ...) and tpscope's pass names become the pipeline contract of docs/schema.md — pass spans,
-//   point-to-point records paired per directed pair, meta 'pipeline' — as docs/formats.md "Pipeline-parallel
-//   traces" lists; a trace without them imports exactly as before.
-// Times: Kineto's µs (JSON numbers, converted exactly from their text) become ns since the earliest event across
-// all inputs. A file's absolute time is baseTimeNanoseconds + ts when it has a base, else ts (unix µs); meta
-// 'epoch_unix_ns' is the absolute time of time 0, and ranks are aligned by absolute time.
-// Errors: a file that cannot be read, is not JSON, is a truncated gzip stream, or holds no events is an error
-// naming the file, and no output file is left behind. Unknown or malformed single events are not fatal: they are
-// counted per kind in KinetoImportStats and stored in meta 'kineto_import_skipped' (JSON object kind -> count).
-// Output: written through tracedb::Writer to a temporary file beside `output`, indexed, then renamed onto it; an
-// existing `output` is replaced only on success, and an output that is one of the inputs is refused.
-// Threading: the inputs are read and interpreted in parallel, up to 8 files at once (each needs about 3x its JSON
-// in memory while it is parsed); the output is written by the calling thread. Concurrent calls with different
-// outputs are safe.
+// Design: each input file (one rank, or several ranks named by their processes or threads) is read, inflated and
+// interpreted on its own, in parallel: events become thread lanes and spans, collectives are recognised by their
+// metadata or the profiler's collective op names (never only by kernel names) and recorded once per rank, counters
+// stay counters. The per-file models are then aligned by absolute time and written by the calling thread through
+// tracedb::Writer to a temporary file that replaces `output` only on success. Malformed single events are counted,
+// not fatal. docs/formats.md has the full mapping table and the pipeline-parallel contract.
 #pragma once
 
 #include <cstdint>
@@ -73,11 +40,44 @@ struct KinetoImportStats {
   std::string summary() const;
 };
 
-// Imports `inputs` (one per rank, or several ranks per file as above) into the run file `output`. See the contract
-// above. Meta 'tool' is "tpscope import kineto", 'source' "kineto".
+// Imports `inputs` (one per rank, or several ranks per file as importChrome below describes) into the run file
+// `output`. Meta 'tool' is "tpscope import kineto", 'source' "kineto".
+// Inputs: one file per rank, plain JSON (.json) or gzip-compressed (.json.gz, detected by the magic bytes, not the
+//   name), in the object form {"traceEvents": [...], "distributedInfo": {...}, "baseTimeNanoseconds": ...} or the
+//   plain array form [...]. The rank of a file comes from distributedInfo.rank, else from the file name ("rank-N",
+//   "rankN", "rank_N"), else from the input order; two inputs with the same rank are refused.
+// Mapping: "X" events -> spans (cpu_op/user_annotation/python_function -> Compute, kernel -> Kernel or NcclKernel,
+//   gpu_memcpy -> Memcpy, gpu_memset -> Memset, ...); pid/tid -> thread lanes, GPU streams kind "cuda-stream"; args
+//   "correlation"/"External id" and ac2g flows -> spans.correlation; "C" events -> counters.
+// Collectives: identified by their metadata (args "Collective name", "In msg nelems", "Out msg nelems", "Group
+//   size", "dtype", "Process Group Name", "Process Group Ranks", "Seq") or by the profiler's collective op names
+//   (record_param_comms, c10d::allreduce_, nccl:all_reduce, gloo:all_reduce, ...). The host-side op carries the
+//   metadata; a GPU kernel with the same metadata is a NcclKernel span, not a second collective. enqueue_ns = the
+//   outermost host op's begin; start/end = the GPU kernels launched by the innermost collective op
+//   (c10d::allreduce_ > record_param_comms > nccl:all_reduce), else that op's own span; seq = the metadata's Seq
+//   where it is distinct within the group on that rank, else the order of enqueueing, 1-based; group = "Process
+//   Group Name", else "default_pg"; shape/numel/bytes describe the input tensor (schema), from "In msg nelems" or the
+//   backend op's first tensor argument.
+// Times: Kineto's µs (JSON numbers, converted exactly from their text) become ns since the earliest event across
+//   all inputs. A file's absolute time is baseTimeNanoseconds + ts when it has a base, else ts (unix µs); meta
+//   'epoch_unix_ns' is the absolute time of time 0, and ranks are aligned by absolute time.
+// Errors: a file that cannot be read, is not JSON, is a truncated gzip stream, or holds no events is an error
+//   naming the file, and no output file is left behind. Unknown or malformed single events are counted per kind in
+//   KinetoImportStats and stored in meta 'kineto_import_skipped' (JSON object kind -> count).
+// Output: written to a temporary file beside `output`, indexed, then renamed onto it; an existing `output` is
+//   replaced only on success, and an output that is one of the inputs is refused.
+// Threading: up to 8 files are read and interpreted at once (each needs about 3x its JSON in memory while it is
+//   parsed); the output is written by the calling thread. Concurrent calls with different outputs are safe.
 tpscope::tracedb::Result<KinetoImportStats> importKineto(std::span<const std::filesystem::path> inputs,
                                                          const std::filesystem::path& output);
 // The same import for Chrome Trace Event JSON of any tool; meta 'tool' "tpscope import chrome", 'source' "chrome".
+// A file may hold several ranks, one per process or thread whose name carries it ("PP rank 2, TP rank 0", tpscope's
+// export "rank 5 ... pp 1/2"); ranks known only by (pp, tp, dp) get Megatron's global rank (TP fastest, then DP,
+// then PP). Args "step", "layer", "phase" and a tpscope span-kind "cat" place a span; an event of cat "collective"
+// with args group/seq/op is a collective record. Megatron-style timers (forward-compute, backward-send, ...) and
+// tpscope's pass names become the pipeline contract of docs/schema.md — pass spans, point-to-point records paired
+// per directed pair, meta 'pipeline' — as docs/formats.md "Pipeline-parallel traces" lists; a trace without them
+// imports exactly as before. Both imports read files this way (a Kineto trace is a Chrome trace).
 tpscope::tracedb::Result<KinetoImportStats> importChrome(std::span<const std::filesystem::path> inputs,
                                                          const std::filesystem::path& output);
 

@@ -2,28 +2,12 @@
 // a viewer draws the whole run from a few MB instead of the span table. Perfetto keeps per-track mipmaps for the same
 // reason; this is one level of them, at a resolution finer than any screen shows the whole run at.
 //
-// What it holds. The spans of each lane (rank × thread) are put into rows by nesting depth exactly as the viewer does
-// (sorted by begin, the longer first at equal begins; a span nests under every open span it begins inside). Each
-// row's time from the run's first begin is cut into equal buckets, one per kSpansPerBucket spans of the row and at
-// most `buckets` (4,096: finer than any screen shows a whole run), so the entries stay a small share of the spans
-// whatever the run's shape. In each row:
-//   - a span at least one bucket long is kept as itself (count 1), and so is a span at least as long as the finest
-//     bucket of any row of its rank (version 2): whatever an entry merges is shorter than that, so a reader that
-//     wants every span overlapping a time t finds the longer ones here and the rest beginning at most that long
-//     before t (the viewer's windows of a run too big to read whole, gui/run_data.h loadWindow);
-//   - the shorter spans that begin in one bucket become one entry: their hull [first begin, last end), how many they
-//     are, their majority kind (ties: lowest id), and the name, step, layer and phase of the longest of them. A bucket
-//     with a single short span keeps that span as itself (count 1).
-// Entries of a row are sorted and disjoint (short spans of a bucket end before the next bucket's first begins, and a
-// kept span begins after every short span before it), so a row has at most 3 × its buckets entries plus the spans
-// kept for their rank's finest bucket (no more than the row's spans, and few: in a row that has many, that row's
-// bucket is the finest).
-// Times are the file's own (the spans table's); names are the file's string ids.
-//
-// Stored in table lane_summary (docs/schema.md): one row per (rank, thread, depth) with its bucket width and its
-// entries packed in a blob (32 bytes each, little-endian: begin i64, end i64, name u32, step i32, count u32, layer i16,
-// kind u8, phase u8), stamped in meta with the definition's version and the span ids it was computed from; a reader
-// that finds another version, or spans added since, gets nothing and reads the spans.
+// Design: the spans of each lane (rank × thread) are put into rows by nesting depth exactly as the viewer does; each
+// row's time is cut into equal buckets, and the short spans that begin in one bucket merge into one entry while the
+// long ones are kept as themselves (the rule is at summarizeLanes), so the entries stay a small share of the spans
+// whatever the run's shape. Stored in table lane_summary (docs/schema.md), stamped with the definition's version and
+// the span ids it was computed from: a reader that finds another version, or spans added since, gets nothing and
+// reads the spans (readLaneSummary). Times are the file's own (the spans table's); names are the file's string ids.
 #pragma once
 
 #include <algorithm>
@@ -70,10 +54,24 @@ struct LaneSummary {
 };
 
 // Summarises spans given in any order (consumed). `buckets` ≥ 1: the most a row gets.
+// Rows: a lane's spans sorted by begin, the longer first at equal begins; a span nests under every open span it
+// begins inside. Each row's time from the run's first begin is cut into equal buckets, one per kSpansPerBucket spans
+// of the row and at most `buckets` (4,096: finer than any screen shows a whole run). In each row:
+//   - a span at least one bucket long is kept as itself (count 1), and so is a span at least as long as the finest
+//     bucket of any row of its rank (version 2): whatever an entry merges is shorter than that, so a reader that
+//     wants every span overlapping a time t finds the longer ones here and the rest beginning at most that long
+//     before t (the viewer's windows of a run too big to read whole, gui/run_data.h loadWindow);
+//   - the shorter spans that begin in one bucket become one entry: their hull [first begin, last end), how many they
+//     are, their majority kind (ties: lowest id), and the name, step, layer and phase of the longest of them. A
+//     bucket with a single short span keeps that span as itself (count 1).
+// Entries of a row are sorted and disjoint (short spans of a bucket end before the next bucket's first begins, and a
+// kept span begins after every short span before it), so a row has at most 3 × its buckets entries plus the spans
+// kept for their rank's finest bucket (no more than the row's spans, and few: in a row that has many, that row's
+// bucket is the finest).
 LaneSummary summarizeLanes(std::vector<SpanRow> spans, int buckets = kLaneSummaryBuckets);
 
-// The rule above for one row whose spans are already laid out (sorted by begin, disjoint): add() them in order, then
-// finish(). The viewer uses it for finer levels of its own, from the rows it has built.
+// summarizeLanes' rule for one row whose spans are already laid out (sorted by begin, disjoint): add() them in
+// order, then finish(). The viewer uses it for finer levels of its own, from the rows it has built.
 class RowSummarizer {
  public:
   // Spans at least `keepNs` long are kept as themselves (default, and at most: a bucket).
@@ -96,7 +94,9 @@ class RowSummarizer {
 };
 
 // Reads the spans of the file at `path`, summarises them and writes the summary into the file (one transaction; the
-// records are untouched). Error: the file cannot be read or written.
+// records are untouched). Error: the file cannot be read or written. Table lane_summary: one row per (rank, thread,
+// depth) with its bucket width and its entries packed in a blob (32 bytes each, little-endian: begin i64, end i64,
+// name u32, step i32, count u32, layer i16, kind u8, phase u8); meta holds the version and the span ids.
 Status writeLaneSummary(const std::filesystem::path& path, int buckets = kLaneSummaryBuckets);
 
 // The file's lane summary when present, of this version and computed from the spans the file holds now; nullopt
