@@ -5,6 +5,7 @@
 
 #include "tpscope/analysis/collectives.h"
 #include "tpscope/gui/palette.h"
+#include "tpscope/vocabulary/collective_ops.h"
 
 namespace tpscope::gui {
 
@@ -46,7 +47,8 @@ std::vector<CollectiveSummary> summarizeCollectives(const RunData& run) {
       }
     }
     if (s.entered < 2) s.lastRank = -1;
-    s.bytes = s.op == "all_gather" ? maxBytes * s.groupSize : maxBytes;
+    const bool gather = s.op.toStdString() == vocabulary::opName(vocabulary::CollectiveOp::AllGather);
+    s.bytes = gather ? maxBytes * s.groupSize : maxBytes;
     s.meanNs = s.completed > 0 ? sumDur / s.completed : 0;
     if (s.latencyNs > 0) {
       s.algbwGbps = static_cast<double>(s.bytes) / static_cast<double>(s.latencyNs);  // bytes/ns == GB/s

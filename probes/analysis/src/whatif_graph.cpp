@@ -9,6 +9,7 @@
 
 #include "intervals.h"
 #include "tpscope/analysis/collectives.h"
+#include "tpscope/vocabulary/collective_ops.h"
 #include "tpscope/vocabulary/spike_baseline.h"
 #include "tpscope/tracedb/query.h"
 
@@ -205,7 +206,7 @@ void addCollectives(Builder& b, const RunInfo& info) {
       b.g.arrivals.push_back(a);
       collOfRecord[r] = static_cast<int>(b.g.colls.size());
     }
-    if (c.op == "all_gather") c.bytes *= c.groupSize;
+    if (c.op == vocabulary::opName(vocabulary::CollectiveOp::AllGather)) c.bytes *= c.groupSize;
     measureTransfer(c, b.g.arrivals);
     b.g.colls.push_back(std::move(c));
   }
