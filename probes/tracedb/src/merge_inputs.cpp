@@ -12,11 +12,13 @@
 #include <array>
 #include <atomic>
 #include <condition_variable>
+#include <filesystem>
 #include <limits>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <tuple>
 #include <unordered_map>
@@ -461,21 +463,30 @@ Result<InputRecords> readFile(size_t index, const RunFile& file, MergeSpans whic
 }
 
 // The inputs read on worker threads, at most kReadAheadPerThread per thread ahead of the writer, and taken by the
-// writer in input order. Destroying it stops and joins the workers.
+// writer in input order. The inputs read ahead hold at most kReadAheadBytes of file between them (a rank file's
+// records take about its size in memory), unless one alone is more: the input the writer takes next is always read.
+// Destroying it stops and joins the workers.
 class ReadAhead {
  public:
   static constexpr size_t kReadAheadPerThread = 4;
+  static constexpr uintmax_t kReadAheadBytes = uintmax_t{1} << 30;
 
   ReadAhead(const RunFiles& run, size_t threads, MergeSpans which, const EachInput& each,
             const std::filesystem::path& output)
-      : slots_(run.files.size()), window_(kReadAheadPerThread * threads) {
+      : slots_(run.files.size()), bytes_(run.files.size(), 0), window_(kReadAheadPerThread * threads) {
     for (size_t t = 0; t < threads; ++t)
       workers_.emplace_back([this, &run, which, &each, &output]() {
         for (size_t i; (i = next_.fetch_add(1)) < slots_.size();) {
+          std::error_code ec;
+          const uintmax_t size = std::filesystem::file_size(run.files[i].path, ec);
           {
             std::unique_lock lock(mutex_);
-            changed_.wait(lock, [&] { return stop_ || i < taken_ + window_; });
+            changed_.wait(lock, [&] {
+              return stop_ || (i < taken_ + window_ && (i == taken_ || heldBytes_ + size <= kReadAheadBytes));
+            });
             if (stop_) return;
+            bytes_[i] = ec ? 0 : size;
+            heldBytes_ += bytes_[i];
           }
           Result<InputRecords> records = readFile(i, run.files[i], which, each, output);
           std::lock_guard lock(mutex_);
@@ -501,6 +512,7 @@ class ReadAhead {
     changed_.wait(lock, [&] { return slots_[i].has_value(); });
     Result<InputRecords> records = std::move(*slots_[i]);
     slots_[i].reset();
+    heldBytes_ -= bytes_[i];
     taken_ = i + 1;
     changed_.notify_all();
     return records;
@@ -508,6 +520,8 @@ class ReadAhead {
 
  private:
   std::vector<std::optional<Result<InputRecords>>> slots_;
+  std::vector<uintmax_t> bytes_;  // each input's file size, counted from its reading until the writer takes it
+  uintmax_t heldBytes_ = 0;
   const size_t window_;
   std::mutex mutex_;
   std::condition_variable changed_;
@@ -519,8 +533,8 @@ class ReadAhead {
 
 }  // namespace
 
-Status detail::copyInputs(Writer& writer, const RunFiles& run, size_t threads, MergeSpans which, const EachInput& each,
-                  const std::filesystem::path& output) {
+Status detail::copyInputs(Writer& writer, const RunFiles& run, size_t threads, MergeSpans which,
+                          const EachInput& each, const std::filesystem::path& output) {
   OutputInserts inserts(writer, output);  // its statements are finalised on return, before the writer closes
   if (!inserts.valid()) return detail::sqliteError(detail::Access::db(writer), writer.path(), "cannot prepare the merge");
   if (Status s = writer.begin(); !s) return s;
