@@ -38,8 +38,8 @@ struct MergeOptions {
   MergeSpans spans = MergeSpans::All;
   bool indexes = true;  // false: without the query indexes (a part of a larger merge that creates them)
   int readers = 0;      // threads reading the inputs while the calling thread writes; 0: one per core, at most
-                        // kMaxMergeReaders. Each holds at most 4 inputs in memory ahead of the writer, and all of
-                        // them inputs of at most 1 GiB of files together (past that, only the next input is read).
+                        // kMaxMergeReaders. Each holds at most 4 inputs in memory ahead of the writer, and the
+                        // inputs held come from at most 1 GiB of files (past that, only the next input is read).
 };
 inline constexpr int kMaxMergeReaders = 16;
 
