@@ -6,7 +6,7 @@
 
 #include <algorithm>
 #include <array>
-#include <iterator>
+#include <string>
 #include <string_view>
 
 #include "backend.h"
@@ -16,6 +16,7 @@
 namespace tpscope::core {
 
 namespace probes = ::tpscope::probes;
+using vocabulary::CollectiveOp;
 
 const char* callsitePhaseWord(probes::Phase phase) noexcept {
   switch (phase) {
@@ -30,7 +31,22 @@ const char* callsitePhaseWord(probes::Phase phase) noexcept {
   return "none";
 }
 
-std::string describeCallsite(const Callsite& site, probes::Phase phase, const char* op) {
+namespace {
+
+// The op as a callsite description names it: "all-reduce", ...; else the catalogue's name ("broadcast", "send").
+std::string_view opDisplay(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::AllReduce: return "all-reduce";
+    case CollectiveOp::AllGather: return "all-gather";
+    case CollectiveOp::ReduceScatter: return "reduce-scatter";
+    default: return vocabulary::opName(op);
+  }
+}
+
+}  // namespace
+
+std::string describeCallsite(const Callsite& site, probes::Phase phase, CollectiveOp collective) {
+  const std::string_view op = opDisplay(collective);
   if (site.layer >= 0)
     return fmt::format("layer {} {} {} {}", site.layer, site.what, callsitePhaseWord(phase), op);
   return fmt::format("{} {} {}", site.what, callsitePhaseWord(phase), op);
@@ -49,15 +65,6 @@ const char* dtypeName(at::ScalarType t) {
     case at::kByte: return "uint8";
     case at::kBool: return "bool";
     default: return "other";
-  }
-}
-
-const char* opDisplay(const char* op) {
-  switch (vocabulary::canonicalOp(op)) {
-    case vocabulary::CollectiveOp::AllReduce: return "all-reduce";
-    case vocabulary::CollectiveOp::AllGather: return "all-gather";
-    case vocabulary::CollectiveOp::ReduceScatter: return "reduce-scatter";
-    default: return op;
   }
 }
 
@@ -84,21 +91,30 @@ at::Tensor wireOf(const at::Tensor& t, const Communicator::Backend& be, bool cop
 // A span of kind comm on the calling thread for the time it is blocked in a collective (the whole of a blocking one,
 // the wait of an async one). The breakdown counts it as exposed communication even inside a compute span such as
 // "attention forward", where a TP all-reduce sits on the critical path; the collective record alone (no thread)
-// could as well overlap other work. One static Site per (op, phase): the recorder keys names by Site.
-const probes::Site* commSite(std::string_view op, probes::Phase phase) {
-  static constexpr const char* kOps[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast",
-                                         "barrier",    "recv",       "send wait",      "all_reduce wait"};
-  constexpr size_t kOpCount = std::size(kOps), kPhases = 7;
+// could as well overlap other work. The span is named after the op ("all_reduce"), or "<op> wait" for the wait of an
+// async one ("send wait", "all_reduce wait"). One static Site per (op, wait or not, phase): the recorder keys names
+// by Site.
+const probes::Site* commSite(CollectiveOp op, bool wait, probes::Phase phase) {
+  constexpr size_t kOps = vocabulary::kCollectiveOpCount, kPhases = 7;
+  static const auto kNames = [] {
+    std::array<std::array<std::string, kOps>, 2> n;
+    for (size_t o = 0; o < kOps; ++o) {
+      n[0][o] = vocabulary::opName(static_cast<CollectiveOp>(o));
+      n[1][o] = n[0][o] + " wait";
+    }
+    return n;
+  }();
   static const auto kSites = [] {
-    std::array<std::array<probes::Site, kPhases>, kOpCount> t{};
-    for (size_t o = 0; o < kOpCount; ++o)
-      for (size_t p = 0; p < kPhases; ++p)
-        t[o][p] = {kOps[o], "comm", __FILE__, __LINE__, probes::SpanKind::Comm, static_cast<probes::Phase>(p)};
+    std::array<std::array<std::array<probes::Site, kPhases>, kOps>, 2> t{};
+    for (size_t w = 0; w < 2; ++w)
+      for (size_t o = 0; o < kOps; ++o)
+        for (size_t p = 0; p < kPhases; ++p)
+          t[w][o][p] = {kNames[w][o].c_str(), "comm", __FILE__, __LINE__, probes::SpanKind::Comm,
+                        static_cast<probes::Phase>(p)};
     return t;
   }();
-  size_t o = 0;
-  while (o + 1 < kOpCount && op != kOps[o]) ++o;
-  return &kSites[o][std::min<size_t>(static_cast<size_t>(phase), kPhases - 1)];
+  const size_t o = std::min(static_cast<size_t>(op), kOps - 1);
+  return &kSites[wait ? 1 : 0][o][std::min<size_t>(static_cast<size_t>(phase), kPhases - 1)];
 }
 
 #if TPSCOPE_PROBES_ENABLED
@@ -122,7 +138,7 @@ struct Communicator::Issue {
   std::string group;  // p2p: "p2p-<src>-<dst>" (else the communicator's name)
   uint64_t handle = 0;
   probes::Sink* sink = nullptr;
-  const char* op = "";
+  CollectiveOp op = CollectiveOp::Unknown;
   Callsite site;
   probes::Phase phase = probes::Phase::None;
 };
@@ -155,11 +171,15 @@ std::string Communicator::p2pGroupName(int srcGlobal, int dstGlobal) {
   return fmt::format("p2p-{}-{}", srcGlobal, dstGlobal);
 }
 
-Communicator::Issue Communicator::begin(const char* op, const at::Tensor* t, const Callsite& site,
+std::string Communicator::emulatedOps() {
+  return fmt::format("{}={}", vocabulary::opName(CollectiveOp::ReduceScatter), vocabulary::opName(CollectiveOp::AllReduce));
+}
+
+Communicator::Issue Communicator::begin(CollectiveOp op, const at::Tensor* t, const Callsite& site,
                                         probes::Phase phase, const P2p* p2p) {
   if (dead_) {
     throw CollectiveError(fmt::format("group {} is unusable after an earlier collective error; refusing {} seq {}",
-                                      name_, op, seq_ + 1),
+                                      name_, vocabulary::opName(op), seq_ + 1),
                           false);
   }
   if (FaultInjector* f = activeFaults()) f->beforeCollective(*this, op, phase);  // capture: --inject delay/hang
@@ -181,7 +201,7 @@ Communicator::Issue Communicator::begin(const char* op, const at::Tensor* t, con
     d.group = p2p != nullptr ? std::string_view(is.group) : std::string_view(name_);
     d.groupRanks = p2p != nullptr ? std::span<const int>(pair) : std::span<const int>(ranks_);
     d.seq = is.seq;
-    d.op = op;
+    d.op = vocabulary::opName(op);
     if (t != nullptr) {
       shape.assign(t->sizes().begin(), t->sizes().end());
       d.dtype = dtypeName(t->scalar_type());
@@ -191,7 +211,7 @@ Communicator::Issue Communicator::begin(const char* op, const at::Tensor* t, con
     } else {
       d.dtype = "none";
     }
-    const std::string where = describeCallsite(site, phase, opDisplay(op));
+    const std::string where = describeCallsite(site, phase, op);
     d.callsite = where;
     d.layer = site.layer;
     d.phase = phase;
@@ -211,15 +231,16 @@ void Communicator::fail(const Issue& is, const std::exception& e) {
     is.sink->flush();
   }
   throw CollectiveError(
-      fmt::format("collective {} on group {} (ranks {}) seq {} at \"{}\" {} after timeout {} ms: {}", is.op,
-                  is.group.empty() ? name_ : is.group, fmt::join(ranks_, ","), is.seq, describeCallsite(is.site, is.phase, opDisplay(is.op)),
+      fmt::format("collective {} on group {} (ranks {}) seq {} at \"{}\" {} after timeout {} ms: {}",
+                  vocabulary::opName(is.op), is.group.empty() ? name_ : is.group, fmt::join(ranks_, ","), is.seq,
+                  describeCallsite(is.site, is.phase, is.op),
                   timedOut ? "timed out" : "failed", timeout_.count(), e.what()),
       timedOut);
 }
 
 #define TPS_COMM_RUN(issue, body)                                              \
   try {                                                                        \
-    CommSpan blocked(commSite((issue).op, (issue).phase), (issue).site.layer); \
+    CommSpan blocked(commSite((issue).op, false, (issue).phase), (issue).site.layer); \
     body;                                                                      \
   } catch (const CollectiveError&) {                                           \
     throw;                                                                     \
@@ -229,9 +250,9 @@ void Communicator::fail(const Issue& is, const std::exception& e) {
   if ((issue).sink != nullptr)                                                 \
   (issue).sink->collectiveState((issue).handle, probes::CollectiveState::Completed, probes::rawTicks())
 
-void Communicator::inPlace(const char* op, at::Tensor& t, const Callsite& site, probes::Phase phase,
+void Communicator::inPlace(CollectiveOp op, at::Tensor& t, const Callsite& site, probes::Phase phase,
                            const std::function<void(std::vector<at::Tensor>&)>& issue) {
-  TORCH_CHECK(t.is_contiguous(), op, " on ", name_, " needs a contiguous tensor");
+  TORCH_CHECK(t.is_contiguous(), vocabulary::opName(op), " on ", name_, " needs a contiguous tensor");
   Issue is = begin(op, &t, site, phase);
   TPS_COMM_RUN(is, {
     at::Tensor wire = wireOf(t, *backend_);
@@ -244,7 +265,7 @@ void Communicator::inPlace(const char* op, at::Tensor& t, const Callsite& site, 
 void Communicator::allReduce(at::Tensor& t, ReduceOp op, const Callsite& site, probes::Phase phase) {
   if (size() == 1) return;
   if (FaultInjector* f = activeFaults()) f->mismatchAllReduce(*this, t, site, phase);  // capture: --inject mismatch
-  inPlace("all_reduce", t, site, phase, [&](std::vector<at::Tensor>& v) {
+  inPlace(CollectiveOp::AllReduce, t, site, phase, [&](std::vector<at::Tensor>& v) {
     c10d::AllreduceOptions o;
     o.reduceOp = op == ReduceOp::Sum ? c10d::ReduceOp::SUM : c10d::ReduceOp::MAX;
     backend_->pg->allreduce(v, o)->wait();
@@ -258,7 +279,7 @@ PendingCollective Communicator::allReduceAsync(at::Tensor t, const Callsite& sit
   st->user = t;
   if (size() == 1) return PendingCollective(std::move(st));
   TORCH_CHECK(t.is_contiguous(), "allReduceAsync on ", name_, " needs a contiguous tensor");
-  st->issue = begin("all_reduce", &t, site, phase);
+  st->issue = begin(CollectiveOp::AllReduce, &t, site, phase);
   try {
     st->wire = wireOf(t, *backend_);
     std::vector<at::Tensor> v{st->wire};
@@ -273,7 +294,7 @@ at::Tensor Communicator::allGather(const at::Tensor& t, int64_t dim, const Calls
   if (size() == 1) return t;
   at::Tensor out;
   at::Tensor in = t.contiguous();
-  Issue is = begin("all_gather", &in, site, phase);
+  Issue is = begin(CollectiveOp::AllGather, &in, site, phase);
   TPS_COMM_RUN(is, {
     at::Tensor wire = wireOf(in, *backend_);
     std::vector<std::vector<at::Tensor>> outs(1);
@@ -291,7 +312,7 @@ at::Tensor Communicator::reduceScatter(const at::Tensor& t, int64_t dim, const C
               " is not divisible by the group size ", size());
   at::Tensor in = t.contiguous();
   at::Tensor out;
-  Issue is = begin("reduce_scatter", &in, site, phase);
+  Issue is = begin(CollectiveOp::ReduceScatter, &in, site, phase);
   TPS_COMM_RUN(is, {
     // Emulated: Gloo here has no reduce-scatter. All-reduce a copy (the input stays untouched), keep our chunk.
     at::Tensor wire = wireOf(in, *backend_, /*copyAlways=*/true);
@@ -304,7 +325,7 @@ at::Tensor Communicator::reduceScatter(const at::Tensor& t, int64_t dim, const C
 
 void Communicator::broadcast(at::Tensor& t, int root, const Callsite& site, probes::Phase phase) {
   if (size() == 1) return;
-  inPlace("broadcast", t, site, phase, [&](std::vector<at::Tensor>& v) {
+  inPlace(CollectiveOp::Broadcast, t, site, phase, [&](std::vector<at::Tensor>& v) {
     c10d::BroadcastOptions o;
     o.rootRank = root;
     backend_->pg->broadcast(v, o)->wait();
@@ -313,7 +334,7 @@ void Communicator::broadcast(at::Tensor& t, int root, const Callsite& site, prob
 
 void Communicator::barrier(const Callsite& site, probes::Phase phase) {
   if (size() == 1) return;
-  Issue is = begin("barrier", nullptr, site, phase);
+  Issue is = begin(CollectiveOp::Barrier, nullptr, site, phase);
   TPS_COMM_RUN(is, { backend_->pg->barrier()->wait(); });
 }
 
@@ -324,7 +345,7 @@ PendingCollective Communicator::send(const at::Tensor& t, int peer, uint64_t seq
   st->comm = this;
   st->user = t.contiguous();
   const P2p p2p{ranks_[rank_], ranks_[peer], seq};
-  st->issue = begin("send", &st->user, site, phase, &p2p);
+  st->issue = begin(CollectiveOp::Send, &st->user, site, phase, &p2p);
   try {
     st->wire = wireOf(st->user, *backend_);
     std::vector<at::Tensor> v{st->wire};
@@ -340,7 +361,7 @@ void Communicator::recv(at::Tensor& t, int peer, uint64_t seq, const Callsite& s
   TORCH_CHECK(peer >= 0 && peer < size() && peer != rank_, "recv on ", name_, ": peer ", peer, " is not another member");
   TORCH_CHECK(t.is_contiguous(), "recv on ", name_, " needs a contiguous tensor");
   const P2p p2p{ranks_[peer], ranks_[rank_], seq};
-  Issue is = begin("recv", &t, site, phase, &p2p);
+  Issue is = begin(CollectiveOp::Recv, &t, site, phase, &p2p);
   TPS_COMM_RUN(is, {
     at::Tensor wire = wireOf(t, *backend_);
     std::vector<at::Tensor> v{wire};
@@ -361,8 +382,7 @@ void PendingCollective::wait() {
   if (!st->work) return;  // size-1 group
   Communicator* c = st->comm;
   try {
-    CommSpan blocked(commSite(st->sendOnly ? "send wait" : "all_reduce wait", st->issue.phase),
-                     st->issue.site.layer);
+    CommSpan blocked(commSite(st->issue.op, /*wait=*/true, st->issue.phase), st->issue.site.layer);
     st->work->wait();
   } catch (const std::exception& e) {
     c->fail(st->issue, e);

@@ -167,7 +167,7 @@ at::Tensor FaultInjector::corruptActivation(int layer, const at::Tensor& output)
   return output;
 }
 
-void FaultInjector::beforeCollective(const Communicator& comm, const char* op, probes::Phase phase) {
+void FaultInjector::beforeCollective(const Communicator& comm, vocabulary::CollectiveOp op, probes::Phase phase) {
   for (size_t i = 0; i < specs_.size(); ++i) {
     const FaultSpec& s = specs_[i];
     if (s.kind == FaultKind::Delay) {
@@ -176,13 +176,13 @@ void FaultInjector::beforeCollective(const Communicator& comm, const char* op, p
                inMicrobatch(s)) {
       fired_[i] = true;
       const auto limit = 2 * comm.timeout();
-      announce(fmt::format("rank {} step {}: skips {} seq {} on group {} and stalls ({})", rank_, step_, op,
-                           comm.seq() + 1, comm.name(), formatFaultSpec(s)));
+      announce(fmt::format("rank {} step {}: skips {} seq {} on group {} and stalls ({})", rank_, step_,
+                           vocabulary::opName(op), comm.seq() + 1, comm.name(), formatFaultSpec(s)));
       TPS_SPAN("injected hang: stalled before a collective", Other, Other);
       const auto until = std::chrono::steady_clock::now() + limit;
       while (std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(50));
       throw CollectiveError(fmt::format("injected hang: rank {} stalled {} ms before {} seq {} on group {}", rank_,
-                                        limit.count(), op, comm.seq() + 1, comm.name()),
+                                        limit.count(), vocabulary::opName(op), comm.seq() + 1, comm.name()),
                             true);
     }
   }
@@ -200,7 +200,7 @@ bool FaultInjector::mismatchAllReduce(const Communicator& comm, at::Tensor& t, c
     if (probes::Sink* sink = probes::sink()) {
       // The communicator records the same (group, seq) right after this (an upsert of the same row).
       const std::vector<int64_t> shape{t.numel()};
-      const std::string where = describeCallsite(site, phase, "all-reduce");
+      const std::string where = describeCallsite(site, phase, vocabulary::CollectiveOp::AllReduce);
       probes::CollectiveDesc d;
       d.group = comm.name();
       d.groupRanks = comm.globalRanks();

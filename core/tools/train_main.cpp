@@ -108,7 +108,7 @@ void describeRankToRecorder(core::Mesh& mesh, const rules::TrainConfig& cfg) {
         {"stage_of_rank", stageOfRank}};
     probes::setMeta(std::string(tpscope::tracedb::meta_keys::kPipeline), pipeline.dump());
   }
-  probes::setMeta("emulated_ops", core::Communicator::kEmulatedOps);
+  probes::setMeta("emulated_ops", core::Communicator::emulatedOps());
   if (c10d::Store* s = mesh.store()) probes::setClockStore(std::make_shared<C10dKvStore>(s));
 }
 #endif

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "tpscope/probes/probes.h"
+#include "tpscope/vocabulary/collective_ops.h"
 
 namespace tpscope::core {
 
@@ -14,8 +15,9 @@ struct Callsite {
   int layer = -1;         // transformer layer, -1 when not inside one
 };
 
-// "layer 3 attention output RowParallel forward all-reduce"; `op` is the logical op ("all-reduce").
-std::string describeCallsite(const Callsite& site, probes::Phase phase, const char* op);
+// "layer 3 attention output RowParallel forward all-reduce"; `op` is the logical op, named with hyphens where it has
+// two words ("all-reduce", "all-gather", "reduce-scatter"), else by the catalogue's name ("broadcast", "send").
+std::string describeCallsite(const Callsite& site, probes::Phase phase, vocabulary::CollectiveOp op);
 
 // The word for a phase in a callsite description ("forward", "backward", ...; the stored names are
 // probes::phaseName's "fwd", "bwd").

@@ -90,8 +90,9 @@ class Communicator {
   at::Tensor allGather(const at::Tensor& t, int64_t dim, const Callsite& site, probes::Phase phase);
   // Sum over members, then this member's chunk along `dim` (size along dim divisible by the group size).
   // Emulated by an all-reduce (Debian's Gloo has no reduce-scatter): recorded as the logical op, and the run says so
-  // in meta 'emulated_ops' (kEmulatedOps) so that bandwidth figures count what really moved.
-  static constexpr const char* kEmulatedOps = "reduce_scatter=all_reduce";
+  // in meta 'emulated_ops' (emulatedOps(): "reduce_scatter=all_reduce") so that bandwidth figures count what really
+  // moved.
+  static std::string emulatedOps();
   at::Tensor reduceScatter(const at::Tensor& t, int64_t dim, const Callsite& site, probes::Phase phase);
   // In place; `root` is a group rank.
   void broadcast(at::Tensor& t, int root, const Callsite& site, probes::Phase phase);
@@ -114,12 +115,12 @@ class Communicator {
     int src, dst;  // global ranks
     uint64_t seq;
   };
-  Issue begin(const char* op, const at::Tensor* t, const Callsite& site, probes::Phase phase,
+  Issue begin(vocabulary::CollectiveOp op, const at::Tensor* t, const Callsite& site, probes::Phase phase,
               const P2p* p2p = nullptr);
   [[noreturn]] void fail(const Issue& issue, const std::exception& e);
   // Shared body of the in-place collectives: records, sends `t` (as fp32 where the backend needs it) through
   // `issue`, which must block until done, and copies the result back.
-  void inPlace(const char* op, at::Tensor& t, const Callsite& site, probes::Phase phase,
+  void inPlace(vocabulary::CollectiveOp op, at::Tensor& t, const Callsite& site, probes::Phase phase,
                const std::function<void(std::vector<at::Tensor>&)>& issue);
 
   std::string name_;

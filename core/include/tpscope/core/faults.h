@@ -75,7 +75,7 @@ class FaultInjector {
   // does not enter it and stalls there, as a rank stuck in a data loader or a divergent branch would; its peers block
   // in that collective. The rank gives up after twice the group's timeout (CollectiveError: exit 3) if nobody
   // stopped it before.
-  void beforeCollective(const Communicator& comm, const char* op, probes::Phase phase);
+  void beforeCollective(const Communicator& comm, vocabulary::CollectiveOp op, probes::Phase phase);
   // Communicator::allReduce, before recording: replaces `t` by a tensor one element longer (mismatch: the first
   // all-reduce of step S, of that phase). True if so. The collective is pre-recorded with that shape and flushed
   // first: Gloo aborts the process on a size mismatch (the ranks' crash handlers dump the flight recorder), possibly
