@@ -4,6 +4,7 @@
 
 #include <bit>
 #include <cstring>
+#include <optional>
 #include <unordered_map>
 
 namespace tpscope::formats::fr {
@@ -141,7 +142,19 @@ class PickleReader {
     return push(add(std::move(v)));
   }
 
+  // One opcode (STOP excepted), by family; `at` is its offset, for the error on an opcode outside plain data.
   Status step(unsigned char op, size_t at) {
+    if (auto s = framing(op)) return *s;
+    if (auto s = scalar(op)) return *s;
+    if (auto s = memo(op)) return *s;
+    if (auto s = stackOp(op)) return *s;
+    if (auto s = build(op)) return *s;
+    if (auto s = fill(op)) return *s;
+    return notPlainData(op, at);
+  }
+
+  // PROTO, FRAME, MARK: the stream's framing. nullopt for any other opcode.
+  std::optional<Status> framing(unsigned char op) {
     switch (op) {
       case 0x80:  // PROTO
         if (!need(1)) return fail("PROTO without its version");
@@ -156,11 +169,15 @@ class PickleReader {
         if (marks_.size() >= kMaxDepth) return fail("values nest deeper than " + std::to_string(kMaxDepth));
         marks_.push_back(stack_.size());
         return Status::ok();
-      case '}': return container(ValueKind::Dict, {});    // EMPTY_DICT
-      case ']': return container(ValueKind::List, {});    // EMPTY_LIST
-      case ')': return container(ValueKind::Tuple, {});   // EMPTY_TUPLE
-      case 'N': return push(add(Value{}));                // NONE
-      case 0x88: case 0x89: {                             // NEWTRUE, NEWFALSE
+      default: return std::nullopt;
+    }
+  }
+
+  // None, bools, ints, floats, strings and bytes: one scalar pushed. nullopt for any other opcode.
+  std::optional<Status> scalar(unsigned char op) {
+    switch (op) {
+      case 'N': return push(add(Value{}));  // NONE
+      case 0x88: case 0x89: {               // NEWTRUE, NEWFALSE
         Value v;
         v.kind = ValueKind::Bool;
         v.i = op == 0x88;
@@ -177,16 +194,7 @@ class PickleReader {
         return push(addInt(static_cast<int32_t>(static_cast<uint32_t>(readLe(4)))));
       case 0x8a: return longInt(1);  // LONG1
       case 0x8b: return longInt(4);  // LONG4
-      case 'G': {                    // BINFLOAT: big-endian IEEE double
-        if (!need(8)) return fail("BINFLOAT cut off");
-        uint64_t u = 0;
-        for (int k = 0; k < 8; ++k) u = (u << 8) | static_cast<unsigned char>(in_[pos_ + k]);
-        pos_ += 8;
-        Value v;
-        v.kind = ValueKind::Float;
-        v.d = std::bit_cast<double>(u);
-        return push(add(std::move(v)));
-      }
+      case 'G': return binFloat();   // BINFLOAT
       case 0x8c: return text(ValueKind::String, 1);  // SHORT_BINUNICODE
       case 'X': return text(ValueKind::String, 4);   // BINUNICODE
       case 0x8d: return text(ValueKind::String, 8);  // BINUNICODE8
@@ -195,6 +203,25 @@ class PickleReader {
       case 'C': return text(ValueKind::Bytes, 1);    // SHORT_BINBYTES
       case 'B': return text(ValueKind::Bytes, 4);    // BINBYTES
       case 0x8e: return text(ValueKind::Bytes, 8);   // BINBYTES8
+      default: return std::nullopt;
+    }
+  }
+
+  // BINFLOAT: a big-endian IEEE double.
+  Status binFloat() {
+    if (!need(8)) return fail("BINFLOAT cut off");
+    uint64_t u = 0;
+    for (int k = 0; k < 8; ++k) u = (u << 8) | static_cast<unsigned char>(in_[pos_ + k]);
+    pos_ += 8;
+    Value v;
+    v.kind = ValueKind::Float;
+    v.d = std::bit_cast<double>(u);
+    return push(add(std::move(v)));
+  }
+
+  // BINPUT, LONG_BINPUT, MEMOIZE, BINGET, LONG_BINGET. nullopt for any other opcode.
+  std::optional<Status> memo(unsigned char op) {
+    switch (op) {
       case 'q':  // BINPUT
         if (!need(1)) return fail("BINPUT cut off");
         return memoPut(readLe(1));
@@ -208,35 +235,54 @@ class PickleReader {
       case 'j':  // LONG_BINGET
         if (!need(4)) return fail("LONG_BINGET cut off");
         return memoGet(readLe(4));
-      case '0': return pop().status();  // POP
+      default: return std::nullopt;
+    }
+  }
+
+  // POP, POP_MARK, DUP. nullopt for any other opcode.
+  std::optional<Status> stackOp(unsigned char op) {
+    switch (op) {
+      case '0': return pop().status();      // POP
       case '1': return popMark().status();  // POP_MARK
-      case '2': {  // DUP
+      case '2':                             // DUP
         if (stack_.size() <= stackFloor()) return fail("DUP with an empty stack");
         return push(stack_.back());
-      }
-      case 't': {  // TUPLE
-        auto items = popMark();
-        if (!items) return items.status();
-        return container(ValueKind::Tuple, std::move(*items));
-      }
-      case 'l': {  // LIST
-        auto items = popMark();
-        if (!items) return items.status();
-        return container(ValueKind::List, std::move(*items));
-      }
-      case 'd': {  // DICT
-        auto items = popMark();
-        if (!items) return items.status();
-        if (items->size() % 2) return fail("DICT with a key and no value");
-        return container(ValueKind::Dict, std::move(*items));
-      }
-      case 0x85: case 0x86: case 0x87: {  // TUPLE1, TUPLE2, TUPLE3
+      default: return std::nullopt;
+    }
+  }
+
+  // The containers: empty ones, or built from the values since the MARK (TUPLE, LIST, DICT) or the last 1 to 3
+  // (TUPLE1 to TUPLE3). nullopt for any other opcode.
+  std::optional<Status> build(unsigned char op) {
+    switch (op) {
+      case '}': return container(ValueKind::Dict, {});   // EMPTY_DICT
+      case ']': return container(ValueKind::List, {});   // EMPTY_LIST
+      case ')': return container(ValueKind::Tuple, {});  // EMPTY_TUPLE
+      case 't': return fromMark(ValueKind::Tuple);       // TUPLE
+      case 'l': return fromMark(ValueKind::List);        // LIST
+      case 'd': return fromMark(ValueKind::Dict);        // DICT
+      case 0x85: case 0x86: case 0x87: {                 // TUPLE1, TUPLE2, TUPLE3
         const size_t n = op - 0x84u;
         if (stack_.size() < stackFloor() + n) return fail("TUPLE" + std::to_string(n) + " with too few values");
         std::vector<uint32_t> items(stack_.end() - static_cast<std::ptrdiff_t>(n), stack_.end());
         stack_.resize(stack_.size() - n);
         return container(ValueKind::Tuple, std::move(items));
       }
+      default: return std::nullopt;
+    }
+  }
+
+  // TUPLE, LIST, DICT: a container of the values since the last MARK.
+  Status fromMark(ValueKind kind) {
+    auto items = popMark();
+    if (!items) return items.status();
+    if (kind == ValueKind::Dict && items->size() % 2) return fail("DICT with a key and no value");
+    return container(kind, std::move(*items));
+  }
+
+  // APPEND, APPENDS, SETITEM, SETITEMS: values added to the list or dict under them. nullopt for any other opcode.
+  std::optional<Status> fill(unsigned char op) {
+    switch (op) {
       case 'a': {  // APPEND
         auto v = pop();
         if (!v) return v.status();
@@ -253,18 +299,8 @@ class PickleReader {
         (*list)->items.insert((*list)->items.end(), items->begin(), items->end());
         return Status::ok();
       }
-      case 's': {  // SETITEM
-        auto v = pop();
-        if (!v) return v.status();
-        auto k = pop();
-        if (!k) return k.status();
-        auto dict = top({ValueKind::Dict}, "SETITEM");
-        if (!dict) return dict.status();
-        (*dict)->items.push_back(*k);
-        (*dict)->items.push_back(*v);
-        return Status::ok();
-      }
-      case 'u': {  // SETITEMS
+      case 's': return setItem();  // SETITEM
+      case 'u': {                  // SETITEMS
         auto items = popMark();
         if (!items) return items.status();
         if (items->size() % 2) return fail("SETITEMS with a key and no value");
@@ -273,8 +309,25 @@ class PickleReader {
         (*dict)->items.insert((*dict)->items.end(), items->begin(), items->end());
         return Status::ok();
       }
-      default: break;
+      default: return std::nullopt;
     }
+  }
+
+  // SETITEM: the key and value on top added to the dict under them.
+  Status setItem() {
+    auto v = pop();
+    if (!v) return v.status();
+    auto k = pop();
+    if (!k) return k.status();
+    auto dict = top({ValueKind::Dict}, "SETITEM");
+    if (!dict) return dict.status();
+    (*dict)->items.push_back(*k);
+    (*dict)->items.push_back(*v);
+    return Status::ok();
+  }
+
+  // The error for an opcode outside plain data (classes, reduce, persistent ids, ...), at its offset `at`.
+  Status notPlainData(unsigned char op, size_t at) {
     char hex[8];
     std::snprintf(hex, sizeof hex, "0x%02x", op);
     pos_ = at;
