@@ -172,7 +172,8 @@ std::string Communicator::p2pGroupName(int srcGlobal, int dstGlobal) {
 }
 
 std::string Communicator::emulatedOps() {
-  return fmt::format("{}={}", vocabulary::opName(CollectiveOp::ReduceScatter), vocabulary::opName(CollectiveOp::AllReduce));
+  return fmt::format("{}={}", vocabulary::opName(CollectiveOp::ReduceScatter),
+                     vocabulary::opName(CollectiveOp::AllReduce));
 }
 
 Communicator::Issue Communicator::begin(CollectiveOp op, const at::Tensor* t, const Callsite& site,
