@@ -1,50 +1,12 @@
 // Time breakdown per rank and step: compute, communication, exposed communication, other busy time, idle.
 //
-// Definitions (all in ns; docs/diagnosis.md has the long form). A rank's time is read on one kind of lane:
-// its device lanes (threads of kind thread_kinds::kCudaStream) when it has at least one kernel, nccl_kernel,
-// memcpy or memset span on them, else its host lanes (CPU/Gloo runs: every thread). Breakdown::ranks says which.
-//
-// Host lanes — over all the rank's threads:
-//   C = ∪ over threads of (that thread's compute spans (kinds compute, optimizer, kernel, memcpy, memset) minus
-//       that same thread's comm spans: a communication span nested in a compute span is time the thread was
-//       blocked, not overlap)
-//   M = ∪ intervals of communication   (kinds comm, nccl_kernel, and every collective record of the rank from
-//                                        coalesce(start_ns, enqueue_ns) to end_ns; records without end_ns are left
-//                                        out — a collective that never completed is a hang, not a duration)
-//   B = ∪ intervals of every span except kind step, and M
-//   Y = ∅
-// Device lanes — spans on the rank's GPU streams only (host spans and collective records are not used: a host
-// op "overlapping" a kernel is the CPU running ahead, not compute hiding communication):
-//   C = ∪ kernel spans          M = ∪ nccl_kernel spans          Y = ∪ memcpy and memset spans
-//   B = C ∪ M ∪ Y               (annotations and other spans on the streams are not GPU work)
-// A step window W of that rank is, in order of preference: its Step spans (kind 4; several on one step are merged
-// into [min begin, max end]); else step_stats [begin_ns, end_ns]; else the extent of the spans labelled with that
-// step; a file with no step information at all gives one window, step -1, over the rank's whole extent. The
-// windows do not depend on the lanes.
-//   step_ns         = |W|
-//   compute_ns      = |C ∩ W|
-//   comm_ns         = |M ∩ W|
-//   overlap         = |C ∩ M ∩ W| = comm_ns − exposed_comm_ns
-//   exposed_comm_ns = |(M \ C) ∩ W|            communication that no compute overlapped
-//   other_ns        = |(B \ (C ∪ M)) ∩ W|      host: data loading, checkpoint, waits; device: memcpy/memset alone
-//   idle_ns         = |W \ B|                  nothing recorded (device: no GPU work)
-//   memcpy_ns       = |Y ∩ W|                  device memcpy + memset, whatever overlaps them (0 on host lanes)
-// so compute + exposed_comm + other + idle = step_ns exactly.
-//   comm_overhead_pct = 100 · exposed_comm_ns / step_ns   (the share of step time spent only communicating)
-// Idle split (device lanes; 0 on host lanes), after Holistic Trace Analysis' idle time breakdown: each gap
-// [g0, g1) of B (g0 = the end of the previous GPU work, or the rank's first record) is classified by the device
-// spans that begin at g1 and their launch time L = the latest begin of a host span with the same correlation id
-// (the cudaLaunchKernel / cudaMemcpyAsync call in a Kineto trace):
-//   idle_host_wait_ns    the work that ends the gap was launched after it began (min L > g0): the CPU was late
-//   idle_kernel_wait_ns  otherwise, gaps shorter than kKernelWaitNs: the GPU's own delay between queued kernels
-//   idle_other_ns        the rest: queued work waiting on something else (events, other streams), gaps with no
-//                        known launch, and the gap after the rank's last GPU work
-// so idle_host_wait + idle_kernel_wait + idle_other = idle_ns on device lanes.
-// Rank and run totals sum the steps; their percentages are ratios of the sums.
-//
-// Cost: one scan of spans, threads and collectives (any order; sorted in memory), O(n log n) per rank. Works with
-// and without the query indexes. A run file with summaries (written by merge, capture and import) costs one read of
-// its step_summary table instead.
+// A rank's time is read on one kind of lane: its device lanes (GPU streams) when they hold GPU work, else its host
+// lanes (every thread). On them, C is compute, M communication, B everything busy (and Y memcpy/memset on device
+// lanes). A step window W comes from the rank's Step spans, else step_stats, else the spans' step labels, else the
+// whole run; per window compute = |C ∩ W|, exposed comm = |(M \ C) ∩ W|, other = |(B \ (C ∪ M)) ∩ W| and
+// idle = |W \ B|, so that compute + exposed comm + other + idle = step exactly. On device lanes idle splits into host
+// wait, kernel wait and other, after Holistic Trace Analysis. Rank and run totals sum the steps.
+// docs/diagnosis.md ("Time breakdown") defines each set, the window rules and the idle split in full.
 #pragma once
 
 #include <cstdint>
@@ -59,18 +21,29 @@ namespace tpscope::analysis {
 // 30 in the trace's unit, which is Kineto's µs).
 inline constexpr int64_t kKernelWaitNs = 30'000;
 
+// One window's (or a sum of windows') time, in ns.
+//   Host lanes: C = ∪ over threads of (that thread's compute, optimizer, kernel, memcpy, memset spans minus that
+//   same thread's comm spans: communication nested in compute is time blocked, not overlap); M = ∪ of comm and
+//   nccl_kernel spans and the rank's collective records from coalesce(start_ns, enqueue_ns) to end_ns (records
+//   without end_ns are hangs, left out); B = ∪ of every span but kind step, and M; Y = ∅.
+//   Device lanes (the GPU streams' spans only): C = ∪ kernel, M = ∪ nccl_kernel, Y = ∪ memcpy and memset spans;
+//   B = C ∪ M ∪ Y.
 struct TimeShares {
-  int64_t stepNs = 0;
-  int64_t computeNs = 0;
-  int64_t commNs = 0;
-  int64_t exposedCommNs = 0;
-  int64_t otherNs = 0;
-  int64_t idleNs = 0;
-  int64_t memcpyNs = 0;  // device lanes: memcpy + memset
-  int64_t idleHostWaitNs = 0, idleKernelWaitNs = 0, idleOtherNs = 0;  // device lanes: the split of idleNs
-  int64_t overlapNs() const { return commNs - exposedCommNs; }
+  int64_t stepNs = 0;         // |W|
+  int64_t computeNs = 0;      // |C ∩ W|
+  int64_t commNs = 0;         // |M ∩ W|
+  int64_t exposedCommNs = 0;  // |(M \ C) ∩ W|: communication that no compute overlapped
+  int64_t otherNs = 0;        // |(B \ (C ∪ M)) ∩ W|: host: data loading, checkpoint, waits; device: memcpy alone
+  int64_t idleNs = 0;         // |W \ B|: nothing recorded (device: no GPU work)
+  int64_t memcpyNs = 0;       // |Y ∩ W|: device memcpy + memset, whatever overlaps them (0 on host lanes)
+  // Device lanes (0 on host lanes): the split of idleNs. Each gap [g0, g1) of B is classified by the work that
+  // begins at g1 and its launch time L (the latest begin of a host span with its correlation id): host wait when
+  // min L > g0 (the CPU was late); else kernel wait when shorter than kKernelWaitNs; else other (work waiting on
+  // events or other streams, no known launch, the time after the last GPU work).
+  int64_t idleHostWaitNs = 0, idleKernelWaitNs = 0, idleOtherNs = 0;
+  int64_t overlapNs() const { return commNs - exposedCommNs; }  // |C ∩ M ∩ W|
   double pct(int64_t part) const { return stepNs > 0 ? 100.0 * static_cast<double>(part) / stepNs : 0.0; }
-  double commOverheadPct() const { return pct(exposedCommNs); }
+  double commOverheadPct() const { return pct(exposedCommNs); }  // the share of step time spent only communicating
   TimeShares& operator+=(const TimeShares& o);
 };
 
@@ -83,7 +56,10 @@ const char* lanesName(Lanes lanes);  // "host", "device"
 struct StepBreakdown {
   int rank = 0;
   int step = -1;
-  int64_t beginNs = 0, endNs = 0;  // the window W
+  // The window W, in order of preference: the rank's Step spans (kind 4; several on one step merged into [min
+  // begin, max end]); else step_stats [begin_ns, end_ns); else the extent of the spans labelled with that step; else
+  // one window, step -1, over the rank's whole extent. The same on both kinds of lanes.
+  int64_t beginNs = 0, endNs = 0;
   TimeShares time;
 };
 
@@ -102,10 +78,11 @@ struct Breakdown {
   TimeShares run;                            // sum over ranks
 };
 
-// The breakdown of the file: read from its summaries (tracedb/summary.h) when it has current ones, else computed from
-// its records. Both give the same result (summary_test checks it on real captures).
+// The breakdown of the file: read from its summaries (tracedb/summary.h) when it has current ones (one read of
+// step_summary), else computed from its records. Both give the same result (summary_test checks it on real captures).
 tracedb::Result<Breakdown> computeBreakdown(tracedb::Reader& reader);
-// Always from the records (what the summaries are made of).
+// Always from the records (what the summaries are made of): one scan of spans, threads and collectives (any order;
+// sorted in memory), O(n log n) per rank, with or without the query indexes.
 tracedb::Result<Breakdown> computeBreakdownFromRecords(tracedb::Reader& reader);
 
 }  // namespace tpscope::analysis

@@ -1,33 +1,12 @@
 // Collective statistics, straggler attribution and the TP communication model check.
 //
-// A collective is one (group, seq); each member rank has one record of it (collectives table). Per record:
-//   arrival   = enqueue_ns (when the rank called the collective)
-//   duration  = end_ns − coalesce(start_ns, enqueue_ns)          (records without end_ns have no duration)
-// Per collective (only those completed on at least one rank):
-//   n         = the group's size (process_groups.size, else the number of distinct ranks seen in the group)
-//   size S    = the message size in bytes in nccl-tests' sense: max over records of `bytes` (the input tensor),
-//               times n for all_gather (the input is one shard of the output)
-//   latency   = min duration across the members (the member that arrived last waited least: that is the transfer)
-//   time      = mean duration across the members (what an average member spent in it)
-//   skew      = max arrival − min arrival
-// Per (group, op): count, bytes = Σ S, total_ns = Σ time, latency_ns = Σ latency,
-//   algbw_gbps = Σ S / Σ latency, in GB/s with GB = 1e9 bytes (nccl-tests' convention)
-//   busbw_gbps = algbw_gbps · factor(op, n): all_reduce 2(n−1)/n; all_gather, reduce_scatter, all_to_all (n−1)/n;
-//                broadcast, reduce, send/recv 1; barrier 0 (no payload)
-//
-// Stragglers: for each collective with ≥ 2 arrivals the last arriver is the straggler of that collective and
-// each other member waited (last arrival − its arrival). When the skew is within the clock uncertainty of the
-// members (ranks.clock_uncertainty_ns, summed over the first and last arriver) the order is undecided and the
-// collective is counted as such, not attributed.
-// Significance (is a rank last more than chance allows?): each decided collective c with n_c arrivals carries the
-// weight w_c = Σ of the others' waiting at it. Under the null hypothesis that arrival order is exchangeable (no rank
-// is systematically late), the last arriver is uniform over the n_c arrivals, independently per collective, so for
-// rank r the waiting it caused, S_r = Σ_c w_c · [r last at c], has
-//   μ_r = Σ_c w_c / n_c,   σ²_r = Σ_c w_c² · (1/n_c)(1 − 1/n_c)      (sums over the decided collectives r joined)
-// and z_r = (S_r − μ_r) / σ_r. The one-sided p-value is that of a standard normal (p = ½·erfc(z/√2)). The weights
-// make one rank late at its few costly collectives stand out against many cheap ones where order is chance (an
-// unweighted count of "last" would drown it); a few heavy collectives cannot make z large on their own (k equally
-// heavy collectives of n ranks, all lost by one rank by chance, give z = √(k(n−1))), so z needs evidence across many.
+// A collective is one (group, seq); each member rank has one record of it (collectives table). Per (group, op):
+// counts, bytes, latency and nccl-tests' algorithm and bus bandwidth (CollectiveStats). Stragglers: at each
+// collective with ≥ 2 arrivals the last arriver is its straggler and each other member waited for it; a rank is
+// called late only when the waiting it caused exceeds what chance would give (RankStraggling's z test, weighted by
+// what each collective cost, so that a rank late at a few costly collectives stands out against many cheap ones
+// where order is chance). The TP check compares the TP collectives per step with what the engine's layer contracts
+// issue (TpModelCheck). docs/diagnosis.md ("Collectives, bandwidth, stragglers") has the definitions in full.
 #pragma once
 
 #include <cstdint>
@@ -53,6 +32,12 @@ std::string canonicalOp(std::string_view op);
 // barrier 0. Coalesced and tensor variants take their op's factor (canonicalOp).
 double busBandwidthFactor(std::string_view op, int n);
 
+// Per record: arrival = enqueue_ns (when the rank called it); duration = end_ns − coalesce(start_ns, enqueue_ns)
+// (records without end_ns have none). Per collective completed on at least one rank: n = the group's size
+// (process_groups.size, else the distinct ranks seen in the group); S = the message size in bytes in nccl-tests'
+// sense, max over records of `bytes` (the input tensor), times n for all_gather (the input is one shard of the
+// output); latency = min duration across the members (the last arriver waited least: that is the transfer);
+// time = mean duration across the members; skew = max arrival − min arrival.
 struct CollectiveStats {
   std::string group;
   std::string op;
@@ -81,6 +66,13 @@ struct GroupStraggling {
   std::vector<std::pair<int64_t, int64_t>> worst;  // (seq, others' waiting) where it was last, most first (≤ 4)
 };
 
+// Significance (is a rank last more than chance allows?): each decided collective c with n_c arrivals carries the
+// weight w_c = Σ of the others' waiting at it. Under the null hypothesis that arrival order is exchangeable, the last
+// arriver is uniform over the n_c arrivals, independently per collective, so for rank r the waiting it caused,
+// S_r = Σ_c w_c · [r last at c], has
+//   μ_r = Σ_c w_c / n_c,   σ²_r = Σ_c w_c² · (1/n_c)(1 − 1/n_c)      (sums over the decided collectives r joined)
+// and z_r = (S_r − μ_r) / σ_r. A few heavy collectives cannot make z large on their own (k equally heavy collectives
+// of n ranks, all lost by one rank by chance, give z = √(k(n−1))), so z needs evidence across many.
 struct RankStraggling {
   int rank = 0;
   int64_t collectives = 0;  // decided collectives (≥ 2 arrivals, skew above clock uncertainty) it took part in
@@ -99,7 +91,9 @@ struct RankStraggling {
 struct StragglerReport {
   std::vector<RankStraggling> ranks;  // ordered by causedWaitNs, most first (ties by rank)
   int64_t decided = 0;                // collectives attributed
-  int64_t undecided = 0;              // skew within clock uncertainty
+  // skew within the members' clock uncertainty (ranks.clock_uncertainty_ns, summed over the first and last
+  // arriver): the order is undecided, counted as such, not attributed
+  int64_t undecided = 0;
   int64_t steps = 0;                  // distinct steps over the collectives (for "per step" figures)
 };
 

@@ -1,34 +1,12 @@
 // Desync and deadlock analysis over the flight-recorder records (collectives table), after PyTorch's
-// flight-recorder analyzer (torch/distributed/flight_recorder): per process group, each member's progress, the
-// stuck sequence number, the members that never entered it, and a match state per (group, seq).
+// flight-recorder analyzer (torch/distributed/flight_recorder): per process group (members R: process_groups.ranks,
+// else the ranks seen in its records), each member's progress, the stuck sequence number, the members that never
+// entered it, and a match state per (group, seq).
 //
-// Definitions, per group with members R (process_groups.ranks, else the ranks seen in its records):
-//   last_enqueued(r)  = max seq of r's records;  last_started(r) = max seq with state ≥ started (or start_ns set);
-//   last_completed(r) = max seq with state completed (or end_ns set)
-//   stuck seq         = the smallest seq ≤ max last_enqueued that some member has not completed; none when every
-//                       member completed every seq it recorded and all members reached the same last seq
-//   missing ranks     = members with no record of the stuck seq (they never entered it)
-//   waiting ranks     = members with a record of the stuck seq that is not completed
-// Match state of one (group, seq), comparing the members' records in this order:
-//   collective_type_mismatch  ops differ
-//   size_mismatch             input numel (or shape) differ (all_gather/reduce_scatter: input numel must agree too;
-//                             all_to_all is exempt from size and dtype checks: uneven splits are legitimate)
-//   dtype_mismatch            dtypes differ
-//   state_mismatch            some members completed it and others did not (or timed out / failed)
-//   undecided                 fewer than two members recorded it, so nothing can be compared
-//   fully_matched             otherwise
-// A mismatch of type/size/dtype is a desync (error; critical when it is also the stuck seq). Its odd ranks: the
-// minority; a rank whose record of seq + 1 equals the others' record of seq while theirs of seq + 1 differs from it
-// (it issued one collective more, and the rest of its sequence is shifted by one); else, on a tie, those whose size changed since the step before, else
-// all but the first variant. A stuck seq is a hang
-// (critical) — unless every missing rank is itself waiting in another group's stuck seq, or is missing from another
-// stuck seq that comes earlier — in the missing rank's own program order (when it entered both call sites in the
-// step before, by its own clock), else by its peers' arrival: then it is a consequence of that hang (error, evidence
-// "secondary" = 1). Evidence: the collectives rows of the stuck seq and each missing rank's last collective and last
-// span. On a point-to-point pair (p2p-<src>-<dst>) whose missing rank waits in a transfer of the same direction with
-// a third rank, the hang says so: the peers disagree (p2p peer mismatch, evidence "p2p_peer_mismatch" = 1).
-// Ranks of an imported Flight Recorder folder that left no dump (RunInfo::missingRankDumps) are not judged; one
-// warning (kind crash) names them and the groups in which only the others were compared.
+// A type/size/dtype mismatch is a desync; a stuck seq is a hang, or a consequence of another group's hang when every
+// missing rank is held there. Ranks of an imported Flight Recorder folder that left no dump
+// (RunInfo::missingRankDumps) are not judged; one warning (kind crash) names them and the groups in which only the
+// others were compared. docs/diagnosis.md ("Desync and hang") has the rules in full.
 #pragma once
 
 #include <cstdint>
@@ -44,13 +22,17 @@
 
 namespace tpscope::analysis {
 
+// Match state of one (group, seq), comparing the members' records in this order: type, size, dtype, state,
+// undecided, else fully matched.
 enum class MatchState : uint8_t {
   FullyMatched,
-  CollectiveTypeMismatch,
+  CollectiveTypeMismatch,  // ops differ
+  // input numel (or shape) differ (all_gather/reduce_scatter: input numel must agree too; all_to_all is exempt from
+  // size and dtype checks: uneven splits are legitimate)
   SizeMismatch,
-  StateMismatch,
-  DtypeMismatch,
-  Undecided,
+  StateMismatch,  // some members completed it and others did not (or timed out / failed)
+  DtypeMismatch,  // dtypes differ
+  Undecided,      // fewer than two members recorded it, so nothing can be compared
 };
 // "fully_matched", "collective_type_mismatch", "size_mismatch", "state_mismatch", "dtype_mismatch", "undecided"
 const char* matchStateName(MatchState state);
@@ -79,9 +61,9 @@ struct LastSpan {
 
 struct MemberProgress {
   int rank = 0;
-  int64_t lastEnqueued = 0;   // 0: no record in this group
-  int64_t lastStarted = 0;
-  int64_t lastCompleted = 0;
+  int64_t lastEnqueued = 0;   // max seq of its records; 0: no record in this group
+  int64_t lastStarted = 0;    // max seq with state ≥ started (or start_ns set)
+  int64_t lastCompleted = 0;  // max seq with state completed (or end_ns set)
   std::optional<MemberRecord> lastRecord;  // its record of lastEnqueued
   std::optional<LastSpan> lastSpan;        // filled for missing ranks of a stuck seq
   // For a missing rank: when (its own clock) it entered the stuck seq's call site in the step before the stuck one —
@@ -104,6 +86,8 @@ struct GroupDesync {
   std::string group;
   std::vector<int> members;
   std::vector<MemberProgress> progress;  // by rank
+  // The smallest seq ≤ max last_enqueued that some member has not completed; none when every member completed every
+  // seq it recorded and all members reached the same last seq.
   std::optional<int64_t> stuckSeq;
   MatchState stuckState = MatchState::FullyMatched;  // match state of the stuck seq among those that entered it
   std::vector<int> missingRanks;   // never entered the stuck seq
@@ -121,6 +105,16 @@ struct DesyncReport {
 
 tracedb::Result<DesyncReport> analyzeDesync(tracedb::Reader& reader, const RunInfo& info);
 // Findings from the report: desync (per mismatched seq, first few per group) and hang (per stuck group).
+// A desync is an error, critical when it is also the stuck seq. Its odd ranks: the minority; a rank whose record of
+// seq + 1 equals the others' record of seq while theirs of seq + 1 differs from it (it issued one collective more,
+// and the rest of its sequence is shifted by one); else, on a tie, those whose size changed since the step before,
+// else all but the first variant.
+// A hang is critical — unless every missing rank is itself waiting in another group's stuck seq, or is missing from
+// another stuck seq that comes earlier (in the missing rank's own program order, when it entered both call sites in
+// the step before, by its own clock; else by its peers' arrival): then it is a consequence of that hang (error,
+// evidence "secondary" = 1). Evidence: the collectives rows of the stuck seq and each missing rank's last collective
+// and last span. On a point-to-point pair (p2p-<src>-<dst>) whose missing rank waits in a transfer of the same
+// direction with a third rank, the hang says so: the peers disagree (evidence "p2p_peer_mismatch" = 1).
 std::vector<Finding> desyncFindings(const DesyncReport& report, const RunInfo& info);
 
 }  // namespace tpscope::analysis

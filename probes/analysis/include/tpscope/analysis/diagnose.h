@@ -1,31 +1,11 @@
-// diagnose(): every analysis over one run file, as findings sorted most severe first (findingLess).
+// diagnose(): every analysis over one run file, as findings sorted most severe first (findingLess), then the
+// root-cause chain over them (chain.h): `chain`, roots most severe first.
 //
-// Then builds the root-cause chain over the findings (chain.h): `chain`, roots most severe first.
-// Runs: crash, desync/hang, NaN/Inf origin, gradient and loss anomalies, stragglers, communication overhead.
-//   straggler (warning): a rank whose waiting caused is significant and material, each test stated:
-//                        significant: the weighted arrival test of collectives.h gives p < stragglerAlpha / R (R the
-//                        ranks tested: a Bonferroni bound on the run's false-alarm rate), over ≥
-//                        stragglerMinCollectives decided collectives — or, for a large effect (the material figure
-//                        below ≥ stragglerLargeStepPct, a quarter of a step per step), p < stragglerLargeAlpha: a few steps
-//                        cannot reach the run's bound however late a rank is (but on a host whose every CPU runs a
-//                        rank, such a lag is info when each waiting rank loses less per step than one CFS scheduling
-//                        period, 6 ms × (1 + log2 CPUs): the scheduler's turns make that by chance);
-//                        material: the waiting it caused beyond chance (S_r − μ_r) per step, summed over the ranks
-//                        that waited on it, is ≥ stragglerMinStepPct % of the mean step time (breakdown) — significant
-//                        but not material is an info finding (a figure: e.g. a rank sharing its core);
-//                        and it is no victim: ranks delayed by the straggler arrive late at their next collective
-//                        too (a TP peer at its DP all-reduce, where a whole DP group waits on it). A rank that waited
-//                        on another at least half as long as it is late itself (RankStraggling::lagNs), where the
-//                        other did not wait on it as much, passes lateness on and is not named; of the rest, those
-//                        that caused ≥ 75 % of the waiting the worst one caused are.
-//   comm_overhead (info above commOverheadInfoPct): per rank and run-wide (rank −1), from the breakdown: a figure,
-//                        not a fault. It is a warning only against a stated expectation: the run's exposed
-//                        communication is ≥ commOverheadWarnPct % of step time *and* the TP communication volume per
-//                        step exceeds what the analytic TP model of the engine expects (collectives.h, TpModelCheck)
-//                        by more than tpExcessPct % (the model cannot explain the communication).
-// A failing analysis (e.g. a damaged table) does not stop the others: its error is returned in `errors`, named.
-// The reports the findings were drawn from come back in `reports` (compute once, hand down): the viewer shows them
-// instead of running the analyses a second time.
+// Runs: crash, desync/hang, NaN/Inf origin, gradient and loss anomalies, stragglers, communication overhead. A
+// failing analysis (e.g. a damaged table) does not stop the others: its error is returned in `errors`, named. The
+// reports the findings were drawn from come back in `reports` (compute once, hand down): the viewer shows them instead
+// of running the analyses a second time. The thresholds of the straggler and communication-overhead findings are at
+// DiagnoseOptions; docs/diagnosis.md ("diagnose() and severities") has each kind's severity rules in full.
 // Threading: uses `reader` from the calling thread only.
 #pragma once
 
@@ -49,6 +29,24 @@
 
 namespace tpscope::analysis {
 
+// straggler (warning): a rank whose waiting caused is significant and material, and that is no victim.
+//   significant: the weighted arrival test of collectives.h gives p < stragglerAlpha / R (R the ranks tested: a
+//     Bonferroni bound on the run's false-alarm rate), over ≥ stragglerMinCollectives decided collectives — or, for a
+//     large effect (the material figure below ≥ stragglerLargeStepPct, a quarter of a step per step),
+//     p < stragglerLargeAlpha: a few steps cannot reach the run's bound however late a rank is (but on a host whose
+//     every CPU runs a rank, such a lag is info when each waiting rank loses less per step than one CFS scheduling
+//     period, 6 ms × (1 + log2 CPUs): the scheduler's turns make that by chance);
+//   material: the waiting it caused beyond chance (S_r − μ_r) per step, summed over the ranks that waited on it, is
+//     ≥ stragglerMinStepPct % of the mean step time (breakdown); significant but not material is an info finding (a
+//     figure: e.g. a rank sharing its core);
+//   no victim: ranks delayed by the straggler arrive late at their next collective too (a TP peer at its DP
+//     all-reduce). A rank that waited on another at least half as long as it is late itself (RankStraggling::lagNs),
+//     where the other did not wait on it as much, passes lateness on and is not named; of the rest, those that
+//     caused ≥ 75 % of the waiting the worst one caused are.
+// comm_overhead (info above commOverheadInfoPct): per rank and run-wide (rank −1), from the breakdown: a figure, not
+//   a fault. A warning only against a stated expectation: the run's exposed communication is ≥ commOverheadWarnPct %
+//   of step time *and* the TP communication volume per step exceeds what the analytic TP model of the engine expects
+//   (collectives.h, TpModelCheck) by more than tpExcessPct % (the model cannot explain the communication).
 struct DiagnoseOptions {
   AnomalyOptions anomalies;
   double stragglerAlpha = 1e-3;    // the run's false-alarm rate bound for stragglers

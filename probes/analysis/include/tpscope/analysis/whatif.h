@@ -1,30 +1,12 @@
 // What-if: the step time without the problem, from the run's own records (after Lumos and ByteDance's trace replay).
 //
-// The model (docs/diagnosis.md, "What if"): every step's dependency graph across ranks, from the spans and the
-// collective records — each lane's work in order (a thread of the rank, or a GPU stream on device lanes); a collective
-// is ready when its last member arrives plus its transfer (the duration measured on the last arriver); a blocked lane
-// resumes when the collectives it waits for are ready; a point-to-point receive waits for its send. Replaying that
-// graph with the measured durations gives the replayed step time, which should match the measured one (a large gap
-// means a dependency the records do not show). Each change is replayed on its own; its saving is the median over the
-// steps of the replayed difference, and the prediction is the measured step time less that saving:
-//   straggler          the rank whose work most exceeds its peers' (same pipeline stage; all ranks without PP), each
-//                      of its work segments of a step at the median of its peers' same segment (their k-th of that
-//                      step), or its step's work scaled to their median total where the segments do not correspond
-//   stage_imbalance    pipeline runs: every stage's work inside its passes scaled to the stages' mean own compute
-//                      (pipeline.h): the layers re-split evenly, the total work kept
-//   comm_overlapped    every transfer (collectives and point-to-point) takes no time: communication fully overlapped;
-//                      ranks still wait for each other
-//   pipeline_bubble    pipeline runs, analytic (not replayed): the pipeline's window at the schedule's analytic bubble
-//                      for the longest stage's compute, C / (1 − b)
-//   collective_busbw   with WhatIfOptions::busbwGbps: one kind of collective (group class and op, the one with the
-//                      most transfer on the critical path unless named) moves S bytes at that bus bandwidth:
-//                      transfer = S · factor(op, n) / busbw (nccl-tests' convention, collectives.h)
-// Step time: the median over the steps of the mean over ranks of the step windows (breakdown.h); the first step is
-// left out when there are more than two (the process's warm-up). Medians, so that a step the host preempted does not
-// move the figures. A change "shortens" a rank's critical path when its work or a transfer
-// measured on it, on a step's critical path (the chain that sets the latest step end), gets shorter.
-// Cost: one scan of the spans of kinds comm, wait and nccl_kernel, of the collectives, and the breakdown; each replay
-// is linear in the events.
+// The model: every step's dependency graph across ranks, from the spans and the collective records — each lane's
+// work in order (a thread of the rank, or a GPU stream on device lanes); a collective is ready when its last member
+// arrives plus its transfer (the duration measured on the last arriver); a blocked lane resumes when the collectives
+// it waits for are ready; a point-to-point receive waits for its send. Replaying that graph with the measured
+// durations gives the replayed step time, which should match the measured one (a large gap means a dependency the
+// records do not show). Each change (WhatIfChangeKind) is replayed on its own against it.
+// docs/diagnosis.md ("What if") has the graph, the changes, and the assumptions and limits in full.
 #pragma once
 
 #include <cstdint>
@@ -42,7 +24,25 @@ struct WhatIfOptions {
   std::string collective;           // its target: "OP" or "CLASS:OP" ("tp:all_reduce"); "": the costliest on the path
 };
 
-enum class WhatIfChangeKind : uint8_t { Straggler, StageImbalance, CommOverlapped, PipelineBubble, CollectiveBusbw };
+enum class WhatIfChangeKind : uint8_t {
+  // The rank whose work most exceeds its peers' (same pipeline stage; all ranks without PP), each of its work segments
+  // of a step at the median of its peers' same segment (their k-th of that step), or its step's work scaled to their
+  // median total where the segments do not correspond.
+  Straggler,
+  // Pipeline runs: every stage's work inside its passes scaled to the stages' mean own compute (pipeline.h): the
+  // layers re-split evenly, the total work kept.
+  StageImbalance,
+  // Every transfer (collectives and point-to-point) takes no time: communication fully overlapped; ranks still wait
+  // for each other.
+  CommOverlapped,
+  // Pipeline runs, analytic (not replayed): the pipeline's window at the schedule's analytic bubble for the longest
+  // stage's compute, C / (1 − b).
+  PipelineBubble,
+  // With WhatIfOptions::busbwGbps: one kind of collective (group class and op, the one with the most transfer on the
+  // critical path unless named) moves S bytes at that bus bandwidth: transfer = S · factor(op, n) / busbw
+  // (nccl-tests' convention, collectives.h).
+  CollectiveBusbw
+};
 const char* whatIfChangeName(WhatIfChangeKind kind);  // "straggler", "stage_imbalance", "comm_overlapped", ...
 
 struct WhatIfChange {
@@ -50,7 +50,9 @@ struct WhatIfChange {
   std::string description;     // what was changed, in words ("rank 1's work at its peers' median, 30.2 ms/step")
   double predictedStepNs = 0;  // measured − saving
   double savingNs = 0;         // replayed without the change − replayed with it (median over the steps)
-  std::vector<int> ranks;      // ranks whose critical-path segments it shortens
+  // Ranks whose critical path it shortens: their work, or a transfer measured on them, on a step's critical path (the
+  // chain that sets the latest step end) gets shorter.
+  std::vector<int> ranks;
   bool replayed = true;        // false: analytic (pipeline_bubble)
   int rank = -1;               // straggler: the rank; stage_imbalance: -1
   int stage = -1;              // stage_imbalance: the stage
@@ -69,6 +71,9 @@ struct WhatIfReport {
   int steps = 0;        // steps measured
   int firstStep = -1;   // the first of them
   bool device = false;  // read on device lanes (GPU streams)
+  // The median over the steps of the mean over ranks of the step windows (breakdown.h); the first step is left out
+  // when there are more than two (the process's warm-up). Medians, so that a step the host preempted does not move
+  // the figures.
   double measuredStepNs = 0;
   double replayedStepNs = 0;  // the replay with no change
   std::vector<WhatIfChange> changes;
@@ -82,6 +87,8 @@ struct WhatIfReport {
   std::vector<std::string> notes;  // why a change is absent ("no pipeline stages", ...)
 };
 
+// Cost: one scan of the spans of kinds comm, wait and nccl_kernel, of the collectives, and the breakdown; each replay
+// is linear in the events.
 tracedb::Result<WhatIfReport> analyzeWhatIf(tracedb::Reader& reader, const WhatIfOptions& options = {});
 
 // {"file","steps","first_step","lanes","measured_step_ms","replayed_step_ms","replay_gap_pct","changes":[{"change",

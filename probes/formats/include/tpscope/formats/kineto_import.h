@@ -41,31 +41,17 @@ struct KinetoImportStats {
 };
 
 // Imports `inputs` (one per rank, or several ranks per file as importChrome below describes) into the run file
-// `output`. Meta 'tool' is "tpscope import kineto", 'source' "kineto".
-// Inputs: one file per rank, plain JSON (.json) or gzip-compressed (.json.gz, detected by the magic bytes, not the
-//   name), in the object form {"traceEvents": [...], "distributedInfo": {...}, "baseTimeNanoseconds": ...} or the
-//   plain array form [...]. The rank of a file comes from distributedInfo.rank, else from the file name ("rank-N",
-//   "rankN", "rank_N"), else from the input order; two inputs with the same rank are refused.
-// Mapping: "X" events -> spans (cpu_op/user_annotation/python_function -> Compute, kernel -> Kernel or NcclKernel,
-//   gpu_memcpy -> Memcpy, gpu_memset -> Memset, ...); pid/tid -> thread lanes, GPU streams kind "cuda-stream"; args
-//   "correlation"/"External id" and ac2g flows -> spans.correlation; "C" events -> counters.
-// Collectives: identified by their metadata (args "Collective name", "In msg nelems", "Out msg nelems", "Group
-//   size", "dtype", "Process Group Name", "Process Group Ranks", "Seq") or by the profiler's collective op names
-//   (record_param_comms, c10d::allreduce_, nccl:all_reduce, gloo:all_reduce, ...). The host-side op carries the
-//   metadata; a GPU kernel with the same metadata is a NcclKernel span, not a second collective. enqueue_ns = the
-//   outermost host op's begin; start/end = the GPU kernels launched by the innermost collective op
-//   (c10d::allreduce_ > record_param_comms > nccl:all_reduce), else that op's own span; seq = the metadata's Seq
-//   where it is distinct within the group on that rank, else the order of enqueueing, 1-based; group = "Process
-//   Group Name", else "default_pg"; shape/numel/bytes describe the input tensor (schema), from "In msg nelems" or the
-//   backend op's first tensor argument.
-// Times: Kineto's µs (JSON numbers, converted exactly from their text) become ns since the earliest event across
-//   all inputs. A file's absolute time is baseTimeNanoseconds + ts when it has a base, else ts (unix µs); meta
-//   'epoch_unix_ns' is the absolute time of time 0, and ranks are aligned by absolute time.
-// Errors: a file that cannot be read, is not JSON, is a truncated gzip stream, or holds no events is an error
-//   naming the file, and no output file is left behind. Unknown or malformed single events are counted per kind in
-//   KinetoImportStats and stored in meta 'kineto_import_skipped' (JSON object kind -> count).
-// Output: written to a temporary file beside `output`, indexed, then renamed onto it; an existing `output` is
-//   replaced only on success, and an output that is one of the inputs is refused.
+// `output`. Meta 'tool' is "tpscope import kineto", 'source' "kineto". docs/formats.md ("Kineto import") has the
+// inputs, the mapping of events and collectives, and the time base in full.
+// Inputs: plain or gzip JSON (detected by the magic bytes), object or array form; a file's rank comes from
+//   distributedInfo.rank, else its name ("rank-N", "rankN", "rank_N"), else the input order; a rank twice is refused.
+// Collectives: by their metadata or the profiler's op names (the catalogue, vocabulary/collective_ops.h); the host
+//   op carries them, the GPU kernels they launched give start/end, seq is the metadata's or the order of enqueueing.
+// Times: Kineto's µs (converted exactly from their text) become ns since the earliest event across all inputs.
+// Errors: a file that cannot be read, is not JSON, is a truncated gzip stream, or holds no events is an error naming
+//   the file; single malformed events are counted (KinetoImportStats::skipped, meta 'kineto_import_skipped').
+// Output: written to a temporary file beside `output`, indexed, then renamed onto it; an existing `output` is replaced
+//   only on success, and an output that is one of the inputs is refused.
 // Threading: up to 8 files are read and interpreted at once (each needs about 3x its JSON in memory while it is
 //   parsed); the output is written by the calling thread. Concurrent calls with different outputs are safe.
 tpscope::tracedb::Result<KinetoImportStats> importKineto(std::span<const std::filesystem::path> inputs,

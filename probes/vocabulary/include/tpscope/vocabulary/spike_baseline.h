@@ -2,29 +2,11 @@
 // shared by the live health rules (rules/: grad_spike, loss_spike) and the anomaly analysis (probes/analysis:
 // grad_spike, loss_spike findings). Header-only and dependency-free (the vocabulary's rule).
 //
-// The window: the previous `capacity` usable values of the series that were not spikes, with their steps.
-// The test of a value x at step t against that window (at least `minHistory` values), on one of two scales:
-//   Level (a loss): y = x. Baseline = the median m of the window; d = MAD = median|y_i − m|, floored at 1e-3·|m|;
-//     z = (y − m) / (1.4826·d) (1.4826·MAD estimates σ under normality). Spike: x ≥ ratio·m and z ≥ zMin.
-//   Norm (a gradient norm; positive, it moves multiplicatively): y = log10 x, so a spike is a jump in decades; d is
-//     floored at minSigmaDecades / 1.4826. A candidate (x ≥ ratio·10^m) is judged against the series' own trend:
-//     the Theil–Sen line through the window predicts y_t, z is the residual over the residuals' robust σ (same
-//     floor), and a spike is z ≥ zMin and x ≥ ratio·10^prediction. Warm-up and early training move norms by
-//     decades: against the trend that is ordinary, and a spike on a steep trend still stands out (a plain median
-//     would both flag the trend and, its MAD widened by it, miss the spike).
-// Usable values: finite (and > 0 on the Norm scale); others are neither tested nor learned.
-//
-// Who applies it, and how they differ — the test above is the same; what each may add around it is not:
-//   - The live rules (rules/health_rules.h) can only look backward: they fire during the step. A value they
-//     flag never enters the window, nor does a step some rank found unhealthy or that was skipped; so a jump that
-//     stays (a level shift) keeps firing until the policy acts.
-//   - The analysis (probes/analysis/anomalies.h) sees the whole run and adds forward-looking checks on top:
-//     transience (the next values must fall back below x / ratio; a jump that stays is a level shift, not a spike)
-//     and, per parameter, materiality (the spike moves its rank's total norm). A confirmed spike never enters the
-//     window (as live); a candidate that stays up does (it is the new level).
-//   So on a transient spike both call the same steps spikes when they test the same series with the same ratio,
-//   zMin, capacity and minHistory (tests/analysis/spike_agreement_test.cpp feeds one series through both).
-//
+// The window: the previous `capacity` usable values of the series that were not spikes, with their steps. A value
+// is tested against it (at least `minHistory` values) on one of two scales (SpikeScale): a loss against the median, a
+// gradient norm in decades against the series' own trend. Usable values: finite (and > 0 on the Norm scale); others
+// are neither tested nor learned. Which values enter the window is the caller's (SpikeWindow says who does what).
+// docs/diagnosis.md ("Gradient and loss anomalies") tells the whole test with the figures behind its thresholds.
 // Threading: plain values; no shared state.
 #pragma once
 
@@ -85,6 +67,15 @@ inline TrendLine theilSen(const std::vector<double>& x, const std::vector<double
   return line;
 }
 
+// The test of a value x at step t against the window:
+//   Level (a loss): y = x. Baseline = the median m of the window; d = MAD = median|y_i − m|, floored at 1e-3·|m|;
+//     z = (y − m) / (1.4826·d) (1.4826·MAD estimates σ under normality). Spike: x ≥ ratio·m and z ≥ zMin.
+//   Norm (a gradient norm; positive, it moves multiplicatively): y = log10 x, so a spike is a jump in decades; d is
+//     floored at minSigmaDecades / 1.4826. A candidate (x ≥ ratio·10^m) is judged against the series' own trend:
+//     the Theil–Sen line through the window predicts y_t, z is the residual over the residuals' robust σ (same
+//     floor), and a spike is z ≥ zMin and x ≥ ratio·10^prediction. Warm-up and early training move norms by
+//     decades: against the trend that is ordinary, and a spike on a steep trend still stands out (a plain median
+//     would both flag the trend and, its MAD widened by it, miss the spike).
 enum class SpikeScale : uint8_t { Level, Norm };  // a loss; a gradient norm (log10, trend-aware)
 
 struct SpikeTest {
@@ -103,7 +94,17 @@ struct SpikeVerdict {
   double z = 0;         // robust z of x (a norm candidate's: its residual from the trend)
 };
 
-// The window of one series and the test against it (the definition above).
+// The window of one series and the test against it (the definition above). Who applies it, and how they differ —
+// the test is the same; what each may add around it is not:
+//   - The live rules (rules/health_rules.h) can only look backward: they fire during the step. A value they
+//     flag never enters the window, nor does a step some rank found unhealthy or that was skipped; so a jump that
+//     stays (a level shift) keeps firing until the policy acts.
+//   - The analysis (probes/analysis/anomalies.h) sees the whole run and adds forward-looking checks on top:
+//     transience (the next values must fall back below x / ratio; a jump that stays is a level shift, not a spike)
+//     and, per parameter, materiality (the spike moves its rank's total norm). A confirmed spike never enters the
+//     window (as live); a candidate that stays up does (it is the new level).
+//   So on a transient spike both call the same steps spikes when they test the same series with the same ratio,
+//   zMin, capacity and minHistory (tests/analysis/spike_agreement_test.cpp feeds one series through both).
 class SpikeWindow {
  public:
   explicit SpikeWindow(int capacity, SpikeScale scale = SpikeScale::Level)
