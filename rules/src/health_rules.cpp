@@ -20,7 +20,7 @@ namespace alert_kinds = vocabulary::alert_kinds;
 
 namespace {
 
-// The rule's thresholds as the shared spike test's (probes/spike_baseline.h): factor is the ratio, mads the z.
+// The rule's thresholds as the shared spike test's (vocabulary/spike_baseline.h): factor is the ratio, mads the z.
 vocabulary::SpikeTest spikeTest(const SpikeRule& rule) {
   vocabulary::SpikeTest t;
   t.ratio = rule.factor;

@@ -1,4 +1,4 @@
-// One spike definition (probes/spike_baseline.h), two users: the live health rules (rules/, during the run) and
+// One spike definition (vocabulary/spike_baseline.h), two users: the live health rules (rules/, during the run) and
 // the anomaly analysis (after it, on the trace). The same series goes through both; on transient spikes they must
 // call the same steps spikes. The series is not the shape either was tuned on: a gradient norm that climbs two
 // decades through warm-up and then decays, a loss that sits on a plateau and then falls, both with irregular noise,

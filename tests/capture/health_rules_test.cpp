@@ -69,7 +69,7 @@ TEST(RobustBaseline, MedianAndMadOverTheWindow) {
   EXPECT_DOUBLE_EQ(b.mad(), 1.0);
 }
 
-// "First" is backward order (probes/nonfinite_order.h, the analysis' definition too): layer 1's gradients are produced
+// "First" is backward order (vocabulary/nonfinite_order.h, the analysis' definition too): layer 1's gradients are produced
 // before layer 0's, so the rule names layer 1 though layer 0 is affected as well.
 TEST_F(HealthRulesTest, NonFiniteGradientNamesTheFirstInBackwardOrderAndActsByPolicy) {
   HealthOptions o;

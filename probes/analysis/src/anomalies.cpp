@@ -17,7 +17,7 @@ namespace {
 
 using vocabulary::medianOf;
 
-// Spikes in one series of (step, value) in step order: the causal test of probes/spike_baseline.h, confirmed by the
+// Spikes in one series of (step, value) in step order: the causal test of vocabulary/spike_baseline.h, confirmed by the
 // analysis' forward-looking check (transience). A confirmed spike does not enter the window; anything else usable does.
 template <class Emit>
 void findSpikes(const std::vector<std::pair<int, double>>& series, const AnomalyOptions& o, vocabulary::SpikeScale scale,

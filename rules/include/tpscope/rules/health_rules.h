@@ -73,7 +73,7 @@ struct ActivationFault {
 enum class StepAction : int { Continue = 0, SkipStep = 1, Stop = 2 };
 
 // The live rules' window of one series: the previous `window` values of healthy, applied steps (spikes and skipped
-// steps never enter), tested by the one spike definition of probes/spike_baseline.h.
+// steps never enter), tested by the one spike definition of vocabulary/spike_baseline.h.
 using RobustBaseline = vocabulary::SpikeWindow;
 
 // Threading: one HealthRules per rank, used by the training thread only. Alerts go to probes::sink() when it is
