@@ -20,8 +20,9 @@ every step, so tpscope's per-step rows are summed over the steps HTA kept. docs/
 says where the definitions differ and why.
 
 Time: wall clock of the whole process (tree). Memory: the peak of the summed resident set of the process tree,
-sampled every 50 ms from /proc, and at least the largest single process's ru_maxrss (wait4) — HTA parses ranks in a
-fork pool, tpscope in threads of one process. A run of HTA past --hta-timeout seconds or --hta-max-gib of memory
+sampled every 50 ms from /proc, and at least the tool's own ru_maxrss as /usr/bin/time reports it (a child forked
+from this Python process would count the Python image before its exec) — HTA parses ranks in a fork pool, tpscope
+in threads of one process. A run of HTA past --hta-timeout seconds or --hta-max-gib of memory
 is stopped and recorded as capped (the table then says "> X").
 
 Set-up: HTA must be installed by `./scripts/setup --hta` (it makes .venv-hta; nothing is downloaded here).
@@ -135,6 +136,13 @@ def _rss(pid):
 
 def measured(cmd, timeout=None, max_bytes=None, stdout=None):
     """Runs cmd; returns dict(wall_s, peak_bytes, rc, capped). Peak: sampled tree sum, at least wait4's maxrss."""
+    # /usr/bin/time (a small C program) forks and execs the tool and reports its ru_maxrss: the tool's own peak.
+    # wait4 on a child forked from this Python process would count the forked Python image (~30 MB) before the exec.
+    gnu_time = os.access("/usr/bin/time", os.X_OK)
+    hwm = tempfile.NamedTemporaryFile(prefix="run_hta-maxrss-", delete=False)
+    hwm.close()
+    if gnu_time:
+        cmd = ["/usr/bin/time", "-q", "-f", "%M", "-o", hwm.name, *cmd]
     t0 = time.monotonic()
     p = subprocess.Popen(cmd, stdout=stdout or subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     peak, capped, done = 0, None, threading.Event()
@@ -165,7 +173,15 @@ def measured(cmd, timeout=None, max_bytes=None, stdout=None):
     except ProcessLookupError:
         pass
     time.sleep(0.05)
-    return {"wall_s": wall, "peak_bytes": max(peak, usage.ru_maxrss * 1024), "rc": os.waitstatus_to_exitcode(status),
+    single = usage.ru_maxrss * 1024
+    if gnu_time:
+        try:
+            with open(hwm.name) as f:
+                single = int(f.read().split()[-1]) * 1024
+        except (OSError, ValueError, IndexError):
+            single = 0  # killed before it wrote: the sampled peak stands
+    os.remove(hwm.name)
+    return {"wall_s": wall, "peak_bytes": max(peak, single), "rc": os.waitstatus_to_exitcode(status),
             "capped": capped, "stderr": (err[0] if err else b"").decode(errors="replace")[-2000:]}
 
 
@@ -260,8 +276,10 @@ def agreement(rows, key):
 
 
 def fmt_mb(b):
+    if b < 2**20:
+        return f"{b / 2**10:.0f} kB"
     if b < 10 * 2**20:
-        return f"{b / 2**20:.2f} MB"
+        return f"{b / 2**20:.1f} MB"
     return f"{b / 2**20:,.0f} MB" if b < 10 * 2**30 else f"{b / 2**30:.1f} GB"
 
 
