@@ -322,7 +322,8 @@ def main():
         raw[r.rank] += len(text)
         f.close()
         count += 8
-    print(f"ranks={a.ranks} steps={a.steps} straggler={straggler} kind={a.straggler_kind} nccl={a.nccl_names} events={count} bytes={sum(raw)} "
+    print(f"ranks={a.ranks} steps={a.steps} straggler={straggler} kind={a.straggler_kind} nccl={a.nccl_names} "
+          f"events={count} bytes={sum(raw)} "
           f"seconds={time.monotonic() - t0:.1f}")
     return 0
 

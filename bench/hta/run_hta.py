@@ -50,7 +50,8 @@ SHARED_SETS = {  # one set per job: the two trace_filter_sampled files are ranks
     "hta:cpu_only_rank-34": ["cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"],
     "hta:nccl_parser_config": ["nccl_parser_config_nccl_data.json.gz"],
     "hta:negative_queue_length": ["negative_queue_length_values_check_rank0.json.gz"],
-    "hta:trace_filter_sampled (2 ranks)": ["trace_filter_sampled_rank-0.json.gz", "trace_filter_sampled_rank-1.json.gz"],
+    "hta:trace_filter_sampled (2 ranks)": ["trace_filter_sampled_rank-0.json.gz",
+                                           "trace_filter_sampled_rank-1.json.gz"],
 }
 
 
@@ -304,8 +305,8 @@ def main():
 
     if not (os.access(a.hta_python, os.X_OK) and
             subprocess.run([a.hta_python, "-c", "import hta.trace_analysis"], capture_output=True).returncode == 0):
-        sys.exit(f"run_hta: Holistic Trace Analysis is not installed in {os.path.dirname(os.path.dirname(a.hta_python))}"
-                 f"; install it with `./scripts/setup --hta` (it makes .venv-hta; this benchmark downloads nothing)")
+        venv = os.path.dirname(os.path.dirname(a.hta_python))
+        sys.exit(f"run_hta: Holistic Trace Analysis is not installed in {venv}; install it with `./scripts/setup --hta` (it makes .venv-hta; this benchmark downloads nothing)")
     if not os.access(a.tpscope, os.X_OK):
         sys.exit(f"run_hta: no tpscope binary at {a.tpscope} (build it, or pass --tpscope)")
     work = a.work or tempfile.mkdtemp(prefix="tpscope-hta-")
