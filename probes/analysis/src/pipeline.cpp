@@ -5,10 +5,10 @@
 #include <cstdio>
 #include <map>
 #include <optional>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>
 
+#include "analysis_internal.h"
 #include "intervals.h"
 #include "tpscope/analysis/run_info.h"
 #include "tpscope/vocabulary/spike_baseline.h"
@@ -28,28 +28,15 @@ struct RankStep {
   int64_t begin = INT64_MAX, end = INT64_MIN;  // of the passes
 };
 
-struct Layout {
-  std::string schedule;
-  int stages = 0, microbatches = 0, virtualStages = 1;
-  std::vector<int> stageOfRank;
-};
+using Layout = detail::PipelineLayout;
 
+// The layout the pipeline analysis can use: two stages or more, every rank's stage known.
 std::optional<Layout> readLayout(tracedb::Reader& reader) {
-  auto text = reader.metaValue(tracedb::meta_keys::kPipeline);
-  if (!text) return std::nullopt;
-  try {
-    const auto j = nlohmann::json::parse(*text);
-    Layout l;
-    l.schedule = j.value("schedule", "");
-    l.stages = j.value("stages", 0);
-    l.microbatches = j.value("microbatches", 0);
-    l.virtualStages = j.value("virtual_stages", 1);
-    l.stageOfRank = j.value("stage_of_rank", std::vector<int>{});
-    if (l.stages < 2 || l.stageOfRank.empty()) return std::nullopt;
-    return l;
-  } catch (const std::exception&) {
+  auto layout = detail::readPipelineLayout(reader);
+  if (!layout || layout->stages < 2 || layout->stageOfRank.empty()) return std::nullopt;
+  if (std::any_of(layout->stageOfRank.begin(), layout->stageOfRank.end(), [](int s) { return s < 0; }))
     return std::nullopt;
-  }
+  return layout;
 }
 
 // Pass spans "forward mb K" / "backward mb K" [" chunk C"] by (rank, step).

@@ -314,16 +314,30 @@ tracedb::Result<RunInfo> loadRunInfoFrom(tracedb::Reader& reader, const detail::
   load.mergeSeenGroups();
   if (auto s = load.timeExtent(); !s) return s;
   if (auto config = reader.metaValue(tracedb::meta_keys::kConfig)) info.model = parseModel(*config);
-  if (auto pipeline = reader.metaValue(tracedb::meta_keys::kPipeline)) {
-    const auto json = nlohmann::json::parse(*pipeline, nullptr, /*allow_exceptions=*/false);
-    if (json.is_object())
-      if (auto it = json.find("stage_of_rank"); it != json.end() && it->is_array())
-        for (const auto& s : *it) info.stageOfRank.push_back(s.is_number_integer() ? s.get<int>() : -1);
-  }
+  if (auto pipeline = detail::readPipelineLayout(reader)) info.stageOfRank = std::move(pipeline->stageOfRank);
   return info;
 }
 
 }  // namespace
+
+std::optional<detail::PipelineLayout> detail::readPipelineLayout(tracedb::Reader& reader) {
+  const auto text = reader.metaValue(tracedb::meta_keys::kPipeline);
+  if (!text) return std::nullopt;
+  const auto json = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object()) return std::nullopt;
+  auto integer = [&](const char* key, int otherwise) {
+    const auto it = json.find(key);
+    return it != json.end() && it->is_number_integer() ? it->get<int>() : otherwise;
+  };
+  PipelineLayout layout;
+  if (auto it = json.find("schedule"); it != json.end() && it->is_string()) layout.schedule = it->get<std::string>();
+  layout.stages = integer("stages", 0);
+  layout.microbatches = integer("microbatches", 0);
+  layout.virtualStages = integer("virtual_stages", 1);
+  if (auto it = json.find("stage_of_rank"); it != json.end() && it->is_array())
+    for (const auto& stage : *it) layout.stageOfRank.push_back(stage.is_number_integer() ? stage.get<int>() : -1);
+  return layout;
+}
 
 tracedb::Result<RunInfo> loadRunInfo(tracedb::Reader& reader) { return loadRunInfoFrom(reader, nullptr); }
 
