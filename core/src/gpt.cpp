@@ -24,25 +24,30 @@ struct CheckpointFn : torch::autograd::Function<CheckpointFn> {
   static Variable forward(AutogradContext* ctx, Variable x, int64_t layerPtr) {
     auto* layer = reinterpret_cast<TransformerLayerImpl*>(static_cast<intptr_t>(layerPtr));
     ctx->saved_data["layer"] = layerPtr;
-    ctx->saved_data["rng"] = at::detail::getDefaultCPUGenerator().get_state();
-    ctx->saved_data["autocast"] = at::autocast::is_cpu_enabled();
+    // The generator of the device the layer runs on (the CUDA one on a GPU): dropout draws from it.
+    ctx->saved_data["rng"] = at::globalContext().defaultGenerator(x.device()).get_state();
+    ctx->saved_data["autocast_cpu"] = at::autocast::is_autocast_enabled(at::kCPU);
+    ctx->saved_data["autocast_cuda"] = at::autocast::is_autocast_enabled(at::kCUDA);
     ctx->save_for_backward({x});
     return layer->forward(x);  // grad mode is off inside a custom Function's forward
   }
   static variable_list backward(AutogradContext* ctx, variable_list g) {
     auto* layer = reinterpret_cast<TransformerLayerImpl*>(static_cast<intptr_t>(ctx->saved_data["layer"].toInt()));
     at::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
-    auto gen = at::detail::getDefaultCPUGenerator();
+    auto gen = at::globalContext().defaultGenerator(x.device());
     at::Tensor now = gen.get_state();
     gen.set_state(ctx->saved_data["rng"].toTensor());
-    const bool prevAutocast = at::autocast::is_cpu_enabled();
-    at::autocast::set_cpu_enabled(ctx->saved_data["autocast"].toBool());
+    const bool prevCpu = at::autocast::is_autocast_enabled(at::kCPU);
+    const bool prevCuda = at::autocast::is_autocast_enabled(at::kCUDA);
+    at::autocast::set_autocast_enabled(at::kCPU, ctx->saved_data["autocast_cpu"].toBool());
+    at::autocast::set_autocast_enabled(at::kCUDA, ctx->saved_data["autocast_cuda"].toBool());
     at::Tensor y;
     {
       torch::AutoGradMode on(true);
       y = layer->forward(x);
     }
-    at::autocast::set_cpu_enabled(prevAutocast);
+    at::autocast::set_autocast_enabled(at::kCPU, prevCpu);
+    at::autocast::set_autocast_enabled(at::kCUDA, prevCuda);
     gen.set_state(now);
     torch::autograd::backward({y}, {g[0]});
     return {x.grad(), Variable()};

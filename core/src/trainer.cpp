@@ -145,16 +145,16 @@ struct Trainer::Impl {
     }
     auto run = [&] { return chunk->stageForward(input, ids, targets); };
     if ((c.bf16 || c.fp16) && device.is_cuda()) {
-      at::autocast::set_autocast_gpu_dtype(c.fp16 ? at::kHalf : at::kBFloat16);
-      at::autocast::set_enabled(true);
+      at::autocast::set_autocast_dtype(at::kCUDA, c.fp16 ? at::kHalf : at::kBFloat16);
+      at::autocast::set_autocast_enabled(at::kCUDA, true);
       out = run();
-      at::autocast::set_enabled(false);
+      at::autocast::set_autocast_enabled(at::kCUDA, false);
       at::autocast::clear_cache();
     } else if (c.bf16) {
-      at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
-      at::autocast::set_cpu_enabled(true);
+      at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+      at::autocast::set_autocast_enabled(at::kCPU, true);
       out = run();
-      at::autocast::set_cpu_enabled(false);
+      at::autocast::set_autocast_enabled(at::kCPU, false);
       at::autocast::clear_cache();
     } else {
       out = run();

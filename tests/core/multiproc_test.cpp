@@ -170,6 +170,21 @@ TEST(Gpt, SequenceParallelZero1CheckpointingMatchTp1) {
   expectSameSeries(y.loss, ref.loss, 1e-4, "DP=2 without overlap loss");
 }
 
+// Activation checkpointing recomputes each layer in backward with the forward's RNG state (the generator of the
+// layer's device) and autocast state put back: with dropout on, the recomputed masks are the forward's, so the
+// gradients and every later loss are those of the run without checkpointing. A replay that drew fresh masks would
+// part the series from step 2 on.
+TEST(Gpt, CheckpointingReplaysDropoutMasks) {
+  const std::vector<std::string> model{"--steps", "6", "--dropout", "0.2"};
+  const Metrics ref = train("ckpt-dropout-ref", 2, 1, model);
+  std::vector<std::string> args = model;
+  args.push_back("--activation-checkpointing");
+  const Metrics ckpt = train("ckpt-dropout", 2, 1, args);
+  ASSERT_EQ(ref.loss.size(), 6u);
+  expectSameSeries(ckpt.loss, ref.loss, 1e-6, "TP=2 dropout 0.2, checkpointing vs none, loss");
+  expectSameSeries(ckpt.gradNorm, ref.gradNorm, 1e-6, "TP=2 dropout 0.2, checkpointing vs none, clip norm");
+}
+
 // bf16 autocast runs at TP=2 (fp32 on the wire for Gloo) and stays close to fp32.
 TEST(Gpt, Bf16AutocastTrainsAtTp2) {
   const Metrics ref = train("bf16-ref", 1, 1, {"--steps", "10"});
