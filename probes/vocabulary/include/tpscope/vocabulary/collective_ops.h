@@ -29,6 +29,33 @@ inline constexpr std::array<std::string_view, kCollectiveOpCount> kCollectiveOpN
     "all_reduce", "all_gather", "reduce_scatter", "broadcast", "barrier", "all_to_all", "reduce",
     "gather",     "scatter",    "send",           "recv",      "send_recv", "coalesced"};
 
+// The same spellings without their underscores, c10d's other spelling of them ("allreduce"), in enum order; kept
+// beside the names so that matching a name allocates nothing (checked against them below).
+inline constexpr std::array<std::string_view, kCollectiveOpCount> kSqueezedOpNames = {
+    "allreduce", "allgather", "reducescatter", "broadcast", "barrier", "alltoall", "reduce",
+    "gather",    "scatter",   "send",          "recv",      "sendrecv", "coalesced"};
+
+namespace detail {
+// a == b once every '_' of both is left out ("all_gather" == "allgather" == "allgather_").
+constexpr bool equalIgnoringUnderscores(std::string_view a, std::string_view b) {
+  size_t i = 0, j = 0;
+  for (;;) {
+    while (i < a.size() && a[i] == '_') ++i;
+    while (j < b.size() && b[j] == '_') ++j;
+    if (i == a.size() || j == b.size()) return i == a.size() && j == b.size();
+    if (a[i++] != b[j++]) return false;
+  }
+}
+constexpr bool squeezedNamesMatch() {
+  for (size_t i = 0; i < kCollectiveOpCount; ++i)
+    if (!equalIgnoringUnderscores(kCollectiveOpNames[i], kSqueezedOpNames[i]) ||
+        kSqueezedOpNames[i].find('_') != std::string_view::npos)
+      return false;
+  return true;
+}
+static_assert(squeezedNamesMatch(), "kSqueezedOpNames is kCollectiveOpNames without underscores");
+}  // namespace detail
+
 // "all_reduce", ...; "" for Unknown.
 constexpr std::string_view opName(CollectiveOp op) {
   const auto i = static_cast<size_t>(op);
@@ -50,13 +77,6 @@ inline std::string lowerAscii(std::string_view s) {
   return out;
 }
 
-inline std::string withoutUnderscores(std::string_view s) {
-  std::string out;
-  for (char c : s)
-    if (c != '_') out += c;
-  return out;
-}
-
 // One bare name, lower-case, without prefix: the catalogue's spelling, c10d's aliases, or either with the variant
 // suffixes of c10d's tensor and coalesced entry points, with or without underscores ("allgather", "all_gather").
 inline OpSpelling readBareOp(std::string_view bare) {
@@ -75,9 +95,8 @@ inline OpSpelling readBareOp(std::string_view bare) {
     s.remove_suffix(suffix.size());
     if (suffix == "_coalesced") out.coalesced = true;
   }
-  const std::string squeezed = withoutUnderscores(s);
   for (size_t i = 0; i < kCollectiveOpCount; ++i)
-    if (s == kCollectiveOpNames[i] || squeezed == withoutUnderscores(kCollectiveOpNames[i])) {
+    if (equalIgnoringUnderscores(s, kCollectiveOpNames[i])) {
       out.op = static_cast<CollectiveOp>(i);
       return out;
     }
@@ -106,8 +125,8 @@ inline CollectiveOp canonicalOp(std::string_view name) { return parseOp(name).op
 // True when a stored name is `op`'s own, with or without its underscores ("all_reduce", "allreduce"), not a
 // variant ("all_reduce_coalesced") or another tool's spelling of it.
 inline bool namesOp(std::string_view stored, CollectiveOp op) {
-  const std::string_view name = opName(op);
-  return !name.empty() && (stored == name || stored == detail::withoutUnderscores(name));
+  const auto i = static_cast<size_t>(op);
+  return i < kCollectiveOpCount && (stored == kCollectiveOpNames[i] || stored == kSqueezedOpNames[i]);
 }
 
 // The op a free-form name mentions (a span's name: "ncclAllGather...", "tp all_reduce"), for its colour: the
@@ -116,8 +135,8 @@ inline CollectiveOp opMentionedIn(std::string_view text) {
   const std::string lower = detail::lowerAscii(text);
   for (CollectiveOp op : {CollectiveOp::ReduceScatter, CollectiveOp::AllGather, CollectiveOp::AllReduce,
                           CollectiveOp::Broadcast, CollectiveOp::Barrier, CollectiveOp::AllToAll}) {
-    const std::string_view name = opName(op);
-    if (lower.find(name) != std::string::npos || lower.find(detail::withoutUnderscores(name)) != std::string::npos)
+    const auto i = static_cast<size_t>(op);
+    if (lower.find(kCollectiveOpNames[i]) != std::string::npos || lower.find(kSqueezedOpNames[i]) != std::string::npos)
       return op;
   }
   return CollectiveOp::Unknown;
