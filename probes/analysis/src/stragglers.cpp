@@ -6,6 +6,7 @@
 #include <set>
 #include <string>
 
+#include "evidence_util.h"
 #include "tpscope/analysis/units_text.h"
 #include "tpscope/tracedb/query.h"
 #include "tpscope/vocabulary/spike_baseline.h"
@@ -16,11 +17,7 @@ namespace {
 
 using text::pct;
 
-std::string ms(int64_t ns) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g ms", static_cast<double>(ns) / 1e6);
-  return buf;
-}
+std::string ms(int64_t ns) { return threeDigits(static_cast<double>(ns) / 1e6) + " ms"; }
 
 // Linux CFS's default scheduling period on a host of `cpus` CPUs: sched_latency = 6 ms × (1 + log2 CPUs), the CPUs
 // capped at 8. Where every CPU runs a rank, another thread's turn on a core (the launcher, a recorder's flush, the OS)
