@@ -5,8 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <nlohmann/json.hpp>
 
+#include "tpscope/analysis/breakdown.h"
 #include "test_file.h"
 #include "test_runs.h"
 
@@ -130,6 +132,37 @@ TEST(WhatIf, RemovingTheStragglerSavesExactlyTheWait) {
   EXPECT_EQ(r->criticalPath[1].durNs, 2 * kMs);
   EXPECT_EQ(r->criticalPath[2].durNs, 5 * kMs);
   EXPECT_EQ(r->criticalPathNs, 47 * kMs);
+
+  // Where it lies (the median step of three equal ones: step 2, s = 100 ms): rank 1's forward [s, s+40], its
+  // all-reduce's transfer [s+40, s+42] measured on rank 1, then [s+42, s+47] — on the trace's own clock.
+  EXPECT_EQ(r->criticalStep, 2);
+  const int64_t s = 100 * kMs;
+  EXPECT_EQ(r->criticalPath[0].startNs, s);
+  EXPECT_EQ(r->criticalPath[0].endNs, s + 40 * kMs);
+  EXPECT_EQ(r->criticalPath[0].thread, 0);
+  EXPECT_EQ(r->criticalPath[1].rank, 1);
+  EXPECT_EQ(r->criticalPath[1].startNs, s + 40 * kMs);
+  EXPECT_EQ(r->criticalPath[1].endNs, s + 42 * kMs);
+  EXPECT_EQ(r->criticalPath[2].startNs, s + 42 * kMs);
+  EXPECT_EQ(r->criticalPath[2].endNs, s + 47 * kMs);
+  const auto j = nlohmann::json::parse(whatIfToJson(*r, "ar.db"));
+  EXPECT_EQ(j["critical_path"][1]["start_ns"], s + 40 * kMs);
+  EXPECT_EQ(j["critical_path"][1]["end_ns"], s + 42 * kMs);
+  EXPECT_EQ(j["critical_path"][1]["thread"], 0);
+  EXPECT_EQ(criticalPathSummary(*r), "critical path of step 2: 47.000 ms, compute 45.000 ms, transfer 2.000 ms");
+
+  // Asked for the path of a step the timeline shows: the median of those measured (step 0 is not: the warm-up).
+  WhatIfOptions o;
+  o.pathSteps = {0, 1};
+  auto one = analyzeWhatIf(*reader, o);
+  ASSERT_TRUE(one.isOk()) << one.error();
+  EXPECT_EQ(one->criticalStep, 1);
+  ASSERT_FALSE(one->criticalPath.empty());
+  EXPECT_EQ(one->criticalPath.front().startNs, 50 * kMs);
+  o.pathSteps = {0};  // none measured: the median of every measured step
+  auto any = analyzeWhatIf(*reader, o);
+  ASSERT_TRUE(any.isOk());
+  EXPECT_EQ(any->criticalStep, 2);
 }
 
 TEST(WhatIf, BusBandwidthSetsTheTransfer) {
@@ -218,6 +251,11 @@ TEST(WhatIf, DeviceLanesStragglerOnTheStreams) {
   EXPECT_DOUBLE_EQ(straggler->savingNs, 30.0 * kMs);
   ASSERT_FALSE(r->criticalPath.empty());
   EXPECT_EQ(r->criticalPath.front().what, "stream 7");
+  // Placed on the stream's own clock again (the replay moved rank 1 back by its 0.5 ms): rank 1's gemm of step 2.
+  EXPECT_EQ(r->criticalPath.front().rank, 1);
+  EXPECT_EQ(r->criticalPath.front().thread, 7);
+  EXPECT_EQ(r->criticalPath.front().startNs, 100 * kMs + kMs / 2);
+  EXPECT_EQ(r->criticalPath.front().endNs, 140 * kMs + kMs / 2);
 }
 
 // One message, steps 0..3 each 20 ms apart (ms from s): rank 0 computes [s, s+10], posts the send at s+10 and waits
@@ -305,6 +343,46 @@ TEST(WhatIf, SimulatedStragglerIsFoundAndItsDelaySaved) {
   EXPECT_NEAR(c->measuredStepNs, straggler->predictedStepNs, 1.0);
   const WhatIfChange* none = find(*c, WhatIfChangeKind::Straggler);
   EXPECT_TRUE(none == nullptr || none->savingNs < 1.0);
+}
+
+// The critical path of the simulated straggler run, placed for drawing over the timeline: its segments follow each
+// other in time inside the critical step's window (over the ranks' windows of that step), each at least as long as it
+// counts, and together they are the path's total.
+TEST(WhatIf, CriticalPathLiesInItsStepInTimeOrder) {
+  const auto path = testDir() / "sim-path.db";
+  testing::RunSpec spec;
+  spec.stragglerRank = 1;
+  ASSERT_TRUE(testing::writeRun(path, spec));
+  auto reader = openReader(path);
+  ASSERT_TRUE(reader);
+  auto r = analyzeWhatIf(*reader);
+  ASSERT_TRUE(r.isOk()) << r.error();
+  auto breakdown = computeBreakdown(*reader);
+  ASSERT_TRUE(breakdown.isOk());
+  int64_t begin = INT64_MAX, end = INT64_MIN;
+  for (const auto& s : breakdown->steps)
+    if (s.step == r->criticalStep) {
+      begin = std::min(begin, s.beginNs);
+      end = std::max(end, s.endNs);
+    }
+  ASSERT_LT(begin, end) << "critical step " << r->criticalStep;
+  ASSERT_GE(r->criticalPath.size(), 3u);
+  int64_t sum = 0, previous = begin;
+  bool sawTransfer = false;
+  for (const auto& seg : r->criticalPath) {
+    EXPECT_GE(seg.startNs, previous) << seg.kind << " " << seg.what << " on rank " << seg.rank;
+    EXPECT_LE(seg.startNs + seg.durNs, seg.endNs);
+    EXPECT_LE(seg.endNs, end);
+    EXPECT_GE(seg.thread, 0);
+    sawTransfer = sawTransfer || seg.kind == "transfer";
+    previous = seg.startNs;
+    sum += seg.durNs;
+  }
+  EXPECT_TRUE(sawTransfer);
+  EXPECT_EQ(sum, r->criticalPathNs);
+  // The replay matches this run: the path spans the step from its earliest begin to its latest end.
+  EXPECT_NEAR(static_cast<double>(r->criticalPathNs), static_cast<double>(end - begin), 1e3);
+  EXPECT_EQ(r->criticalPath.front().startNs, begin);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "tpscope/analysis/collectives.h"
 #include "tpscope/analysis/pipeline.h"
 #include "tpscope/analysis/run_info.h"
+#include "tpscope/analysis/units_text.h"
 #include "tpscope/vocabulary/spike_baseline.h"
 #include "tpscope/tracedb/query.h"
 #include "whatif_graph.h"
@@ -61,18 +62,24 @@ std::set<int> measuredSteps(const Breakdown& b) {
   return steps;
 }
 
+// The earliest replayed begin of `step` over the ranks: where its critical path starts.
+int64_t stepBeginNs(const Context& c, const WhatIfReplay& r, int step) {
+  int64_t begin = INT64_MAX;
+  for (size_t i = 0; i < c.breakdown->steps.size(); ++i)
+    if (c.breakdown->steps[i].step == step) begin = std::min(begin, r.markNs[2 * i]);
+  return begin;
+}
+
 // The critical path of one step: from the latest replayed end of the step over the ranks back to its earliest begin.
 std::vector<WhatIfPathSegment> stepPath(const Context& c, const WhatIfReplay& r, int step) {
   int endMark = -1;
-  int64_t begin = INT64_MAX;
   for (size_t i = 0; i < c.breakdown->steps.size(); ++i) {
     if (c.breakdown->steps[i].step != step) continue;
-    begin = std::min(begin, r.markNs[2 * i]);
     if (endMark < 0 || r.markNs[2 * i + 1] > r.markNs[endMark]) endMark = static_cast<int>(2 * i + 1);
   }
   if (endMark < 0) return {};
   const detail::WhatIfMark& m = c.g.marks[endMark];
-  return detail::criticalPath(c.g, r, m.lane, m.event, begin);
+  return detail::criticalPath(c.g, r, m.lane, m.event, stepBeginNs(c, r, step));
 }
 
 // Replays `edit`; the saving per step against the baseline, and the ranks whose baseline critical-path segments
@@ -359,9 +366,12 @@ void addBusbw(const Context& c, const WhatIfOptions& o, double measuredNs, WhatI
 
 // ---- the critical path listed ---------------------------------------------------------------------------------
 
-int medianStep(const Context& c) {
+// The median (by its mean window over the ranks) of the measured steps among `among`; of every measured step when
+// none of `among` is measured.
+int medianStep(const Context& c, const std::vector<int>& among) {
   std::vector<std::pair<double, int>> byTime;
   for (int step : c.steps) {
+    if (!among.empty() && std::find(among.begin(), among.end(), step) == among.end()) continue;
     double sum = 0;
     int n = 0;
     for (const auto& s : c.breakdown->steps)
@@ -371,20 +381,57 @@ int medianStep(const Context& c) {
       }
     if (n > 0) byTime.push_back({sum / n, step});
   }
-  if (byTime.empty()) return -1;
+  if (byTime.empty()) return among.empty() ? -1 : medianStep(c, {});
   std::sort(byTime.begin(), byTime.end());
   return byTime[(byTime.size() - 1) / 2].second;
 }
 
-void listPath(const Context& c, WhatIfReport& out) {
-  out.criticalStep = medianStep(c);
+// Where a path segment lies: replayed start (to cut it at the step's begin), measured start on the file's clock, and
+// its lane's thread. Work: from the end of the lane's event before to the event; a transfer: from the arrival of the
+// member it was measured on. Device lanes' times are moved back by the rank's clock shift.
+struct Placed {
+  int64_t replayedNs = 0, measuredNs = 0;
+  int thread = -1;
+};
+
+Placed place(const Context& c, const WhatIfPathSegment& s) {
+  Placed p;
+  int lane = s.lane;
+  if (s.coll >= 0) {
+    const detail::WhatIfArrival& a = c.g.arrivals[c.base.lastMember[s.coll]];
+    lane = a.lane;
+    p.measuredNs = a.measuredNs;
+    p.replayedNs = a.lane >= 0 ? c.base.time[a.lane][a.event] : a.measuredNs;
+  } else {
+    const detail::WhatIfEvent& before = c.g.lanes[lane].events[s.event - 1];
+    p.measuredNs = std::max(before.t, before.tEnd);
+    p.replayedNs = c.base.time[lane][s.event - 1];
+  }
+  if (lane >= 0) p.thread = c.g.lanes[lane].thread;
+  auto shift = c.g.clockShiftNs.find(s.rank);
+  if (shift != c.g.clockShiftNs.end()) p.measuredNs -= shift->second;
+  return p;
+}
+
+void listPath(const Context& c, const std::vector<int>& among, WhatIfReport& out) {
+  out.criticalStep = medianStep(c, among);
   if (out.criticalStep < 0) return;
   auto path = stepPath(c, c.base, out.criticalStep);
   std::reverse(path.begin(), path.end());
+  const int64_t begin = stepBeginNs(c, c.base, out.criticalStep);
   for (const auto& s : path) {
     WhatIfSegment seg;
     seg.rank = s.rank;
     seg.durNs = s.durNs;
+    const Placed at = place(c, s);
+    seg.thread = at.thread;
+    seg.startNs = at.measuredNs;
+    if (at.replayedNs < begin) {  // the walk's last stretch crossed the step's begin (it ends after it): cut there
+      const int64_t cut = begin - at.replayedNs;
+      seg.durNs -= cut;
+      seg.startNs += cut;
+    }
+    seg.endNs = seg.startNs + seg.durNs;
     if (s.coll >= 0) {
       seg.kind = "transfer";
       seg.what = c.g.colls[s.coll].group + " " + c.g.colls[s.coll].op;
@@ -392,11 +439,13 @@ void listPath(const Context& c, WhatIfReport& out) {
       seg.kind = "compute";
       if (c.g.device) seg.what = "stream " + std::to_string(c.g.lanes[s.lane].thread);
     }
-    out.criticalPathNs += s.durNs;
-    if (!out.criticalPath.empty() && out.criticalPath.back().rank == seg.rank &&
-        out.criticalPath.back().kind == seg.kind && out.criticalPath.back().what == seg.what) {
-      out.criticalPath.back().durNs += seg.durNs;
-      ++out.criticalPath.back().count;
+    out.criticalPathNs += seg.durNs;
+    WhatIfSegment* last = out.criticalPath.empty() ? nullptr : &out.criticalPath.back();
+    if (last != nullptr && last->rank == seg.rank && last->thread == seg.thread && last->kind == seg.kind &&
+        last->what == seg.what) {
+      last->durNs += seg.durNs;
+      last->endNs = std::max(last->endNs, seg.endNs);
+      ++last->count;
     } else {
       out.criticalPath.push_back(std::move(seg));
     }
@@ -468,7 +517,7 @@ tracedb::Result<WhatIfReport> analyzeWhatIf(tracedb::Reader& reader, const WhatI
   addCommOverlapped(c, out.measuredStepNs, out);
   if (c.pipeline.present) addPipelineBubble(c, out.measuredStepNs, out);
   if (options.busbwGbps) addBusbw(c, options, out.measuredStepNs, out);
-  listPath(c, out);
+  listPath(c, options.pathSteps, out);
   return out;
 }
 
@@ -500,8 +549,14 @@ std::string whatIfToJson(const WhatIfReport& r, const std::string& file, int ind
   }
   Json path = Json::array();
   for (const auto& s : r.criticalPath)
-    path.push_back(
-        Json{{"rank", s.rank}, {"kind", s.kind}, {"what", s.what}, {"ms", ms(s.durNs)}, {"segments", s.count}});
+    path.push_back(Json{{"rank", s.rank},
+                        {"kind", s.kind},
+                        {"what", s.what},
+                        {"ms", ms(s.durNs)},
+                        {"segments", s.count},
+                        {"thread", s.thread},
+                        {"start_ns", s.startNs},
+                        {"end_ns", s.endNs}});
   Json out{{"file", file},
            {"steps", r.steps},
            {"first_step", r.firstStep},
@@ -519,6 +574,15 @@ std::string whatIfToJson(const WhatIfReport& r, const std::string& file, int ind
                           {"forced_releases", r.forced}}},
            {"notes", r.notes}};
   return out.dump(indent) + "\n";
+}
+
+std::string criticalPathSummary(const WhatIfReport& r) {
+  if (r.criticalPath.empty()) return "";
+  int64_t compute = 0, transfer = 0;
+  for (const auto& s : r.criticalPath) (s.kind == "transfer" ? transfer : compute) += s.durNs;
+  return "critical path of step " + std::to_string(r.criticalStep) + ": " + text::ms(static_cast<double>(r.criticalPathNs)) +
+         " ms, compute " + text::ms(static_cast<double>(compute)) + " ms, transfer " +
+         text::ms(static_cast<double>(transfer)) + " ms";
 }
 
 }  // namespace tpscope::analysis

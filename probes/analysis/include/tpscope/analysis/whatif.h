@@ -22,6 +22,9 @@ namespace tpscope::analysis {
 struct WhatIfOptions {
   std::optional<double> busbwGbps;  // collective_busbw: the bus bandwidth, GB/s (1e9 bytes/s)
   std::string collective;           // its target: "OP" or "CLASS:OP" ("tp:all_reduce"); "": the costliest on the path
+  // The steps whose critical path may be listed (WhatIfReport::criticalStep): the median of those measured; none
+  // measured or empty: the median of every measured step. The HTML report passes the steps its timeline shows.
+  std::vector<int> pathSteps;
 };
 
 enum class WhatIfChangeKind : uint8_t {
@@ -59,12 +62,20 @@ struct WhatIfChange {
   std::string collective;      // collective_busbw: "CLASS:OP"
 };
 
+// One stretch of the critical path, placed where it lies in the trace so that it can be drawn over the timeline:
+// a lane's work between two of its events, or a collective's transfer on the rank it was measured on (from that
+// rank's arrival). startNs/endNs are measured times on the run file's clock, the clock of the spans' begin_ns (device
+// lanes: the rank's own clock again, before alignOnKernelEnds' shift). A stretch that began before the step did
+// (the walk crossed the step's earliest begin) is cut at that begin.
 struct WhatIfSegment {
   int rank = -1;
+  int thread = -1;   // the lane: the rank's thread (host) or GPU stream (device) it lies on, as spans.thread; -1: none
   std::string kind;  // "compute" (a lane's work) or "transfer"
   std::string what;  // transfer: "tp-0 all_reduce"; compute: "" (device lanes: "stream N")
   int64_t durNs = 0;
-  int count = 1;  // segments merged (consecutive ones of one rank and kind)
+  int count = 1;         // segments merged (consecutive ones of one lane and kind)
+  int64_t startNs = 0;   // the first merged piece's start
+  int64_t endNs = 0;     // the last merged piece's end: endNs − startNs ≥ durNs (merged pieces may leave gaps)
 };
 
 struct WhatIfReport {
@@ -77,9 +88,9 @@ struct WhatIfReport {
   double measuredStepNs = 0;
   double replayedStepNs = 0;  // the replay with no change
   std::vector<WhatIfChange> changes;
-  int criticalStep = -1;  // the step whose critical path is listed: the measured step closest to the median
-  std::vector<WhatIfSegment> criticalPath;  // in time order
-  int64_t criticalPathNs = 0;               // its total
+  int criticalStep = -1;  // the step whose critical path is listed: the median measured step (WhatIfOptions)
+  std::vector<WhatIfSegment> criticalPath;  // in time order: startNs non-decreasing
+  int64_t criticalPathNs = 0;               // its total: the sum of the segments' durNs
   // What the model saw: blocking spans bound to a record and left as work, records bound to no blocking span,
   // collectives (and messages), collectives released without all their arrivals.
   int64_t boundBlocks = 0, unboundBlocks = 0, unboundRecords = 0, collectives = 0;
@@ -93,7 +104,12 @@ tracedb::Result<WhatIfReport> analyzeWhatIf(tracedb::Reader& reader, const WhatI
 
 // {"file","steps","first_step","lanes","measured_step_ms","replayed_step_ms","replay_gap_pct","changes":[{"change",
 //  "description","predicted_step_ms","saving_ms","saving_pct","ranks","replayed"}],"critical_step","critical_path":
-//  [{"rank","kind","what","ms","segments"}],"model":{...},"notes":[...]}
+//  [{"rank","kind","what","ms","segments","thread","start_ns","end_ns"}],"model":{...},"notes":[...]}
+// start_ns / end_ns: WhatIfSegment's, integers on the run file's clock (the spans' begin_ns); thread: -1 for none.
 std::string whatIfToJson(const WhatIfReport& report, const std::string& file, int indent = 2);
+
+// The critical path in one line, as the HTML report and the viewer show it: "critical path of step 7:
+// 47.000 ms, compute 45.000 ms, transfer 2.000 ms"; "" when the report lists none.
+std::string criticalPathSummary(const WhatIfReport& report);
 
 }  // namespace tpscope::analysis
