@@ -209,7 +209,14 @@ TEST_F(HtmlBrowser, FixtureRunsLoadCleanly) {
   demo.steps = 30, demo.layers = 4, demo.nanStep = 12;
   expectLoadsClean(fixture("nan", nan));
   expectLoadsClean(fixture("hang", hang));
-  expectLoadsClean(fixture("straggler", straggler));
+  const fs::path stragglerPage = fixture("straggler", straggler);
+  expectLoadsClean(stragglerPage);
+  // The what-if critical path is outlined over the lanes: the script drew a rectangle per stretch in the window.
+  const Loaded withPath = load(stragglerPage);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(withPath.dom, m, std::regex("data-critical=\"([0-9]+)\"")));
+  EXPECT_GT(std::stoi(m[1]), 0);
+  EXPECT_NE(withPath.dom.find("class=\"critical"), std::string::npos);
   expectLoadsClean(fixture("clean", {}));
   expectLoadsClean(fixture("demo", demo));
 }

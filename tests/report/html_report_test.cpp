@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
 
@@ -156,6 +157,77 @@ TEST(HtmlReport, TimelineRespectsTheRectangleBudget) {
   EXPECT_LE(r.stats.rects, int64_t{4} * 6 * 200);
   EXPECT_GT(r.stats.rects, 4 * 6 * 10);
   EXPECT_NE(r.html.find("at most 200 rectangles per lane and zoom level"), std::string::npos);
+}
+
+// The timeline's embedded JSON (timeline_section.cpp's format).
+nlohmann::json timelineData(const std::string& html) {
+  const std::string open = "<script type=\"application/json\" id=\"tl-data\">";
+  const size_t at = html.find(open);
+  if (at == std::string::npos) return {};
+  const size_t from = at + open.size();
+  return nlohmann::json::parse(html.substr(from, html.find("</script>", from) - from));
+}
+
+// The what-if critical path of a step the overview shows, outlined over its lanes: the legend line with its total and
+// split, and its stretches in the timeline's data, in time order, on drawn lanes, inside the window.
+TEST(HtmlReport, TimelineOutlinesTheCriticalPath) {
+  RunSpec straggler;
+  straggler.stragglerRank = 1;
+  const HtmlReport r = render("critical", straggler);
+  expectSelfContained(r.html);
+  const std::string timeline = section(r.html, "timeline");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(timeline, m,
+                                std::regex("id=\"tl-critical\"><span class=\"swatch critical\"></span>critical path "
+                                           "of step ([0-9]+): [0-9.]+ ms, compute [0-9.]+ ms, transfer [0-9.]+ ms")))
+      << timeline.substr(0, 2000);
+  const int step = std::stoi(m[1]);
+  const nlohmann::json d = timelineData(r.html);
+  ASSERT_TRUE(d.contains("critical"));
+  bool shown = false;  // the step is one of the window's
+  for (const auto& s : d["steps"]) shown = shown || s[0] == step;
+  EXPECT_TRUE(shown) << step;
+  const auto& critical = d["critical"];
+  ASSERT_GE(critical.size(), 3u);
+  int64_t previous = 0;
+  bool transfer = false;
+  for (const auto& c : critical) {
+    EXPECT_LT(c[0].get<size_t>(), d["lanes"].size());
+    EXPECT_GE(c[1].get<int64_t>(), previous);
+    EXPECT_LE(c[1].get<int64_t>() + c[2].get<int64_t>(), d["ns"].get<int64_t>());
+    transfer = transfer || c[3] == 1;
+    previous = c[1].get<int64_t>();
+  }
+  EXPECT_TRUE(transfer);
+  EXPECT_NE(critical[0][4].get<std::string>().find("on the critical path"), std::string::npos);
+}
+
+// A run without step windows has no critical path: no legend line, nothing to outline.
+TEST(HtmlReport, NoCriticalPathWithoutSteps) {
+  const fs::path path = testing::testDir() / "no-steps.db";
+  {
+    auto w = testing::newWriter(path);
+    ASSERT_TRUE(w);
+    auto name = w->intern("forward");
+    ASSERT_TRUE(name.isOk());
+    for (int i = 0; i < 3; ++i) {
+      tracedb::SpanRow s;
+      s.kind = tracedb::SpanKind::Compute;
+      s.name = *name;
+      s.beginNs = i * 1'000'000;
+      s.durNs = 500'000;
+      ASSERT_TRUE(w->addSpan(s));
+    }
+    ASSERT_TRUE(w->close());
+  }
+  auto reader = testing::openReader(path);
+  ASSERT_TRUE(reader);
+  auto r = renderHtmlReport(*reader);
+  ASSERT_TRUE(r) << r.error();
+  expectSelfContained(r->html);
+  EXPECT_GT(r->stats.rects, 0);
+  EXPECT_EQ(r->html.find("id=\"tl-critical\""), std::string::npos);
+  EXPECT_TRUE(timelineData(r->html)["critical"].empty());
 }
 
 std::string slurp(const fs::path& p) {

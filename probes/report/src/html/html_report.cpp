@@ -9,6 +9,7 @@
 #include "tpscope/analysis/desync.h"
 #include "tpscope/analysis/diagnose.h"
 #include "tpscope/analysis/report.h"
+#include "tpscope/analysis/whatif.h"
 
 namespace tpscope::report {
 
@@ -77,6 +78,9 @@ tracedb::Result<HtmlReport> renderHtmlReport(tracedb::Reader& reader, const Html
   auto overview = html::buildTimelineOverview(reader, window, report->info, report->breakdown, *desync,
                                               options.timeline);
   if (!overview) return overview.status();
+  WhatIfOptions whatIfOptions;
+  whatIfOptions.pathSteps = window.steps;  // the critical path of a step the timeline shows
+  if (auto whatIf = analyzeWhatIf(reader, whatIfOptions)) html::addCriticalPath(*overview, *whatIf);
 
   std::string sections = html::findingsSection(diagnosis, report->info);
   sections += html::breakdownSection(report->breakdown);

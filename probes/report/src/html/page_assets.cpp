@@ -58,6 +58,10 @@ svg.timeline .ruler text,svg.timeline text.mark{fill:#555b66;font-size:11px}
 svg.timeline .ruler line{stroke:#c9ccd3}
 svg.timeline line.step{stroke:#5a606e;stroke-dasharray:3 3}
 svg.timeline text.stuck{fill:#b71c1c;font-weight:600}
+svg.timeline rect.critical{fill:#1f2328;fill-opacity:.12;stroke:#1f2328;stroke-width:1.5}
+svg.timeline rect.critical.transfer{stroke-dasharray:3 2}
+svg.timeline line.critical{stroke:#1f2328;stroke-width:1.5}
+.swatch.critical{background:#1f23281f;border:1.5px solid #1f2328;box-sizing:border-box}
 #tl-tip{position:absolute;pointer-events:none;background:#1e1f24;color:#fff;font-size:12px;padding:4px 8px;
   border-radius:4px;white-space:pre;max-width:520px;overflow:hidden;z-index:2}
 footer{color:#777;font-size:12px;text-align:center;padding:6px 0 18px}
@@ -142,6 +146,19 @@ const std::string_view kScript = R"JS(
       el('line', {x1: x, x2: x, y1: 18, y2: height, 'class': 'step'}, gMarks);
       label(gMarks, x + 3, 28, 'step ' + s[0], 'mark');
     });
+    var prev = null;  // the critical path: each stretch outlined on its lane, joined to the one before
+    d.critical.forEach(function (c) {
+      var lane = d.lanes[c[0]], x0 = xOf(c[1]), x1 = xOf(c[1] + c[2]), top = laneY[c[0]] - 1;
+      var h = lane.rows * ROW + 1, cut0 = Math.max(LABEL, x0), cut1 = Math.min(width, x1);
+      if (prev && Math.max(prev.x, x0) >= LABEL && Math.min(prev.x, x0) <= width && prev.lane !== c[0])
+        el('line', {x1: prev.x, x2: x0, y1: prev.y, y2: top + h / 2, 'class': 'critical'}, gMarks);
+      prev = {x: x1, y: top + h / 2, lane: c[0]};
+      if (cut1 < LABEL || cut0 > width) return;
+      var r = el('rect', {x: cut0, y: top, width: Math.max(2, cut1 - cut0), height: h,
+                          'class': c[3] ? 'critical transfer' : 'critical'}, gMarks);
+      el('title', {}, r).textContent = c[4];
+    });
+    svg.setAttribute('data-critical', d.critical.length);
     d.stuck.forEach(function (m) {
       var lane = d.lanes[m[0]], x = Math.max(LABEL, xOf(m[1]));
       if (x > width) return;

@@ -157,23 +157,18 @@ void addMarks(TimelineOverview& o, const Breakdown& breakdown, const DesyncRepor
   for (const auto& s : breakdown.steps)
     if (s.rank == firstRank && std::binary_search(o.window.steps.begin(), o.window.steps.end(), s.step))
       o.stepMarks.emplace_back(s.step, std::max<int64_t>(0, s.beginNs - o.window.beginNs));
-  auto laneOf = [&](int rank) {
-    for (size_t i = 0; i < o.lanes.size(); ++i)
-      if (o.lanes[i].rank == rank) return static_cast<int>(i);
-    return -1;
-  };
   for (const auto& g : desync.groups) {
     if (!g.stuckSeq) continue;
     const std::string what = g.group + " #" + std::to_string(*g.stuckSeq);
     int64_t firstArrival = INT64_MAX;
     for (const auto& rec : g.stuckRecords) {
       firstArrival = std::min(firstArrival, rec.enqueueNs);
-      const int lane = laneOf(rec.rank);
+      const int lane = laneOf(o, rec.rank);
       if (lane < 0 || rec.endNs || rec.enqueueNs >= o.window.endNs) continue;
       o.stuck.push_back({lane, std::max<int64_t>(0, rec.enqueueNs - o.window.beginNs), "stuck: " + what + " " + rec.op});
     }
     for (int r : g.missingRanks) {
-      const int lane = laneOf(r);
+      const int lane = laneOf(o, r);
       if (lane < 0 || firstArrival == INT64_MAX || firstArrival >= o.window.endNs) continue;
       o.stuck.push_back({lane, std::max<int64_t>(0, firstArrival - o.window.beginNs), "never entered " + what});
     }
@@ -181,6 +176,16 @@ void addMarks(TimelineOverview& o, const Breakdown& breakdown, const DesyncRepor
 }
 
 }  // namespace
+
+int laneOf(const TimelineOverview& o, int rank, int thread) {
+  int first = -1;
+  for (size_t i = 0; i < o.lanes.size(); ++i) {
+    if (o.lanes[i].rank != rank) continue;
+    if (o.lanes[i].thread == thread) return static_cast<int>(i);
+    if (first < 0) first = static_cast<int>(i);
+  }
+  return first;
+}
 
 tracedb::Result<TimelineOverview> buildTimelineOverview(tracedb::Reader& reader, const TimelineWindow& window,
                                                         const RunInfo& info, const Breakdown& breakdown,

@@ -22,6 +22,7 @@
 #include "tpscope/analysis/finding.h"
 #include "tpscope/report/html_report.h"
 #include "tpscope/analysis/run_info.h"
+#include "tpscope/analysis/whatif.h"
 #include "tpscope/tracedb/reader.h"
 #include "tpscope/tracedb/status.h"
 
@@ -58,6 +59,14 @@ struct TimelineMark {
   std::string text;
 };
 
+// One stretch of the what-if critical path (analysis::WhatIfSegment) on a lane of the overview, cut to the window.
+struct TimelineCriticalSegment {
+  int lane = 0;
+  int64_t ns = 0, lenNs = 0;  // from the window's begin; its extent (merged pieces: first start to last end)
+  bool transfer = false;      // a collective's transfer, else a lane's work
+  std::string text;           // hover text: "compute on rank 1 · 40.000 ms", "transfer tp-0 all_reduce · 2.000 ms"
+};
+
 struct TimelineOverview {
   TimelineWindow window;
   int64_t runBeginNs = 0;
@@ -67,9 +76,18 @@ struct TimelineOverview {
   std::vector<std::string> names;
   std::vector<std::pair<int, int64_t>> stepMarks;  // (step, ns from the window's begin), first rank's windows
   std::vector<TimelineMark> stuck;                 // stuck collectives and ranks that never entered them
+  std::vector<TimelineCriticalSegment> critical;   // the critical path's stretches in the window (addCriticalPath)
+  std::string criticalText;                        // analysis::criticalPathSummary; "": no critical path drawn
   int64_t spans = 0, rects = 0;
   int lanesOmitted = 0;
 };
+
+// The overview's lane of (rank, thread): that lane, else the rank's first (thread −1: the rank's first); −1: none drawn.
+int laneOf(const TimelineOverview& o, int rank, int thread = -1);
+
+// Puts the what-if critical path (critical_path_overlay.cpp) on the overview's lanes: each segment on its lane, cut
+// to the window; none when the report lists no path or none of it lies in the window.
+void addCriticalPath(TimelineOverview& o, const WhatIfReport& whatIf);
 
 tracedb::Result<TimelineOverview> buildTimelineOverview(tracedb::Reader& reader, const TimelineWindow& window,
                                                         const RunInfo& info, const Breakdown& breakdown,

@@ -4,6 +4,7 @@
 //   {"t0": window begin − run begin (ns), "ns": window length (ns), "ticks": level 0 ticks, "levels": n,
 //    "colours": [css...], "names": [span names...], "steps": [[step, ns from t0]...],
 //    "stuck": [[lane, ns from t0, text]...],
+//    "critical": [[lane, ns from t0, ns long, 1: transfer / 0: work, text]...] (the what-if critical path, in order),
 //    "lanes": [{"label": text, "rows": n, "spans": n, "l": [[x, w, row, colour, name, ...] per level]}]}
 #include <charconv>
 #include <set>
@@ -53,6 +54,18 @@ std::string overviewJson(const TimelineOverview& o) {
     appendInt(j, o.stuck[i].ns);
     j += "," + scriptJsonString(o.stuck[i].text) + "]";
   }
+  j += "],\"critical\":[";
+  for (size_t i = 0; i < o.critical.size(); ++i) {
+    const TimelineCriticalSegment& c = o.critical[i];
+    j += i ? ",[" : "[";
+    appendInt(j, c.lane);
+    j += ",";
+    appendInt(j, c.ns);
+    j += ",";
+    appendInt(j, c.lenNs);
+    j += c.transfer ? ",1," : ",0,";
+    j += scriptJsonString(c.text) + "]";
+  }
   j += "],\"lanes\":[";
   for (size_t i = 0; i < o.lanes.size(); ++i) {
     const TimelineLane& lane = o.lanes[i];
@@ -86,7 +99,11 @@ std::string legend(const TimelineOverview& o) {
   if (!o.stuck.empty())
     out += "<span><span class=\"swatch\" style=\"background:" + std::string(palette::kStuck) +
            "\"></span>stuck collective</span>";
-  return out + "</div>";
+  out += "</div>";
+  if (!o.criticalText.empty())  // the outline the script draws over the lanes the path runs through
+    out += "<p class=\"legend\" id=\"tl-critical\"><span class=\"swatch critical\"></span>" +
+           escapeHtml(o.criticalText) + " (what-if replay; outlined: work, dashed: transfers)</p>";
+  return out;
 }
 
 std::string summary(const TimelineOverview& o) {

@@ -5,15 +5,16 @@
 // Sections: the diagnosis (analysis::diagnose, most severe first, severity colours); time per rank (stacked bars of
 // compute / exposed communication / other / idle from the breakdown); gradient health (rank × layer by step from
 // grad_stats, non-finite cells marked); communication per group (busbw against the best measured); desync and hangs
-// (the member × last-seq matrix of every unhealthy group); a zoomable timeline overview of a few steps per lane.
+// (the member × last-seq matrix of every unhealthy group); a zoomable timeline overview of a few steps per lane, with
+// the what-if critical path (analysis/whatif.h) of one of its steps outlined over the lanes it runs through.
 //
 // Charts are SVG written here, in C++; the timeline's zoom is a small inline script over embedded JSON whose level
 // of detail is precomputed here: per lane and zoom level at most a fixed number of rectangles (narrow neighbouring
 // spans merged into blocks that carry their count), so the file's size depends on lanes × levels, not on the spans
 // in the run. Every name from the trace is HTML-escaped, or JSON-escaped with < > & as \u escapes inside scripts.
 //
-// Cost: diagnose + buildReport + one read of the window's spans (per rank, through the (rank, begin_ns) index when
-// the file has it). Threading: uses `reader` from the calling thread only.
+// Cost: diagnose + buildReport + analyzeWhatIf + one read of the window's spans (per rank, through the (rank,
+// begin_ns) index when the file has it). Threading: uses `reader` from the calling thread only.
 #pragma once
 
 #include <cstdint>
