@@ -36,6 +36,7 @@ constexpr Shortcut kShortcuts[] = {
     {"0 / Home", "Zoom to the whole run"},
     {"Click a group header", "Fold or unfold its lanes (a TP group, or a host)"},
     {"Ctrl+] / Ctrl+[", "Expand / collapse all lane groups"},
+    {"Ctrl+P", "Show the what-if critical path of the median step over the timeline"},
     {"Esc", "Clear selection and measurement"},
     {"Double-click a finding", "Jump to its evidence"},
     {"F1", "This list"},
@@ -139,6 +140,13 @@ void MainWindow::buildMenus() {
                   [this] { timeline_->setGroupsCollapsed(false); });
   view->addAction("&Collapse all lane groups", QKeySequence(Qt::CTRL | Qt::Key_BracketLeft), this,
                   [this] { timeline_->setGroupsCollapsed(true); });
+  criticalPathAction_ = view->addAction("Show critical &path");
+  criticalPathAction_->setCheckable(true);
+  criticalPathAction_->setShortcut(QKeySequence("Ctrl+P"));
+  connect(criticalPathAction_, &QAction::toggled, this, [this](bool on) {
+    timeline_->setShowCriticalPath(on);
+    if (on) statusBar()->showMessage(timeline_->criticalPathText());
+  });
 
   auto* bar = addToolBar("Search");
   bar->setObjectName("search");

@@ -42,6 +42,7 @@ class MainWindow : public QMainWindow {
   RunPtr run() const { return run_; }
   AnalysisPtr analysis() const { return analysis_; }
   TimelineView* timeline() { return timeline_; }
+  QAction* criticalPathAction() { return criticalPathAction_; }
   GradHealthView* gradHealth() { return grad_; }
   CommunicationView* communication() { return comm_; }
   DesyncView* desync() { return desync_; }
@@ -91,6 +92,7 @@ class MainWindow : public QMainWindow {
   QLineEdit* search_ = nullptr;
   QMenu* recentMenu_ = nullptr;
   QAction* followAction_ = nullptr;
+  QAction* criticalPathAction_ = nullptr;  // View → Show critical path (checkable)
   QString searchText_;
   std::vector<SpanRef> matches_;
   size_t matchIndex_ = 0;

@@ -38,13 +38,46 @@ int TimelinePainter::laneY(int lane) const {
   return TimelineLayout::kRulerHeight + layout->laneTop[lane] - scrollY;
 }
 
-int TimelinePainter::laneOfRecord(const tracedb::CollectiveRow& c) const {
+int TimelinePainter::laneOn(int rank, int thread) const {
   const TimelineData& t = *run->timeline;
-  int lane = t.laneOf(c.rank, c.thread);
+  int lane = t.laneOf(rank, thread);
   if (lane < 0)
     for (size_t i = 0; i < t.lanes().size() && lane < 0; ++i)
-      if (t.lanes()[i].rank == c.rank) lane = static_cast<int>(i);
+      if (t.lanes()[i].rank == rank) lane = static_cast<int>(i);
   return lane;
+}
+
+QRectF TimelinePainter::criticalRect(const analysis::WhatIfSegment& s) const {
+  const int lane = run && run->timeline ? laneOn(s.rank, s.thread) : -1;
+  if (lane < 0 || layout->laneHeight[lane] == 0) return {};
+  const double x0 = xOf(s.startNs), x1 = std::max(x0 + 2, xOf(s.endNs));
+  return QRectF(x0, laneY(lane), x1 - x0, layout->laneHeight[lane] - TimelineLayout::kLaneGap);
+}
+
+// Each stretch outlined on its lane (transfers dashed), joined to the one before by a line from its end to the next
+// one's start, so the chain reads across the ranks it runs through.
+void TimelinePainter::paintCriticalPath(QPainter& p) const {
+  if (!criticalPath || criticalPath->empty()) return;
+  QColor fill = palette::kCriticalPath;
+  fill.setAlpha(45);
+  std::optional<QPointF> previous;
+  for (const analysis::WhatIfSegment& s : *criticalPath) {
+    const QRectF r = criticalRect(s);
+    if (r.isEmpty()) {
+      previous.reset();
+      continue;
+    }
+    const QPointF start(r.left(), r.center().y());
+    if (previous && std::abs(previous->y() - start.y()) > 1) {
+      p.setPen(QPen(palette::kCriticalPath, 1.5));
+      p.drawLine(*previous, start);
+    }
+    previous = QPointF(r.right(), r.center().y());
+    p.fillRect(r, fill);
+    p.setPen(QPen(palette::kCriticalPath, 2, s.kind == "transfer" ? Qt::DashLine : Qt::SolidLine));
+    p.setBrush(Qt::NoBrush);
+    p.drawRect(r);
+  }
 }
 
 void TimelinePainter::paint(QPainter& p, const QSize& size, const Frame* frame) const {
@@ -66,6 +99,7 @@ void TimelinePainter::paint(QPainter& p, const QSize& size, const Frame* frame) 
   paintSpans(p, size, frame);
   paintSelection(p);
   paintCollectives(p, size);
+  paintCriticalPath(p);
   paintRange(p, size);
   p.restore();
   paintLaneLabels(p, size);

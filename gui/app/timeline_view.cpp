@@ -300,7 +300,34 @@ TimelinePainter TimelineView::painter() const {
   p.selected = &selected_;
   p.missing = &missing_;
   p.findingMarks = &findingMarks_;
+  p.criticalPath = criticalPath();
   return p;
+}
+
+void TimelineView::setShowCriticalPath(bool on) {
+  showCriticalPath_ = on;
+  update();
+}
+
+const std::vector<analysis::WhatIfSegment>* TimelineView::criticalPath() const {
+  if (!showCriticalPath_ || !analysis_ || analysis_->whatIf.criticalPath.empty()) return nullptr;
+  return &analysis_->whatIf.criticalPath;
+}
+
+std::vector<QRectF> TimelineView::criticalPathRects() const {
+  std::vector<QRectF> out;
+  const TimelinePainter p = painter();
+  if (p.criticalPath)
+    for (const auto& s : *p.criticalPath) out.push_back(p.criticalRect(s));
+  return out;
+}
+
+QString TimelineView::criticalPathText() const {
+  if (!analysis_) return "The critical path comes with the analysis, which is still running.";
+  if (analysis_->whatIf.criticalPath.empty())
+    return "No critical path: the what-if replay needs step windows and records of the run's collectives.";
+  return QString::fromStdString(analysis::criticalPathSummary(analysis_->whatIf)) +
+         " (what-if replay; outlined: work, dashed: transfers)";
 }
 
 void TimelineView::paintEvent(QPaintEvent*) {

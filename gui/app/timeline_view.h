@@ -1,7 +1,7 @@
 // The timeline: a lane per rank × thread/stream (rows by nesting depth inside), a time ruler, spans coloured by kind
 // (communication by collective op), level of detail from FrameScheduler, collective highlighting with flows, the
 // stuck collectives of the run marked, every finding's place (rank, time) marked with a triangle in its severity's
-// colour, range measurement, tooltips.
+// colour, the what-if critical path outlined on request, range measurement, tooltips.
 //
 // Input (Perfetto/chrome://tracing habits): wheel or W/S zoom (around the cursor), drag or A/D pan, Shift+drag or a
 // drag on the ruler measures a range, click selects a span (a communication span selects its collective on every
@@ -91,8 +91,14 @@ struct TimelinePainter {
     QString label;     // the finding's kind
   };
   const std::vector<FindingMark>* findingMarks = nullptr;  // every finding's place (rank, time)
+  // The what-if critical path (analysis::WhatIfReport::criticalPath), each stretch outlined on its lane and joined to
+  // the one before; null: not shown.
+  const std::vector<analysis::WhatIfSegment>* criticalPath = nullptr;
   // Where a finding's mark is drawn: a triangle at the top of the rank's first lane (the ruler for rank −1).
   QPointF markPoint(const FindingMark& m) const;
+  // Where a critical-path stretch is outlined (its lane: (rank, thread), else the rank's first); empty: not on screen
+  // (no lane, or a collapsed group).
+  QRectF criticalRect(const analysis::WhatIfSegment& s) const;
 
   void paint(QPainter& p, const QSize& size, const Frame* frame) const;
   double xOf(qint64 t) const { return TimelineLayout::kLabelWidth + (t - viewport.startNs) / viewport.nsPerPx; }
@@ -107,8 +113,10 @@ struct TimelinePainter {
   void paintGroupHeaders(QPainter& p, const QSize& size) const;
   void paintCollectives(QPainter& p, const QSize& size) const;
   void paintFindingMarks(QPainter& p) const;
+  void paintCriticalPath(QPainter& p) const;
   int laneY(int lane) const;
-  int laneOfRecord(const tracedb::CollectiveRow& c) const;
+  int laneOn(int rank, int thread) const;  // (rank, thread)'s lane, else the rank's first; -1: none
+  int laneOfRecord(const tracedb::CollectiveRow& c) const { return laneOn(c.rank, c.thread); }
 };
 
 // A windowed run's window is read only when the summary says the time holds at most this many spans (about 1 s to
@@ -151,6 +159,15 @@ class TimelineView : public QWidget {
   const std::vector<TimelinePainter::FindingMark>& findingMarks() const { return findingMarks_; }
   // Where mark `m` is drawn, in widget coordinates (tests).
   QPointF markPoint(const TimelinePainter::FindingMark& m) const { return painter().markPoint(m); }
+  // The what-if critical path of the analysis' median step outlined over the lanes (View → Show critical path).
+  void setShowCriticalPath(bool on);
+  bool showsCriticalPath() const { return showCriticalPath_; }
+  // What is drawn: the analysis' critical path while shown, else null (hidden, no analysis yet, or none).
+  const std::vector<analysis::WhatIfSegment>* criticalPath() const;
+  // Where each of its stretches is outlined, in widget coordinates (empty rect: off screen); empty when none is drawn.
+  std::vector<QRectF> criticalPathRects() const;
+  // "critical path of step 7: 47.000 ms, compute 45.000 ms, transfer 2.000 ms", or why there is none.
+  QString criticalPathText() const;
 
  signals:
   void spanSelected(tpscope::gui::SpanRef ref);
@@ -203,6 +220,7 @@ class TimelineView : public QWidget {
   std::vector<const tracedb::CollectiveRow*> stuck_, selected_;
   std::vector<TimelinePainter::MissingMark> missing_;
   std::vector<TimelinePainter::FindingMark> findingMarks_;
+  bool showCriticalPath_ = false;
   // Mouse gesture state.
   enum class Drag { None, Pan, Measure } drag_ = Drag::None;
   QPoint pressPos_;

@@ -7,14 +7,17 @@
 #include <QHeaderView>
 #include <QMessageBox>
 #include <QMimeData>
+#include <QStatusBar>
 #include <QSignalSpy>
 #include <QTest>
 #include <QTreeWidget>
 #include <QUrl>
 #include <fstream>
+#include <set>
 
 #include "fixture_run.h"
 #include "main_window.h"
+#include "test_runs.h"
 #include "tpscope/analysis/summary.h"
 #include "tpscope/gui/palette.h"
 #include "tpscope/tracedb/writer.h"
@@ -519,6 +522,79 @@ TEST_F(ViewsTest, BadFileShowsAnErrorDialogAndKeepsTheRun) {
   save(box, "error-dialog");
   EXPECT_TRUE(window_->run()) << "the previous run stays open";
   box->close();
+}
+
+// View → Show critical path: the what-if critical path of the analysis' median step, each stretch outlined on the
+// lane it lies on (rank, thread) where the trace has it; off again, nothing of it is drawn.
+TEST_F(ViewsTest, CriticalPathOverlayToggles) {
+  window_->tabs()->setCurrentIndex(MainWindow::kTimelineTab);
+  TimelineView* t = window_->timeline();
+  const auto& path = window_->analysis()->whatIf.criticalPath;
+  ASSERT_FALSE(path.empty()) << "the fixture run has a critical path";
+  EXPECT_EQ(t->criticalPath(), nullptr);  // off by default
+  EXPECT_TRUE(t->criticalPathRects().empty());
+  const auto& seg = path.front();
+  int64_t b = 0, e = 0;
+  ASSERT_TRUE(window_->run()->stepWindow(seg.rank, window_->analysis()->whatIf.criticalStep, b, e));
+  t->showRange(b, e, seg.rank);
+  t->waitForFrame();
+  const QImage off = save(t, "timeline-critical-off");
+
+  window_->criticalPathAction()->trigger();
+  ASSERT_TRUE(t->showsCriticalPath());
+  ASSERT_EQ(t->criticalPath(), &path);
+  EXPECT_TRUE(window_->statusBar()->currentMessage().startsWith(
+      QString("critical path of step %1: ").arg(window_->analysis()->whatIf.criticalStep)));
+  const std::vector<QRectF> rects = t->criticalPathRects();
+  ASSERT_EQ(rects.size(), path.size());
+  const QImage on = save(t, "timeline-critical-on");
+  const QRect lane = t->laneRect(window_->run()->timeline->laneOf(seg.rank, seg.thread));
+  const QRect r = rects.front().toAlignedRect();
+  EXPECT_GE(r.top(), lane.top());
+  EXPECT_LE(r.bottom(), lane.bottom() + 1);
+  EXPECT_TRUE(hasColour(on, QRect(r.center().x() - 2, r.top() - 1, 5, 3), palette::kCriticalPath, 6));
+  int changed = 0;  // the outline and its tint are drawn over the stretch
+  for (int y = r.top(); y <= r.bottom(); ++y)
+    for (int x = std::max(r.left(), TimelineLayout::kLabelWidth); x <= std::min(r.right(), on.width() - 1); ++x)
+      changed += on.pixel(x, y) != off.pixel(x, y) ? 1 : 0;
+  EXPECT_GT(changed, r.width());
+
+  window_->criticalPathAction()->trigger();
+  EXPECT_FALSE(t->showsCriticalPath());
+  EXPECT_TRUE(t->criticalPathRects().empty());
+  EXPECT_EQ(t->grab().toImage(), off);
+}
+
+// The simulated TP×DP run with a straggler (the analysis tests' run): its path runs from the straggler's work through
+// transfers to other ranks; each stretch is outlined on its own rank's lane, left to right in the path's order.
+TEST(CriticalPathWindow, StretchesLieOnTheirRanksInTimeOrder) {
+  const fs::path dir = scratchDir("critical-path");
+  tpscope::testing::RunSpec spec;
+  spec.stragglerRank = 1;
+  ASSERT_TRUE(tpscope::testing::writeRun(dir / "run.db", spec));
+  MainWindow window(QString::fromStdString((dir / "settings.ini").string()));
+  ASSERT_TRUE(openAnalysed(window, dir / "run.db"));
+  const auto& whatIf = window.analysis()->whatIf;
+  ASSERT_GE(whatIf.criticalPath.size(), 3u);
+  TimelineView* t = window.timeline();
+  int64_t b = 0, e = 0;
+  ASSERT_TRUE(window.run()->stepWindow(0, whatIf.criticalStep, b, e));
+  t->showRange(b, e);
+  window.criticalPathAction()->setChecked(true);
+  t->waitForFrame();
+  save(t, "timeline-critical-straggler");
+  const std::vector<QRectF> rects = t->criticalPathRects();
+  ASSERT_EQ(rects.size(), whatIf.criticalPath.size());
+  std::set<int> lanes;
+  for (size_t i = 0; i < rects.size(); ++i) {
+    const auto& seg = whatIf.criticalPath[i];
+    const int lane = window.run()->timeline->laneOf(seg.rank, seg.thread);
+    ASSERT_GE(lane, 0) << "rank " << seg.rank << " thread " << seg.thread;
+    lanes.insert(lane);
+    EXPECT_GE(rects[i].top(), t->laneRect(lane).top());
+    if (i > 0) EXPECT_GE(rects[i].left(), rects[i - 1].left() - 0.5) << i;
+  }
+  EXPECT_GE(lanes.size(), 2u);  // across ranks
 }
 
 TEST_F(ViewsTest, DesktopHabits) {

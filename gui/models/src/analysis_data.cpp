@@ -23,6 +23,9 @@ AnalysisData loadAnalysis(const OpenedRun& run) {
   if (reports.collectives) out.collectives = std::move(*reports.collectives);
   if (reports.desync) out.desync = std::move(*reports.desync);
   if (reports.pipeline) out.pipeline = std::move(*reports.pipeline);  // the pipeline view's measured bubble
+  // The what-if replay, for the critical path the timeline can overlay (its median step, as `tpscope whatif`).
+  if (auto whatIf = analysis::analyzeWhatIf(**reader)) out.whatIf = std::move(*whatIf);
+  else out.errors.push_back("whatif: " + whatIf.error());
   return out;
 }
 

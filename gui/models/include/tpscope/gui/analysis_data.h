@@ -1,6 +1,7 @@
 // The analyses the viewer shows, from ONE analysis::diagnose() per loaded run: its findings, their root-cause
 // chain, and the reports it drew
-// them from (the per-rank/step time breakdown, collective statistics and stragglers, the desync report).
+// them from (the per-rank/step time breakdown, collective statistics and stragglers, the desync report); and the
+// what-if report (analysis::analyzeWhatIf), whose critical path the timeline overlays.
 //
 // It reads the opened run's one file (opened_run.h), the file the views read: a capture folder's rank files are
 // merged once, for both.
@@ -20,6 +21,7 @@
 #include "tpscope/analysis/finding.h"
 #include "tpscope/analysis/pipeline.h"
 #include "tpscope/analysis/run_info.h"
+#include "tpscope/analysis/whatif.h"
 #include "tpscope/gui/opened_run.h"
 
 namespace tpscope::gui {
@@ -32,6 +34,7 @@ struct AnalysisData {
   analysis::CollectiveAnalysis collectives;
   analysis::DesyncReport desync;
   analysis::PipelineReport pipeline;  // present only for a pipeline-parallel run
+  analysis::WhatIfReport whatIf;      // criticalPath empty: none (no step windows, or the analysis failed: errors)
   std::vector<std::string> errors;
 };
 

@@ -33,6 +33,7 @@ inline const QColor kStuck = qcolor(vocabulary::kStuck);      // stuck collectiv
 inline const QColor kWaiting = qcolor(vocabulary::kWaiting);  // entered the stuck collective, never completed
 inline const QColor kOk{70, 170, 90};
 inline const QColor kSelection{80, 160, 255, 70};  // range selection overlay
+inline const QColor kCriticalPath{245, 245, 250};  // the what-if critical path's outline (the page's: its text colour)
 inline const QColor kBackground{30, 31, 36};
 inline const QColor kLaneAlt{38, 40, 46};
 inline const QColor kText{225, 225, 230};
