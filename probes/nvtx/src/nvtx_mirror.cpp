@@ -64,7 +64,7 @@ nvtxStringHandle_t siteString(nvtxDomainHandle_t d, const Site* site) {
   return nullptr;
 }
 
-void push(const Site* site) {
+void push(const Site* site, int16_t /*layer*/) {
   nvtxDomainHandle_t d = domain();
   nvtxEventAttributes_t a{};
   a.version = NVTX_VERSION;

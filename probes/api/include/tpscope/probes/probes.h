@@ -194,8 +194,9 @@ namespace detail {
 inline std::atomic<bool> g_recording{false};
 inline std::atomic<Sink*> g_sink{nullptr};
 inline std::atomic<int32_t> g_step{-1};
-// NVTX mirror hooks, installed by probes/nvtx when CUDA is present (null otherwise).
-inline std::atomic<void (*)(const Site*)> g_rangePush{nullptr};
+// Range hooks around every SpanScope while recording: the NVTX mirror (probes/nvtx, when CUDA is present and a tool
+// listens) or the replay's op check (core/op_check.h, which chains to the one it found). Null otherwise.
+inline std::atomic<void (*)(const Site*, int16_t layer)> g_rangePush{nullptr};
 inline std::atomic<void (*)()> g_rangePop{nullptr};
 inline thread_local ThreadBuffer* t_buffer = nullptr;
 
@@ -226,7 +227,7 @@ class SpanScope {
   explicit SpanScope(const Site* site, int layer = -1) noexcept
       : site_(site), layer_(static_cast<int16_t>(layer)), active_(recording()) {
     if (active_) [[unlikely]] {
-      if (auto push = detail::g_rangePush.load(std::memory_order_relaxed)) push(site_);
+      if (auto push = detail::g_rangePush.load(std::memory_order_relaxed)) push(site_, layer_);
       t0_ = rawTicks();
     }
   }
