@@ -11,6 +11,7 @@
 
 #include "backend.h"
 #include "tpscope/core/faults.h"
+#include "tpscope/core/op_check.h"
 #include "tpscope/vocabulary/collective_ops.h"
 
 namespace tpscope::core {
@@ -143,6 +144,14 @@ struct Communicator::Issue {
   probes::Phase phase = probes::Phase::None;
 };
 
+void Communicator::checkResult(const Issue& is, const at::Tensor& result) const {
+  OpCheck* oc = activeOpCheck();
+  if (oc == nullptr || !oc->armed()) return;
+  oc->collectiveResult(fmt::format("{} {} seq {} ({})", is.group.empty() ? name_ : is.group, vocabulary::opName(is.op), is.seq,
+                                   describeCallsite(is.site, is.phase, is.op)),
+                       result);
+}
+
 struct PendingCollective::State {
   Communicator* comm = nullptr;
   Communicator::Issue issue;
@@ -261,6 +270,7 @@ void Communicator::inPlace(CollectiveOp op, at::Tensor& t, const Callsite& site,
     issue(v);
     if (!wire.is_same(t)) t.copy_(wire);
   });
+  checkResult(is, t);
 }
 
 void Communicator::allReduce(at::Tensor& t, ReduceOp op, const Callsite& site, probes::Phase phase) {
@@ -304,6 +314,7 @@ at::Tensor Communicator::allGather(const at::Tensor& t, int64_t dim, const Calls
     backend_->pg->allgather(outs, ins)->wait();
     out = likeInput(at::cat(outs[0], dim), in);
   });
+  checkResult(is, out);
   return out;
 }
 
@@ -321,6 +332,7 @@ at::Tensor Communicator::reduceScatter(const at::Tensor& t, int64_t dim, const C
     backend_->pg->allreduce(v, c10d::AllreduceOptions{})->wait();
     out = likeInput(wire.chunk(size(), dim)[rank_].contiguous(), in);
   });
+  checkResult(is, out);
   return out;
 }
 
@@ -369,6 +381,7 @@ void Communicator::recv(at::Tensor& t, int peer, uint64_t seq, const Callsite& s
     backend_->pg->recv(v, peer, static_cast<int>(seq))->wait();
     if (!wire.is_same(t)) t.copy_(wire);
   });
+  checkResult(is, t);
 }
 
 PendingCollective::PendingCollective() = default;
@@ -391,6 +404,7 @@ void PendingCollective::wait() {
   if (!st->sendOnly) {
     if (!st->wire.is_same(st->user)) st->user.copy_(st->wire);
     if (FaultInjector* f = activeFaults()) f->corruptAllReduceResult(*c, st->user, st->issue.phase);  // --inject bitflip
+    c->checkResult(st->issue, st->user);
   }
   if (st->issue.sink != nullptr)
     st->issue.sink->collectiveState(st->issue.handle, probes::CollectiveState::Completed, probes::rawTicks());

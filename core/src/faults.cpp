@@ -15,6 +15,7 @@
 #include "tpscope/core/activation_health.h"
 #include "tpscope/core/communicator.h"
 #include "tpscope/core/mesh.h"
+#include "tpscope/core/op_check.h"
 #include "tpscope/core/replica_check.h"
 #include "tpscope/rules/config.h"
 #include "tpscope/vocabulary/collective_ops.h"
@@ -291,6 +292,7 @@ StepHooks::StepHooks(Mesh& mesh, const std::vector<std::string>& names, const st
     if (!g_faults.compare_exchange_strong(expected, faults_.get()))
       throw ConfigError("TPSCOPE_INJECT: another trainer in this process already injects faults");
   }
+  opCheck_ = OpCheck::fromEnvironment(mesh.rank(), names, params);  // tpscope replay
 }
 
 StepHooks::~StepHooks() {
@@ -300,6 +302,11 @@ StepHooks::~StepHooks() {
 
 void StepHooks::stepBegin(int64_t step) {
   if (faults_) faults_->stepBegin(static_cast<int>(step));
+  if (opCheck_) opCheck_->stepBegin(step);  // after the injected slow compute and crash: the step's own work
+}
+
+void StepHooks::stepEnd(int64_t step) {
+  if (opCheck_) opCheck_->stepEnd(step);
 }
 
 bool StepHooks::wantsHealth() const {

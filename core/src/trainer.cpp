@@ -19,6 +19,7 @@
 #include "tpscope/core/grad_health.h"
 #include "tpscope/core/grad_reducer.h"
 #include "tpscope/core/loss_scaler.h"
+#include "tpscope/core/op_check.h"
 #include "pipeline_runner.h"
 #include "tpscope/core/replica_check.h"
 
@@ -338,7 +339,10 @@ StepMetrics Trainer::trainStep(int64_t step) {
           [&m](Gpt& chunk, const at::Tensor& input, at::Tensor ids, at::Tensor targets) {
             return m.forwardChunk(chunk, input, std::move(ids), std::move(targets));
           },
-          [&m](int micro) { m.activations.setMicroBatch(micro); },
+          [&m](int micro) {
+            m.activations.setMicroBatch(micro);
+            if (OpCheck* oc = activeOpCheck()) oc->setMicrobatch(micro);
+          },
           [&m, watch] { m.reducer->beginLastMicrobatch(watch); });
       // The loss lives on the last stage: every stage takes it (health rules, metrics).
       m.mesh->ppGroup().allReduce(lossAcc, ReduceOp::Sum, m.ppLossSite, probes::Phase::Optimizer);
@@ -353,6 +357,7 @@ StepMetrics Trainer::trainStep(int64_t step) {
       }
       const bool last = micro + 1 == c.grad_accum;
       m.activations.setMicroBatch(static_cast<int>(micro));
+      if (OpCheck* oc = activeOpCheck()) oc->setMicrobatch(static_cast<int>(micro));
       at::Tensor loss = m.forward(ids, targets);
       if (last) m.reducer->beginLastMicrobatch(watch);
       // Dynamic loss scaling: the gradients come out `lossScale` times too large (no fp16 underflow) until unscaled.
@@ -389,6 +394,7 @@ StepMetrics Trainer::trainStep(int64_t step) {
     lossSum = lossAcc.item<double>() / m.mesh->dp();
     out.loss = lossSum;
     m.replicas->afterStep(step);  // capture: --inject bitflip, replica fingerprints (may stop every rank)
+    m.hooks->stepEnd(step);        // tpscope replay: the op check's verdict on this step
   }
   out.stepTimeS = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   out.stepCpuS = processCpuSeconds() - cpu0;

@@ -118,6 +118,8 @@ class Communicator {
   Issue begin(vocabulary::CollectiveOp op, const at::Tensor* t, const Callsite& site, probes::Phase phase,
               const P2p* p2p = nullptr);
   [[noreturn]] void fail(const Issue& issue, const std::exception& e);
+  // tpscope replay: a collective's result has landed in `result`; the armed op check looks at it (op_check.h).
+  void checkResult(const Issue& issue, const at::Tensor& result) const;
   // Shared body of the in-place collectives: records, sends `t` (as fp32 where the backend needs it) through
   // `issue`, which must block until done, and copies the result back.
   void inPlace(vocabulary::CollectiveOp op, at::Tensor& t, const Callsite& site, probes::Phase phase,

@@ -29,6 +29,7 @@ namespace tpscope::core {
 class ActivationWatch;
 class Communicator;
 class Mesh;
+class OpCheck;
 
 // Thrown out of Trainer::trainStep when every rank agreed to stop on non-finite values (policy stop, or too many
 // skipped steps). tpscope-train turns it into exit status 5.
@@ -106,7 +107,7 @@ FaultInjector* activeFaults() noexcept;
 // What the trainer calls each step: the injector (when faults are configured) and the health rules.
 class StepHooks {
  public:
-  // Reads TPSCOPE_INJECT and TPSCOPE_HEALTH; throws ConfigError (naming the variable) on a bad spec or an out-of-range
+  // Reads TPSCOPE_INJECT, TPSCOPE_HEALTH and TPSCOPE_REPLAY_STEP (the replay's op check, op_check.h); throws ConfigError (naming the variable) on a bad spec or an out-of-range
   // rank/layer. Installs the injector process-wide (until destroyed) and attaches its gradient hooks to `params` —
   // so construct it BEFORE anything else registers gradient hooks on them.
   // `names` and `layers` describe `params` (for the injected faults' targets and messages).
@@ -117,6 +118,8 @@ class StepHooks {
   StepHooks& operator=(const StepHooks&) = delete;
 
   void stepBegin(int64_t step);
+  // The end of the step's work (after the update): the replay's op check reports (op_check.h).
+  void stepEnd(int64_t step);
   // True when the trainer must compute this rank's pre-reduction gradient health (the rules need it).
   bool wantsHealth() const;
   // Before the optimizer update. Runs the rules on this rank's pre-reduction gradient stats `grads` (gradStatsOnHost
@@ -137,6 +140,7 @@ class StepHooks {
   Mesh& mesh_;
   bool recordingRequested_;  // TPSCOPE_OUT is set: the ranks record (same on every rank)
   std::unique_ptr<FaultInjector> faults_;
+  std::unique_ptr<OpCheck> opCheck_;  // TPSCOPE_REPLAY_STEP (tpscope replay)
   rules::HealthRules rules_;
 };
 
