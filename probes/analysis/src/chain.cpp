@@ -272,6 +272,14 @@ Reason sdcCauses(const Ctx& x, const Finding& c, const Finding& e) {
                     rowsOf(c, "alerts", 2)};
 }
 
+// `tpscope replay`'s verdict on a step is evidence about the NaN/Inf born at that step: the replay made it again
+// (the operator named) or did not (suspect the hardware).
+Reason replayOf(const Finding& c, const Finding& e) {
+  if (!(origin(c) && isKind(e, FindingKind::Replay) && e.step == c.step)) return {};
+  return LinkReason{"the replay re-ran step " + std::to_string(e.step) + ": " + textOr(e, "verdict"),
+                    rowsOf(e, "alerts", 1)};
+}
+
 Reason stragglerCauses(const Ctx& x, const Finding& c, const Finding& e) {
   if (!(isKind(c, FindingKind::Straggler) && c.severity <= Severity::Warning && isKind(e, FindingKind::CommOverhead)))
     return {};
@@ -337,6 +345,7 @@ const std::vector<std::function<Reason(const Ctx&, const Finding&, const Finding
       originCauses,
       stragglerCauses,
       [](const Ctx&, const Finding& c, const Finding& e) { return spikeCauses(c, e); },
+      [](const Ctx&, const Finding& c, const Finding& e) { return replayOf(c, e); },
   };
   return r;
 }

@@ -12,6 +12,7 @@
 #include "tpscope/analysis/desync.h"
 #include "tpscope/analysis/nonfinite.h"
 #include "tpscope/analysis/pipeline.h"
+#include "tpscope/analysis/replay.h"
 #include "tpscope/analysis/run_info.h"
 #include "tpscope/analysis/sdc.h"
 #include "tpscope/analysis/units_text.h"
@@ -133,6 +134,7 @@ DiagnoseResult diagnose(tracedb::Reader& reader, const DiagnoseOptions& options)
     return nonFiniteFindings(*result.reports.nonfinite, *info);
   });
   take("silent corruption", [&]() -> Findings { return silentCorruptionFindings(reader); });
+  take("replay", [&]() -> Findings { return replayFindings(reader); });
   // The breakdown and the collective analysis feed both the straggler and the overhead rules: computed once, here
   // while the anomaly analysis runs.
   auto breakdown = computeBreakdown(reader);

@@ -10,7 +10,7 @@ namespace {
 constexpr std::array<std::string_view, kFindingKindCount> kKindNames = {
     "nan_origin", "inf_origin", "grad_spike", "loss_spike", "replica_divergence",
     "desync",     "hang",       "straggler",  "crash",      "comm_overhead", "stage_imbalance",
-    "pipeline_hang", "silent_corruption"};
+    "pipeline_hang", "silent_corruption", "replay"};
 }  // namespace
 
 std::string_view findingKindName(FindingKind kind) { return kKindNames.at(static_cast<size_t>(kind)); }

@@ -40,8 +40,9 @@ enum class FindingKind : uint8_t {
   StageImbalance,     // a pipeline stage computes markedly more per step than the others: the pipeline waits on it
   PipelineHang,       // a hang on a pipeline point-to-point message, named by (src, dst, seq), stage and micro-batch
   SilentCorruption,   // a copy of state that is bitwise identical across ranks by construction differs (SDC)
+  Replay,             // `tpscope replay`'s verdict on a step: reproducible (the operator named), transient or clean
 };
-inline constexpr size_t kFindingKindCount = 13;
+inline constexpr size_t kFindingKindCount = 14;
 std::string_view findingKindName(FindingKind kind);  // "nan_origin", "inf_origin", "grad_spike", ...
 std::optional<FindingKind> parseFindingKind(std::string_view name);
 
