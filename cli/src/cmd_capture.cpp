@@ -60,12 +60,6 @@ node stops every node with the same exit status. Each node writes its own ranks 
 with: tpscope merge DIR0 DIR1 ... -o run.db
 )";
 
-std::filesystem::path selfPath() {
-  std::error_code ec;
-  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? std::filesystem::path() : p;
-}
-
 void addCapture(CLI::App& app, Context& ctx) {
   auto opts = std::make_shared<capture::CaptureOptions>();
   auto steps = std::make_shared<int>(0);

@@ -29,6 +29,12 @@ void addRegisteredCommands(CLI::App& app, Context& ctx) {
   for (const auto& [order, add] : commands) add(app, ctx);
 }
 
+std::filesystem::path selfPath() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::filesystem::path() : p;
+}
+
 std::unique_ptr<tracedb::Reader> openRun(const std::filesystem::path& path) {
   auto reader = tracedb::Reader::open(path);
   if (!reader) {

@@ -49,6 +49,9 @@ std::unique_ptr<tracedb::Reader> openRun(const std::filesystem::path& path);
 std::optional<std::vector<std::filesystem::path>> rankFilesOf(const std::vector<std::filesystem::path>& inputs,
                                                              const std::string& command);
 
+// This executable's path (capture finds tpscope-train beside it); empty if /proc/self/exe cannot be read.
+std::filesystem::path selfPath();
+
 // Prints "tpscope <command>: <message>" to stderr.
 void printError(const std::string& command, const std::string& message);
 

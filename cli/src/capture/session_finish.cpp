@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "capture/capture_session.h"
@@ -146,6 +147,7 @@ std::vector<std::pair<std::string, std::string>> CaptureSession::recordRankExits
       {"capture_outcome", outcomeText_},
       {"capture_exit_status", std::to_string(code_)},
       {"capture_command", command_},
+      {"capture_argv", nlohmann::json(argv_).dump()},  // the same, unquoted (tpscope replay)
       {"capture_inject", rules::formatFaultList(faults_)},
       {"capture_health", healthText_},
       {"capture_hang_timeout_s", fmt::format("{:g}", o_.hangTimeoutS)},

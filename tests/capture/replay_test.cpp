@@ -1,0 +1,154 @@
+// `tpscope replay` (issue #33 §1): real captures of tpscope-train over loopback Gloo with a fault injected for real,
+// replayed to the step: the operator that makes the NaN named (forward, backward, on TP=2 and TP=2 × PP=2), a bit
+// flip found transient, a healthy step found clean (no operator of the engine may trip the check), bad input refused.
+#include <gtest/gtest.h>
+
+#include "capture_test_util.h"
+
+namespace tpscope::capture_test {
+namespace {
+
+struct Replayed {
+  int status = -1;
+  nlohmann::json j;  // replay --json
+  std::string output;
+};
+
+Replayed replay(const fs::path& dir, const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> argv = {TPSCOPE_BIN, "replay", dir.string(), "--json"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  const RunResult r = run(argv, dir.parent_path() / (dir.filename().string() + ".replay.json"));
+  Replayed out{r.status, nlohmann::json::parse(r.output, nullptr, false), r.output};
+  return out;
+}
+
+const nlohmann::json* rankEntry(const nlohmann::json& j, int rank) {
+  for (const auto& r : j["ranks"])
+    if (r.value("rank", -1) == rank) return &r;
+  return nullptr;
+}
+
+TEST(Replay, ForwardNanIsReproducibleAndTheOperatorNamed) {
+  const auto dir = testDir("replay_fwd");
+  const RunResult c = capture(dir, 2, 2, 1, 4,
+                              {"--inject", "nan:rank=1,step=3,layer=1,phase=fwd", "--on-nonfinite", "warn"});
+  ASSERT_EQ(c.status, 0) << c.output;
+  const Replayed r = replay(dir);
+  ASSERT_EQ(r.status, 0) << r.output;
+  ASSERT_FALSE(r.j.is_discarded()) << r.output;
+  EXPECT_EQ(r.j["step"], 3) << r.output;  // the run's origin step, found without --step
+  EXPECT_EQ(r.j["verdict"], "reproducible") << r.output;
+  EXPECT_EQ(r.j["rank"], 1) << r.output;
+  const auto& op = r.j["op"];
+  EXPECT_EQ(op["op"], "aten::fill_") << r.output;  // the injection writes the NaN with fill_
+  EXPECT_EQ(op["pass"], "forward") << r.output;
+  EXPECT_EQ(op["layer"], 1) << r.output;
+  EXPECT_EQ(op["microbatch"], 0) << r.output;
+  EXPECT_EQ(op["carrier_input"], 1) << r.output;  // fill_'s value: the NaN number
+  EXPECT_EQ(op["inputs"][1]["kind"], "scalar") << r.output;
+  EXPECT_EQ(op["inputs"][1]["max_abs"], "nan") << r.output;
+  // The peer does not make it: it arrives in a TP all-reduce's result.
+  const nlohmann::json* peer = rankEntry(r.j, 0);
+  ASSERT_NE(peer, nullptr) << r.output;
+  EXPECT_EQ((*peer)["op"]["op"], "collective") << r.output;
+  EXPECT_NE((*peer)["op"]["collective"].get<std::string>().find("tp-0 all_reduce"), std::string::npos) << r.output;
+  // The replay is the run again up to the step: the losses before it are the same, bit for bit.
+  EXPECT_EQ(r.j["losses_before"]["steps"], 2) << r.output;
+  EXPECT_EQ(r.j["losses_before"]["max_rel_diff"], 0.0) << r.output;
+  EXPECT_TRUE(fs::exists(dir / "replay-step-3" / "run.db"));
+  // The verdict is in the run: diagnose shows it, on the run file and on the folder's rank files.
+  for (const fs::path& target : {dir / "run.db", dir}) {
+    const Diagnosis d = diagnose(target);
+    const auto replays = d.ofKind("replay");
+    ASSERT_EQ(replays.size(), 1u) << target << "\n" << d.summary();
+    EXPECT_EQ(replays[0].step, 3);
+    EXPECT_EQ(replays[0].numbers.at("verdict"), "\"reproducible\"");
+    EXPECT_EQ(replays[0].numbers.at("op"), "\"aten::fill_\"");
+  }
+  // ... hung under the NaN's origin in the root-cause chain.
+  const RunResult dj = run({TPSCOPE_BIN, "diagnose", "--json", (dir / "run.db").string()}, dir / "chain.json");
+  const auto chain = nlohmann::json::parse(dj.output, nullptr, false);
+  ASSERT_FALSE(chain.is_discarded()) << dj.output;
+  bool underOrigin = false;
+  for (const auto& root : chain["chain"])
+    if (root.value("kind", "") == "nan_origin")
+      for (const auto& c : root["consequences"]) underOrigin |= c.value("kind", "") == "replay";
+  EXPECT_TRUE(underOrigin) << dj.output;
+}
+
+TEST(Replay, BackwardNanNamesTheBackwardPass) {
+  const auto dir = testDir("replay_bwd");
+  const RunResult c = capture(dir, 2, 2, 1, 3, {"--inject", "nan:rank=0,step=2,layer=1", "--on-nonfinite", "warn"});
+  ASSERT_EQ(c.status, 0) << c.output;
+  const Replayed r = replay(dir);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.j["verdict"], "reproducible") << r.output;
+  EXPECT_EQ(r.j["rank"], 0) << r.output;
+  const auto& op = r.j["op"];
+  EXPECT_EQ(op["pass"], "backward") << r.output;
+  // The gradient hook runs between autograd's functions: the one before it is named, and placed by its forward.
+  EXPECT_NE(op["backward_function"].get<std::string>(), "") << r.output;
+  EXPECT_NE(op["span"].get<std::string>().find("backward of layer"), std::string::npos) << r.output;
+}
+
+TEST(Replay, FlippedBitIsTransient) {
+  // Bit 30 of an fp32 weight near 1 sets the exponent's top bit: the weight becomes +Inf and the next step is NaN.
+  const auto dir = testDir("replay_flip");
+  const RunResult c = capture(dir, 2, 2, 1, 4, {"--inject", "bitflip:rank=1,step=2,bit=30", "--on-nonfinite", "warn"});
+  ASSERT_EQ(c.status, 0) << c.output;
+  const Replayed r = replay(dir);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.j["step"], 3) << r.output;
+  EXPECT_TRUE(r.j["run_had_nonfinite"].get<bool>()) << r.output;
+  EXPECT_EQ(r.j["verdict"], "transient") << r.output;
+  EXPECT_EQ(r.j["faults_left_out"], nlohmann::json::array({"bitflip:rank=1,step=2,bit=30"})) << r.output;
+  for (const auto& rank : r.j["ranks"]) EXPECT_TRUE(rank["finite"].get<bool>()) << r.output;
+  const Diagnosis d = diagnose(dir / "run.db");
+  const auto replays = d.ofKind("replay", "warning");
+  ASSERT_EQ(replays.size(), 1u) << d.summary();
+}
+
+TEST(Replay, HealthyStepIsClean) {
+  // Every operator the engine runs in a step (attention masks with −Inf, isfinite's +Inf constant, uninitialised
+  // buffers, Gloo's results) passes the check: no false alarm.
+  const auto dir = testDir("replay_healthy");
+  const RunResult c = capture(dir, 2, 2, 1, 3, {});
+  ASSERT_EQ(c.status, 0) << c.output;
+  Replayed r = replay(dir);
+  EXPECT_EQ(r.status, 2) << r.output;  // no NaN in the run: the step must be given
+  r = replay(dir, {"--step", "2"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.j["verdict"], "clean") << r.output;
+  ASSERT_EQ(r.j["ranks"].size(), 2u) << r.output;
+  for (const auto& rank : r.j["ranks"]) {
+    EXPECT_TRUE(rank["finite"].get<bool>()) << r.output;
+    EXPECT_GT(rank["ops_checked"].get<int64_t>(), 500) << r.output;
+  }
+}
+
+TEST(Replay, PipelineStageNamesItsOperator) {
+  // TP=2 × PP=2: the NaN enters stage 1's first rank (global rank 2) in micro-batch 1's forward pass.
+  const auto dir = testDir("replay_pp");
+  const RunResult c = capture(dir, 4, 2, 1, 3,
+                              {"--pp", "2", "--microbatches", "2", "--inject",
+                               "nan:stage=1,step=2,layer=1,phase=fwd,mb=1", "--on-nonfinite", "warn"});
+  ASSERT_EQ(c.status, 0) << c.output;
+  const Replayed r = replay(dir);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.j["verdict"], "reproducible") << r.output;
+  EXPECT_EQ(r.j["rank"], 2) << r.output;
+  EXPECT_EQ(r.j["op"]["op"], "aten::fill_") << r.output;
+  EXPECT_EQ(r.j["op"]["microbatch"], 1) << r.output;
+  EXPECT_NE(r.j["batch"].get<std::string>().find("micro-batch 1"), std::string::npos) << r.output;
+}
+
+TEST(Replay, RefusesWhatItCannotReplay) {
+  const auto dir = testDir("replay_bad");
+  EXPECT_EQ(replay(dir / "missing").status, 2);
+  // A trace that no capture wrote (no capture_command): the replay says so.
+  std::ofstream(dir / "empty.db") << "";
+  EXPECT_EQ(replay(dir / "empty.db").status, 2);
+}
+
+}  // namespace
+}  // namespace tpscope::capture_test
