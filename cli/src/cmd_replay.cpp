@@ -265,11 +265,11 @@ class Replay {
     }
     std::map<int, RankResult> byRank;
     for (const auto& a : *alerts) {
-      if (a.step != step_ || (a.kind != kinds::kReplayOp && a.kind != kinds::kReplayClean)) continue;
+      if (a.step != step_ || (a.kind != kinds::kOpCheck && a.kind != kinds::kOpCheckClean)) continue;
       RankResult& r = byRank[a.rank];
       if (r.found || r.clean) continue;
       r.rank = a.rank;
-      r.found = a.kind == kinds::kReplayOp;
+      r.found = a.kind == kinds::kOpCheck;
       r.clean = !r.found;
       r.evidence = Json::parse(a.evidence, nullptr, false);
       r.message = a.message;

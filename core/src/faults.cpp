@@ -293,6 +293,10 @@ StepHooks::StepHooks(Mesh& mesh, const std::vector<std::string>& names, const st
       throw ConfigError("TPSCOPE_INJECT: another trainer in this process already injects faults");
   }
   opCheck_ = OpCheck::fromEnvironment(mesh.rank(), names, params);  // tpscope replay
+  if (rules_.options().nonfinite == HealthPolicy::TraceOps && !opCheck_) {
+    names_ = names;
+    params_ = params;
+  }
 }
 
 StepHooks::~StepHooks() {
@@ -331,9 +335,16 @@ bool StepHooks::beforeUpdate(int64_t step64, std::span<const probes::GradStat> g
   const double localLoss = lossSum.defined() ? lossSum.detach().sum().item<double>() / std::max<int64_t>(1, microBatches)
                                              : std::numeric_limits<double>::quiet_NaN();
   if (!grads.empty()) action = std::max(action, rules_.checkGradients(step, grads, wholeModelNorm, localLoss));
-  if (activations != nullptr)
-    if (auto bad = activations->firstNonFinite()) action = std::max(action, rules_.checkActivation(step, *bad));
+  const std::optional<rules::ActivationFault> badOutput =
+      activations != nullptr ? activations->firstNonFinite() : std::nullopt;
+  if (badOutput) action = std::max(action, rules_.checkActivation(step, *badOutput));
   if (lossSum.defined()) action = std::max(action, rules_.checkLoss(step, localLoss));
+  // trace-ops: a non-finite value on this rank arms the op check from the next step on (this rank's own: no collective).
+  if (o.nonfinite == HealthPolicy::TraceOps && !opCheck_) {
+    bool bad = badOutput.has_value() || (lossSum.defined() && !std::isfinite(localLoss));
+    for (const auto& g : grads) bad = bad || g.nanCount > 0 || g.infCount > 0;
+    if (bad) opCheck_ = std::make_unique<OpCheck>(mesh_.rank(), step + 1, names_, params_, /*live=*/true, step);
+  }
   if (rules_.replicaCheckDue(step, mesh_.dp())) {
     // Reduced gradients are identical on every DP replica by construction: compare their global norms.
     at::Tensor mm = torch::tensor({gradNorm, -gradNorm}, torch::kDouble);

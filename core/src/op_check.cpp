@@ -365,8 +365,9 @@ std::unique_ptr<OpCheck> OpCheck::fromEnvironment(int rank, const std::vector<st
   return std::make_unique<OpCheck>(rank, static_cast<int>(step), names, params);
 }
 
-OpCheck::OpCheck(int rank, int step, const std::vector<std::string>& names, const std::vector<at::Tensor>& params)
-    : rank_(rank), step_(step), state_(std::make_unique<State>()) {
+OpCheck::OpCheck(int rank, int step, const std::vector<std::string>& names, const std::vector<at::Tensor>& params,
+                 bool live, int afterStep)
+    : rank_(rank), step_(step), live_(live), afterStep_(afterStep), state_(std::make_unique<State>()) {
   state_->owner = this;
   for (size_t i = 0; i < params.size() && i < names.size(); ++i)
     if (params[i].defined()) state_->paramOf[params[i].data_ptr()] = names[i];
@@ -381,13 +382,15 @@ OpCheck::~OpCheck() {
 OpCheck* activeOpCheck() noexcept { return g_active.load(std::memory_order_acquire); }
 
 void OpCheck::stepBegin(int64_t step) {
-  if (step == step_) arm();
+  if (!done_ && (step == step_ || (live_ && step > step_))) arm();
 }
 
 void OpCheck::stepEnd(int64_t step) {
-  if (step != step_ || !armed_) return;
+  if (!armed_) return;
   disarm();
-  sendAlert();
+  if (live_ && !report_.found) return;  // live: the next step is checked too
+  done_ = true;
+  sendAlert(static_cast<int>(step));
 }
 
 void OpCheck::arm() {
@@ -432,13 +435,14 @@ void OpCheck::collectiveResult(const std::string& what, const at::Tensor& result
   if (out.bad()) st->describe("collective", {}, {}, out, what, gradMode);
 }
 
-void OpCheck::sendAlert() const {
+void OpCheck::sendAlert(int step) const {
   probes::Sink* sink = probes::sink();
   const Report& r = report_;
-  Json ev{{"ops_checked", r.opsChecked}, {"check_step", step_}};
+  Json ev{{"ops_checked", r.opsChecked}, {"check_step", step_}, {"live", live_}};
+  if (live_) ev["after_step"] = afterStep_;
   std::string message;
   probes::Alert a;
-  a.step = step_;
+  a.step = step;
   if (r.found) {
     ev.update({{"op", r.op},
                {"pass", r.pass},
@@ -454,31 +458,29 @@ void OpCheck::sendAlert() const {
                {"output_nan", r.outputNan},
                {"output_inf", r.outputInf}});
     const char* value = r.outputNan > 0 ? "NaN" : "Inf";
+    const std::string where = (r.span.empty() ? "" : ", " + r.span) +
+                              (r.backwardFn.empty()                 ? ""
+                               : r.backwardFn.starts_with("after ") ? ", " + r.backwardFn
+                                                                    : ", in " + r.backwardFn);
     if (r.op == "collective")
-      message = fmt::format("rank {} step {}: {} arrived in the result of {}", rank_, step_, value, r.collective);
+      message = fmt::format("rank {} step {}: {} arrived in the result of {}", rank_, step, value, r.collective);
     else if (r.produced)
-      message = fmt::format("rank {} step {}: {} made {} ({} pass{}{}); no input carried it", rank_, step_, r.op, value,
-                            r.pass, r.span.empty() ? "" : ", " + r.span,
-                            r.backwardFn.empty()                 ? ""
-                            : r.backwardFn.starts_with("after ") ? ", " + r.backwardFn
-                                                                 : ", in " + r.backwardFn);
+      message = fmt::format("rank {} step {}: {} made {} ({} pass{}); no input carried it", rank_, step, r.op, value,
+                            r.pass, where);
     else
-      message = fmt::format("rank {} step {}: {} output {} ({} pass{}{}); its input {}{} already carried it", rank_,
-                            step_, r.op, value, r.pass, r.span.empty() ? "" : ", " + r.span,
-                            r.backwardFn.empty()                 ? ""
-                            : r.backwardFn.starts_with("after ") ? ", " + r.backwardFn
-                                                                 : ", in " + r.backwardFn, r.carrier,
+      message = fmt::format("rank {} step {}: {} output {} ({} pass{}); its input {}{} already carried it", rank_,
+                            step, r.op, value, r.pass, where, r.carrier,
                             r.carrierParam.empty() ? "" : " (" + r.carrierParam + ")");
     a.severity = probes::Severity::Error;
-    a.kind = vocabulary::alert_kinds::kReplayOp;
+    a.kind = vocabulary::alert_kinds::kOpCheck;
     a.layer = r.layer;
     a.param = r.op;
   } else {
-    message = fmt::format("rank {} step {}: {} operators checked, every output finite", rank_, step_, r.opsChecked);
+    message = fmt::format("rank {} step {}: {} operators checked, every output finite", rank_, step, r.opsChecked);
     a.severity = probes::Severity::Info;
-    a.kind = vocabulary::alert_kinds::kReplayClean;
+    a.kind = vocabulary::alert_kinds::kOpCheckClean;
   }
-  std::fprintf(stderr, "tpscope replay: %s\n", message.c_str());
+  std::fprintf(stderr, "tpscope %s: %s\n", live_ ? "op check" : "replay", message.c_str());
   if (sink == nullptr) return;
   const std::string evidence = ev.dump();
   a.message = message;

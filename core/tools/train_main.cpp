@@ -178,7 +178,7 @@ std::optional<int> parseArgs(int argc, char** argv, TrainArgs& args) {
   // capture: fault injection and health policy (docs/capture.md); passed on as TPSCOPE_INJECT / TPSCOPE_HEALTH.
   app.add_option("--inject", args.injects, "inject a fault (repeatable), e.g. nan:rank=1,step=3")
       ->allow_extra_args(false);
-  app.add_option("--on-nonfinite", args.onNonfinite, "policy on NaN/Inf: warn, skip-step, stop");
+  app.add_option("--on-nonfinite", args.onNonfinite, "policy on NaN/Inf: warn, skip-step, stop, trace-ops");
   app.add_option("--health", args.health, "health-rule options, e.g. grad_spike=stop");
   // Shorthands for the common keys: --<key with dashes> VALUE.
   auto& shortcuts = args.shortcuts;

@@ -15,7 +15,9 @@
   non-finite module output of the step (_modules' sums, checked when the loss's backward() is called), the loss, the
   gradients; alerts as tpscope-train raises them. Policies: warn; skip-step (every rank votes with an all-reduce MAX
   over the default group when a rule can act, as the engine does, and the update is dropped: optimizer.step() is not
-  called and the gradients are cleared); stop (the recorder is flushed and the process exits with status 5).
+  called and the gradients are cleared); stop (the recorder is flushed and the process exits with status 5);
+  trace-ops (warn, and from the step after a non-finite value on this rank every operator is checked until the first
+  that makes a NaN/+Inf is named: _opcheck).
 """
 
 import functools
@@ -27,13 +29,15 @@ import sys
 import torch
 import torch.distributed as dist
 
-from . import _fsdp, _host, _modules, _native, _rank
+from . import _fsdp, _host, _modules, _native, _opcheck, _rank
 from ._native import kinds as K
 from ._state import STATE
 
 _orig_backward = None
 _health = None
 _primary = None   # id of the training optimizer (the first whose step() is called)
+_trace_ops = False  # --on-nonfinite trace-ops
+_op_check = None    # the op check armed after a non-finite value (trace-ops), until it has named an operator
 _sites = {}
 
 
@@ -46,6 +50,7 @@ class _StepState:
         self.counted = False     # tokens of the current micro-batch counted
         self.action = K.ACTION_CONTINUE
         self.activation_checked = False
+        self.nonfinite = False   # a non-finite output, loss or gradient on this rank in this step (trace-ops)
 
 
 _step = _StepState()
@@ -95,6 +100,7 @@ def _on_loss(loss):
     value = float(loss.detach())
     _step.losses.append(value)
     fault = _first_nonfinite(_modules.take_activations())
+    _step.nonfinite = _step.nonfinite or fault is not None or not math.isfinite(value)
     if fault is not None and not _step.activation_checked:
         info, ticks, v = fault
         _step.activation_checked = True
@@ -201,6 +207,7 @@ def _grad_health(optimizer, step):
         if name not in _placements_seen:
             _note_placement(name, p)
     action = _health.gradients(step, names, layers, rows)
+    _step.nonfinite = _step.nonfinite or any(r[2] > 0 or r[3] > 0 for r in rows)
     return action, math.sqrt(sum(r[0] * r[0] for r in stats))
 
 
@@ -258,9 +265,30 @@ def _training_step(optimizer, original, args, kwargs):
         sys.stderr.flush()
         sys.stdout.flush()
         os._exit(5)  # as tpscope-train: no teardown against peers that are leaving too
+    _trace_next(step)
     STATE.set_step(step + 1)
     _step = _StepState(t1)
+    if _op_check is not None:
+        _op_check.step_begin(step + 1)
     return result
+
+
+def _trace_next(step):
+    """trace-ops: the op check ends its step (naming the operator, or tracing on), or is armed after this step's
+    non-finite value."""
+    global _op_check, _trace_ops
+    try:
+        if _op_check is not None:
+            if _op_check.step_end(step):
+                _op_check, _trace_ops = None, False  # named: once per run
+        elif _trace_ops and _step.nonfinite and _opcheck.available():
+            _op_check = _opcheck.OpCheck(int(os.environ.get("RANK", "0")), step + 1, step)
+            _op_check.micro = lambda: _step.micro
+    except Exception as e:  # never the program's failure: the check stops, the run goes on
+        sys.stderr.write("tpscope: the op check stopped: %s: %s\n" % (type(e).__name__, e))
+        if _op_check is not None:
+            _op_check.close()
+        _op_check, _trace_ops = None, False
 
 
 def _wrap_step(cls):
@@ -324,13 +352,14 @@ def _install_init_process_group():
 
 
 def install():
-    global _orig_backward, _health
+    global _orig_backward, _health, _trace_ops
     text = os.environ.get("TPSCOPE_HEALTH", "")
     try:
         _health = _native.Health(text)
     except ValueError as e:
         sys.stderr.write("tpscope: TPSCOPE_HEALTH: %s; using the default rules\n" % e)
         _health = _native.Health("")
+    _trace_ops = "nonfinite=trace-ops" in _health.options
     if _orig_backward is None:
         _orig_backward = torch.autograd.backward
         torch.autograd.backward = _backward

@@ -42,6 +42,7 @@ std::string_view healthPolicyName(HealthPolicy policy) {
     case HealthPolicy::Warn: return "warn";
     case HealthPolicy::SkipStep: return "skip-step";
     case HealthPolicy::Stop: return "stop";
+    case HealthPolicy::TraceOps: return "trace-ops";
   }
   return "warn";
 }
@@ -51,6 +52,7 @@ std::optional<HealthPolicy> parseHealthPolicy(std::string_view name) {
   if (name == "warn") return HealthPolicy::Warn;
   if (name == "skip-step" || name == "skip_step" || name == "skip") return HealthPolicy::SkipStep;
   if (name == "stop") return HealthPolicy::Stop;
+  if (name == "trace-ops" || name == "trace_ops") return HealthPolicy::TraceOps;
   return std::nullopt;
 }
 
@@ -77,6 +79,8 @@ std::optional<HealthOptions> parseHealthOptions(std::string_view text, std::stri
     auto policy = [&](HealthPolicy& out, bool allowSkip) -> std::optional<std::string> {
       auto p = parseHealthPolicy(value);
       if (!p) return fmt::format("{}={}: expected off, warn, skip-step or stop", key, value);
+      if (*p == HealthPolicy::TraceOps && key != "nonfinite")
+        return fmt::format("{}={}: trace-ops is a policy of the non-finite rule only", key, value);
       if (!allowSkip && *p == HealthPolicy::SkipStep)
         return fmt::format("{}={}: this rule can only be off, warn or stop", key, value);
       out = *p;

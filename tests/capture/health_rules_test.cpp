@@ -295,5 +295,21 @@ TEST(HealthOptions, ParsesAndRefuses) {
   EXPECT_FALSE(parseHealthOptions("nonfinite", &error));
 }
 
+TEST_F(HealthRulesTest, TraceOpsIsTheNonFiniteRulesAndWarns) {
+  std::string error;
+  auto o = parseHealthOptions("nonfinite=trace-ops", &error);
+  ASSERT_TRUE(o.has_value()) << error;
+  EXPECT_EQ(o->nonfinite, HealthPolicy::TraceOps);
+  EXPECT_FALSE(o->needsAgreement()) << "trace-ops warns: no rank votes";
+  EXPECT_NE(formatHealthOptions(*o).find("nonfinite=trace-ops"), std::string::npos);
+  EXPECT_FALSE(parseHealthOptions("grad_spike=trace-ops", &error));
+  EXPECT_NE(error.find("non-finite rule only"), std::string::npos) << error;
+  HealthRules rules(*o);
+  EXPECT_EQ(rules.checkGradients(2, grads(1.0, 1)), StepAction::Continue);
+  ASSERT_EQ(sink_.alerts.size(), 1u);
+  EXPECT_EQ(sink_.alerts[0].kind, "nonfinite_grad");
+  EXPECT_EQ(sink_.alerts[0].evidence["policy"], "trace-ops");
+}
+
 }  // namespace
 }  // namespace tpscope::rules

@@ -142,6 +142,34 @@ TEST(Replay, PipelineStageNamesItsOperator) {
   EXPECT_NE(r.j["batch"].get<std::string>().find("micro-batch 1"), std::string::npos) << r.output;
 }
 
+TEST(Replay, TraceOpsNamesTheNextOccurrenceLive) {
+  // --on-nonfinite trace-ops: warn, and the op check armed after step 3 names, once per rank, the first operator of
+  // step 4 whose output is NaN — the embedding lookup, whose weight step 3's NaN update left NaN.
+  const auto dir = testDir("replay_trace_ops");
+  const RunResult c = capture(dir, 2, 2, 1, 6,
+                              {"--inject", "nan:rank=1,step=3,layer=1,phase=fwd", "--on-nonfinite", "trace-ops"});
+  ASSERT_EQ(c.status, 0) << c.output;
+  Db db(dir / "run.db");
+  const auto checks = db.rows("SELECT rank, step, param, evidence FROM alerts WHERE kind = 'op_check' ORDER BY rank");
+  ASSERT_EQ(checks.size(), 2u) << c.output;  // once per rank, not again at steps 5 and 6
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(checks[rank][0], std::to_string(rank));
+    EXPECT_EQ(checks[rank][1], "4");
+    EXPECT_EQ(checks[rank][2], "aten::index_select");
+    const auto ev = nlohmann::json::parse(checks[rank][3]);
+    EXPECT_TRUE(ev.value("live", false)) << checks[rank][3];
+    EXPECT_EQ(ev.value("after_step", -1), 3) << checks[rank][3];
+    EXPECT_EQ(ev.value("carrier_param", ""), "embedding.weight") << checks[rank][3];
+    EXPECT_EQ(ev.value("pass", ""), "forward") << checks[rank][3];
+  }
+  EXPECT_TRUE(db.rows("SELECT 1 FROM alerts WHERE kind = 'op_check_clean'").empty()) << "live: no clean alerts";
+  const Diagnosis d = diagnose(dir / "run.db");
+  const auto traced = d.ofKind("replay");
+  ASSERT_EQ(traced.size(), 2u) << d.summary();
+  EXPECT_EQ(traced[0].numbers.at("verdict"), "\"traced\"");
+  EXPECT_EQ(traced[0].numbers.at("after_step"), "3");
+}
+
 TEST(Replay, RefusesWhatItCannotReplay) {
   const auto dir = testDir("replay_bad");
   EXPECT_EQ(replay(dir / "missing").status, 2);

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`tpscope capture -- python3 samples/python/tp_train.py` at TP=2, and what the diagnosis says (label multiproc).
 
-    capture_test.py --case healthy|nan|stop|hang --tpscope BIN --python PY --sample tp_train.py --work DIR
+    capture_test.py --case healthy|nan|skip|stop|trace|hang --tpscope BIN --python PY --sample tp_train.py --work DIR
 
 healthy  exit 0; every kind of record is there (module spans in both phases, TP collectives with their per-group
          sequence numbers, grad_stats, step_stats, rank coordinates); the diagnosis has nothing of warning or worse
@@ -12,6 +12,10 @@ skip     the same NaN under --on-nonfinite skip-step: every rank votes, step 3's
          losses and exits 0
 stop     the same NaN under --on-nonfinite stop: every rank votes (an int64 all-reduce over world each step), stops
          at step 3 with status 5, the step recorded as skipped
+trace    the same NaN under --on-nonfinite trace-ops: the run goes on (warn), and the op check armed after step 3
+         names, once per rank, the first operator of step 4 whose output is NaN — the embedding lookup, whose weight
+         the NaN update of step 3 left NaN — with the parameter that carried it (alert op_check, evidence live);
+         diagnose hangs it under the origin
 hang     rank 1 leaves out layer 0's MLP all-reduce at step 3 and blocks: capture's watchdog stops the run (exit 3);
          the hang names rank 1 and (tp-0, seq 18): 8 TP all-reduces per step at 2 layers, the 2nd of step 3
 """
@@ -163,6 +167,25 @@ def check_stop(args):
         fail("nan_origin: %s" % origin, log)
 
 
+def check_trace(args):
+    out = os.path.join(args.work, "run")
+    log = capture(args, out, ["--on-nonfinite", "trace-ops"], ["--nan-at", "1:3:1"], 0)
+    run = os.path.join(out, "run.db")
+    db = sqlite3.connect("file:%s?mode=ro" % run, uri=True)
+    checks = rows(db, "SELECT rank, step, param, evidence FROM alerts WHERE kind = 'op_check' ORDER BY rank")
+    if [(r, s, p) for r, s, p, _ in checks] != [(0, 4, "aten::embedding"), (1, 4, "aten::embedding")]:
+        fail("op_check alerts (rank, step, op): %s, expected the embedding lookup of step 4 once per rank"
+             % [(r, s, p) for r, s, p, _ in checks], log)
+    for rank, _, _, evidence in checks:
+        ev = json.loads(evidence)
+        if not ev.get("live") or ev.get("after_step") != 3 or ev.get("carrier_param") != "embed.weight" \
+                or ev.get("pass") != "forward":
+            fail("op_check evidence of rank %d: %s" % (rank, evidence), log)
+    traced = [f for f in diagnose(args, run) if f["kind"] == "replay"]
+    if len(traced) != 2 or any(f["step"] != 4 for f in traced):
+        fail("replay (traced) findings: %s" % json.dumps(traced, indent=1), log)
+
+
 def check_hang(args):
     out = os.path.join(args.work, "run")
     log = capture(args, out, ["--hang-timeout", "6"], ["--skip-allreduce", "1:3:0"], 3)
@@ -182,14 +205,14 @@ def check_hang(args):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--case", choices=["healthy", "nan", "skip", "stop", "hang"], required=True)
+    p.add_argument("--case", choices=["healthy", "nan", "skip", "stop", "trace", "hang"], required=True)
     p.add_argument("--tpscope", required=True)
     p.add_argument("--python", required=True)
     p.add_argument("--sample", required=True)
     p.add_argument("--work", required=True)
     args = p.parse_args()
     os.makedirs(args.work, exist_ok=True)
-    {"healthy": check_healthy, "nan": check_nan, "skip": check_skip, "stop": check_stop,
+    {"healthy": check_healthy, "nan": check_nan, "skip": check_skip, "stop": check_stop, "trace": check_trace,
      "hang": check_hang}[args.case](args)
     print("PASS python_capture_%s" % args.case)
 

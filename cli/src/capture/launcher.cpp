@@ -165,7 +165,7 @@ std::optional<int> CaptureSession::parseFaultsAndHealth() {
   }
   if (!o_.onNonfinite.empty()) {
     if (!rules::parseHealthPolicy(o_.onNonfinite))
-      return bad(fmt::format("--on-nonfinite {}: expected warn, skip-step or stop", o_.onNonfinite));
+      return bad(fmt::format("--on-nonfinite {}: expected warn, skip-step, stop or trace-ops", o_.onNonfinite));
     healthText_ = "nonfinite=" + o_.onNonfinite;
   }
   if (!o_.health.empty()) healthText_ += (healthText_.empty() ? "" : ",") + o_.health;

@@ -42,7 +42,7 @@ struct CaptureOptions {
   double hangTimeoutS = 300;
   double startupTimeoutS = 60;        // the watchdog's limit until every rank has finished a step (if larger)
   double stallAfterS = 1.5;           // live stall lines (analysis/live_stall.h): blocked this long; 10 s at startup
-  std::string onNonfinite;            // "", warn, skip-step, stop
+  std::string onNonfinite;            // "", warn, skip-step, stop, trace-ops
   std::string health;                 // health-rule options (health_rules.h)
   std::vector<std::string> program;   // after `--`; empty: tpscope-train
   std::filesystem::path self;         // this executable (to find tpscope-train beside it)

@@ -275,9 +275,14 @@ Reason sdcCauses(const Ctx& x, const Finding& c, const Finding& e) {
 // `tpscope replay`'s verdict on a step is evidence about the NaN/Inf born at that step: the replay made it again
 // (the operator named) or did not (suspect the hardware).
 Reason replayOf(const Finding& c, const Finding& e) {
-  if (!(origin(c) && isKind(e, FindingKind::Replay) && e.step == c.step)) return {};
-  return LinkReason{"the replay re-ran step " + std::to_string(e.step) + ": " + textOr(e, "verdict"),
-                    rowsOf(e, "alerts", 1)};
+  if (!(origin(c) && isKind(e, FindingKind::Replay))) return {};
+  if (e.step == c.step && textOr(e, "verdict") != "traced")
+    return LinkReason{"the replay re-ran step " + std::to_string(e.step) + ": " + textOr(e, "verdict"),
+                      rowsOf(e, "alerts", 1)};
+  if (numberOr(e, "after_step", -1) == c.step)
+    return LinkReason{"the op check armed after step " + std::to_string(c.step) + " named the operator of the next one",
+                      rowsOf(e, "alerts", 1)};
+  return {};
 }
 
 Reason stragglerCauses(const Ctx& x, const Finding& c, const Finding& e) {

@@ -12,9 +12,32 @@ tracedb::Result<std::vector<Finding>> replayFindings(tracedb::Reader& reader) {
   auto alerts = reader.alerts();
   if (!alerts) return alerts.status();
   std::map<int, const tracedb::AlertRow*> latest;  // step -> the latest verdict (alerts come by time)
-  for (const auto& a : *alerts)
-    if (a.kind == vocabulary::alert_kinds::kReplay) latest[a.step] = &a;
   std::vector<Finding> out;
+  for (const auto& a : *alerts) {
+    if (a.kind == vocabulary::alert_kinds::kReplay) latest[a.step] = &a;
+    if (a.kind != vocabulary::alert_kinds::kOpCheck) continue;
+    // The op check armed live (--on-nonfinite trace-ops): the operator of the next occurrence, as the replay names it.
+    const auto ev = nlohmann::json::parse(a.evidence, nullptr, false);
+    if (!ev.is_object() || !ev.value("live", false)) continue;
+    Finding fd;
+    fd.kind = FindingKind::Replay;
+    fd.severity = Severity::Info;
+    fd.rank = a.rank;
+    fd.step = a.step;
+    fd.layer = a.layer;
+    const int after = ev.value("after_step", -1);
+    fd.message = "traced live after the non-finite value of step " + std::to_string(after) + ": " + a.message;
+    fd.cite("alerts", {detail::field("rank", int64_t{a.rank}), detail::field("step", int64_t{a.step}),
+                       detail::field("kind", std::string(vocabulary::alert_kinds::kOpCheck))});
+    fd.number("verdict", std::string("traced"))
+        .number("after_step", int64_t{after})
+        .number("op", ev.value("op", ""))
+        .number("pass", ev.value("pass", ""))
+        .number("span", ev.value("span", ""))
+        .number("produced", int64_t{ev.value("produced", false) ? 1 : 0})
+        .number("ops_checked", ev.value("ops_checked", int64_t{0}));
+    out.push_back(std::move(fd));
+  }
   for (const auto& [step, a] : latest) {
     const auto ev = nlohmann::json::parse(a->evidence, nullptr, false);
     const nlohmann::json op = ev.is_object() && ev.contains("op") && ev["op"].is_object() ? ev["op"]

@@ -140,7 +140,9 @@ class StepHooks {
   Mesh& mesh_;
   bool recordingRequested_;  // TPSCOPE_OUT is set: the ranks record (same on every rank)
   std::unique_ptr<FaultInjector> faults_;
-  std::unique_ptr<OpCheck> opCheck_;  // TPSCOPE_REPLAY_STEP (tpscope replay)
+  std::unique_ptr<OpCheck> opCheck_;  // TPSCOPE_REPLAY_STEP (tpscope replay), or live under trace-ops
+  std::vector<std::string> names_;    // the parameters, for an op check armed live
+  std::vector<at::Tensor> params_;
   rules::HealthRules rules_;
 };
 

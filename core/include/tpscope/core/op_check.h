@@ -3,8 +3,10 @@
 // counted, never reported), and the first such value on this rank is described — the
 // operator (ATen name, forward or backward, the backward function autograd was running, the span it ran in and the
 // layer), the micro-batch, and each input's statistics (finite?, max |x|, which input first carried it, which
-// parameter an input is). It goes to the recorder as one alert of kind `replay_op` (evidence: JSON, below); a step
-// with no non-finite value gives one `replay_clean` alert with the number of operators checked.
+// parameter an input is). It goes to the recorder as one alert of kind `op_check` (evidence: JSON, below); a step
+// with no non-finite value gives one `op_check_clean` alert with the number of operators checked. Live (health
+// policy --on-nonfinite trace-ops, StepHooks): armed from the step after a non-finite alert on the rank, every step,
+// until it has named an operator (evidence live = true, after_step: the alert's step); no clean alerts.
 //
 // Design: a global RecordFunction callback (ATen's observer API, the one the PyTorch profiler uses) with inputs and
 // outputs, on operators (FUNCTION) and autograd's backward functions (BACKWARD_FUNCTION), registered for the armed
@@ -31,13 +33,18 @@ class OpCheck {
   // value that is not a positive step. `names`/`params`: the model's parameters (an input that is one is named).
   static std::unique_ptr<OpCheck> fromEnvironment(int rank, const std::vector<std::string>& names,
                                                   const std::vector<at::Tensor>& params);
-  OpCheck(int rank, int step, const std::vector<std::string>& names, const std::vector<at::Tensor>& params);
+  // `step`: the step checked; `live`: that step and every one after it until an operator is named, and `afterStep`
+  // the step whose alert started it.
+  OpCheck(int rank, int step, const std::vector<std::string>& names, const std::vector<at::Tensor>& params,
+          bool live = false, int afterStep = -1);
   ~OpCheck();
   OpCheck(const OpCheck&) = delete;
   OpCheck& operator=(const OpCheck&) = delete;
 
   int step() const { return step_; }
   bool armed() const { return armed_; }
+  bool live() const { return live_; }
+  bool done() const { return done_; }
   // Trainer: the start and the end of every step. Arms at the check's step; at its end, disarms and sends the alert.
   void stepBegin(int64_t step);
   void stepEnd(int64_t step);
@@ -70,10 +77,13 @@ class OpCheck {
  private:
   void arm();
   void disarm();
-  void sendAlert() const;
+  void sendAlert(int step) const;
 
   int rank_;
   int step_;
+  bool live_ = false;
+  int afterStep_ = -1;
+  bool done_ = false;
   int microbatch_ = -1;
   bool armed_ = false;
   Report report_;

@@ -24,9 +24,10 @@ namespace tpscope::rules {
 
 // What a rule does when it fires: off (not checked), warn (alert only), skip-step (every rank agrees to drop the
 // update: the trainer all-reduces the MAX of the ranks' actions, see agree()), stop (every rank stops;
-// tpscope-train exits 5).
-enum class HealthPolicy : uint8_t { Off, Warn, SkipStep, Stop };
-std::string_view healthPolicyName(HealthPolicy policy);  // "off", "warn", "skip-step", "stop"
+// tpscope-train exits 5). trace-ops (the non-finite rule only): warn, and from the next step on check every operator
+// until the first that makes a NaN/+Inf is named (core/op_check.h; python/tpscope/_opcheck.py).
+enum class HealthPolicy : uint8_t { Off, Warn, SkipStep, Stop, TraceOps };
+std::string_view healthPolicyName(HealthPolicy policy);  // "off", "warn", "skip-step", "stop", "trace-ops"
 std::optional<HealthPolicy> parseHealthPolicy(std::string_view name);
 
 struct SpikeRule {

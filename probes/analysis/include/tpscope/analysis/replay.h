@@ -4,6 +4,9 @@
 // info for reproducible and clean (the replay is evidence about a cause the other findings name), warning for
 // transient (clean again: suspect the hardware). Evidence: the alert row, and numbers verdict, op, pass, span,
 // produced (0/1), ops_checked. The root-cause chain hangs it under the NaN/Inf origin of its step (chain.h).
+// The op check armed live (--on-nonfinite trace-ops: alerts of kind op_check with evidence live = true) gives one
+// more: verdict "traced", step: where it named the operator, after_step: the step whose non-finite value armed it
+// (the origin it hangs under).
 #pragma once
 
 #include <vector>

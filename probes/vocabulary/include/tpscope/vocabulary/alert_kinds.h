@@ -14,10 +14,11 @@ inline constexpr std::string_view kLossSpike = "loss_spike";                    
 inline constexpr std::string_view kReplicaDivergence = "replica_divergence";      // replicas that must agree differ
 inline constexpr std::string_view kTooManySkippedSteps = "too_many_skipped_steps";
 inline constexpr std::string_view kSilentCorruption = "silent_corruption";        // a replica's bits differ
-// `tpscope replay` (docs/replay.md): in the replay's own run, each rank's first non-finite operator of the checked
-// step, or that the step ran clean there; in the replayed run, the verdict (evidence: the replay's JSON).
-inline constexpr std::string_view kReplayOp = "replay_op";
-inline constexpr std::string_view kReplayClean = "replay_clean";
+// The op check (core/op_check.h, python/tpscope/_opcheck.py): a rank's first operator whose output holds a NaN/+Inf
+// (in `tpscope replay`'s run, or live under --on-nonfinite trace-ops: evidence live = true), or that the replayed step
+// ran clean there. `replay`: tpscope replay's verdict, in the replayed run (evidence: the replay's JSON).
+inline constexpr std::string_view kOpCheck = "op_check";
+inline constexpr std::string_view kOpCheckClean = "op_check_clean";
 inline constexpr std::string_view kReplay = "replay";
 
 // Every non-finite kind starts with it (the analysis of the first NaN selects alerts by it).
