@@ -1,7 +1,7 @@
 // tpscope replay RUN [--step S] [--rank R] [--json]: the step again, op by op. Re-runs a tpscope-train run's job up to
 // step S through `tpscope capture` (same program, layout, config and the faults that model a program's own bug),
 // with the op check (core/op_check.h) armed at step S on every rank; reads back each rank's first non-finite
-// operator, and gives the verdict: reproducible (the value comes back: a numerical or data problem, the op and the
+// operator (from the run's newest checkpoint before S when it has one), and gives the verdict: reproducible (the value comes back: a numerical or data problem, the op and the
 // batch named), transient (the replay is clean: suspect the hardware) or clean (neither the run nor the replay had a
 // non-finite value at S). The verdict goes into the run file (an alert of kind `replay`, which diagnose turns into a
 // `replay` finding under the NaN's origin) and the replay's own run stays in RUN's folder, replay-step-S/.
@@ -39,8 +39,9 @@ namespace kinds = vocabulary::alert_kinds;
 constexpr const char* kHelp = R"(
 Re-runs a run of tpscope-train up to step S, with every operator's outputs (forward ops, the backward functions
 autograd runs) and every collective's result checked for NaN/Inf at step S, and names the first operator that made
-the value on each rank. The job runs again in full (all ranks, from step 1: the engine's data order, initialisation
-and dropout are functions of the seed and the step), with the faults that model a program's own bug re-applied
+the value on each rank. The job runs again (all ranks; from the run's newest checkpoint before S where its config
+wrote checkpoints, else from step 1: the engine's data order, initialisation and dropout are functions of the seed and
+the step, and a checkpoint holds the RNG state), with the faults that model a program's own bug re-applied
 (nan, inf, spike) and those that model the machine or the schedule left out (bitflip, slow, delay, hang, crash,
 mismatch). Checkpoints are not written.
 
@@ -100,6 +101,23 @@ std::optional<std::string> takeFlag(std::vector<std::string>& argv, const std::s
       return v;
     }
   return std::nullopt;
+}
+
+// The newest step folder of a checkpoint root (core/checkpoint.h: <root>/step-NNNNNN with a manifest.json) whose step
+// is before `step`, as (its step, its path); relative roots are the capture's, read from here.
+std::optional<std::pair<int, fs::path>> newestCheckpointBefore(const std::string& root, int step) {
+  std::error_code ec;
+  if (root.empty() || !fs::is_directory(root, ec)) return std::nullopt;
+  std::optional<std::pair<int, fs::path>> best;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!name.starts_with("step-") || !fs::exists(e.path() / "manifest.json", ec)) continue;
+    char* end = nullptr;
+    const long n = std::strtol(name.c_str() + 5, &end, 10);
+    if (*end != '\0' || n < 1 || n >= step) continue;
+    if (!best || n > best->first) best = std::make_pair(static_cast<int>(n), fs::absolute(e.path()));
+  }
+  return best;
 }
 
 struct RankResult {
@@ -192,6 +210,19 @@ class Replay {
     (void)takeFlag(argv, "--metrics-jsonl", true);
     std::vector<std::string> injects;
     while (auto i = takeFlag(argv, "--inject", true)) injects.push_back(*i);
+    (void)takeFlag(argv, "--resume", true);
+    if (auto cfg = reader->metaValue("config")) {
+      Json c = Json::parse(*cfg, nullptr, false);
+      if (c.is_object()) {
+        microBatch_ = c.value("micro_batch_size", int64_t{1});
+        gradAccum_ = c.value("grad_accum", int64_t{1});
+        // The run's newest checkpoint before the step: the replay starts there instead of at step 1.
+        if (auto ck = newestCheckpointBefore(c.value("checkpoint_dir", ""), step_)) {
+          argv.insert(argv.end(), {"--resume", ck->second.string()});
+          fromStep_ = ck->first + 1;
+        }
+      }
+    }
     argv.insert(argv.end(), {"--steps", std::to_string(step_), "--set", "checkpoint_dir=\"\""});
     argv_ = std::move(argv);
     // The faults: those that model a program's own bug come back; the machine's and the schedule's do not.
@@ -204,13 +235,6 @@ class Replay {
       const bool program = s.kind == rules::FaultKind::Nan || s.kind == rules::FaultKind::Inf ||
                            s.kind == rules::FaultKind::Spike;
       (program ? out_.reapplied : out_.leftOut).push_back(rules::formatFaultSpec(s));
-    }
-    if (auto cfg = reader->metaValue("config")) {
-      Json c = Json::parse(*cfg, nullptr, false);
-      if (c.is_object()) {
-        microBatch_ = c.value("micro_batch_size", int64_t{1});
-        gradAccum_ = c.value("grad_accum", int64_t{1});
-      }
     }
     return kExitOk;
   }
@@ -345,6 +369,7 @@ class Replay {
            {"rank", out_.rank},
            {"verdict", out_.verdict},
            {"run_had_nonfinite", out_.runHadNonFinite},
+           {"from_step", fromStep_},
            {"faults_reapplied", out_.reapplied},
            {"faults_left_out", out_.leftOut},
            {"replay_run", out_.replayRun.string()},
@@ -358,9 +383,10 @@ class Replay {
   }
 
   void printText() const {
-    std::cout << fmt::format("replay of step {} ({}): {} rank{} (tp {}, dp {}{}), from step 1\n", step_,
+    std::cout << fmt::format("replay of step {} ({}): {} rank{} (tp {}, dp {}{}), from {}\n", step_,
                              file_.string(), world_, world_ == 1 ? "" : "s", tp_, dp_,
-                             pp_ > 1 ? fmt::format(", pp {}", pp_) : "");
+                             pp_ > 1 ? fmt::format(", pp {}", pp_) : "",
+                             fromStep_ > 1 ? fmt::format("the checkpoint of step {}", fromStep_ - 1) : "step 1");
     auto list = [](const std::vector<std::string>& v) { return v.empty() ? std::string("none") : join(v, "; "); };
     std::cout << "faults re-applied: " << list(out_.reapplied) << "; left out: " << list(out_.leftOut) << "\n";
     if (out_.lossMaxRelDiff)
@@ -447,6 +473,7 @@ class Replay {
   std::vector<std::string> argv_;
   int world_ = 0, tp_ = 0, dp_ = 0, pp_ = 1;
   int step_ = -1, rank_ = 0;
+  int fromStep_ = 1;  // the first step the replay runs (after the checkpoint it resumes from)
   int64_t microBatch_ = 1, gradAccum_ = 1;
   int captureRc_ = 0;
   analysis::NonFiniteReport nonfinite_;

@@ -142,6 +142,31 @@ TEST(Replay, PipelineStageNamesItsOperator) {
   EXPECT_NE(r.j["batch"].get<std::string>().find("micro-batch 1"), std::string::npos) << r.output;
 }
 
+TEST(Replay, ResumesFromTheNewestCheckpointBeforeTheStep) {
+  // Checkpoints at steps 2 and 4 (save_every 2); a NaN at step 4: the replay starts from step 2's checkpoint, runs
+  // step 3 (its loss the run's, bit for bit) and step 4, and writes no checkpoint of its own.
+  const auto dir = testDir("replay_resume");
+  const fs::path ckpt = dir.parent_path() / "replay_resume.ckpt";
+  fs::remove_all(ckpt);
+  const fs::path config = configWith(dir, {{"checkpoint_dir", ckpt.string()}, {"save_every", 2}});
+  const RunResult c = run(withConfig(captureArgv(dir, 2, 2, 1, 4,
+                                                 {"--inject", "nan:rank=0,step=4,layer=0,phase=fwd",
+                                                  "--on-nonfinite", "warn"}),
+                                     config),
+                          captureLog(dir));
+  ASSERT_EQ(c.status, 0) << c.output;
+  ASSERT_TRUE(fs::exists(ckpt / "step-000002" / "manifest.json")) << c.output;
+  const auto before = fs::last_write_time(ckpt / "step-000004" / "manifest.json");
+  const Replayed r = replay(dir);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.j["from_step"], 3) << r.output;
+  EXPECT_EQ(r.j["verdict"], "reproducible") << r.output;
+  EXPECT_EQ(r.j["op"]["layer"], 0) << r.output;
+  EXPECT_EQ(r.j["losses_before"]["steps"], 1) << r.output;
+  EXPECT_EQ(r.j["losses_before"]["max_rel_diff"], 0.0) << r.output;
+  EXPECT_EQ(fs::last_write_time(ckpt / "step-000004" / "manifest.json"), before) << "the replay wrote a checkpoint";
+}
+
 TEST(Replay, TraceOpsNamesTheNextOccurrenceLive) {
   // --on-nonfinite trace-ops: warn, and the op check armed after step 3 names, once per rank, the first operator of
   // step 4 whose output is NaN — the embedding lookup, whose weight step 3's NaN update left NaN.

@@ -9,22 +9,6 @@
 namespace tpscope::capture_test {
 namespace {
 
-// The tiny config with `extra` keys, written into `dir` (the corpus found where the tiny config's is).
-fs::path configWith(const fs::path& dir, const nlohmann::json& extra) {
-  nlohmann::json c = nlohmann::json::parse(readFile(TPSCOPE_TINY_CONFIG));
-  c["corpus"] = (fs::path(TPSCOPE_TINY_CONFIG).parent_path() / c["corpus"].get<std::string>()).lexically_normal();
-  for (const auto& [k, v] : extra.items()) c[k] = v;
-  const fs::path file = dir.parent_path() / (dir.filename().string() + ".config.json");
-  std::ofstream(file) << c.dump(2);
-  return file;
-}
-
-std::vector<std::string> withConfig(std::vector<std::string> argv, const fs::path& config) {
-  for (size_t i = 0; i + 1 < argv.size(); ++i)
-    if (argv[i] == "--config") argv[i + 1] = config.string();
-  return argv;
-}
-
 // The silent_corruption alerts: rank, step, layer, param (ordered by rank).
 std::vector<std::vector<std::string>> sdcAlerts(const fs::path& dir) {
   Db db(dir / "run.db");
