@@ -1,11 +1,11 @@
 // tpscope replay RUN [--step S] [--rank R] [--json]: the step again, op by op. Re-runs a tpscope-train run's job up to
-// step S through `tpscope capture` (same program, layout, config and the faults that model a program's own bug),
-// with the op check (core/op_check.h) armed at step S on every rank; reads back each rank's first non-finite
-// operator (from the run's newest checkpoint before S when it has one), and gives the verdict: reproducible (the value comes back: a numerical or data problem, the op and the
-// batch named), transient (the replay is clean: suspect the hardware) or clean (neither the run nor the replay had a
-// non-finite value at S). The verdict goes into the run file (an alert of kind `replay`, which diagnose turns into a
-// `replay` finding under the NaN's origin) and the replay's own run stays in RUN's folder, replay-step-S/.
-// docs/replay.md is the user's page.
+// step S through `tpscope capture` (same program, layout, config and the faults that model a program's own bug; from
+// the run's newest checkpoint before S when it has one), with the op check (core/op_check.h) armed at step S on every
+// rank; reads back each rank's first non-finite operator and gives the verdict: reproducible (the value comes back: a
+// numerical or data problem, the op and the batch named), transient (the replay is clean: suspect the hardware) or
+// clean (neither the run nor the replay had a non-finite value at S). The verdict goes into the run file (an alert of
+// kind `replay`, which diagnose turns into a `replay` finding under the NaN's origin) and the replay's own run stays
+// in RUN's folder, replay-step-S/. docs/cli.md ("replay") is the user's page.
 #include <fmt/format.h>
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// The replay's op-level check (`tpscope replay`, docs/replay.md): during one step, every ATen operator's outputs and
+// The replay's op-level check (`tpscope replay`, docs/cli.md "replay"): during one step, every ATen operator's outputs and
 // every collective's result are checked for NaN and +Inf (−Inf alone is how attention masks are written: it is
 // counted, never reported), and the first such value on this rank is described — the
 // operator (ATen name, forward or backward, the backward function autograd was running, the span it ran in and the

@@ -1,4 +1,4 @@
-// `tpscope replay`'s verdicts (cli/src/cmd_replay.cpp, docs/replay.md), stored in the replayed run as alerts of kind
+// `tpscope replay`'s verdicts (cli/src/cmd_replay.cpp, docs/cli.md "replay"), stored in the replayed run as alerts of kind
 // `replay`, as findings of kind replay: one per replayed step (the latest replay of it). rank: the rank whose operator
 // is named (the replay's origin), else the rank asked about; step: the step; layer: the operator's layer. Severity:
 // info for reproducible and clean (the replay is evidence about a cause the other findings name), warning for
