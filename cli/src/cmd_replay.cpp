@@ -74,8 +74,10 @@ std::vector<std::string> splitCommand(const std::string& s) {
       cur += c;
       escaped = false;
     } else if (quoted) {
-      if (c == '\'') quoted = false;
-      else cur += c;
+      if (c == '\'')
+        quoted = false;
+      else
+        cur += c;
     } else if (c == '\'' || c == '\\') {
       (c == '\'' ? quoted : escaped) = true;
       any = true;
@@ -150,8 +152,10 @@ class Replay {
     if (int rc = runCapture(); rc != kExitOk) return rc;
     if (int rc = readReplay(); rc != kExitOk) return rc;
     record();
-    if (a_.json) std::cout << toJson().dump(2) << "\n";
-    else printText();
+    if (a_.json)
+      std::cout << toJson().dump(2) << "\n";
+    else
+      printText();
     return kExitOk;
   }
 
@@ -187,16 +191,19 @@ class Replay {
       dp_ = std::max(dp_, r.dpSize);
     }
     if (world_ < 1 || tp_ < 1 || dp_ < 1 || world_ % (tp_ * dp_) != 0)
-      return bad(fmt::format("{}: cannot read the job's layout ({} ranks, tp {}, dp {})", file_.string(), world_, tp_,
-                             dp_));
+      return bad(
+          fmt::format("{}: cannot read the job's layout ({} ranks, tp {}, dp {})", file_.string(), world_, tp_, dp_));
     pp_ = world_ / (tp_ * dp_);
     // The step and rank: asked, else the run's NaN/Inf origin.
     auto nf = analysis::analyzeNonFinite(*reader, *info);
     if (!nf) return bad(nf.error());
     nonfinite_ = std::move(*nf);
-    if (a_.step) step_ = *a_.step;
-    else if (nonfinite_.origin) step_ = nonfinite_.origin->step;
-    else return bad(file_.string() + ": no NaN or Inf in this run: give the step to replay (--step S)");
+    if (a_.step)
+      step_ = *a_.step;
+    else if (nonfinite_.origin)
+      step_ = nonfinite_.origin->step;
+    else
+      return bad(file_.string() + ": no NaN or Inf in this run: give the step to replay (--step S)");
     if (step_ < 1) return bad(fmt::format("--step {} must be >= 1", step_));
     rank_ = a_.rank ? *a_.rank : nonfinite_.origin && nonfinite_.origin->step == step_ ? nonfinite_.origin->rank : 0;
     if (rank_ < 0 || rank_ >= world_) return bad(fmt::format("--rank {}: the run has ranks 0-{}", rank_, world_ - 1));
@@ -232,8 +239,8 @@ class Replay {
     auto specs = rules::parseFaultList(all, &error);
     if (!specs) return bad(file_.string() + ": " + error);
     for (const auto& s : *specs) {
-      const bool program = s.kind == rules::FaultKind::Nan || s.kind == rules::FaultKind::Inf ||
-                           s.kind == rules::FaultKind::Spike;
+      const bool program =
+          s.kind == rules::FaultKind::Nan || s.kind == rules::FaultKind::Inf || s.kind == rules::FaultKind::Spike;
       (program ? out_.reapplied : out_.leftOut).push_back(rules::formatFaultSpec(s));
     }
     return kExitOk;
@@ -360,8 +367,10 @@ class Replay {
     Json ranks = Json::array();
     for (const auto& r : out_.ranks) {
       Json j{{"rank", r.rank}, {"finite", !r.found}, {"message", r.message}};
-      if (r.found) j["op"] = r.evidence;
-      else j["ops_checked"] = r.evidence.value("ops_checked", int64_t{0});
+      if (r.found)
+        j["op"] = r.evidence;
+      else
+        j["ops_checked"] = r.evidence.value("ops_checked", int64_t{0});
       ranks.push_back(std::move(j));
     }
     Json j{{"file", file_.string()},
@@ -383,9 +392,8 @@ class Replay {
   }
 
   void printText() const {
-    std::cout << fmt::format("replay of step {} ({}): {} rank{} (tp {}, dp {}{}), from {}\n", step_,
-                             file_.string(), world_, world_ == 1 ? "" : "s", tp_, dp_,
-                             pp_ > 1 ? fmt::format(", pp {}", pp_) : "",
+    std::cout << fmt::format("replay of step {} ({}): {} rank{} (tp {}, dp {}{}), from {}\n", step_, file_.string(),
+                             world_, world_ == 1 ? "" : "s", tp_, dp_, pp_ > 1 ? fmt::format(", pp {}", pp_) : "",
                              fromStep_ > 1 ? fmt::format("the checkpoint of step {}", fromStep_ - 1) : "step 1");
     auto list = [](const std::vector<std::string>& v) { return v.empty() ? std::string("none") : join(v, "; "); };
     std::cout << "faults re-applied: " << list(out_.reapplied) << "; left out: " << list(out_.leftOut) << "\n";
@@ -413,9 +421,10 @@ class Replay {
         if (in.value("kind", "") == "other") continue;  // options, generators, lists: no value to check
         std::string shape;
         if (in.contains("shape")) shape = in["shape"].dump();
-        std::string mx = in.contains("max_abs") ? (in["max_abs"].is_string() ? in["max_abs"].get<std::string>()
-                                                                              : fmt::format("{:.4g}", in["max_abs"].get<double>()))
-                                                : "";
+        std::string mx = in.contains("max_abs")
+                             ? (in["max_abs"].is_string() ? in["max_abs"].get<std::string>()
+                                                          : fmt::format("{:.4g}", in["max_abs"].get<double>()))
+                             : "";
         t.add({std::to_string(in.value("index", 0)), in.value("kind", ""), in.value("dtype", ""), shape,
                std::string(in.value("finite", true) ? "yes" : "NO") + (in.value("written", false) ? " (written)" : ""),
                mx, in.value("param", "")});

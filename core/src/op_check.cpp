@@ -39,7 +39,7 @@ struct BackwardFn {
 thread_local std::vector<OpenSpan> t_spans;
 thread_local OpenSpan t_lastClosed;
 thread_local std::vector<BackwardFn> t_backward;
-thread_local BackwardFn t_lastBackward;  // the backward function that ended last (gradient hooks run after it)
+thread_local BackwardFn t_lastBackward;         // the backward function that ended last (gradient hooks run after it)
 thread_local bool t_backwardSinceGrad = false;  // a backward function started since the last op in grad mode
 thread_local bool t_checking = false;           // inside a check (its own ATen calls are not checked)
 
@@ -101,8 +101,8 @@ struct ValueStat {
 };
 
 bool checkable(const at::Tensor& t) {
-  return t.defined() && !t.is_meta() && t.numel() > 0 && (at::isFloatingType(t.scalar_type()) ||
-                                                           at::isComplexType(t.scalar_type()));
+  return t.defined() && !t.is_meta() && t.numel() > 0 &&
+         (at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type()));
 }
 
 ValueStat statOf(const at::Tensor& t) {
@@ -173,8 +173,9 @@ Aliasing aliasingOf(const at::RecordFunction& fn) {
   Aliasing a = Aliasing::None;
   // In place on the metadata only (strides, sizes, storage): the values are the input's.
   static const std::unordered_set<std::string> kMetadataOnly = {
-      "aten::as_strided_", "aten::resize_", "aten::resize_as_", "aten::set_", "aten::squeeze_", "aten::unsqueeze_",
-      "aten::transpose_", "aten::t_", "aten::swapdims_", "aten::swapaxes_", "aten::detach_", "aten::requires_grad_"};
+      "aten::as_strided_", "aten::resize_",    "aten::resize_as_", "aten::set_",
+      "aten::squeeze_",    "aten::unsqueeze_", "aten::transpose_", "aten::t_",
+      "aten::swapdims_",   "aten::swapaxes_",  "aten::detach_",    "aten::requires_grad_"};
   if (kMetadataOnly.contains(name->name)) {
     a = Aliasing::Views;
   } else if (auto handle = c10::Dispatcher::singleton().findOp(*name)) {
@@ -198,8 +199,8 @@ struct InputContext : at::ObserverContext {
 
 struct OpCheck::State {
   OpCheck* owner = nullptr;
-  std::unordered_map<const void*, std::string> paramOf;  // parameter storage → name
-  std::mutex mu;                                          // guards the fields below
+  std::unordered_map<const void*, std::string> paramOf;                // parameter storage → name
+  std::mutex mu;                                                       // guards the fields below
   std::unordered_map<int64_t, std::pair<std::string, int>> forwardAt;  // sequence number → span, layer
   at::CallbackHandle handle = 0;
   bool installed = false;
@@ -240,13 +241,13 @@ struct OpCheck::State {
       const ValueStat& s = inputs[i];
       Json j{{"index", i}, {"kind", s.kind}, {"dtype", s.dtype}, {"finite", s.finite}};
       if (s.kind == "tensor") j["shape"] = s.shape;
-      if ((s.kind == "tensor" && s.data != nullptr) || (s.kind == "scalar" && s.dtype == "float64")) j["max_abs"] = std::isnan(s.maxAbs) ? Json("nan") : std::isinf(s.maxAbs) ? Json("inf") : Json(s.maxAbs);
+      if ((s.kind == "tensor" && s.data != nullptr) || (s.kind == "scalar" && s.dtype == "float64"))
+        j["max_abs"] = std::isnan(s.maxAbs) ? Json("nan") : std::isinf(s.maxAbs) ? Json("inf") : Json(s.maxAbs);
       if (!s.finite) j.update({{"nan", s.nan}, {"inf", s.inf}, {"neg_inf", s.inf - s.posInf}});
       const std::string param = paramName(s.data);
       if (!param.empty()) j["param"] = param;
-      const bool written = s.data != nullptr && std::any_of(outputs.begin(), outputs.end(), [&](const ValueStat& o) {
-        return o.data == s.data;
-      });
+      const bool written = s.data != nullptr && std::any_of(outputs.begin(), outputs.end(),
+                                                            [&](const ValueStat& o) { return o.data == s.data; });
       if (written) j["written"] = true;
       in.push_back(std::move(j));
       if (s.bad() && !written && r.carrier < 0) {
@@ -331,8 +332,8 @@ void onEnd(const at::RecordFunction& fn, at::ObserverContext* ctx) {
                                        [](const ValueStat& i) { return !i.bad() || i.kind == "scalar"; });
   for (const ValueStat& out : outs)
     if (out.bad() && !(fromNumbers && out.shape.empty()) &&
-        (writes || std::none_of(in->inputs.begin(), in->inputs.end(),
-                                [&](const ValueStat& i) { return i.data == out.data; }))) {
+        (writes ||
+         std::none_of(in->inputs.begin(), in->inputs.end(), [&](const ValueStat& i) { return i.data == out.data; }))) {
       st->describe(fn.name(), in->inputs, outs, out, "", gradMode);
       return;
     }
@@ -379,7 +380,9 @@ OpCheck::~OpCheck() {
   g_active.store(nullptr, std::memory_order_release);
 }
 
-OpCheck* activeOpCheck() noexcept { return g_active.load(std::memory_order_acquire); }
+OpCheck* activeOpCheck() noexcept {
+  return g_active.load(std::memory_order_acquire);
+}
 
 void OpCheck::stepBegin(int64_t step) {
   if (!done_ && (step == step_ || (live_ && step > step_))) arm();
@@ -458,19 +461,19 @@ void OpCheck::sendAlert(int step) const {
                {"output_nan", r.outputNan},
                {"output_inf", r.outputInf}});
     const char* value = r.outputNan > 0 ? "NaN" : "Inf";
-    const std::string where = (r.span.empty() ? "" : ", " + r.span) +
-                              (r.backwardFn.empty()                 ? ""
-                               : r.backwardFn.starts_with("after ") ? ", " + r.backwardFn
-                                                                    : ", in " + r.backwardFn);
+    const std::string where =
+        (r.span.empty() ? "" : ", " + r.span) + (r.backwardFn.empty()                 ? ""
+                                                 : r.backwardFn.starts_with("after ") ? ", " + r.backwardFn
+                                                                                      : ", in " + r.backwardFn);
     if (r.op == "collective")
       message = fmt::format("rank {} step {}: {} arrived in the result of {}", rank_, step, value, r.collective);
     else if (r.produced)
       message = fmt::format("rank {} step {}: {} made {} ({} pass{}); no input carried it", rank_, step, r.op, value,
                             r.pass, where);
     else
-      message = fmt::format("rank {} step {}: {} output {} ({} pass{}); its input {}{} already carried it", rank_,
-                            step, r.op, value, r.pass, where, r.carrier,
-                            r.carrierParam.empty() ? "" : " (" + r.carrierParam + ")");
+      message =
+          fmt::format("rank {} step {}: {} output {} ({} pass{}); its input {}{} already carried it", rank_, step, r.op,
+                      value, r.pass, where, r.carrier, r.carrierParam.empty() ? "" : " (" + r.carrierParam + ")");
     a.severity = probes::Severity::Error;
     a.kind = vocabulary::alert_kinds::kOpCheck;
     a.layer = r.layer;

@@ -30,8 +30,8 @@ const nlohmann::json* rankEntry(const nlohmann::json& j, int rank) {
 
 TEST(Replay, ForwardNanIsReproducibleAndTheOperatorNamed) {
   const auto dir = testDir("replay_fwd");
-  const RunResult c = capture(dir, 2, 2, 1, 4,
-                              {"--inject", "nan:rank=1,step=3,layer=1,phase=fwd", "--on-nonfinite", "warn"});
+  const RunResult c =
+      capture(dir, 2, 2, 1, 4, {"--inject", "nan:rank=1,step=3,layer=1,phase=fwd", "--on-nonfinite", "warn"});
   ASSERT_EQ(c.status, 0) << c.output;
   const Replayed r = replay(dir);
   ASSERT_EQ(r.status, 0) << r.output;
@@ -149,11 +149,11 @@ TEST(Replay, ResumesFromTheNewestCheckpointBeforeTheStep) {
   const fs::path ckpt = dir.parent_path() / "replay_resume.ckpt";
   fs::remove_all(ckpt);
   const fs::path config = configWith(dir, {{"checkpoint_dir", ckpt.string()}, {"save_every", 2}});
-  const RunResult c = run(withConfig(captureArgv(dir, 2, 2, 1, 4,
-                                                 {"--inject", "nan:rank=0,step=4,layer=0,phase=fwd",
-                                                  "--on-nonfinite", "warn"}),
-                                     config),
-                          captureLog(dir));
+  const RunResult c = run(
+      withConfig(
+          captureArgv(dir, 2, 2, 1, 4, {"--inject", "nan:rank=0,step=4,layer=0,phase=fwd", "--on-nonfinite", "warn"}),
+          config),
+      captureLog(dir));
   ASSERT_EQ(c.status, 0) << c.output;
   ASSERT_TRUE(fs::exists(ckpt / "step-000002" / "manifest.json")) << c.output;
   const auto before = fs::last_write_time(ckpt / "step-000004" / "manifest.json");
@@ -171,8 +171,8 @@ TEST(Replay, TraceOpsNamesTheNextOccurrenceLive) {
   // --on-nonfinite trace-ops: warn, and the op check armed after step 3 names, once per rank, the first operator of
   // step 4 whose output is NaN — the embedding lookup, whose weight step 3's NaN update left NaN.
   const auto dir = testDir("replay_trace_ops");
-  const RunResult c = capture(dir, 2, 2, 1, 6,
-                              {"--inject", "nan:rank=1,step=3,layer=1,phase=fwd", "--on-nonfinite", "trace-ops"});
+  const RunResult c =
+      capture(dir, 2, 2, 1, 6, {"--inject", "nan:rank=1,step=3,layer=1,phase=fwd", "--on-nonfinite", "trace-ops"});
   ASSERT_EQ(c.status, 0) << c.output;
   Db db(dir / "run.db");
   const auto checks = db.rows("SELECT rank, step, param, evidence FROM alerts WHERE kind = 'op_check' ORDER BY rank");

@@ -40,8 +40,8 @@ tracedb::Result<std::vector<Finding>> replayFindings(tracedb::Reader& reader) {
   }
   for (const auto& [step, a] : latest) {
     const auto ev = nlohmann::json::parse(a->evidence, nullptr, false);
-    const nlohmann::json op = ev.is_object() && ev.contains("op") && ev["op"].is_object() ? ev["op"]
-                                                                                          : nlohmann::json::object();
+    const nlohmann::json op =
+        ev.is_object() && ev.contains("op") && ev["op"].is_object() ? ev["op"] : nlohmann::json::object();
     const std::string verdict = ev.is_object() ? ev.value("verdict", "") : "";
     Finding fd;
     fd.kind = FindingKind::Replay;

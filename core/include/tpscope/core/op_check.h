@@ -1,5 +1,5 @@
-// The replay's op-level check (`tpscope replay`, docs/cli.md "replay"): during one step, every ATen operator's outputs and
-// every collective's result are checked for NaN and +Inf (−Inf alone is how attention masks are written: it is
+// The replay's op-level check (`tpscope replay`, docs/cli.md "replay"): during one step, every ATen operator's outputs
+// and every collective's result are checked for NaN and +Inf (−Inf alone is how attention masks are written: it is
 // counted, never reported), and the first such value on this rank is described — the
 // operator (ATen name, forward or backward, the backward function autograd was running, the span it ran in and the
 // layer), the micro-batch, and each input's statistics (finite?, max |x|, which input first carried it, which
@@ -62,11 +62,11 @@ class OpCheck {
     std::string span;        // "layer 1 mlp forward", "after layer 1 mlp forward", ...
     int layer = -1;
     int microbatch = -1;
-    bool produced = false;   // every input finite: this op made the value; false: it arrived in input `carrier`
-    int carrier = -1;        // the first non-finite input, -1 when produced
+    bool produced = false;     // every input finite: this op made the value; false: it arrived in input `carrier`
+    int carrier = -1;          // the first non-finite input, -1 when produced
     std::string carrierParam;  // the parameter that input is, if any
-    std::string collective;  // op == "collective": which one
-    std::string inputs;      // JSON array: [{"index","kind","dtype","shape","finite","nan","inf","max_abs","param"}]
+    std::string collective;    // op == "collective": which one
+    std::string inputs;        // JSON array: [{"index","kind","dtype","shape","finite","nan","inf","max_abs","param"}]
     int64_t outputNan = 0, outputInf = 0;
     int64_t opsChecked = 0;
   };
