@@ -350,7 +350,9 @@ CollectiveAnalysis detail::analyzeCollectives(const detail::CollectiveTable& tab
     c.recs.clear();
     for (size_t i = b; i < e; ++i) {
       const detail::CollectiveRecord& r = table.rows[i];
-      c.recs.push_back(Record{r.rank, r.bytes, r.numel, r.enqueueNs,
+      // The arrival: the host's enqueue, or the kernel's start where the run's collectives were timed on the GPU.
+      const int64_t arrival = info.deviceArrival && r.hasStart() ? r.startNs : r.enqueueNs;
+      c.recs.push_back(Record{r.rank, r.bytes, r.numel, arrival,
                               r.hasStart() ? std::optional<int64_t>(r.startNs) : std::nullopt,
                               r.hasEnd() ? std::optional<int64_t>(r.endNs) : std::nullopt, r.step});
     }

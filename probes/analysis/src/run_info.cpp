@@ -116,6 +116,7 @@ void readMeta(tracedb::Reader& reader, RunInfo& info) {
   for (const std::string& r : commaList(reader.metaValue(tracedb::meta_keys::kMissingRankDumps)))
     if (const int rank = std::atoi(r.c_str()); rank >= 0) info.missingRankDumps.push_back(rank);
   info.seqByOrder = commaList(reader.metaValue(tracedb::meta_keys::kSeqByOrder));
+  info.deviceArrival = reader.metaValue(tracedb::meta_keys::kCollectiveArrival).value_or("") == "device";
   for (const std::string& item : commaList(reader.metaValue("emulated_ops")))
     if (const size_t eq = item.find('='); eq != std::string::npos)
       info.emulatedOps[canonicalOp(std::string_view(item).substr(0, eq))] =

@@ -364,6 +364,7 @@ Status writeRank(tracedb::Writer& writer, kineto::RankModel& m, const std::vecto
   stats.flows += m.flowsUsed;
   for (const auto& [reason, count] : m.skipped) stats.skipped[reason] += count;
   stats.seqByOrder.insert(m.seqByOrder.begin(), m.seqByOrder.end());
+  stats.kernelTimedCollectives += m.kernelTimed;
   m.spans = {};
   return Status::ok();
 }
@@ -392,6 +393,10 @@ Status writeMeta(tracedb::Writer& writer, int64_t epoch, const InputsMeta& input
     for (const std::string& g : stats.seqByOrder) groups += (groups.empty() ? "" : ",") + g;
     if (Status s = writer.setMeta(tracedb::meta_keys::kSeqByOrder, groups); !s) return s;
   }
+  // Every collective timed by its kernel: the ranks' arrivals are their kernels' starts (a mixed trace keeps the
+  // host's enqueue, the one arrival every record has).
+  if (stats.collectives > 0 && stats.kernelTimedCollectives == stats.collectives)
+    if (Status s = writer.setMeta(tracedb::meta_keys::kCollectiveArrival, "device"); !s) return s;
   return Status::ok();
 }
 

@@ -515,7 +515,8 @@ TensorArg inputTensorOf(const Group& g, const std::vector<RawSpan>& spans) {
 // Times of a group's collective (absolute, ns) and the span it is attributed to (thread, step, phase, callsite).
 // GPU time: the kernels launched by the innermost collective op that launched any (c10d::allreduce_ may launch a
 // copy kernel before nccl:all_reduce launches the NCCL kernel; the collective is the latter).
-void timeCollective(const Group& g, const KinetoFile& file, const SpanFacts& facts, CollectiveRow& c) {
+// Returns whether a kernel timed it.
+bool timeCollective(const Group& g, const KinetoFile& file, const SpanFacts& facts, CollectiveRow& c) {
   const std::vector<RawSpan>& spans = file.spans;
   const int64_t base = file.baseTimeNs.value_or(0);
   int64_t kernelBegin = std::numeric_limits<int64_t>::max(), kernelEnd = std::numeric_limits<int64_t>::min();
@@ -552,6 +553,7 @@ void timeCollective(const Group& g, const KinetoFile& file, const SpanFacts& fac
     c.startNs = c.enqueueNs;
     c.endNs = (haveKernel ? kernelEnd : gpuEnd) + base;
   }
+  return haveKernel;
 }
 
 struct Draft {
@@ -597,7 +599,7 @@ std::optional<Draft> draftCollective(const Group& g, const KinetoFile& file, int
     groupInfos[c.group] = std::move(gi);
   }
   d.metaSeq = meta ? meta->seq : -1;
-  timeCollective(g, file, facts, c);
+  if (timeCollective(g, file, facts, c)) ++m.kernelTimed;
   c.state = tracedb::CollectiveState::Completed;
   return d;
 }

@@ -35,6 +35,7 @@ struct RankModel {
   int64_t flowsUsed = 0;  // ac2g flow events that gave a span its missing correlation id
   std::map<std::string, int64_t> skipped;
   std::set<std::string> seqByOrder;  // groups whose seq is the order of enqueueing (no distinct Seq in the trace)
+  int64_t kernelTimed = 0;           // collectives whose times came from their NCCL kernel (meta collective_arrival)
 };
 
 // Builds the rank model of `file`, whose rank has been decided by the caller.

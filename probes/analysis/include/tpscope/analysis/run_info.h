@@ -60,6 +60,9 @@ struct RunInfo {
   // order of enqueueing. Two threads' collectives may interleave differently on two ranks there, so a mismatch at a
   // seq is no evidence of a desync (desync.h).
   std::vector<std::string> seqByOrder;
+  // meta 'collective_arrival' = "device" (an import whose collectives were timed by their NCCL kernels): a rank's
+  // arrival at a collective is its start_ns (the kernel's start on its GPU), not its host enqueue.
+  bool deviceArrival = false;
   int64_t beginNs = 0, endNs = 0;          // extent of spans, collectives and step_stats (0, 0 when empty)
   std::vector<RankExtent> spanExtents;     // by rank, ranks with spans only
   std::optional<ModelConfig> model;        // when meta 'config' is JSON with at least one of the model keys

@@ -31,6 +31,7 @@ struct KinetoImportStats {
   int64_t flows = 0;           // ac2g flow events that supplied a missing correlation id
   std::map<std::string, int64_t> skipped;  // reason -> count: unknown phases, malformed events (not fatal)
   std::set<std::string> seqByOrder;        // groups numbered by each rank's order (meta collective_seq_by_order)
+  int64_t kernelTimedCollectives = 0;      // collectives timed by their NCCL kernel (meta collective_arrival device)
   double seconds = 0;          // wall time of the import
   double parseSeconds = 0;     // reading, inflating and parsing the JSON (summed over files, which may overlap)
   double modelSeconds = 0;     // interpreting events: lanes, nesting, collectives, correlation (summed likewise)

@@ -33,6 +33,10 @@ inline constexpr std::string_view kMissingRankDumps = "flight_recorder_missing_r
 // An imported trace whose records carry no sequence numbers: the process groups whose seq is each rank's order of
 // enqueueing, comma-separated ("default_pg"); absent when every group's seq came from the trace (docs/formats.md).
 inline constexpr std::string_view kSeqByOrder = "collective_seq_by_order";
+// "device": an imported trace whose collectives were timed by their NCCL kernels (start_ns: the kernel's start on the
+// GPU). A rank's kernel starts when its stream reaches it, so there is where a rank arrives: a rank whose GPU computes
+// slower while its host keeps pace arrives late on the device only. Absent: host arrival (enqueue_ns).
+inline constexpr std::string_view kCollectiveArrival = "collective_arrival";
 }  // namespace meta_keys
 
 // Well-known counter names (table counters).
