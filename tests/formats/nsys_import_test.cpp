@@ -488,6 +488,8 @@ TEST(NsysImport, Schema2LayoutSeveralProcessesPairedByStream) {
     ASSERT_EQ(members.size(), 2u);
     EXPECT_NE(members[0].rank, members[1].rank);
   }
+  // Every collective is an NCCL kernel: the arrivals are on the device (meta collective_arrival, collectives.h).
+  EXPECT_EQ(reader->metaValue("collective_arrival").value_or(""), "device");
   auto groups = reader->groups();
   ASSERT_TRUE(groups);
   ASSERT_EQ(groups->size(), 1u);

@@ -169,6 +169,7 @@ Status writeProcess(tracedb::Writer& w, const LoadedNsys& l, const nsys::Process
   stats.threads += static_cast<int64_t>(p.threads.size());
   stats.ncclKernels += p.ncclKernels;
   stats.pairedByRange += p.pairedByRange;
+  stats.kernelTimed += p.kernelTimed;
   return Status::ok();
 }
 
@@ -213,6 +214,9 @@ Status writeOutput(std::span<const fs::path> inputs, const fs::path& output, con
            {"nsys_inputs", inputsJson(inputs, loaded)},
            {"nsys_import_skipped", skippedJson(stats.skipped)}})
     if (Status s = writer->setMeta(key, value); !s) return s;
+  // Every collective timed by its kernel: the ranks' arrivals are their kernels' starts (collectives.h).
+  if (stats.collectives > 0 && stats.kernelTimed == stats.collectives)
+    if (Status s = writer->setMeta(tracedb::meta_keys::kCollectiveArrival, "device"); !s) return s;
   if (Status s = writer->commit(); !s) return s;
   if (Status s = writer->createIndexes(); !s) return s;
   if (Status s = writer->close(); !s) return s;

@@ -295,6 +295,7 @@ class ProcessBuilder {
       CollectiveRow c = draft(g.thread, outer.start, lo, hi, op, f_.names[outer.text]);
       c.dtype = dtype;
       ranged.push_back(std::move(c));
+      ++m_.kernelTimed;
       m_.pairedByRange += static_cast<int64_t>(g.kernels.size());
     }
     std::stable_sort(ranged.begin(), ranged.end(), [](const CollectiveRow& a, const CollectiveRow& b) {
@@ -327,6 +328,7 @@ class ProcessBuilder {
         const int thread = l != launch_.end() ? hostLane_[f_.runtime[l->second].globalTid] : 0;
         const int64_t enqueue = l != launch_.end() ? std::min(f_.runtime[l->second].start, g.start) : g.start;
         CollectiveRow c = draft(thread, enqueue, g.start, g.end, parsed ? parsed->op : "", f_.names[g.shortName]);
+        ++m_.kernelTimed;
         c.dtype = parsed ? parsed->dtype : "";
         c.group = "nccl-stream-" + std::to_string(k);
         c.seq = ++seq;

@@ -27,6 +27,7 @@ struct ProcessModel {
   int64_t minNs = 0, maxNs = 0;
   int64_t ncclKernels = 0;         // NCCL kernels seen
   int64_t pairedByRange = 0;       // of them, joined to a collective through an enclosing NVTX range
+  int64_t kernelTimed = 0;         // collectives whose times are their NCCL kernels' (meta collective_arrival)
 };
 
 struct FileModel {

@@ -43,6 +43,7 @@ struct NsysImportStats {
   int64_t kernels = 0;       // kernel rows (NCCL kernels included)
   int64_t ncclKernels = 0;
   int64_t pairedByRange = 0; // NCCL kernels joined to a collective through an enclosing NVTX range
+  int64_t kernelTimed = 0;   // collectives timed by their NCCL kernels (meta collective_arrival = device: all of them)
   int64_t collectives = 0;
   int64_t threads = 0;       // host threads and GPU streams
   std::map<std::string, int64_t> skipped;  // reason -> rows not imported (not fatal)
