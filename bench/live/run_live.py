@@ -8,13 +8,16 @@ injected at a seeded place (rank, step, phase drawn from --seed):
   hang        TP 2, TP 2 x DP 2     hang:rank=R,step=S,phase=P: rank R never enters a collective; its peers block
   p2p         PP 2, TP 2 x PP 2     the same on a pipeline: a stage's peer blocks in a send/recv
   python      DTensor MLP, TP 2     samples/python/dtensor_mlp.py --skip-collective R:S (a rank skips a forward)
+  compute     TP 2, TP 2 x DP 2     slow:rank=R,step=S,ms=6000: rank R is stuck in compute (one span open 6 s) at the
+                                    start of step S; its peers block in the step's first collective
   crash       TP 2, TP 2 x DP 2     crash:rank=R,step=S (SIGABRT)
   desync      TP 2                  mismatch:rank=R,step=S,phase=P: rank R's all-reduce carries one element more
   healthy     TP 2, TP 2 x DP 2, PP 2, a plain TP 2: every rank computes --slow-ms longer in every step (slow on
               every rank: each step is a slow whole-job step, as a checkpoint save or an evaluation pass is)
 
 The right line and the fault's moment, from the rank files the capture leaves (each rank's own wall clock: one host):
-  hang, p2p, python: a WAITING line for (group G, seq s) that names rank R as "has not entered it", where some peer
+  hang, p2p, python, compute: a WAITING line for (group G, seq s) that names rank R as "has not entered it" (compute:
+    "has not entered it: stuck in compute"), where some peer
     of R in G entered seq s and R's newest seq in G is below s. The fault's moment: the last of the
     peers blocked at (G, s) entering it (enqueue time). A stall line printed before it that names another rank as
     the one missing is a wrong line.
@@ -57,7 +60,8 @@ def layouts():
     tpdp = ("TP2xDP2", ["--nproc", "4", "--tp", "2", "--dp", "2"], 4)
     pp2 = ("PP2", ["--nproc", "2", "--tp", "1", "--pp", "2", "--microbatches", "2"], 2)
     tppp = ("TP2xPP2", ["--nproc", "4", "--tp", "2", "--pp", "2", "--microbatches", "2"], 4)
-    return {"hang": [tp2, tpdp], "p2p": [pp2, tppp], "python": [tp2], "crash": [tp2, tpdp], "desync": [tp2],
+    return {"hang": [tp2, tpdp], "p2p": [pp2, tppp], "python": [tp2], "compute": [tp2, tpdp], "crash": [tp2, tpdp],
+            "desync": [tp2],
             "healthy": [tp2, tpdp, pp2]}
 
 
@@ -65,7 +69,7 @@ def make_cases(per_kind, seed, slow_ms):
     rng = random.Random(seed)
     cases = []
     lay = layouts()
-    for kind in ("hang", "p2p", "python", "crash", "desync"):
+    for kind in ("hang", "p2p", "python", "compute", "crash", "desync"):
         for i in range(per_kind):
             name, args, world = lay[kind][i % len(lay[kind])]
             rank = rng.randrange(world)
@@ -73,6 +77,8 @@ def make_cases(per_kind, seed, slow_ms):
             phase = rng.choice(["fwd", "bwd"])
             if kind in ("hang", "p2p"):
                 spec = ["--inject", f"hang:rank={rank},step={step},phase={phase}"]
+            elif kind == "compute":
+                spec = ["--inject", f"slow:rank={rank},step={step},ms=6000"]
             elif kind == "crash":
                 spec = ["--inject", f"crash:rank={rank},step={step}"]
             elif kind == "desync":
@@ -217,7 +223,8 @@ def judge(case, status, lines, dbs):
         m = STALL_RE.match(l)
         site = (m.group(2), int(m.group(3)))
         missing = [int(x) for x in MISSING_RE.findall(l)]
-        if m.group(1) == "WAITING" and site in sites and culprit in missing and "a consequence" not in l:
+        if m.group(1) == "WAITING" and site in sites and culprit in missing and "a consequence" not in l and (
+                kind != "compute" or f"rank {culprit} has not entered it: stuck in compute" in l):
             res.update(named=True, latency_s=t - sites[site], line=l)
             break
         if culprit not in missing and "a consequence" not in l:  # a consequence line blames no one
@@ -231,7 +238,7 @@ def summarize(results):
     print(f"\n{'kind':<9} {'cases':>5} {'named':>5} {'median s':>9} {'worst s':>8} {'wrong':>5} {'false':>5} "
           f"{'abort':>5}")
     table = []
-    for kind in ("hang", "p2p", "python", "crash", "desync", "healthy"):
+    for kind in ("hang", "p2p", "python", "compute", "crash", "desync", "healthy"):
         rs = [r for r in results if r["kind"] == kind]
         if not rs:
             continue

@@ -2,6 +2,9 @@
 //   BM_Span/recording       one TPS_SPAN while a recorder runs (two rawTicks + a push into the thread's ring)
 //   BM_Span/recording_nvtx  the same after installNvtxMirror() as tpscope-train calls it on CUDA, with no NVTX tool
 //                           attached: the mirror then installs nothing (counter mirrored = 0), when built with CUDA
+//   BM_Span/no_open_stack   the span as it was before the open-span stack (ThreadBuffer::open, which a live watcher
+//                           reads to tell a rank stuck in compute): the same hooks, clock reads and push, no stack.
+//                           Its difference to BM_Span/recording, in one run, is the stack's cost
 //   BM_Span/off             compiled in, not recording (one relaxed load)
 //   BM_Span/compiled_out    TPSCOPE_PROBES_ENABLED=0 (nothing)
 //   BM_Ingest/threads:N     end to end: N threads record spans as fast as the recorder drains them (they wait when
@@ -37,6 +40,22 @@ __attribute__((noinline)) void spanCompiledIn(int* work) {
   ++*work;
 }
 
+// SpanScope without the open-span stack (its body as before the stack was added), for the in-run comparison.
+constexpr tp::Site kNoStackSite{"bench.span", "", __FILE__, __LINE__, tp::SpanKind::Compute, tp::Phase::Forward};
+__attribute__((noinline)) void spanWithoutOpenStack(int* work) {
+  const bool active = tp::recording();
+  uint64_t t0 = 0;
+  if (active) [[unlikely]] {
+    if (auto push = tp::detail::g_rangePush.load(std::memory_order_relaxed)) push(&kNoStackSite, -1);
+    t0 = tp::rawTicks();
+  }
+  ++*work;
+  if (active) [[unlikely]] {
+    tp::detail::emitSpan(&kNoStackSite, t0, tp::rawTicks(), -1);
+    if (auto pop = tp::detail::g_rangePop.load(std::memory_order_relaxed)) pop();
+  }
+}
+
 std::filesystem::path benchDir() {
   auto dir = std::filesystem::temp_directory_path() / ("tpscope-bench-probes-" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
@@ -60,7 +79,7 @@ void waitForDrain() {
 }
 
 void BM_SpanRecording(benchmark::State& state) {
-  const bool nvtx = state.range(0) != 0;
+  const bool nvtx = state.range(0) == 1;
 #ifdef TPSCOPE_HAVE_NVTX
   if (nvtx) state.counters["mirrored"] = tp::installNvtxMirror() ? 1 : 0;
 #endif
@@ -71,8 +90,9 @@ void BM_SpanRecording(benchmark::State& state) {
   }
   int work = 0;
   int64_t n = 0;
+  void (*span)(int*) = state.range(0) == 2 ? &spanWithoutOpenStack : &spanCompiledIn;
   for (auto _ : state) {
-    spanCompiledIn(&work);
+    span(&work);
     if ((++n & 0x7fff) == 0) {  // every 32 Ki spans: let the flusher catch up, untimed (no drops in the figure)
       state.PauseTiming();
       waitForDrain();
@@ -90,6 +110,7 @@ void BM_SpanRecording(benchmark::State& state) {
   std::filesystem::remove_all(dir);
 }
 BENCHMARK(BM_SpanRecording)->Arg(0)->Name("BM_Span/recording");
+BENCHMARK(BM_SpanRecording)->Arg(2)->Name("BM_Span/no_open_stack");
 #ifdef TPSCOPE_HAVE_NVTX
 // The same with every span mirrored as an NVTX range (no NVTX tool attached: NVTX's no-op stubs).
 BENCHMARK(BM_SpanRecording)->Arg(1)->Name("BM_Span/recording_nvtx");

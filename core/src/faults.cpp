@@ -91,7 +91,7 @@ void FaultInjector::stepBegin(int step) {
   step_ = step;
   for (size_t i = 0; i < specs_.size(); ++i) {
     const FaultSpec& s = specs_[i];
-    if (s.kind == FaultKind::Slow && !slowInPasses_) {
+    if (s.kind == FaultKind::Slow && !slowInPasses_ && (s.step < 0 || s.step == step)) {
       TPS_SPAN("injected slow compute", Compute, Forward);
       spinFor(std::chrono::milliseconds(s.ms));
     } else if (s.kind == FaultKind::Crash && s.step == step && !fired_[i]) {
@@ -104,7 +104,8 @@ void FaultInjector::stepBegin(int step) {
 
 void FaultInjector::slowPass(int passesPerStep) {
   for (const FaultSpec& s : specs_)
-    if (s.kind == FaultKind::Slow) spinFor(std::chrono::microseconds(1000 * s.ms / std::max(1, passesPerStep)));
+    if (s.kind == FaultKind::Slow && (s.step < 0 || s.step == step_))
+      spinFor(std::chrono::microseconds(1000 * s.ms / std::max(1, passesPerStep)));
 }
 
 void FaultInjector::attachGradientHooks(const std::vector<std::string>& names, const std::vector<int>& layers,

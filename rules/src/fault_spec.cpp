@@ -29,7 +29,7 @@ constexpr KindInfo kKinds[] = {
     {FaultKind::Spike, "spike", "spike:rank=R|stage=S,step=S,factor=F", "rank,step,factor", ""},
     {FaultKind::Hang, "hang", "hang:rank=R|stage=S,step=S[,phase=fwd|bwd][,mb=K]", "rank,step", "phase,mb"},
     {FaultKind::Mismatch, "mismatch", "mismatch:rank=R|stage=S,step=S[,phase=fwd|bwd]", "rank,step", "phase"},
-    {FaultKind::Slow, "slow", "slow:rank=R|stage=S,ms=M", "rank,ms", ""},
+    {FaultKind::Slow, "slow", "slow:rank=R|stage=S,ms=M[,step=S]", "rank,ms", "step"},
     {FaultKind::Delay, "delay", "delay:rank=R|stage=S,ms=M", "rank,ms", ""},
     {FaultKind::Crash, "crash", "crash:rank=R|stage=S,step=S", "rank,step", ""},
     {FaultKind::Bitflip, "bitflip",

@@ -216,3 +216,82 @@ TEST(LiveStall, TheSiteIsTheFirstCollectiveInFlightNotTheLastEntered) {
 }
 
 }  // namespace
+
+namespace {
+
+ta::OpenSpanInfo open(const char* name, int kind, int layer, int64_t beginNs) {
+  ta::OpenSpanInfo o;
+  o.name = name;
+  o.kind = kind;
+  o.layer = layer;
+  o.beginNs = beginNs;
+  return o;
+}
+
+// Where a rank that has not entered is, from the spans its recorder says are open: stuck in compute (a compute span
+// open ≥ 10 of its median steps), merely inside one (fewer), entering (no span of its own), or unknown (no open spans
+// published: nothing is claimed).
+TEST(LiveStall, ARankStuckInComputeIsToldFromOneEnteringTheCollective) {
+  constexpr int kCompute = 0, kStep = 4, kComm = 1;
+  const std::vector<ta::LiveGroup> groups{{"tp-0", {0, 1, 2, 3, 4}}};
+  std::vector<ta::LiveRankState> ranks{rank(0, {coll(0, "tp-0", 53, kNow - 3 * kS, false)}, 3 * kS)};
+  auto missing = [&](int r, std::vector<ta::OpenSpanInfo> openSpans, int64_t medianStepNs, bool known = true) {
+    ta::LiveRankState s = rank(r, {coll(r, "tp-0", 52, kNow - 4 * kS, true)}, 2 * kS);
+    s.open = std::move(openSpans);
+    s.openKnown = known;
+    s.medianStepNs = medianStepNs;
+    ranks.push_back(std::move(s));
+  };
+  // 1: inside layer 3's MLP for 2.5 s, its steps take 40 ms: stuck in compute (the step's own span is not it).
+  missing(1, {open("train step", kStep, -1, kNow - 3 * kS), open("mlp forward", kCompute, 3, kNow - 2500'000'000)},
+          40'000'000);
+  // 2: only the step's span open: between operations, on its way into the collective.
+  missing(2, {open("train step", kStep, -1, kNow - 3 * kS)}, 40'000'000);
+  // 3: inside a compute span for 1.6 s where its steps take 0.5 s: inside, not stuck. A collective span open inside
+  //    it is not its own work.
+  missing(3, {open("attention forward", kCompute, 0, kNow - 1600'000'000), open("all_reduce", kComm, 0, kNow - kS)},
+          500'000'000);
+  // 4: a file without open spans (an older recorder, a Python program): nothing is claimed.
+  missing(4, {}, 40'000'000, false);
+  const auto stalls = ta::detectStalls(groups, ranks, kNow);
+  ASSERT_EQ(stalls.size(), 1u);
+  const ta::LiveStall& s = stalls[0];
+  ASSERT_EQ(s.missing.size(), 4u);
+  EXPECT_EQ(s.missing[0].state, ta::MissingState::Compute);
+  EXPECT_TRUE(s.missing[0].stuck);
+  EXPECT_EQ(s.missing[0].insideNs, 2500'000'000);
+  EXPECT_EQ(s.missing[1].state, ta::MissingState::Entering);
+  EXPECT_FALSE(s.missing[1].stuck);
+  EXPECT_EQ(s.missing[2].state, ta::MissingState::Compute);
+  EXPECT_FALSE(s.missing[2].stuck);
+  ASSERT_TRUE(s.missing[2].inside);
+  EXPECT_EQ(s.missing[2].inside->name, "attention forward");
+  EXPECT_EQ(s.missing[3].state, ta::MissingState::Unknown);
+  const std::string line = ta::stallLine(s);
+  EXPECT_NE(line.find("rank 1 has not entered it: stuck in compute, inside \"mlp forward\" (layer 3) for 2.5 s (62× "
+                      "its median step, 40.000 ms)"),
+            std::string::npos)
+      << line;
+  EXPECT_NE(line.find("rank 2 has not entered it: no span of its own open"), std::string::npos) << line;
+  EXPECT_NE(line.find("rank 3 has not entered it: inside \"attention forward\" (layer 0) for 1.6 s (3× its median"),
+            std::string::npos)
+      << line;
+  EXPECT_NE(line.find("rank 4 has not entered it (last: seq 52"), std::string::npos) << line;
+  // A wait on ranks that are only busy with their own work, for less than two of their median steps, is no stall (a
+  // pipeline stage in a long pass).
+  {
+    std::vector<ta::LiveRankState> busy{ranks[0], ranks[3]};
+    busy[1].medianStepNs = 1'000'000'000;  // 1.6 s inside, steps of 1 s
+    EXPECT_TRUE(ta::detectStalls(std::vector<ta::LiveGroup>{{"tp-0", {0, 3}}}, busy, kNow).empty());
+    busy[1].medianStepNs = 700'000'000;  // 2.3 steps: said
+    EXPECT_EQ(ta::detectStalls(std::vector<ta::LiveGroup>{{"tp-0", {0, 3}}}, busy, kNow).size(), 1u);
+  }
+  // The line changes when a rank's place does (inside → stuck), not with the wait's length.
+  ranks[3].medianStepNs = 100'000'000;
+  const auto later = ta::detectStalls(groups, ranks, kNow);
+  ASSERT_EQ(later.size(), 1u);
+  EXPECT_TRUE(later[0].missing[2].stuck);
+  EXPECT_NE(later[0].key(), s.key());
+}
+
+}  // namespace

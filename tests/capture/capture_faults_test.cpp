@@ -230,6 +230,28 @@ TEST(Capture, LiveStallLineNamesTheMissingRankBeforeTheWatchdog) {
   EXPECT_TRUE(named) << d.summary();
 }
 
+// A rank stuck in compute (rank 1 spins 4 s inside one compute span at the start of step 3) is told live from one
+// that never enters the collective: the line names the span it is inside, for how long against its median step, and
+// says RESUMED when it comes back (a straggler, not a hang); the alert's evidence says where each missing rank is.
+TEST(Capture, LiveStallLineSaysARankIsStuckInCompute) {
+  const auto dir = testDir("live-stuck-compute");
+  const RunResult r = capture(dir, 2, 2, 1, 4, {"--inject", "slow:rank=1,ms=4000,step=3", "--hang-timeout", "30"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  const size_t at = r.output.find("WAITING  tp-0 seq ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const std::string waiting = r.output.substr(at, r.output.find('\n', at) - at);
+  EXPECT_TRUE(contains(waiting, "rank 1 has not entered it: stuck in compute, inside \"injected slow compute\" for "))
+      << waiting;
+  EXPECT_TRUE(contains(waiting, "its median step")) << waiting;
+  EXPECT_TRUE(contains(r.output, "RESUMED")) << r.output;
+  Db db(dir / "run.db");
+  EXPECT_GE(db.integer("SELECT count(*) FROM alerts WHERE kind = 'stall' AND rank = 1 AND "
+                       "json_extract(evidence, '$.missing[0].state') = 'compute' AND "
+                       "json_extract(evidence, '$.missing[0].stuck') = 1 AND "
+                       "json_extract(evidence, '$.missing[0].inside') = 'injected slow compute'"),
+            1);
+}
+
 TEST(Capture, CrashStopsTheOthersAndKeepsTheRecords) {
   const auto dir = testDir("crash");
   // A real abort at the start of step 36: rank 1's crash handler dumps what it holds before the process dies.

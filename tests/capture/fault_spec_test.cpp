@@ -59,6 +59,11 @@ TEST(FaultSpec, ParsesEveryKind) {
   EXPECT_EQ(s.ms, 40);
   EXPECT_EQ(s.step, -1);
 
+  s = parseOk("slow:rank=1,ms=4000,step=3");  // one step only: a rank stuck in compute
+  EXPECT_EQ(s.ms, 4000);
+  EXPECT_EQ(s.step, 3);
+  EXPECT_NE(parseError("delay:rank=1,ms=4,step=3").find("unknown key 'step'"), std::string::npos);
+
   s = parseOk("delay:rank=0,ms=5");
   EXPECT_EQ(s.kind, FaultKind::Delay);
   EXPECT_EQ(s.ms, 5);
@@ -73,7 +78,7 @@ TEST(FaultSpec, RoundTripsThroughItsCanonicalText) {
                                 "hang:rank=3,step=7,phase=bwd", "mismatch:rank=1,step=2", "slow:rank=1,ms=40",
                                 "nan:rank=2,step=3,layer=0,phase=fwd", "mismatch:rank=0,step=1,phase=fwd",
                                 "delay:rank=0,ms=5", "crash:rank=1,step=9", "nan:stage=1,step=3,layer=2,phase=fwd,mb=1",
-                                "hang:stage=0,step=2,mb=3", "slow:stage=2,ms=100"}) {
+                                "hang:stage=0,step=2,mb=3", "slow:stage=2,ms=100", "slow:rank=1,step=3,ms=4000"}) {
     const FaultSpec s = parseOk(text);
     EXPECT_EQ(formatFaultSpec(s), text);
     EXPECT_EQ(parseOk(formatFaultSpec(s)), s);

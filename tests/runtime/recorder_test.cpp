@@ -180,6 +180,41 @@ TEST(Recorder, SpansCarryKindPhaseStepLayerAndTime) {
   EXPECT_LE(s.endNs(), *ranks->front().endNs);
 }
 
+// Where each thread is now (meta open_spans): the spans open on it at the flush, outermost first, with their layer and
+// begin on the file's clock; none once they closed. A live watcher reads it (analysis/live_stall.h).
+TEST(Recorder, OpenSpansArePublishedAtEachFlushAndGoneWhenClosed) {
+  tpscope::testing::TempDir dir;
+  ASSERT_TRUE(tp::start(options(dir.path())).isOk());
+  std::latch opened(1), closeNow(1);
+  std::thread worker([&] {
+    TPS_SPAN("outer.step", Step, None);
+    TPS_SPAN_LAYER("inner.compute", Compute, Forward, 7);
+    opened.count_down();
+    closeNow.wait();
+  });
+  opened.wait();
+  tp::flushNow();
+  {
+    auto reader = openRank(dir.path(), 2);
+    ASSERT_TRUE(reader);
+    const std::string json = reader->metaValue("open_spans").value_or("<none>");
+    const auto outer = json.find("\"name\":\"outer.step\",\"kind\":4,\"layer\":-1");
+    const auto inner = json.find("\"name\":\"inner.compute\",\"kind\":0,\"layer\":7");
+    EXPECT_NE(outer, std::string::npos) << json;
+    EXPECT_NE(inner, std::string::npos) << json;
+    EXPECT_LT(outer, inner) << "outermost first: " << json;
+  }
+  closeNow.count_down();
+  worker.join();
+  tp::flushNow();
+  {
+    auto reader = openRank(dir.path(), 2);
+    ASSERT_TRUE(reader);
+    EXPECT_EQ(reader->metaValue("open_spans").value_or("<none>"), "[]");
+  }
+  tp::stop();
+}
+
 TEST(Recorder, DropsAreCountedWhenARingOverflows) {
   tpscope::testing::TempDir dir;
   auto o = options(dir.path());

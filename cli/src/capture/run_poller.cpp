@@ -120,6 +120,13 @@ bool RunPoller::pollRank(int r, std::vector<LiveAlert>* alerts) {
     p.tokens = newest.tokens.value_or(0);
     p.lastStepEndNs = newest.endNs.value_or(0);
     if (newest.beginNs && newest.endNs) p.meanStepNs = static_cast<double>(*newest.endNs - *newest.beginNs);
+    std::vector<int64_t> durations;  // the median of these steps' durations (live_stall.h: stuck in compute)
+    for (const auto& s : *steps)
+      if (s.beginNs && s.endNs && *s.endNs > *s.beginNs) durations.push_back(*s.endNs - *s.beginNs);
+    if (!durations.empty()) {
+      std::nth_element(durations.begin(), durations.begin() + static_cast<long>(durations.size() / 2), durations.end());
+      p.medianStepNs = durations[durations.size() / 2];
+    }
     // Mean step period from the ends of up to 9 consecutive steps (includes everything between steps).
     const int64_t newestEnd = newest.endNs.value_or(0), oldestEnd = oldest.endNs.value_or(0);
     if (steps->size() >= 2 && newest.step > oldest.step && newestEnd > oldestEnd)
@@ -179,6 +186,12 @@ void RunPoller::liveState(const std::vector<bool>& exited, std::vector<analysis:
         st.newest = std::move(*newest);
         st.lastSpan = std::move(*span);
         st.quietNs = std::chrono::duration_cast<std::chrono::nanoseconds>(now - p.lastGrowth).count();
+        // Where it is now (its recorder's open spans) and how long its steps take.
+        if (auto open = reader->metaValue(tracedb::meta_keys::kOpenSpans)) {
+          st.open = analysis::parseOpenSpans(*open);
+          st.openKnown = true;
+        }
+        st.medianStepNs = p.medianStepNs;
         if (auto gs = reader->groups())
           for (tracedb::GroupInfo& g : *gs)
             if (std::none_of(groups->begin(), groups->end(), [&](const auto& x) { return x.name == g.name; }))

@@ -40,6 +40,7 @@ struct RankProgress {
   int64_t tokens = 0;          // tokens of the rank's last step
   int64_t lastStepEndNs = 0;   // file ns
   double meanStepNs = 0;       // over the last (up to 8) steps
+  int64_t medianStepNs = 0;    // median duration of the last (up to 9) steps
   int64_t lastAlertId = 0;
   int64_t epochUnixNs = 0;     // wall-clock ns of the file's time 0 (its meta)
   std::chrono::steady_clock::time_point lastGrowth{};  // when its spans or collectives last grew (or it was opened)

@@ -106,8 +106,14 @@ std::vector<tracedb::AlertRow> StallWatch::alerts() const {
       cites.push_back({{"table", "collectives"}, {"rank", b.rank}, {"group_name", s.group}, {"seq", s.seq}});
     }
     auto& missing = ev["missing_ranks"] = nlohmann::json::array();
+    auto& where = ev["missing"] = nlohmann::json::array();
     for (const auto& m : s.missing) {
       missing.push_back(m.rank);
+      nlohmann::json w{{"rank", m.rank}, {"state", analysis::missingStateName(m.state)}, {"stuck", m.stuck}};
+      if (m.inside && m.state != analysis::MissingState::Blocked)
+        w.update({{"inside", m.inside->name}, {"layer", m.inside->layer}, {"inside_s", static_cast<double>(m.insideNs) * 1e-9},
+                  {"median_step_s", static_cast<double>(m.medianStepNs) * 1e-9}});
+      where.push_back(std::move(w));
       if (m.last)
         cites.push_back({{"table", "collectives"}, {"rank", m.rank}, {"group_name", s.group}, {"seq", m.last->seq}});
     }

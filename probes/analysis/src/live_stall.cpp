@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <tuple>
 
 #include "tpscope/analysis/run_info.h"
@@ -21,7 +22,78 @@ const char* stallKindName(StallKind kind) {
   return "waiting";
 }
 
+const char* missingStateName(MissingState state) {
+  switch (state) {
+    case MissingState::Unknown: return "unknown";
+    case MissingState::Entering: return "entering";
+    case MissingState::Compute: return "compute";
+    case MissingState::Data: return "data";
+    case MissingState::Inside: return "inside";
+    case MissingState::Blocked: return "blocked";
+    case MissingState::Exited: return "exited";
+  }
+  return "unknown";
+}
+
+std::vector<OpenSpanInfo> parseOpenSpans(std::string_view json) {
+  std::vector<OpenSpanInfo> out;
+  const auto j = nlohmann::json::parse(json, nullptr, false);
+  if (!j.is_array()) return out;
+  for (const auto& e : j) {
+    if (!e.is_object()) continue;
+    OpenSpanInfo o;
+    o.thread = e.value("thread", 0);
+    o.name = e.value("name", "");
+    o.kind = e.value("kind", 0);
+    o.layer = e.value("layer", -1);
+    o.beginNs = e.value("begin_ns", int64_t{0});
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
 namespace {
+
+// probes::SpanKind values (the trace's spans.kind) that say where a missing rank is.
+constexpr int kKindCompute = 0, kKindComm = 1, kKindData = 2, kKindStep = 4, kKindWait = 11;
+constexpr int64_t kStuckStepMultiple = 10;  // open ≥ this many of its median steps (and ≥ `after`): stuck
+
+// The innermost span of the rank's own work open on it now: not the step's, not a collective's or a wait's (those are
+// the collective analysis' business).
+const OpenSpanInfo* innermostWork(const LiveRankState& r) {
+  const OpenSpanInfo* best = nullptr;
+  for (const OpenSpanInfo& o : r.open)
+    if (o.kind != kKindStep && o.kind != kKindComm && o.kind != kKindWait && (best == nullptr || o.beginNs >= best->beginNs))
+      best = &o;
+  return best;
+}
+
+// The state a missing rank's own open span gives it (Entering without one, Unknown where its file does not say).
+MissingState stateInside(const MissingRank& m) {
+  if (!m.inside) return m.openKnown ? MissingState::Entering : MissingState::Unknown;
+  return m.inside->kind == kKindCompute ? MissingState::Compute
+         : m.inside->kind == kKindData  ? MissingState::Data
+                                        : MissingState::Inside;
+}
+
+// Where a rank that has not entered the collective is (MissingRank::state).
+void place(MissingRank& m, const LiveRankState& r, int64_t nowNs, int64_t afterNs) {
+  m.medianStepNs = r.medianStepNs;
+  m.openKnown = r.openKnown;
+  if (const OpenSpanInfo* in = innermostWork(r); in != nullptr && !m.exited) {
+    m.inside = *in;
+    m.insideNs = std::max<int64_t>(0, nowNs - in->beginNs);
+    m.stuck = m.insideNs >= afterNs && (r.medianStepNs <= 0 || m.insideNs >= kStuckStepMultiple * r.medianStepNs);
+  }
+  m.state = m.exited ? MissingState::Exited : m.blockedIn ? MissingState::Blocked : stateInside(m);
+}
+
+// A missing rank inside its own work for less than kBusyStepMultiple of its median steps.
+constexpr int64_t kBusyStepMultiple = 2;
+bool busy(const MissingRank& m) {
+  return m.inside && !m.stuck && !m.blockedIn && !m.exited && m.medianStepNs > 0 &&
+         m.insideNs < kBusyStepMultiple * m.medianStepNs;
+}
 
 bool completed(const CollectiveRow& c) {
   return c.state == CollectiveState::Completed ||
@@ -92,7 +164,24 @@ std::string what(const CollectiveRow& c) {
 std::string missingText(const MissingRank& m, const std::string& group) {
   std::string s = "rank " + std::to_string(m.rank);
   if (m.exited) return s + " has exited";
-  s += " has not entered it (last: ";
+  s += " has not entered it";
+  if (m.inside && m.state != MissingState::Blocked) {
+    if (m.stuck)
+      s += m.state == MissingState::Compute ? ": stuck in compute," : m.state == MissingState::Data ? ": stuck in data loading," : ": stuck,";
+    else
+      s += ":";
+    s += " inside \"" + m.inside->name + "\"" +
+         (m.inside->layer >= 0 ? " (layer " + std::to_string(m.inside->layer) + ")" : std::string()) + " for " +
+         seconds(m.insideNs);
+    if (m.medianStepNs > 0 && m.insideNs >= m.medianStepNs)
+      s += " (" + text::fixed(static_cast<double>(m.insideNs) / static_cast<double>(m.medianStepNs), 0) +
+           "× its median step, " + text::ms(static_cast<double>(m.medianStepNs)) + " ms)";
+    else if (m.medianStepNs > 0)
+      s += " (its median step: " + text::ms(static_cast<double>(m.medianStepNs)) + " ms)";
+  } else if (m.state == MissingState::Entering) {
+    s += ": no span of its own open (on its way in, or in code tpscope does not record)";
+  }
+  s += " (last: ";
   s += m.last ? "seq " + std::to_string(m.last->seq) + " " + what(*m.last) : "no collective in " + group;
   if (m.blockedIn)
     s += "; itself blocked in " + m.blockedIn->group + " seq " + std::to_string(m.blockedIn->seq) + " (" +
@@ -117,7 +206,8 @@ std::string LiveStall::key() const {
   std::string k = std::string(stallKindName(kind)) + "|" + group + "|" + std::to_string(seq) + "|";
   for (const auto& b : blocked) k += std::to_string(b.rank) + ",";
   k += "|";
-  for (const auto& m : missing) k += std::to_string(m.rank) + (m.exited ? "x," : ",");
+  for (const auto& m : missing)
+    k += std::to_string(m.rank) + ":" + missingStateName(m.state) + (m.stuck ? "!" : "") + ",";
   return k;
 }
 
@@ -175,6 +265,7 @@ std::vector<LiveStall> detectStalls(std::span<const LiveGroup> groups, std::span
         if (auto b = blockedAt.find(m); b != blockedAt.end()) mr.blockedIn = *b->second.site;
         mr.lastSpan = rs.lastSpan;
         mr.quietNs = rs.quietNs;
+        place(mr, rs, nowNs, options.afterNs);
         st.missing.push_back(std::move(mr));
         allBlocked = false;
       } else if (const CollectiveRow* rec = recordOf(rs, group, seq); rec != nullptr) {
@@ -186,6 +277,9 @@ std::vector<LiveStall> detectStalls(std::span<const LiveGroup> groups, std::span
       }
     }
     const MatchState match = classifyRecords(entered);
+    // Every missing rank busy with its own work for less than two of its median steps (a pipeline stage in a long
+    // pass, a rank in a slow but normal operation): that is the work, not a stall. Said when it lasts longer.
+    if (!st.missing.empty() && std::all_of(st.missing.begin(), st.missing.end(), busy)) continue;
     if (!st.missing.empty()) {
       st.kind = StallKind::Waiting;
     } else if (match == MatchState::CollectiveTypeMismatch || match == MatchState::SizeMismatch ||
@@ -207,7 +301,10 @@ std::vector<LiveStall> detectStalls(std::span<const LiveGroup> groups, std::span
       if (m.blockedIn && std::none_of(out.begin(), out.end(), [&](const LiveStall& o) {
             return o.group == m.blockedIn->group && o.seq == m.blockedIn->seq;
           }))
+      {
         m.blockedIn.reset();
+        m.state = stateInside(m);
+      }
   std::stable_sort(out.begin(), out.end(), [](const LiveStall& a, const LiveStall& b) {
     return std::tuple(a.secondary(), a.group, a.seq) < std::tuple(b.secondary(), b.group, b.seq);
   });

@@ -134,6 +134,8 @@ class Recorder final : public Sink {
   std::vector<BufferEntry*> snapshotBuffers(std::vector<tracedb::ThreadInfo>& threadRows);
   void drainSpans(const std::vector<BufferEntry*>& entries, FlushTally& tally, std::vector<BufferEntry*>& retired);
   void drainBuffer(BufferEntry& e, bool wantRefs, FlushTally& tally);
+  // The spans open on the threads now (ThreadBuffer::open) into meta open_spans, when they changed.
+  void writeOpenSpans(const std::vector<BufferEntry*>& entries, FlushTally& tally);
   void writeSessionState(bool final, std::string_view finalReason, FlushTally& tally,
                          std::vector<RawCounter>& clockCounters);
   void writeCollectives(FlushTally& tally);
@@ -203,6 +205,7 @@ class Recorder final : public Sink {
   int64_t recordsDroppedCum_ = 0;  // records dropped outside the collective ring, this session
   int64_t failedFlushes_ = 0;      // flushes whose transaction failed (full disk, ...), this session; flusher only
   std::string lastFlushError_;     // the last one's reason (a repeat is counted, not logged again)
+  std::string lastOpenSpans_;      // meta open_spans as last written
 
   mutable std::mutex statsMutex_;
   RecorderStats stats_;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <ctime>
 #include <mutex>
 #include <optional>
@@ -15,6 +16,22 @@
 namespace tpscope::probes::runtime_detail {
 
 namespace {
+// A site name as a JSON string (names are C literals; quotes, backslashes and control characters escaped).
+std::string jsonQuoted(const char* name) {
+  std::string out = "\"";
+  for (const char* c = name != nullptr ? name : ""; *c != '\0'; ++c) {
+    const auto u = static_cast<unsigned char>(*c);
+    if (*c == '"' || *c == '\\') out += '\\';
+    if (u < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", u);
+      out += buf;
+    } else {
+      out += *c;
+    }
+  }
+  return out + "\"";
+}
 
 constexpr int kPollMs = 5;                     // how often the flusher looks at buffer fill levels
 constexpr int64_t kHeartbeatNs = 1'000'000'000;  // an idle session still commits a recorder_stats row this often
@@ -118,6 +135,7 @@ void Recorder::flushOnce(bool final, std::string_view finalReason) {
   for (const auto& t : threadRows) tally.check(writer_->putThread(t));
   std::vector<BufferEntry*> retired;
   drainSpans(entries, tally, retired);
+  writeOpenSpans(entries, tally);
   std::vector<RawCounter> clockCounters;
   writeSessionState(final, finalReason, tally, clockCounters);
   writeCollectives(tally);
@@ -234,6 +252,35 @@ void Recorder::drainBuffer(BufferEntry& e, bool wantRefs, FlushTally& tally) {
                                     r.beginNs, r.endNs(), r.step, static_cast<int16_t>(r.layer),
                                     static_cast<Phase>(r.phase)});
   }
+}
+
+// 2b. Where each thread is now: its open spans (the owner may open or close one while they are copied; a stack that
+// changed meanwhile is left out this time: a thread that is stuck does not change).
+void Recorder::writeOpenSpans(const std::vector<BufferEntry*>& entries, FlushTally& tally) {
+  std::string json;
+  for (const BufferEntry* e : entries) {
+    const ThreadBuffer& b = *e->buffer;
+    if (b.retired.load(std::memory_order_acquire)) continue;
+    const uint32_t gen = b.openGen.load(std::memory_order_acquire);
+    const uint32_t depth = std::min(b.openDepth.load(std::memory_order_relaxed), ThreadBuffer::kOpenDepth);
+    std::string stack;
+    for (uint32_t i = 0; i < depth; ++i) {
+      const ThreadBuffer::OpenSlot& slot = b.open[i];
+      const Site* site = slot.site.load(std::memory_order_relaxed);
+      if (site == nullptr) continue;
+      stack += stack.empty() ? "" : ",";
+      stack += "{\"thread\":" + std::to_string(e->threadId) + ",\"name\":" + jsonQuoted(site->name) +
+               ",\"kind\":" + std::to_string(static_cast<int>(site->kind)) +
+               ",\"layer\":" + std::to_string(slot.layer.load(std::memory_order_relaxed)) +
+               ",\"begin_ns\":" + std::to_string(clock_.ticksToFile(slot.t0.load(std::memory_order_relaxed))) + "}";
+    }
+    if (stack.empty() || b.openGen.load(std::memory_order_acquire) != gen) continue;
+    json += (json.empty() ? "" : ",") + stack;
+  }
+  json = "[" + json + "]";
+  if (json == lastOpenSpans_) return;
+  tally.check(writer_->setMeta(tracedb::meta_keys::kOpenSpans, json));
+  lastOpenSpans_ = std::move(json);
 }
 
 // 3. Rank, meta, groups; hands back the clock counters queued since the last flush.

@@ -48,7 +48,9 @@ inline constexpr int kDefaultFlipBit = 20;  // an fp32 mantissa bit: a silent ch
 //   hang:rank=R,step=S[,phase=fwd|bwd] rank R never enters its first collective of step S (of that phase)
 //   mismatch:rank=R,step=S[,phase=fwd|bwd]
 //                                     rank R's first all-reduce of step S (of that phase) carries one element too many
-//   slow:rank=R,ms=M                  rank R computes M ms longer every step (a straggler)
+//   slow:rank=R,ms=M[,step=S]         rank R computes M ms longer every step (a straggler); with step=S only at the
+//                                     start of step S (a rank stuck in compute for M ms: a span "injected slow
+//                                     compute" open all along)
 //   delay:rank=R,ms=M                 rank R arrives M ms late at every collective
 //   crash:rank=R,step=S               rank R aborts (SIGABRT) at the start of step S
 //   bitflip:rank=R,step=S[,tensor=NAME|allreduce][,bit=B][,phase=fwd|bwd]

@@ -9,11 +9,18 @@
 //   missing from (G, s) a member of G whose newest seq in G is below s: it has not entered the collective its peers
 //                      wait in. Its context: its own newest collective of G (what it did last there), whether it is
 //                      itself blocked elsewhere (then the wait is a consequence: its own stall names the cause), the
-//                      span it wrote last and how long it has been silent, or that its process exited
+//                      span it wrote last and how long it has been silent, or that its process exited; and where
+//                      it is now: the span open on it (meta open_spans, written by its recorder at every flush) —
+//                      stuck in compute where that is a compute span open for ≥ `after` and ≥ 10 × its median step
+//                      (stuck in data loading, stuck inside <span> for the other kinds), "entering it" where no span
+//                      of its own is open (it is between operations: on its way into the collective, or in code
+//                      tpscope does not record)
 // Kinds, per (G, s) some rank is blocked in:
 //   waiting    some member is missing from it (a hang, or a rank merely late: the line goes when it enters)
 //   desync     every member entered it, their records disagree on op, size or dtype (desync.h's match states)
 //   stuck      every member entered it, records agree, none completed (a collective that does not finish)
+// Not a stall either: a wait whose every missing rank is inside its own work for less than two of its median steps
+// (a pipeline stage in a long pass: the work, not a hang; named once it lasts longer).
 // No stall while any rank is still recording (a long step every rank takes together blocks no one in a collective;
 // a rank that is late only delays the others less than `after`). A group member no rank file was read for is left
 // out (another node's rank): `unwatched` counts them.
@@ -31,6 +38,17 @@
 
 namespace tpscope::analysis {
 
+// A span open on a rank's thread (meta open_spans: probes' ThreadBuffer::open).
+struct OpenSpanInfo {
+  int thread = 0;
+  std::string name;
+  int kind = 0;     // probes::SpanKind
+  int layer = -1;
+  int64_t beginNs = 0;
+};
+// Parses meta open_spans ("[]" or absent: none; malformed: none).
+std::vector<OpenSpanInfo> parseOpenSpans(std::string_view json);
+
 struct LiveRankState {
   int rank = 0;
   bool seen = false;    // its file has been read
@@ -39,6 +57,9 @@ struct LiveRankState {
                                                  // incomplete one (Reader::newestCollectives)
   std::optional<tracedb::NamedSpan> lastSpan;    // the span it wrote last
   int64_t quietNs = 0;                           // how long its records have not grown
+  std::vector<OpenSpanInfo> open;                // spans open on its threads at its last flush, outermost first
+  bool openKnown = false;                        // its file publishes them (meta open_spans)
+  int64_t medianStepNs = 0;                      // median of its recent steps' durations (0: none finished yet)
 };
 
 struct LiveGroup {
@@ -54,8 +75,21 @@ struct StalledRank {
   int64_t blockedNs = 0;  // since it entered the collective
 };
 
+// Where a rank that has not entered the collective is: stuck in compute (or data loading, or inside another span of
+// its own), entering it (no span of its own open), blocked elsewhere, exited.
+// Unknown: its file does not say which spans are open (a recorder before open_spans, a Python program's spans).
+enum class MissingState : uint8_t { Unknown, Entering, Compute, Data, Inside, Blocked, Exited };
+// "unknown", "entering", "compute", "data", "inside", "blocked", "exited"
+const char* missingStateName(MissingState state);
+
 struct MissingRank {
   int rank = 0;
+  MissingState state = MissingState::Unknown;
+  std::optional<OpenSpanInfo> inside;  // the innermost span of its own open on it (not the step's, not a wait)
+  int64_t insideNs = 0;                // for how long
+  int64_t medianStepNs = 0;
+  bool stuck = false;                  // inside it for ≥ `after` and ≥ 10 × its median step
+  bool openKnown = false;              // its file says which spans are open
   std::optional<tracedb::CollectiveRow> last;    // its newest collective of the group
   std::optional<tracedb::CollectiveRow> blockedIn;  // where it is itself blocked, if it is
   std::optional<tracedb::NamedSpan> lastSpan;

@@ -100,6 +100,19 @@ static_assert(sizeof(SpanEvent) == 32);
 // Bounded single-producer (the owning thread) / single-consumer (the runtime's flusher) ring.
 struct ThreadBuffer {
   static constexpr uint64_t kCapacity = uint64_t{1} << 16;  // 2 MiB of events per thread
+  static constexpr uint32_t kOpenDepth = 8;                 // open spans kept per thread (deeper ones: counted only)
+
+  // The spans open on the owning thread now (SpanScope), outermost first, for a watcher that asks where a rank is
+  // stuck (the flusher publishes them: recorder.h). Written by the owner only; `openGen` changes on every open and
+  // close, so a reader that sees it move while it copies the slots reads again later.
+  struct OpenSlot {
+    std::atomic<const Site*> site{nullptr};
+    std::atomic<uint64_t> t0{0};
+    std::atomic<int32_t> layer{-1};
+  };
+  alignas(64) std::atomic<uint32_t> openDepth{0};
+  std::atomic<uint32_t> openGen{0};
+  OpenSlot open[kOpenDepth];
 
   alignas(64) std::atomic<uint64_t> head{0};  // next slot to write; producer stores (release)
   uint64_t cachedTail = 0;                    // producer-private copy of `tail`
@@ -210,6 +223,34 @@ inline void emitSpan(const Site* site, uint64_t t0, uint64_t t1, int16_t layer) 
   }
   b->push(SpanEvent{site, t0, t1, g_step.load(std::memory_order_relaxed), layer, 0});
 }
+
+// SpanScope's open and close: the thread's open-span stack (ThreadBuffer::open). A few relaxed stores.
+inline void openSpan(const Site* site, uint64_t t0, int16_t layer) noexcept {
+  ThreadBuffer* b = t_buffer;
+  if (b == nullptr) [[unlikely]] {
+    Sink* s = g_sink.load(std::memory_order_acquire);
+    if (s == nullptr) return;
+    b = t_buffer = s->acquireThreadBuffer();
+    if (b == nullptr) return;
+  }
+  const uint32_t d = b->openDepth.load(std::memory_order_relaxed);
+  if (d < ThreadBuffer::kOpenDepth) {
+    ThreadBuffer::OpenSlot& slot = b->open[d];
+    slot.site.store(site, std::memory_order_relaxed);
+    slot.t0.store(t0, std::memory_order_relaxed);
+    slot.layer.store(layer, std::memory_order_relaxed);
+  }
+  b->openDepth.store(d + 1, std::memory_order_relaxed);
+  b->openGen.store(b->openGen.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+}
+inline void closeSpan() noexcept {
+  ThreadBuffer* b = t_buffer;
+  if (b == nullptr) return;
+  const uint32_t d = b->openDepth.load(std::memory_order_relaxed);
+  if (d == 0) return;
+  b->openDepth.store(d - 1, std::memory_order_relaxed);
+  b->openGen.store(b->openGen.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+}
 }  // namespace detail
 
 // True while a runtime is recording. One relaxed load.
@@ -229,10 +270,12 @@ class SpanScope {
     if (active_) [[unlikely]] {
       if (auto push = detail::g_rangePush.load(std::memory_order_relaxed)) push(site_, layer_);
       t0_ = rawTicks();
+      detail::openSpan(site_, t0_, layer_);
     }
   }
   ~SpanScope() {
     if (active_) [[unlikely]] {
+      detail::closeSpan();
       detail::emitSpan(site_, t0_, rawTicks(), layer_);
       if (auto pop = detail::g_rangePop.load(std::memory_order_relaxed)) pop();
     }

@@ -37,6 +37,10 @@ inline constexpr std::string_view kSeqByOrder = "collective_seq_by_order";
 // GPU). A rank's kernel starts when its stream reaches it, so there is where a rank arrives: a rank whose GPU computes
 // slower while its host keeps pace arrives late on the device only. Absent: host arrival (enqueue_ns).
 inline constexpr std::string_view kCollectiveArrival = "collective_arrival";
+// A rank file while its rank records: the spans open on its threads at the last flush (the recorder rewrites it at
+// every flush), JSON [{"thread", "name", "kind", "layer", "begin_ns"}], outermost first per thread; "[]" when none.
+// A live watcher reads it to tell a rank stuck inside an operation from one that never entered a collective.
+inline constexpr std::string_view kOpenSpans = "open_spans";
 }  // namespace meta_keys
 
 // Well-known counter names (table counters).
