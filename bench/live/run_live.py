@@ -163,6 +163,23 @@ def blocked_sites(dbs, culprit):
     return sites
 
 
+def late_sites(dbs, culprit, late_s=1.0):
+    """{(group, seq): unix time (s) the last peer entered it} for the collectives `culprit` entered more than `late_s`
+    after all its peers (a rank stuck in compute enters late, so every collective completes in the end)."""
+    enq = {}  # (group, seq) -> {rank: unix s}
+    for r, db in dbs.items():
+        for g, seq, e in db.execute("SELECT group_name, seq, enqueue_ns FROM collectives"):
+            enq.setdefault((g, seq), {})[r] = (epoch(db) + e) * 1e-9
+    sites = {}
+    for site, by_rank in enq.items():
+        if culprit not in by_rank or len(by_rank) < 2:
+            continue
+        peers = max(t for r, t in by_rank.items() if r != culprit)
+        if by_rank[culprit] - peers > late_s:
+            sites[site] = peers
+    return sites
+
+
 def mismatch_sites(dbs):
     """{(group, seq): when the last member entered} for collectives whose members recorded different numel."""
     rows = {}
@@ -218,7 +235,7 @@ def judge(case, status, lines, dbs):
                     res.update(latency_s=t - max(sites.values()), line=l + "  [the abort, no DESYNC line]")
                 break
         return res
-    sites = blocked_sites(dbs, culprit)
+    sites = late_sites(dbs, culprit) if kind == "compute" else blocked_sites(dbs, culprit)
     for t, l in stall_lines:
         m = STALL_RE.match(l)
         site = (m.group(2), int(m.group(3)))

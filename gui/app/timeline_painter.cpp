@@ -60,19 +60,21 @@ void TimelinePainter::paintCriticalPath(QPainter& p) const {
   if (!criticalPath || criticalPath->empty()) return;
   QColor fill = palette::kCriticalPath;
   fill.setAlpha(45);
-  std::optional<QPointF> previous;
+  QPointF previous;  // the end of the stretch before, when `joined`
+  bool joined = false;
   for (const analysis::WhatIfSegment& s : *criticalPath) {
     const QRectF r = criticalRect(s);
     if (r.isEmpty()) {
-      previous.reset();
+      joined = false;
       continue;
     }
     const QPointF start(r.left(), r.center().y());
-    if (previous && std::abs(previous->y() - start.y()) > 1) {
+    if (joined && std::abs(previous.y() - start.y()) > 1) {
       p.setPen(QPen(palette::kCriticalPath, 1.5));
-      p.drawLine(*previous, start);
+      p.drawLine(previous, start);
     }
     previous = QPointF(r.right(), r.center().y());
+    joined = true;
     p.fillRect(r, fill);
     p.setPen(QPen(palette::kCriticalPath, 2, s.kind == "transfer" ? Qt::DashLine : Qt::SolidLine));
     p.setBrush(Qt::NoBrush);

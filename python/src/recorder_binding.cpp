@@ -228,6 +228,9 @@ static void bindKinds(py::module_& m) {
 void bindRecorder(py::module_& m) {
   using namespace py::literals;
   bindKinds(m);
+  // The package's spans are timed in Python and emitted when they end: the threads' open-span stacks would say "no
+  // span open" where one is (a live watcher then says nothing of where the rank is).
+  probes::publishOpenSpans(false);
   // ---- session ----
   m.def("start_from_environment", [] { return statusTuple(probes::startFromEnvironment()); },
         "Starts recording when TPSCOPE_OUT is set (docs/recorder.md); returns (ok, message). OK and not recording "

@@ -224,7 +224,9 @@ TEST(GradSpike, ASpikeTheBatchExplainsIsInfo) {
         ri.worldSize = 2;
         ASSERT_TRUE(w->putRank(ri));
       }
-      if (c.tpGroup) ASSERT_TRUE(w->putGroup(tracedb::GroupInfo{"tp-0", {0, 1}, "gloo"}));
+      if (c.tpGroup) {
+        ASSERT_TRUE(w->putGroup(tracedb::GroupInfo{"tp-0", {0, 1}, "gloo"}));
+      }
       for (int s = 0; s < 20; ++s) {
         const double wobble = 1.0 + 0.1 * std::sin(1.3 * s);
         const bool spike = s == 14;

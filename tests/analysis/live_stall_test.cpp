@@ -281,10 +281,18 @@ TEST(LiveStall, ARankStuckInComputeIsToldFromOneEnteringTheCollective) {
   // pipeline stage in a long pass).
   {
     std::vector<ta::LiveRankState> busy{ranks[0], ranks[3]};
+    busy[1].open.pop_back();               // only its own work open (not the collective inside it)
     busy[1].medianStepNs = 1'000'000'000;  // 1.6 s inside, steps of 1 s
     EXPECT_TRUE(ta::detectStalls(std::vector<ta::LiveGroup>{{"tp-0", {0, 3}}}, busy, kNow).empty());
     busy[1].medianStepNs = 700'000'000;  // 2.3 steps: said
     EXPECT_EQ(ta::detectStalls(std::vector<ta::LiveGroup>{{"tp-0", {0, 3}}}, busy, kNow).size(), 1u);
+  }
+  // A missing rank inside a collective of its own (its innermost open span), not yet seen blocked there: no line yet —
+  // in a moment it is either blocked (this wait is then the consequence) or through.
+  {
+    std::vector<ta::LiveRankState> inColl{ranks[0], ranks[1]};
+    inColl[1].open.push_back(open("all_reduce", kComm, 3, kNow - kS));
+    EXPECT_TRUE(ta::detectStalls(std::vector<ta::LiveGroup>{{"tp-0", {0, 1}}}, inColl, kNow).empty());
   }
   // The line changes when a rank's place does (inside → stuck), not with the wait's length.
   ranks[3].medianStepNs = 100'000'000;

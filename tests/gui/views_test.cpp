@@ -599,7 +599,9 @@ TEST(CriticalPathWindow, StretchesLieOnTheirRanksInTimeOrder) {
     ASSERT_GE(lane, 0) << "rank " << seg.rank << " thread " << seg.thread;
     lanes.insert(lane);
     EXPECT_GE(rects[i].top(), t->laneRect(lane).top());
-    if (i > 0) EXPECT_GE(rects[i].left(), rects[i - 1].left() - 0.5) << i;
+    if (i > 0) {
+      EXPECT_GE(rects[i].left(), rects[i - 1].left() - 0.5) << i;
+    }
   }
   EXPECT_GE(lanes.size(), 2u);  // across ranks
 }

@@ -76,10 +76,20 @@ MissingState stateInside(const MissingRank& m) {
                                         : MissingState::Inside;
 }
 
+// Whether the innermost span open on the rank is a collective's or a wait's: it is in a collective of its own (not
+// yet seen blocked there: it entered less than `after` ago, or its records still grow).
+bool inCollective(const LiveRankState& r) {
+  const OpenSpanInfo* innermost = nullptr;
+  for (const OpenSpanInfo& o : r.open)
+    if (o.kind != kKindStep && (innermost == nullptr || o.beginNs >= innermost->beginNs)) innermost = &o;
+  return innermost != nullptr && (innermost->kind == kKindComm || innermost->kind == kKindWait);
+}
+
 // Where a rank that has not entered the collective is (MissingRank::state).
 void place(MissingRank& m, const LiveRankState& r, int64_t nowNs, int64_t afterNs) {
   m.medianStepNs = r.medianStepNs;
   m.openKnown = r.openKnown;
+  m.inCollective = inCollective(r);
   if (const OpenSpanInfo* in = innermostWork(r); in != nullptr && !m.exited) {
     m.inside = *in;
     m.insideNs = std::max<int64_t>(0, nowNs - in->beginNs);
@@ -90,9 +100,12 @@ void place(MissingRank& m, const LiveRankState& r, int64_t nowNs, int64_t afterN
 
 // A missing rank inside its own work for less than kBusyStepMultiple of its median steps.
 constexpr int64_t kBusyStepMultiple = 2;
+// A missing rank in a collective of its own that it is not yet seen blocked in: the next polls tell whether it is
+// blocked there (then this wait is a consequence) or passes through; naming it as the culprit now would be wrong.
 bool busy(const MissingRank& m) {
-  return m.inside && !m.stuck && !m.blockedIn && !m.exited && m.medianStepNs > 0 &&
-         m.insideNs < kBusyStepMultiple * m.medianStepNs;
+  if (m.blockedIn || m.exited) return false;
+  if (m.inCollective) return true;
+  return m.inside && !m.stuck && m.medianStepNs > 0 && m.insideNs < kBusyStepMultiple * m.medianStepNs;
 }
 
 bool completed(const CollectiveRow& c) {

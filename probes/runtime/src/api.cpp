@@ -15,6 +15,7 @@ void setRankInfo(const tracedb::RankInfo& info) { Recorder::instance().setRankIn
 void setMeta(std::string_view key, std::string_view value) { Recorder::instance().setMeta(key, value); }
 void putGroup(const tracedb::GroupInfo& group) { Recorder::instance().putGroup(group); }
 void setThreadName(std::string_view name) { Recorder::instance().setThreadName(name); }
+void publishOpenSpans(bool on) noexcept { Recorder::instance().publishOpenSpans(on); }
 void setClockStore(std::shared_ptr<KvStore> store) { Recorder::instance().setClockStore(std::move(store)); }
 RecorderStats recorderStats() { return Recorder::instance().stats(); }
 std::filesystem::path outputPath() { return Recorder::instance().outputPath(); }

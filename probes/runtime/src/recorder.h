@@ -105,6 +105,7 @@ class Recorder final : public Sink {
   void setMeta(std::string_view key, std::string_view value);
   void putGroup(const tracedb::GroupInfo& group);
   void setThreadName(std::string_view name);
+  void publishOpenSpans(bool on) noexcept { publishOpenSpans_.store(on, std::memory_order_relaxed); }
   void setClockStore(std::shared_ptr<KvStore> store);
   RecorderStats stats() const;
   std::filesystem::path outputPath() const;
@@ -134,7 +135,7 @@ class Recorder final : public Sink {
   std::vector<BufferEntry*> snapshotBuffers(std::vector<tracedb::ThreadInfo>& threadRows);
   void drainSpans(const std::vector<BufferEntry*>& entries, FlushTally& tally, std::vector<BufferEntry*>& retired);
   void drainBuffer(BufferEntry& e, bool wantRefs, FlushTally& tally);
-  // The spans open on the threads now (ThreadBuffer::open) into meta open_spans, when they changed.
+  // The spans open on the threads now (ThreadBuffer::open) into meta open_spans, when they changed (and published).
   void writeOpenSpans(const std::vector<BufferEntry*>& entries, FlushTally& tally);
   void writeSessionState(bool final, std::string_view finalReason, FlushTally& tally,
                          std::vector<RawCounter>& clockCounters);
@@ -206,6 +207,7 @@ class Recorder final : public Sink {
   int64_t failedFlushes_ = 0;      // flushes whose transaction failed (full disk, ...), this session; flusher only
   std::string lastFlushError_;     // the last one's reason (a repeat is counted, not logged again)
   std::string lastOpenSpans_;      // meta open_spans as last written
+  std::atomic<bool> publishOpenSpans_{true};
 
   mutable std::mutex statsMutex_;
   RecorderStats stats_;

@@ -257,6 +257,7 @@ void Recorder::drainBuffer(BufferEntry& e, bool wantRefs, FlushTally& tally) {
 // 2b. Where each thread is now: its open spans (the owner may open or close one while they are copied; a stack that
 // changed meanwhile is left out this time: a thread that is stuck does not change).
 void Recorder::writeOpenSpans(const std::vector<BufferEntry*>& entries, FlushTally& tally) {
+  if (!publishOpenSpans_.load(std::memory_order_relaxed)) return;
   std::string json;
   for (const BufferEntry* e : entries) {
     const ThreadBuffer& b = *e->buffer;

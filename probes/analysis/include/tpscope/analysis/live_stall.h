@@ -20,7 +20,8 @@
 //   desync     every member entered it, their records disagree on op, size or dtype (desync.h's match states)
 //   stuck      every member entered it, records agree, none completed (a collective that does not finish)
 // Not a stall either: a wait whose every missing rank is inside its own work for less than two of its median steps
-// (a pipeline stage in a long pass: the work, not a hang; named once it lasts longer).
+// (a pipeline stage in a long pass: the work, not a hang; named once it lasts longer), or inside a collective of its
+// own it is not yet seen blocked in (the next polls say whether this wait is that one's consequence).
 // No stall while any rank is still recording (a long step every rank takes together blocks no one in a collective;
 // a rank that is late only delays the others less than `after`). A group member no rank file was read for is left
 // out (another node's rank): `unwatched` counts them.
@@ -90,6 +91,7 @@ struct MissingRank {
   int64_t medianStepNs = 0;
   bool stuck = false;                  // inside it for ≥ `after` and ≥ 10 × its median step
   bool openKnown = false;              // its file says which spans are open
+  bool inCollective = false;           // its innermost open span is a collective's or a wait's
   std::optional<tracedb::CollectiveRow> last;    // its newest collective of the group
   std::optional<tracedb::CollectiveRow> blockedIn;  // where it is itself blocked, if it is
   std::optional<tracedb::NamedSpan> lastSpan;

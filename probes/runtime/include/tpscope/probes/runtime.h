@@ -121,6 +121,10 @@ void setMeta(std::string_view key, std::string_view value);
 void putGroup(const tracedb::GroupInfo& group);
 // Names the calling thread in the threads table (default: pthread_getname_np when it first records).
 void setThreadName(std::string_view name);
+// Whether the flusher publishes the threads' open spans (meta open_spans; default on). A process whose spans do not
+// all go through SpanScope (the Python package's are timed in Python and emitted when they end) turns it off: a
+// watcher would read "no span open" where one is.
+void publishOpenSpans(bool on) noexcept;
 // Uses `store` for clock alignment now (background) and at stop(). Replaces RuntimeOptions::clockStore.
 void setClockStore(std::shared_ptr<KvStore> store);
 
