@@ -145,7 +145,7 @@ struct Outcome {
 
 class Replay {
  public:
-  Replay(const ReplayArgs& a) : a_(a) {}
+  explicit Replay(const ReplayArgs& a) : a_(a) {}
 
   int run() {
     if (int rc = readRun(); rc != kExitOk) return rc;

@@ -17,7 +17,7 @@ import sys
 
 import torch
 
-from . import _modules, _native
+from . import _host, _modules, _native
 from ._state import STATE
 
 try:
@@ -33,8 +33,10 @@ _COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional", "c10d_functional")
 
 
 def _stat(t):
-    """(kind, dtype, shape, nan, posinf, neginf, max_abs) of a tensor or a number; None for anything else."""
+    """(kind, dtype, shape, nan, posinf, neginf, max_abs) of a tensor or a number; None for anything else. A DTensor's
+    local shard is read (no collective: ranks whose checks differ must not issue different collectives)."""
     if isinstance(t, torch.Tensor):
+        t = _host.local(t)
         if t.is_meta or t.numel() == 0 or not (t.is_floating_point() or t.is_complex()):
             return ("tensor", str(t.dtype).replace("torch.", ""), list(t.shape), 0, 0, 0, None)
         d = t.detach()
