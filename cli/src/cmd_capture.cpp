@@ -87,8 +87,9 @@ void addCapture(CLI::App& app, Context& ctx) {
                   "seconds a rank is blocked in a collective before the live stall line names who it waits for")
       ->default_val(1.5)
       ->check(CLI::PositiveNumber);
-  sub->add_option("--on-nonfinite", opts->onNonfinite, "policy on a NaN/Inf: warn, skip-step, stop or trace-ops (warn, then name the first operator that makes the next "
-                  "one)")
+  sub->add_option("--on-nonfinite", opts->onNonfinite,
+                  "policy on a NaN/Inf: warn, skip-step, stop or trace-ops (warn, then name the first operator that "
+                  "makes the next one)")
       ->check(CLI::IsMember({"warn", "skip-step", "stop", "trace-ops"}));
   sub->add_option("--health", opts->health, "health-rule options, e.g. grad_spike=stop,grad_spike.factor=8");
   sub->add_option("--html", opts->html, "also write the self-contained HTML report of the merged run to FILE "

@@ -147,8 +147,8 @@ struct Communicator::Issue {
 void Communicator::checkResult(const Issue& is, const at::Tensor& result) const {
   OpCheck* oc = activeOpCheck();
   if (oc == nullptr || !oc->armed()) return;
-  oc->collectiveResult(fmt::format("{} {} seq {} ({})", is.group.empty() ? name_ : is.group, vocabulary::opName(is.op), is.seq,
-                                   describeCallsite(is.site, is.phase, is.op)),
+  oc->collectiveResult(fmt::format("{} {} seq {} ({})", is.group.empty() ? name_ : is.group, vocabulary::opName(is.op),
+                                   is.seq, describeCallsite(is.site, is.phase, is.op)),
                        result);
 }
 

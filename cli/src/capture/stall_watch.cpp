@@ -111,7 +111,9 @@ std::vector<tracedb::AlertRow> StallWatch::alerts() const {
       missing.push_back(m.rank);
       nlohmann::json w{{"rank", m.rank}, {"state", analysis::missingStateName(m.state)}, {"stuck", m.stuck}};
       if (m.inside && m.state != analysis::MissingState::Blocked)
-        w.update({{"inside", m.inside->name}, {"layer", m.inside->layer}, {"inside_s", static_cast<double>(m.insideNs) * 1e-9},
+        w.update({{"inside", m.inside->name},
+                  {"layer", m.inside->layer},
+                  {"inside_s", static_cast<double>(m.insideNs) * 1e-9},
                   {"median_step_s", static_cast<double>(m.medianStepNs) * 1e-9}});
       where.push_back(std::move(w));
       if (m.last)

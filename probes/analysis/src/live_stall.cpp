@@ -63,7 +63,8 @@ constexpr int64_t kStuckStepMultiple = 10;  // open ≥ this many of its median 
 const OpenSpanInfo* innermostWork(const LiveRankState& r) {
   const OpenSpanInfo* best = nullptr;
   for (const OpenSpanInfo& o : r.open)
-    if (o.kind != kKindStep && o.kind != kKindComm && o.kind != kKindWait && (best == nullptr || o.beginNs >= best->beginNs))
+    if (o.kind != kKindStep && o.kind != kKindComm && o.kind != kKindWait &&
+        (best == nullptr || o.beginNs >= best->beginNs))
       best = &o;
   return best;
 }
@@ -180,7 +181,9 @@ std::string missingText(const MissingRank& m, const std::string& group) {
   s += " has not entered it";
   if (m.inside && m.state != MissingState::Blocked) {
     if (m.stuck)
-      s += m.state == MissingState::Compute ? ": stuck in compute," : m.state == MissingState::Data ? ": stuck in data loading," : ": stuck,";
+      s += m.state == MissingState::Compute ? ": stuck in compute,"
+           : m.state == MissingState::Data  ? ": stuck in data loading,"
+                                            : ": stuck,";
     else
       s += ":";
     s += " inside \"" + m.inside->name + "\"" +

@@ -107,9 +107,10 @@ FaultInjector* activeFaults() noexcept;
 // What the trainer calls each step: the injector (when faults are configured) and the health rules.
 class StepHooks {
  public:
-  // Reads TPSCOPE_INJECT, TPSCOPE_HEALTH and TPSCOPE_REPLAY_STEP (the replay's op check, op_check.h); throws ConfigError (naming the variable) on a bad spec or an out-of-range
-  // rank/layer. Installs the injector process-wide (until destroyed) and attaches its gradient hooks to `params` —
-  // so construct it BEFORE anything else registers gradient hooks on them.
+  // Reads TPSCOPE_INJECT, TPSCOPE_HEALTH and TPSCOPE_REPLAY_STEP (the replay's op check, op_check.h); throws
+  // ConfigError (naming the variable) on a bad spec or an out-of-range rank/layer. Installs the injector process-wide
+  // (until destroyed) and attaches its gradient hooks to `params` — so construct it BEFORE anything else registers
+  // gradient hooks on them.
   // `names` and `layers` describe `params` (for the injected faults' targets and messages).
   StepHooks(Mesh& mesh, const std::vector<std::string>& names, const std::vector<int>& layers,
             const std::vector<at::Tensor>& params, int modelLayers);
