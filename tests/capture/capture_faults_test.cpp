@@ -235,7 +235,8 @@ TEST(Capture, LiveStallLineNamesTheMissingRankBeforeTheWatchdog) {
 // says RESUMED when it comes back (a straggler, not a hang); the alert's evidence says where each missing rank is.
 TEST(Capture, LiveStallLineSaysARankIsStuckInCompute) {
   const auto dir = testDir("live-stuck-compute");
-  const RunResult r = capture(dir, 2, 2, 1, 4, {"--inject", "slow:rank=1,ms=4000,step=3", "--hang-timeout", "30"});
+  // 30 steps: the job goes on long enough after rank 1 is back for a poll to see it record again (RESUMED).
+  const RunResult r = capture(dir, 2, 2, 1, 30, {"--inject", "slow:rank=1,ms=4000,step=3", "--hang-timeout", "30"});
   ASSERT_EQ(r.status, 0) << r.output;
   const size_t at = r.output.find("WAITING  tp-0 seq ");
   ASSERT_NE(at, std::string::npos) << r.output;
