@@ -8,6 +8,19 @@
 
 namespace tpscope::analysis {
 
+namespace {
+
+// The operator an op check named (its evidence object: the alert's, or the `op` of a replay verdict) as numbers.
+void numberOperator(Finding& fd, const nlohmann::json& op) {
+  fd.number("op", op.value("op", ""))
+      .number("pass", op.value("pass", ""))
+      .number("span", op.value("span", ""))
+      .number("produced", int64_t{op.value("produced", false) ? 1 : 0})
+      .number("ops_checked", op.value("ops_checked", int64_t{0}));
+}
+
+}  // namespace
+
 tracedb::Result<std::vector<Finding>> replayFindings(tracedb::Reader& reader) {
   auto alerts = reader.alerts();
   if (!alerts) return alerts.status();
@@ -29,13 +42,8 @@ tracedb::Result<std::vector<Finding>> replayFindings(tracedb::Reader& reader) {
     fd.message = "traced live after the non-finite value of step " + std::to_string(after) + ": " + a.message;
     fd.cite("alerts", {detail::field("rank", int64_t{a.rank}), detail::field("step", int64_t{a.step}),
                        detail::field("kind", std::string(vocabulary::alert_kinds::kOpCheck))});
-    fd.number("verdict", std::string("traced"))
-        .number("after_step", int64_t{after})
-        .number("op", ev.value("op", ""))
-        .number("pass", ev.value("pass", ""))
-        .number("span", ev.value("span", ""))
-        .number("produced", int64_t{ev.value("produced", false) ? 1 : 0})
-        .number("ops_checked", ev.value("ops_checked", int64_t{0}));
+    fd.number("verdict", std::string("traced")).number("after_step", int64_t{after});
+    numberOperator(fd, ev);
     out.push_back(std::move(fd));
   }
   for (const auto& [step, a] : latest) {
@@ -63,13 +71,7 @@ tracedb::Result<std::vector<Finding>> replayFindings(tracedb::Reader& reader) {
     fd.cite("alerts", {detail::field("rank", int64_t{a->rank}), detail::field("step", int64_t{step}),
                        detail::field("kind", std::string(vocabulary::alert_kinds::kReplay))});
     fd.number("verdict", verdict);
-    if (!op.empty()) {
-      fd.number("op", op.value("op", ""))
-          .number("pass", op.value("pass", ""))
-          .number("span", op.value("span", ""))
-          .number("produced", int64_t{op.value("produced", false) ? 1 : 0})
-          .number("ops_checked", op.value("ops_checked", int64_t{0}));
-    }
+    if (!op.empty()) numberOperator(fd, op);
     out.push_back(std::move(fd));
   }
   return out;

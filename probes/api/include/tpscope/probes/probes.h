@@ -213,26 +213,27 @@ inline std::atomic<void (*)(const Site*, int16_t layer)> g_rangePush{nullptr};
 inline std::atomic<void (*)()> g_rangePop{nullptr};
 inline thread_local ThreadBuffer* t_buffer = nullptr;
 
-inline void emitSpan(const Site* site, uint64_t t0, uint64_t t1, int16_t layer) noexcept {
+// The calling thread's ring, acquired from the sink at its first span; null without a sink (or memory).
+inline ThreadBuffer* threadBuffer() noexcept {
   ThreadBuffer* b = t_buffer;
   if (b == nullptr) [[unlikely]] {
     Sink* s = g_sink.load(std::memory_order_acquire);
-    if (s == nullptr) return;
+    if (s == nullptr) return nullptr;
     b = t_buffer = s->acquireThreadBuffer();
-    if (b == nullptr) return;
   }
+  return b;
+}
+
+inline void emitSpan(const Site* site, uint64_t t0, uint64_t t1, int16_t layer) noexcept {
+  ThreadBuffer* b = threadBuffer();
+  if (b == nullptr) [[unlikely]] return;
   b->push(SpanEvent{site, t0, t1, g_step.load(std::memory_order_relaxed), layer, 0});
 }
 
 // SpanScope's open and close: the thread's open-span stack (ThreadBuffer::open). A few relaxed stores.
 inline void openSpan(const Site* site, uint64_t t0, int16_t layer) noexcept {
-  ThreadBuffer* b = t_buffer;
-  if (b == nullptr) [[unlikely]] {
-    Sink* s = g_sink.load(std::memory_order_acquire);
-    if (s == nullptr) return;
-    b = t_buffer = s->acquireThreadBuffer();
-    if (b == nullptr) return;
-  }
+  ThreadBuffer* b = threadBuffer();
+  if (b == nullptr) [[unlikely]] return;
   const uint32_t d = b->openDepth.load(std::memory_order_relaxed);
   if (d < ThreadBuffer::kOpenDepth) {
     ThreadBuffer::OpenSlot& slot = b->open[d];
