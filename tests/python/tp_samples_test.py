@@ -11,15 +11,17 @@ llama_healthy  samples/python/llama_tp.py at 2 ranks (RowwiseParallel embedding,
                sequence-parallel norms' weights) to the norms the same program records at world size 1;
                param_placements; no warning
 llama_nan      rank 1 puts a NaN into layer 1's feed-forward hidden slice at step 3: nan_origin names rank 1, step 3,
-               layer 1; the first nonfinite_activation alert is rank 1's w2 output, printed live by capture
+               layer 1, its spread to rank 0 by a reduce-scatter; the first nonfinite_activation alert is rank 1's w2
+               output, printed live by capture
 llama_hang     rank 0 stalls before step 3: the hang names rank 0 as the one that never entered the embedding's
                reduce-scatter; the live WAITING line names it before the watchdog fires
 fsdp2d_healthy samples/python/fsdp_tp_2d.py at 4 ranks, TP 2 x DP 2: FSDP2's all-gathers (forward and backward)
                and reduce-scatters in the dp groups, DTensor's collectives in the tp groups, matched across the members
                and completed; each parameter's local shard a quarter of it (dp:S(0) tp:S(0)), or a half for the
                tp-replicated norms (dp:S(0) tp:R); no warning
-fsdp2d_nan     rank 3 (tp 1, dp 1) puts the NaN into layer 1 at step 3: nan_origin names rank 3, step 3, layer 1
-               (its spread to the other DP replica through FSDP2's reduce-scatter is not followed yet: docs/capture.md)
+fsdp2d_nan     rank 3 (tp 1, dp 1) puts the NaN into layer 1 at step 3: nan_origin names rank 3, step 3, layer 1, and
+               its spread: to rank 2 by w2's tp-1 reduce-scatter, to the other DP replica (ranks 0, 1) by FSDP2's
+               gradient reduce-scatters in dp-0 and dp-1; no second origin
 fsdp2d_hang    rank 2 stalls before step 3: the hang names rank 2 as the one that never entered FSDP2's root all-gather
                in dp-0 (its tp-1 peer's wait is a consequence); the live WAITING line names it before the watchdog
 """
@@ -163,7 +165,7 @@ def check_llama_healthy(args):
                                                                                      whole[param]), log + log1)
 
 
-def check_nan(args, sample, nproc, extra, rank, log_rank_param):
+def check_nan(args, sample, nproc, extra, rank, log_rank_param, spread_via):
     run, out, log = capture(args, sample, os.path.join(args.work, "run"), nproc, extra,
                             ["--nan-at", "%d:3:1" % rank], 0)
     origin = [f for f in diagnose(args, run) if f["kind"] == "nan_origin"]
@@ -173,6 +175,16 @@ def check_nan(args, sample, nproc, extra, rank, log_rank_param):
     if (f.get("rank"), f.get("step"), f.get("layer")) != (rank, 3, 1):
         fail("nan_origin names rank %s step %s layer %s, expected rank %d step 3 layer 1: %s" %
              (f.get("rank"), f.get("step"), f.get("layer"), rank, json.dumps(f, indent=1)), log)
+    # one origin: every other rank received the NaN through a collective the spread names (none is a second origin)
+    if len(origin) > 1:
+        fail("a second nan_origin (an affected rank the spread does not explain): %s" % json.dumps(origin[1:], indent=1),
+             log)
+    if sorted(f.get("ranks", [])) != [r for r in range(nproc) if r != rank]:
+        fail("nan_origin's receivers: %s, expected every other rank" % f.get("ranks"), log)
+    spread = " ".join(d for d in f.get("details", []) if d.startswith("spread:"))
+    for via in spread_via:
+        if via not in spread:
+            fail("the spread does not go through %r: %s" % (via, spread), log)
     first = open_db(run).execute("SELECT rank, step, layer, param FROM alerts WHERE kind = 'nonfinite_activation' "
                                  "ORDER BY ts_ns LIMIT 1").fetchone()
     if first != (rank, 3, 1, log_rank_param):
@@ -255,11 +267,15 @@ def main():
     p = argparse.ArgumentParser()
     cases = {
         "llama_healthy": check_llama_healthy,
-        "llama_nan": lambda a: check_nan(a, "llama_tp.py", 2, [], 1, "layers.1.feed_forward.w2 output"),
+        "llama_nan": lambda a: check_nan(a, "llama_tp.py", 2, [], 1, "layers.1.feed_forward.w2 output",
+                                         ["reduce_scatter group world"]),
         "llama_hang": lambda a: check_hang(a, "llama_tp.py", 2, [], 0, ("world",),
                                            "Transformer forward reduce-scatter"),
         "fsdp2d_healthy": check_fsdp2d_healthy,
-        "fsdp2d_nan": lambda a: check_nan(a, "fsdp_tp_2d.py", 4, ["--tp", "2"], 3, "layers.1.feed_forward.w2 output"),
+        # rank 3 → its tp peer 2 (w2's reduce-scatter), then each to its DP peer by FSDP2's gradient reduce-scatter
+        "fsdp2d_nan": lambda a: check_nan(a, "fsdp_tp_2d.py", 4, ["--tp", "2"], 3, "layers.1.feed_forward.w2 output",
+                                          ["reduce_scatter group tp-1", "reduce_scatter group dp-0",
+                                           "reduce_scatter group dp-1"]),
         # rank 0 enters dp-0's all-gather first thing in step 3; rank 3 reaches tp-1 only after dp-1's
         "fsdp2d_hang": lambda a: check_hang(a, "fsdp_tp_2d.py", 4, ["--tp", "2"], 2, ("dp-0",),
                                             "FSDPTransformer forward all-gather"),

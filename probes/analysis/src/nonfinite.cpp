@@ -80,14 +80,20 @@ bool carriesValues(const Coll& c) {
 // of the receiver turns non-finite, so its own gradient or activation records must show it. A DP gradient bucket or
 // an optimizer-phase collective (clip norm, loss mean, replica check) carries reduced gradients or scalars, which
 // the receiver's pre-reduction gradient records never see: only its step statistics (global norm, loss) or a later
-// step can show them. Phase::None (unknown) is consistent with either.
-bool consistentCarrier(const Coll& c, const NonFiniteEvent& receiverFirst) {
+// step can show them — except where the parameters are sharded over that group's mesh dimension (FSDP2: `shardDims`,
+// RunInfo::gradShardDims): there a backward reduce-scatter (or all-reduce) writes the very shard the rank's gradient
+// rows are taken from, so those rows show it; its backward all-gathers carry parameters, finite until the update.
+// Phase::None (unknown) is consistent with either.
+bool consistentCarrier(const Coll& c, const NonFiniteEvent& receiverFirst, const std::set<std::string>& shardDims) {
   if (receiverFirst.step > c.step) return true;  // the value is in the receiver's state from then on
-  const bool activationCarrier =
-      (c.phase == Phase::Forward || c.phase == Phase::Backward) && groupClass(c.group) != "dp";
+  const std::string cls = groupClass(c.group);
+  const bool activationCarrier = (c.phase == Phase::Forward || c.phase == Phase::Backward) && cls != "dp";
   const bool stateCarrier = c.phase != Phase::Forward && !activationCarrier;
   const bool receiverInPass = receiverFirst.source != "step_stats";
   if (c.phase == Phase::None) return true;
+  if (receiverInPass && c.phase == Phase::Backward && shardDims.count(cls) &&
+      (c.op == "reduce_scatter" || c.op == "all_reduce") && receiverFirst.phase == tracedb::phaseName(Phase::Backward))
+    return true;  // a gradient reduce-scattered into the shard its rows read
   return receiverInPass ? activationCarrier : stateCarrier;
 }
 
@@ -334,7 +340,7 @@ std::map<int, Arrival> searchSpread(const NonFiniteEvent& origin, int64_t t0, co
         const NonFiniteEvent& seen = fe->second;
         const int64_t done = m->done;  // the receiver holds the result when its own copy of the collective ends
         if (seen.boundNs && done > *seen.boundNs + slack[r] + slack[m->rank]) continue;
-        if (!consistentCarrier(c, seen)) continue;
+        if (!consistentCarrier(c, seen, info.gradShardDims)) continue;
         Arrival& a = reached[m->rank];
         if (done < a.t) {
           a = Arrival{done, &c, r};

@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
 
 #include "analysis_internal.h"
 #include "tpscope/tracedb/merge.h"
@@ -103,6 +104,27 @@ std::optional<ModelConfig> parseModel(const std::string& text) {
   return any ? std::optional<ModelConfig>(m) : std::nullopt;
 }
 
+// The mesh dimensions that shard some parameter, from meta param_placements: each value lists "dim:placement"
+// tokens; Shard is "S(d)", FSDP2's strided shard "_S(d, k)". Replicate ("R") and Partial ("P(sum)") are not shards.
+std::set<std::string> shardedMeshDims(const std::string& text) {
+  std::set<std::string> dims;
+  if (text.empty()) return dims;
+  const auto json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object()) return dims;
+  for (const auto& [param, placement] : json.items()) {
+    if (!placement.is_string()) continue;
+    std::istringstream tokens(placement.get<std::string>());
+    std::string token;
+    while (tokens >> token) {
+      const size_t colon = token.find(':');
+      if (colon == std::string::npos || colon == 0) continue;
+      const std::string_view what = std::string_view(token).substr(colon + 1);
+      if (what.starts_with("S(") || what.starts_with("_S(")) dims.insert(token.substr(0, colon));
+    }
+  }
+  return dims;
+}
+
 // Host CPU counts and emulated collectives from the meta table.
 void readMeta(tracedb::Reader& reader, RunInfo& info) {
   if (auto meta = reader.meta()) {
@@ -117,6 +139,7 @@ void readMeta(tracedb::Reader& reader, RunInfo& info) {
     if (const int rank = std::atoi(r.c_str()); rank >= 0) info.missingRankDumps.push_back(rank);
   info.seqByOrder = commaList(reader.metaValue(tracedb::meta_keys::kSeqByOrder));
   info.deviceArrival = reader.metaValue(tracedb::meta_keys::kCollectiveArrival).value_or("") == "device";
+  info.gradShardDims = shardedMeshDims(reader.metaValue(tracedb::meta_keys::kParamPlacements).value_or(""));
   for (const std::string& item : commaList(reader.metaValue("emulated_ops")))
     if (const size_t eq = item.find('='); eq != std::string::npos)
       info.emulatedOps[canonicalOp(std::string_view(item).substr(0, eq))] =

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -63,6 +64,10 @@ struct RunInfo {
   // meta 'collective_arrival' = "device" (an import whose collectives were timed by their NCCL kernels): a rank's
   // arrival at a collective is its start_ns (the kernel's start on its GPU), not its host enqueue.
   bool deviceArrival = false;
+  // meta 'param_placements' (a Python program's DTensor parameters): the mesh dimensions some parameter is sharded
+  // over ("dp" for `dp:S(0)` or FSDP2's strided `dp:_S(0, 2)`). A group whose class is one of them reduce-scatters
+  // gradients into the shards the rank's gradient rows are taken from: its backward collectives show in those rows.
+  std::set<std::string> gradShardDims;
   int64_t beginNs = 0, endNs = 0;          // extent of spans, collectives and step_stats (0, 0 when empty)
   std::vector<RankExtent> spanExtents;     // by rank, ranks with spans only
   std::optional<ModelConfig> model;        // when meta 'config' is JSON with at least one of the model keys

@@ -41,6 +41,10 @@ inline constexpr std::string_view kCollectiveArrival = "collective_arrival";
 // every flush), JSON [{"thread", "name", "kind", "layer", "begin_ns"}], outermost first per thread; "[]" when none.
 // A live watcher reads it to tell a rank stuck inside an operation from one that never entered a collective.
 inline constexpr std::string_view kOpenSpans = "open_spans";
+// A Python program's DTensor parameters, JSON {name: placement per mesh dimension} ("dp:_S(0, 2) tp:S(0)"), written
+// by tpscope's Python recorder (docs/capture.md). A parameter sharded over a mesh dimension (FSDP2's `fully_shard`)
+// has its gradient rows taken from the reduce-scattered shard: the reduction over that dimension is in them.
+inline constexpr std::string_view kParamPlacements = "param_placements";
 }  // namespace meta_keys
 
 // Well-known counter names (table counters).
