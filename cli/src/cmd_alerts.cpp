@@ -53,6 +53,7 @@ int followAlerts(const AlertsArgs& args) {
   o.hangTimeoutS = args.hangTimeoutS;
   o.progress = false;
   o.noticesToErr = true;
+  o.journal = false;          // a reader: it writes nothing into the job's folder
   o.skipEarlierJobs = false;  // a job that already ended: its alerts, then the end
   o.onAlert = [&](const capture::LiveAlert& a) {
     if (analysis::storedSeverity(a.row.severity) > limit) return;

@@ -1,8 +1,10 @@
 // tpscope merge DIR|FILE... -o RUN: per-rank files → one run file (tracedb::merge). Folders (a capture folder each,
-// e.g. one per node of a multi-node job) give their rank-*.db files; files are taken as they are.
+// e.g. one per node of a multi-node job) give their rank-*.db files, and their stall journals (the live stall lines
+// capture or `tpscope watch` wrote: analysis/stall_journal.h) go into the run's alerts; files are taken as they are.
 #include <iostream>
 
 #include "command.h"
+#include "tpscope/analysis/stall_journal.h"
 #include "tpscope/analysis/summary.h"
 #include "tpscope/tracedb/merge.h"
 
@@ -34,6 +36,20 @@ void addMerge(CLI::App& app, Context& ctx) {
     }
     std::cout << "merged " << stats->ranks << " rank" << (stats->ranks == 1 ? "" : "s") << " (" << stats->spans
               << " spans, " << stats->collectives << " collective records) into " << args->output.string() << "\n";
+    size_t stalls = 0;
+    for (const auto& input : args->inputs) {
+      std::error_code ec;
+      if (!std::filesystem::is_directory(input, ec)) continue;
+      auto kept = analysis::addStallJournal(input, args->output);
+      if (!kept) {
+        std::cerr << "tpscope merge: warning: the live stall lines of " << input.string()
+                  << " were not kept: " << kept.error() << "\n";
+        continue;
+      }
+      stalls += *kept;
+    }
+    if (stalls > 0)
+      std::cout << "kept " << stalls << " live stall line" << (stalls == 1 ? "" : "s") << " (alerts of kind 'stall')\n";
     // The per-step summaries the analyses and the viewer read first; without them the file is complete, only slower.
     if (tracedb::Status s = analysis::writeRunSummary(args->output); !s)
       std::cerr << "tpscope merge: warning: summaries not written (the analyses will compute them): " << s.message()

@@ -40,9 +40,10 @@ Example (Slurm; a shared folder):
 
 void addWatch(CLI::App& app, Context& ctx) {
   auto opts = std::make_shared<capture::WatchOptions>();
-  CLI::App* sub = app.add_subcommand("watch",
-                                     "follow a job that torchrun or srun started with TPSCOPE_OUT=DIR: live "
-                                     "stall lines and alerts, capture's exit status when it ends");
+  CLI::App* sub =
+      app.add_subcommand("watch",
+                         "follow a job that torchrun or srun started with TPSCOPE_OUT=DIR: live "
+                         "stall lines (kept in DIR/stalls.jsonl) and alerts, capture's exit status when it ends");
   sub->add_option("dir", opts->dir, "the job's TPSCOPE_OUT folder (its rank-K.db files)")->required();
   sub->add_option("--nproc,--nproc-per-node,-n", opts->nproc,
                   "follow only this many ranks: one node's folder (default: every rank of the job)")

@@ -73,6 +73,11 @@ MainWindow::MainWindow(const QString& settingsFile, QWidget* parent) : QMainWind
   addDockWidget(Qt::RightDockWidgetArea, dock);
 
   buildMenus();
+  liveStall_ = new QLabel(this);
+  liveStall_->setObjectName("liveStall");
+  liveStall_->setStyleSheet("QLabel { color: white; background: #b3261e; padding: 1px 6px; }");
+  liveStall_->hide();
+  statusBar()->addPermanentWidget(liveStall_);
   statusBar()->showMessage("Open a run: File → Open, or drop a run file here.");
 
   connect(&loader_, &RunLoader::runLoaded, this, &MainWindow::onRunLoaded);
@@ -235,6 +240,7 @@ void MainWindow::onRunLoaded(RunPtr run, qint64 ms) {
                                     : run_->windowed      ? " · spans read for the time shown when zoomed in"
                                     : run_->summaryOnly() ? " · reading every span…"
                                                           : ""));
+  showLiveStall();
   freshOpen_ = !keep || (detail && freshOpen_);
   if (!reloading_ && !detail) {
     addRecent(path_);
@@ -242,6 +248,18 @@ void MainWindow::onRunLoaded(RunPtr run, qint64 ms) {
     else if (follower_.following()) follower_.follow(path_, 1000);
   }
   reloading_ = false;
+}
+
+// The live stall line of a capture folder (the journal capture or `tpscope watch` keep: alerts of kind 'stall'): the
+// newest of those still open (critical); hidden when every one resumed (info), and for run files.
+void MainWindow::showLiveStall() {
+  const tracedb::AlertRow* open = nullptr;
+  if (run_ && run_->live)
+    for (const tracedb::AlertRow& a : run_->alerts)
+      if (a.kind == "stall" && a.severity == "critical") open = &a;
+  liveStall_->setVisible(open != nullptr);
+  liveStall_->setText(open ? QString::fromStdString(open->message).section('\n', 0, 0) : QString());
+  liveStall_->setToolTip(open ? QString::fromStdString(open->message) : QString());
 }
 
 void MainWindow::onAnalysisLoaded(AnalysisPtr analysis) {

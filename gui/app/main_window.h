@@ -7,6 +7,7 @@
 // the global thread pool.
 #pragma once
 
+#include <QLabel>
 #include <QLineEdit>
 #include <QMainWindow>
 #include <QPlainTextEdit>
@@ -17,8 +18,8 @@
 #include "communication_view.h"
 #include "desync_view.h"
 #include "findings_view.h"
-#include "pipeline_view.h"
 #include "grad_health_view.h"
+#include "pipeline_view.h"
 #include "timeline_view.h"
 #include "tpscope/gui/live_follower.h"
 #include "tpscope/gui/run_loader.h"
@@ -50,6 +51,7 @@ class MainWindow : public QMainWindow {
   PipelineView* pipeline() { return pipeline_; }
   QTabWidget* tabs() { return tabs_; }
   QPlainTextEdit* details() { return details_; }
+  QLabel* liveStall() { return liveStall_; }  // the open live stall line of a followed capture (hidden: none)
   const QString& lastError() const { return lastError_; }
   QStringList recentFiles() const;
   QString shortcutsText() const;
@@ -71,6 +73,7 @@ class MainWindow : public QMainWindow {
   void addRecent(const QString& path);
   void rebuildRecentMenu();
   void saveState();
+  void showLiveStall();
 
   std::unique_ptr<QSettings> settings_;
   RunLoader loader_;
@@ -89,6 +92,7 @@ class MainWindow : public QMainWindow {
   FindingsView* findings_ = nullptr;
   PipelineView* pipeline_ = nullptr;
   QPlainTextEdit* details_ = nullptr;
+  QLabel* liveStall_ = nullptr;  // in the status bar, permanent
   QLineEdit* search_ = nullptr;
   QMenu* recentMenu_ = nullptr;
   QAction* followAction_ = nullptr;

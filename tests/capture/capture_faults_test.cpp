@@ -219,7 +219,9 @@ TEST(Capture, LiveStallLineNamesTheMissingRankBeforeTheWatchdog) {
   // Rank 3 is named by every line that waits on it, never as blocked itself.
   EXPECT_FALSE(contains(r.output, "rank 3 blocked")) << r.output;
   EXPECT_FALSE(contains(r.output, "RESUMED")) << r.output;
-  // The same stall in run.db: a critical alert of kind stall on rank 3, with its evidence.
+  // The line kept in the folder's stall journal (for `tpscope merge` and the viewer) ...
+  EXPECT_TRUE(contains(readFile(dir / "stalls.jsonl"), line)) << readFile(dir / "stalls.jsonl");
+  // ... and in run.db: a critical alert of kind stall on rank 3, with its evidence.
   EXPECT_GE(db.integer("SELECT count(*) FROM alerts WHERE kind = 'stall' AND severity = 'critical' AND rank = 3 AND "
                        "json_extract(evidence, '$.group') = 'tp-1' AND json_extract(evidence, '$.seq') = " +
                        std::to_string(seq)),

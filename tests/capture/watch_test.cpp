@@ -80,7 +80,8 @@ int64_t unixNowNs() {
 // A hang injected into a torchrun-style job: rank 1 skips its first collective of step 3. The watch (started before
 // the ranks, so it waits for their files) prints WAITING for that collective — on tp-0, at the seq rank 0 is blocked
 // in, naming rank 1 as the one that has not entered it — within 5 s of rank 0 entering it, then exits 3 on its
-// watchdog, leaving the ranks running.
+// watchdog, leaving the ranks running. The line is in the folder's stall journal while the watch runs, and
+// `tpscope merge` of the folder keeps it as a critical alert of kind stall on rank 1.
 TEST(Watch, NamesAHangLiveAndExitsThreeOnItsWatchdog) {
   const auto dir = testDir("watch-hang");
   const pid_t watch =
@@ -88,12 +89,14 @@ TEST(Watch, NamesAHangLiveAndExitsThreeOnItsWatchdog) {
   const std::vector<pid_t> ranks = startTorchrunRanks(dir, 2, 30, {"--inject", "hang:rank=1,step=3"});
   // Note when each WAITING line appears ("WAITING  G seq S" → first seen), while the watch runs.
   std::map<std::string, int64_t> seenUnixNs;
+  bool journalled = false;  // the journal held a WAITING line before the watch ended
   int status = -1;
   const auto deadline = Clock::now() + std::chrono::seconds(90);
   while (Clock::now() < deadline) {
     std::istringstream text(readFile(watchLog(dir)));
     for (std::string l; std::getline(text, l);)
       if (l.starts_with("WAITING")) seenUnixNs.emplace(l.substr(0, l.find(" (")), unixNowNs());
+    journalled = journalled || contains(readFile(dir / "stalls.jsonl"), "WAITING  tp-0 seq ");
     int st = 0;
     if (::waitpid(watch, &st, WNOHANG) == watch) {
       status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
@@ -131,6 +134,20 @@ TEST(Watch, NamesAHangLiveAndExitsThreeOnItsWatchdog) {
   const double latencyS = static_cast<double>(seen->second - enteredUnixNs) * 1e-9;
   EXPECT_GT(latencyS, 1.0) << "a line before --stall-after (1.5 s) has passed";
   EXPECT_LT(latencyS, 5.0) << out;
+  EXPECT_TRUE(journalled) << "the stall journal had no WAITING line while the watch ran";
+  const RunResult merged = run({TPSCOPE_BIN, "merge", dir.string(), "-o", (dir / "run.db").string()},
+                               dir.parent_path() / (dir.filename().string() + ".merge.log"));
+  ASSERT_EQ(merged.status, 0) << merged.output;
+  EXPECT_TRUE(contains(merged.output, "live stall line")) << merged.output;
+  Db db(dir / "run.db");
+  EXPECT_EQ(db.integer("SELECT count(*) FROM alerts WHERE kind = 'stall' AND severity = 'critical' AND rank = 1 AND "
+                       "json_extract(evidence, '$.group') = 'tp-0' AND json_extract(evidence, '$.seq') = " +
+                       std::to_string(seq)),
+            1);
+  // On the run's clock: after rank 0 entered the collective, before the end of the run's records.
+  EXPECT_GE(db.integer("SELECT min(ts_ns) FROM alerts WHERE kind = 'stall'"),
+            db.integer("SELECT min(enqueue_ns) FROM collectives WHERE rank = 0 AND group_name = 'tp-0' AND seq = " +
+                       std::to_string(seq)));
 }
 
 // A healthy job: the watch follows it to its end and exits 0 without a stall line. Started again on the same folder

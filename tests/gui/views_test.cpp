@@ -7,8 +7,8 @@
 #include <QHeaderView>
 #include <QMessageBox>
 #include <QMimeData>
-#include <QStatusBar>
 #include <QSignalSpy>
+#include <QStatusBar>
 #include <QTest>
 #include <QTreeWidget>
 #include <QUrl>
@@ -18,6 +18,7 @@
 #include "fixture_run.h"
 #include "main_window.h"
 #include "test_runs.h"
+#include "tpscope/analysis/stall_journal.h"
 #include "tpscope/analysis/summary.h"
 #include "tpscope/gui/palette.h"
 #include "tpscope/tracedb/writer.h"
@@ -653,6 +654,30 @@ TEST(LiveWindow, FollowsACaptureFolderAsItGrows) {
   ASSERT_TRUE(loaded.wait(15000)) << "the follower reloads within its poll interval";
   EXPECT_EQ(window.run()->timeline->lanes().size(), 2u);
   EXPECT_TRUE(window.windowTitle().contains("capture folder"));
+  EXPECT_TRUE(window.liveStall()->isHidden());
+
+  // A live stall line in the folder's journal (capture's watcher, `tpscope watch`): shown while open, listed with
+  // the alerts, hidden once it resumed.
+  tracedb::AlertRow stall;
+  stall.rank = 1;
+  stall.step = 2;
+  stall.tsNs = 1'500;
+  stall.severity = "critical";
+  stall.kind = "stall";
+  stall.message = "WAITING  tp-0 seq 7 (forward all-reduce): rank 0 blocked 1.6 s; rank 1 has not entered it";
+  stall.evidence = R"({"stall":"waiting","group":"tp-0","seq":7})";
+  ASSERT_TRUE(analysis::writeStallJournal(dir / "stalls.jsonl", std::vector<tracedb::AlertRow>{stall}, 1'000'000));
+  ASSERT_TRUE(loaded.wait(15000)) << "a new journal line reloads the run";
+  EXPECT_FALSE(window.liveStall()->isHidden());
+  EXPECT_TRUE(window.liveStall()->text().startsWith("WAITING  tp-0 seq 7")) << window.liveStall()->text().toStdString();
+  bool listed = false;
+  for (const auto& a : window.run()->alerts) listed |= a.kind == "stall" && a.rank == 1 && a.tsNs == 1'500;
+  EXPECT_TRUE(listed) << "the stall is one of the run's alerts, on its clock";
+  stall.severity = "info";
+  stall.message += " [resumed after 2.1 s]";
+  ASSERT_TRUE(analysis::writeStallJournal(dir / "stalls.jsonl", std::vector<tracedb::AlertRow>{stall}, 1'000'000));
+  ASSERT_TRUE(loaded.wait(15000));
+  EXPECT_TRUE(window.liveStall()->isHidden());
 }
 
 }  // namespace

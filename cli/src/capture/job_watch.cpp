@@ -18,6 +18,7 @@
 #include "capture/stall_watch.h"
 #include "tpscope/analysis/crash.h"
 #include "tpscope/analysis/run_info.h"
+#include "tpscope/analysis/stall_journal.h"
 #include "tpscope/tracedb/reader.h"
 
 namespace tpscope::cli::capture {
@@ -233,6 +234,7 @@ std::optional<int> WatchSession::waitForLayout() {
     if (auto layout = discoverLayout(o_.dir, o_.nproc, notBefore)) {
       poller_.emplace(o_.dir, layout->ranks, layout->firstRank);
       poller_->setNotBefore(notBefore);
+      if (o_.journal) stalls_.journalTo(analysis::stallJournalPath(o_.dir, o_.nproc > 0 ? layout->firstRank : -1));
       fmt::print(noticeOut(), "tpscope watch: following ranks {}..{} in {}\n", layout->firstRank,
                  layout->firstRank + layout->ranks - 1, o_.dir.string());
       std::fflush(noticeOut());
@@ -370,6 +372,8 @@ std::optional<int> WatchSession::judgeEnds(const std::vector<bool>& gone) {
 }
 
 int WatchSession::finish(int code, const std::string& text) {
+  if (std::string error = stalls_.writeJournal(); !error.empty())  // the final blocked times
+    display_.message("warning: the stall lines are not kept in a journal: " + error);
   display_.finish();
   fmt::print(noticeOut(), "tpscope watch: {} — exit status {}\n", text, code);
   std::fflush(noticeOut());

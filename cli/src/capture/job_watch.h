@@ -1,8 +1,10 @@
 // `tpscope watch DIR`: capture's watcher for a job that capture did not start — ranks that torchrun or srun launched
 // with TPSCOPE_OUT=DIR (docs/capture.md). It follows DIR/rank-K.db read-only with capture's own RunPoller and
 // StallWatch, prints what capture prints while ranks run (progress, live alerts, the live stall lines), and exits
-// with capture's status for how the job ended (runWatch). It never signals, stops or writes anything: the scheduler
-// script that runs it acts on the status.
+// with capture's status for how the job ended (runWatch). It never signals or stops anything: the scheduler script
+// that runs it acts on the status. It writes one file, the stall journal (analysis/stall_journal.h: DIR/stalls.jsonl,
+// or stalls-rank<K>.jsonl when it follows one node's ranks from K on), which `tpscope merge DIR` puts into the run
+// file's alerts and the viewer shows.
 //
 // Design: what it knows comes from the files (and, for ranks on this host, /proc): a rank has ended when its recorder
 // wrote its end (ranks.end_ns, exit_reason: a final flush, a dump on SIGTERM, the crash handler), or when its
@@ -39,6 +41,7 @@ struct WatchOptions {
   std::function<void(const LiveAlert&)> onAlert;
   std::function<void(const std::string&)> onStallLine;
   bool noticesToErr = false;  // "following ranks ...", the end: to `err` (`out` then holds alerts and stall lines only)
+  bool journal = true;        // keep the stall journal in `dir` (off: write nothing, as `tpscope alerts --follow`)
 };
 
 // Follows the job in `dir` until it ends (or hangs). Lines go to `out`, errors to `err`. Returns capture's status

@@ -153,17 +153,17 @@ std::chrono::nanoseconds RunPoller::longestQuiet() const {
   return longest;
 }
 
-int64_t RunPoller::nowFileNs() const {
-  int64_t epoch = 0;
+int64_t RunPoller::epochUnixNs() const {
   for (const auto& p : progress_)
-    if (p.seen && p.epochUnixNs > 0) {
-      epoch = p.epochUnixNs;
-      break;
-    }
+    if (p.seen && p.epochUnixNs > 0) return p.epochUnixNs;
+  return 0;
+}
+
+int64_t RunPoller::nowFileNs() const {
   const auto unixNow = std::chrono::duration_cast<std::chrono::nanoseconds>(
                            std::chrono::system_clock::now().time_since_epoch())
                            .count();
-  return unixNow - epoch;
+  return unixNow - epochUnixNs();
 }
 
 void RunPoller::liveState(const std::vector<bool>& exited, std::vector<analysis::LiveGroup>* groups,

@@ -80,7 +80,8 @@ class RunPoller {
   // i-th rank's process has ended. Reads a few rows per group per rank file.
   void liveState(const std::vector<bool>& exited, std::vector<analysis::LiveGroup>* groups,
                  std::vector<analysis::LiveRankState>* ranks);
-  // Now in the files' clock (wall clock minus the epoch of the first file read).
+  // The files' clock: the Unix epoch of the first file read (0 before any); now on that clock.
+  int64_t epochUnixNs() const;
   int64_t nowFileNs() const;
   // Closes the files (before the merge, so nothing holds them open).
   void close();

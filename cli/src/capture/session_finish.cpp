@@ -4,6 +4,7 @@
 
 #include "capture/capture_session.h"
 #include "tpscope/analysis/diagnose.h"
+#include "tpscope/analysis/stall_journal.h"
 #include "tpscope/analysis/summary.h"
 #include "tpscope/report/findings_text.h"
 #include "tpscope/report/html_report.h"
@@ -219,9 +220,8 @@ std::optional<int> CaptureSession::mergeRankFiles(const std::vector<std::pair<st
   }
   if (tracedb::Status e = tracedb::addMeta(runFile_, meta); !e)
     fmt::print(err_, "tpscope capture: warning: {}\n", e.message());
-  if (stalls_)
-    if (tracedb::Status e = tracedb::addAlerts(runFile_, stalls_->alerts()); !e)
-      fmt::print(err_, "tpscope capture: warning: the live stall lines were not kept: {}\n", e.message());
+  if (auto kept = analysis::addStallJournal(dir_, runFile_); !kept)  // the live stall lines (kind 'stall')
+    fmt::print(err_, "tpscope capture: warning: the live stall lines were not kept: {}\n", kept.error());
   if (tracedb::Status e = analysis::writeRunSummary(runFile_); !e)
     fmt::print(err_, "tpscope capture: warning: summaries not written (the analyses will compute them): {}\n",
                e.message());

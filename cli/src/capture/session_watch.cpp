@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "capture/capture_session.h"
+#include "tpscope/analysis/stall_journal.h"
 
 namespace tpscope::cli::capture {
 
@@ -14,6 +15,7 @@ void CaptureSession::watch() {
   poller_.emplace(dir_, o_.nproc, firstRank_);
   display_.emplace(out_, tty_);
   stalls_.emplace(o_.stallAfterS);
+  stalls_->journalTo(analysis::stallJournalPath(dir_));
   lastProgress_ = Clock::now();
   lastPoll_ = lastProgress_ - std::chrono::hours(1);
   signaled_.assign(static_cast<size_t>(o_.nproc), false);
@@ -29,6 +31,8 @@ void CaptureSession::watch() {
   }
   showNewAlerts();  // one last look for alerts written at the very end
   for (const std::string& l : stalls_->desyncsAfterEnd(*poller_)) display_->message(l);  // ranks that died on one
+  if (std::string error = stalls_->writeJournal(); !error.empty())  // the final blocked times, for the merge
+    display_->message("warning: the stall lines are not kept in a journal: " + error);
   display_->finish();
   poller_->close();
 }

@@ -1,11 +1,11 @@
 #include "capture/stall_watch.h"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <set>
 
-#include <nlohmann/json.hpp>
-
 #include "capture/run_poller.h"
+#include "tpscope/analysis/stall_journal.h"
 
 namespace tpscope::cli::capture {
 
@@ -18,6 +18,9 @@ std::vector<std::string> StallWatch::update(RunPoller& poller, const std::vector
   const auto afterNs = static_cast<int64_t>(after * 1e9);
   std::vector<std::string> lines;
   if (poller.longestQuiet().count() < afterNs && open_.empty()) return lines;  // everyone records: nothing to read
+  epochUnixNs_ = poller.epochUnixNs();
+  const size_t loggedBefore = log_.size();
+  bool resumed = false;
 
   std::vector<analysis::LiveGroup> groups;
   std::vector<analysis::LiveRankState> ranks;
@@ -56,12 +59,39 @@ std::vector<std::string> StallWatch::update(RunPoller& poller, const std::vector
       l.resumed = true;
       l.resumedAfterS = static_cast<double>(now - l.firstNs) * 1e-9;
       lines.push_back(analysis::resumedLine(s, l.resumedAfterS));
+      resumed = true;
       it = open_.erase(it);
     } else {
       ++it;  // unknown yet (a read failed, the rank is stopping): keep it open
     }
   }
+  keepJournal(log_.size() != loggedBefore || resumed, now, lines);
   return lines;
+}
+
+void StallWatch::journalTo(std::filesystem::path file) {
+  std::error_code ec;
+  std::filesystem::remove(file, ec);
+  journal_ = std::move(file);
+}
+
+void StallWatch::keepJournal(bool changed, int64_t nowNs, std::vector<std::string>& lines) {
+  if (journal_.empty()) return;
+  const bool stale = !open_.empty() && nowNs - journalWrittenNs_ >= 1'000'000'000;
+  if (!changed && !stale) return;
+  if (std::string error = writeJournal(); !error.empty()) {
+    if (!journalWarned_) lines.push_back("warning: the stall lines are not kept in a journal: " + error);
+    journalWarned_ = true;
+    return;
+  }
+  journalWrittenNs_ = nowNs;
+}
+
+std::string StallWatch::writeJournal() {
+  if (journal_.empty() || (log_.empty() && journalWrittenNs_ < 0)) return "";
+  const std::vector<tracedb::AlertRow> rows = alerts();
+  tracedb::Status s = analysis::writeStallJournal(journal_, rows, epochUnixNs_);
+  return s ? "" : s.message();
 }
 
 std::vector<std::string> StallWatch::desyncsAfterEnd(RunPoller& poller) {
@@ -70,6 +100,7 @@ std::vector<std::string> StallWatch::desyncsAfterEnd(RunPoller& poller) {
   // Ended ranks count as present: their files hold what they had entered when they died.
   poller.liveState({}, &groups, &ranks);
   const int64_t now = poller.nowFileNs();
+  epochUnixNs_ = poller.epochUnixNs();
   std::vector<std::string> lines;
   for (const analysis::LiveStall& s : analysis::detectStalls(groups, ranks, now, {0})) {
     if (s.kind != analysis::StallKind::Desync || open_.contains(siteOf(s)) || !endDesyncs_.insert(siteOf(s)).second)
@@ -77,6 +108,7 @@ std::vector<std::string> StallWatch::desyncsAfterEnd(RunPoller& poller) {
     lines.push_back(analysis::stallLine(s));
     log_.push_back({s, now - s.blockedNs, false, 0});
   }
+  keepJournal(!lines.empty(), now, lines);
   return lines;
 }
 

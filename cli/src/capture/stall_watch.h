@@ -1,12 +1,15 @@
 // The live stall lines of a job still running (analysis/live_stall.h on the ranks' frontier, RunPoller::liveState):
 // one line when a stall begins or its situation changes (another rank blocks, a missing rank enters), RESUMED when
 // the ranks it blocked move again. Kept for the run file as alerts of kind 'stall' (critical while the job stayed
-// stalled to the end, info when it resumed). Used by capture's watcher and `tpscope watch`.
+// stalled to the end, info when it resumed). Used by capture's watcher and `tpscope watch`. With a journal
+// (journalTo), the alerts are written to it as they change (analysis/stall_journal.h: DIR/stalls.jsonl), for merge
+// and the viewer, and so that a watcher killed mid-run leaves the lines it printed.
 //
 // Threading: the caller's thread only.
 #pragma once
 
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <string>
@@ -34,6 +37,12 @@ class StallWatch {
   std::vector<std::string> desyncsAfterEnd(RunPoller& poller);
   // The stalls seen, as alerts for the run file (ts: when each was first named, in the files' clock).
   std::vector<tracedb::AlertRow> alerts() const;
+  // Keeps the journal `file` current from now on: rewritten whenever a line is printed or a stall resumes, and once
+  // a second while a stall is open (its blocked time). A file already there is an earlier job's: removed. A failed
+  // write returns one warning line (then it retries).
+  void journalTo(std::filesystem::path file);
+  // Writes the journal now (the job has ended); an error message, or "" (also without a journal).
+  std::string writeJournal();
   int stallsNamed() const { return static_cast<int>(log_.size()); }
   // Some stall named is still open (not resumed).
   bool stalled() const { return !open_.empty(); }
@@ -49,7 +58,14 @@ class StallWatch {
     bool resumed = false;
     double resumedAfterS = 0;
   };
+  // Writes the journal when the log changed or an open stall's time is a second stale; a warning line on failure.
+  void keepJournal(bool changed, int64_t nowNs, std::vector<std::string>& lines);
+
   double afterS_, startupAfterS_;
+  std::filesystem::path journal_;
+  int64_t epochUnixNs_ = 0;        // the files' clock (RunPoller::epochUnixNs) at the last update
+  int64_t journalWrittenNs_ = -1;  // when the journal was last written, in the files' clock
+  bool journalWarned_ = false;
   std::map<std::string, Open> open_;  // by (group, seq) site
   std::set<std::string> endDesyncs_;  // sites named by desyncsAfterEnd
   std::vector<Logged> log_;

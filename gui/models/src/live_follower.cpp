@@ -2,6 +2,7 @@
 
 #include <QFileInfo>
 
+#include "tpscope/analysis/stall_journal.h"
 #include "tpscope/gui/run_data.h"
 
 namespace tpscope::gui {
@@ -29,6 +30,10 @@ std::map<QString, std::pair<qint64, qint64>> LiveFollower::snapshot() const {
       const QFileInfo info(name);
       if (info.exists()) out[name] = {info.size(), info.lastModified().toMSecsSinceEpoch()};
     }
+  }
+  for (const auto& journal : analysis::stallJournalsIn(path_.toStdString())) {  // a new or resumed stall line
+    const QFileInfo info(QString::fromStdString(journal.string()));
+    out[info.filePath()] = {info.size(), info.lastModified().toMSecsSinceEpoch()};
   }
   return out;
 }

@@ -6,6 +6,7 @@
 #include <string>
 #include <system_error>
 
+#include "tpscope/analysis/stall_journal.h"
 #include "tpscope/tracedb/merge.h"
 
 namespace tpscope::gui {
@@ -44,6 +45,9 @@ tracedb::Result<std::shared_ptr<const OpenedRun>> openRun(const fs::path& path) 
   if (auto merged = tracedb::merge(run->files, merge); !merged)
     return tracedb::Status::error(path.string() + ": cannot merge its rank files: " + merged.error());
   run->file = merge;
+  // The live stall lines capture or `tpscope watch` keep in the folder, as the run file's alerts (kind 'stall'). A
+  // journal that cannot be read leaves the run without them, not unopened.
+  if (run->live) (void)analysis::addStallJournal(path, merge);
   return std::shared_ptr<const OpenedRun>(std::move(run));
 }
 

@@ -1,7 +1,7 @@
 // Live follow of a capture in progress: polls the trace files of a path (the run file, or the rank files of a
-// capture folder, each with its SQLite -wal file) and emits changed() when any of them grew, changed time, or a new
-// rank file appeared. Polling, not file-system notifications: SQLite's WAL appends are not reliably reported, and a
-// poll every intervalMs costs a few stat() calls.
+// capture folder, each with its SQLite -wal file, and the folder's stall journals: analysis/stall_journal.h) and
+// emits changed() when any of them grew, changed time, or a new rank file appeared. Polling, not file-system
+// notifications: SQLite's WAL appends are not reliably reported, and a poll every intervalMs costs a few stat() calls.
 //
 // Threading: UI thread (a QTimer).
 #pragma once
