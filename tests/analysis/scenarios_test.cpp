@@ -5,6 +5,7 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <optional>
 #include <string>
@@ -324,6 +325,35 @@ TEST(Scenario, ShortLargeLagIsAWarningWhereTheSchedulerCannotExplainIt) {
   EXPECT_NE(full->details.back().find("scheduling period (12 ms)"), std::string::npos) << full->details.back();
   EXPECT_EQ(fullLong->severity, Severity::Warning);
   EXPECT_EQ(longRun->severity, Severity::Warning);
+}
+
+// Where every CPU runs a rank, a straggler must also be late step after step (the step-clustered test,
+// collectives.h). Rank 1 of a pair on 2 CPUs is 1 ms late at the start of each of 20 steps: one decided collective
+// per step, the same excess d each time, so z_step = Σd / √(Σd²) = √20 exactly; a warning that says so.
+TEST(Scenario, OnAFullHostAStragglerLateEveryStepIsSignificantStepByStep) {
+  RunSpec spec;
+  spec.tp = 2;
+  spec.dp = 1;
+  spec.steps = 20;
+  spec.stragglerRank = 1;
+  spec.stragglerDelayNs = 1'000'000;
+  spec.hostCpus = 2;
+  const auto d = diagnoseSpec("full-host-every-step", spec);
+  const auto st = ofKind(d.result, FindingKind::Straggler);
+  ASSERT_EQ(st.size(), 1u) << d.json;
+  const Finding& f = *st[0];
+  std::map<std::string, double> n;
+  for (const auto& x : f.evidence.numbers)
+    n[x.name] = std::holds_alternative<double>(x.value) ? std::get<double>(x.value)
+                                                        : static_cast<double>(std::get<int64_t>(x.value));
+  EXPECT_EQ(n["steps_counted"], 20);
+  EXPECT_EQ(n["steps_late"], 20);
+  EXPECT_NEAR(n["z_step"], std::sqrt(20.0), 1e-9);
+  EXPECT_NEAR(n["p_step"], 0.5 * std::erfc(std::sqrt(20.0) / std::sqrt(2.0)), 1e-12);
+  EXPECT_EQ(f.severity, Severity::Warning) << f.message;
+  bool said = false;
+  for (const auto& line : f.details) said |= line.starts_with("late beyond its chance share in 20 of 20 steps");
+  EXPECT_TRUE(said) << d.json;
 }
 
 // The recorder's run-delay counter (the rank's threads' wait for a CPU, cumulative, read at each step's end), added

@@ -78,6 +78,7 @@ struct Accumulation {
   std::unordered_map<int, RankStraggling> straggling;
   std::map<std::pair<int, std::string>, GroupStraggling> byGroup;  // (rank, group)
   std::unordered_map<int, double> waitVariance;  // σ²_r of the significance test
+  std::unordered_map<int, std::map<int, double>> stepExcess;  // rank → step → Σ (caused waiting − its chance share)
   std::set<int> allSteps;
   std::vector<CollectiveArrival> arrivals;
   int64_t decided = 0, undecided = 0;
@@ -119,6 +120,7 @@ void attributeWaiting(const std::vector<Record>& recs, int64_t maxArr, int lastR
     ++g.collectives;
     g.expectedWaitNs += w * pLast;
     a.waitVariance[r.rank] += w * w * pLast * (1 - pLast);
+    a.stepExcess[r.rank][arrival.step] += (r.rank == lastRank ? w : 0.0) - w * pLast;
   }
   RankStraggling& last = a.straggling[lastRank];
   ++last.lastCount;
@@ -235,6 +237,20 @@ std::vector<CollectiveStats> finishStats(Accumulation& a, const RunInfo& info) {
   return out;
 }
 
+// The step-clustered test (collectives.h): z over the steps' excesses d_s, Σ d_s / √(Σ d_s²).
+void stepTest(const std::map<int, double>& excess, RankStraggling& rs) {
+  double sum = 0, squares = 0;
+  for (const auto& [step, d] : excess) {
+    if (step < 0) continue;
+    sum += d;
+    squares += d * d;
+    ++rs.stepsCounted;
+    if (d > 0) ++rs.stepsLate;
+  }
+  rs.zStep = squares > 0 ? sum / std::sqrt(squares) : 0.0;
+  rs.pStep = 0.5 * std::erfc(rs.zStep / std::sqrt(2.0));
+}
+
 // Stragglers: each rank's one-sided significance of the waiting it caused, most waiting first; the 20 collectives
 // with the most total waiting.
 void finishStragglers(Accumulation& a, CollectiveAnalysis& out) {
@@ -244,6 +260,7 @@ void finishStragglers(Accumulation& a, CollectiveAnalysis& out) {
     const double sigma = std::sqrt(a.waitVariance[rank]);
     rs.z = sigma > 0 ? (static_cast<double>(rs.causedWaitNs) - rs.expectedWaitNs) / sigma : 0.0;
     rs.pValue = 0.5 * std::erfc(rs.z / std::sqrt(2.0));
+    stepTest(a.stepExcess[rank], rs);
     for (auto it = a.byGroup.lower_bound({rank, std::string()}); it != a.byGroup.end() && it->first.first == rank; ++it)
       rs.groups.push_back(it->second);
     out.stragglers.ranks.push_back(rs);

@@ -89,6 +89,7 @@ struct StragglerCase {
   bool schedulerSized = false;  // not significant at the run's bound, and within one scheduling period
   std::optional<double> cpuExcess = std::nullopt;  // its threads' wait for a CPU per step beyond the other ranks'
   bool cpuSized = false;     // that wait is at least half its lateness
+  bool stepSignificant = true;  // late step after step: the step-clustered test at the run's bound (collectives.h)
 };
 
 // Material: the waiting it caused beyond what chance would have put on it, per step (summed over the ranks that
@@ -98,7 +99,10 @@ struct StragglerCase {
 // turns make a large lag by chance; there a lag that is not significant at the run's bound is a fault only when each
 // waiting rank loses more per step than one scheduling period. Late because its threads waited for a CPU (run
 // queue), beyond what the other ranks waited, at least half as long as it is late (the waiting it caused per step
-// and waiting rank): where every CPU runs a rank, that is the host's scheduling, not a fault.
+// and waiting rank): where every CPU runs a rank, that is the host's scheduling, not a fault. There, too, a rank late
+// at many collectives but not step after step (the step-clustered test, collectives.h, not significant at the run's
+// bound) is late in bursts — a stretch in which the scheduler favoured another rank, a hiccup that delays several
+// collectives of one step: a figure, unless the effect is large.
 StragglerCase judge(const RankStraggling& r, const StragglerReport& sr, const RunInfo& info, double stepNs,
                     double alpha, const std::map<int, double>& cpuWait) {
   StragglerCase c{.r = r, .waiters = groupPeers(info, r.rank)};
@@ -116,6 +120,9 @@ StragglerCase judge(const RankStraggling& r, const StragglerReport& sr, const Ru
   c.cpuExcess = cpuWaitExcess(cpuWait, r.rank);
   const double latePerStep = static_cast<double>(r.causedWaitNs) / steps / waiting;
   c.cpuSized = c.cpuExcess && latePerStep > 0 && *c.cpuExcess >= 0.5 * latePerStep;
+  // Where every CPU runs a rank, the OS hands a core to one rank for a stretch of steps: there the lateness must
+  // also hold step after step. Without step numbers (an import) there is no step to cluster on.
+  c.stepSignificant = !c.full || r.stepsCounted < 2 || r.pStep < alpha;
   return c;
 }
 
@@ -149,8 +156,9 @@ Finding stragglerFinding(const StragglerCase& c, const CollectiveAnalysis& ca, c
   Finding fd;
   fd.kind = FindingKind::Straggler;
   // Significant but small (a rank that shares its core with others, say): a figure, not a fault.
+  const bool large = c.costPct >= o.stragglerLargeStepPct;
   const bool fault = c.costPct >= (c.crowded ? o.stragglerLargeStepPct : o.stragglerMinStepPct) &&
-                     !c.schedulerSized && !(c.cpuSized && c.full);
+                     !c.schedulerSized && !(c.cpuSized && c.full) && (c.stepSignificant || large);
   fd.severity = fault ? Severity::Warning : Severity::Info;
   fd.rank = r.rank;
   fd.message = "rank " + std::to_string(r.rank) + " arrives last at " + pct(r.lastPct()) + " of its collectives (" +
@@ -168,6 +176,17 @@ Finding stragglerFinding(const StragglerCase& c, const CollectiveAnalysis& ca, c
                 waiting == 1 ? "rank" : "ranks", waiting == 1 ? "loses" : "lose",
                 ms(static_cast<int64_t>(c.perStep)).c_str(), sharePct, waiting == 1 ? "its" : "their");
   fd.details.push_back(why);
+  if (c.full && r.stepsCounted >= 2) {  // where the step test applies (judge)
+    char steps[320];
+    std::snprintf(steps, sizeof steps,
+                  "late beyond its chance share in %lld of %lld steps (step-clustered z = %.1f, p = %.2g)%s",
+                  static_cast<long long>(r.stepsLate), static_cast<long long>(r.stepsCounted), r.zStep, r.pStep,
+                  c.stepSignificant ? ""
+                                    : ": not significant step by step at the run's bound — where every CPU runs a "
+                                      "rank, lateness that comes in stretches is the scheduler's; a longer run "
+                                      "decides");
+    fd.details.push_back(steps);
+  }
   addHostDetails(fd, c, info, cpuWait);
   for (const CollectiveArrival& a : ca.worst) {
     if (a.lastRank != r.rank) continue;
@@ -188,7 +207,11 @@ Finding stragglerFinding(const StragglerCase& c, const CollectiveAnalysis& ca, c
       .number("z", r.z)
       .number("p_value", r.pValue)
       .number("step_cost_pct", c.costPct)
-      .number("waiting_share_pct", sharePct);
+      .number("waiting_share_pct", sharePct)
+      .number("steps_late", r.stepsLate)
+      .number("steps_counted", r.stepsCounted)
+      .number("z_step", r.zStep)
+      .number("p_step", r.pStep);
   if (c.cpuExcess) fd.number("cpu_wait_excess_ns_per_step", *c.cpuExcess);
   return fd;
 }

@@ -35,7 +35,9 @@ namespace tpscope::analysis {
 //     large effect (the material figure below ≥ stragglerLargeStepPct, a quarter of a step per step),
 //     p < stragglerLargeAlpha: a few steps cannot reach the run's bound however late a rank is (but on a host whose
 //     every CPU runs a rank, such a lag is info when each waiting rank loses less per step than one CFS scheduling
-//     period, 6 ms × (1 + log2 CPUs): the scheduler's turns make that by chance);
+//     period, 6 ms × (1 + log2 CPUs): the scheduler's turns make that by chance); on a host whose every CPU runs
+//     a rank, short of a large effect, also step after step: the step-clustered test of collectives.h at the same
+//     bound (the OS favours one rank for a stretch of steps, which the collectives' test counts many times over);
 //   material: the waiting it caused beyond chance (S_r − μ_r) per step, summed over the ranks that waited on it, is
 //     ≥ stragglerMinStepPct % of the mean step time (breakdown); significant but not material is an info finding (a
 //     figure: e.g. a rank sharing its core);
