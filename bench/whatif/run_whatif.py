@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The what-if benchmark: does `tpscope whatif` predict the step time a run would have without its problem?
 
-Seeded pairs of real captures (tpscope capture of tpscope-train, tiny config, loopback Gloo). Per pair, the seed picks
+Seeded pairs of real captures (tpscope capture of tpscope-train, --config tiny by default, loopback Gloo). Per pair, the seed picks
 the faulty rank (or stage) and the injected milliseconds; the two captures of a pair run in an order the seed picks
 too (so that a drift of the machine's load does not favour one side).
 
@@ -22,8 +22,13 @@ Prints a table (error = (predicted − measured) / measured): median |error|, me
 share of pairs where the straggler change named the injected rank, and the pairs. Writes results.json and results.md
 into --out. Target (issue #33): median |error| <= 5 % over >= 20 pairs.
 
-Usage: python3 bench/whatif/run_whatif.py --build build [--pairs 20] [--seed 1] [--steps 20]
-       [--only straggler:tp2dp2,imbalance:pp2,...] [--out bench-out/whatif]
+--repeat K captures each side of a pair K times, interleaved, and compares the sides' medians (the floor under a
+prediction is how far two captures of one run differ: the medians of K move it down). --config small (a step of
+80-270 ms, compute-bound) puts the scheduler's wake-ups, which dominate the tiny config's 14 ms step on 2 cores, in
+proportion.
+
+Usage: python3 bench/whatif/run_whatif.py --build build [--pairs 20] [--seed 1] [--steps 20] [--config tiny|small]
+       [--repeat 1] [--only straggler:tp2dp2,imbalance:pp2,...] [--out bench-out/whatif]
 """
 import argparse
 import json
@@ -43,10 +48,10 @@ CASES = ["straggler:tp2", "straggler:tp2dp2", "straggler:tp2pp2", "imbalance:pp2
          "noise:tp2dp2", "noise:tp2pp2"]
 
 
-def capture(tpscope, layout, steps, injects, out):
+def capture(tpscope, config, layout, steps, injects, out):
     nproc, tp, dp, pp = LAYOUTS[layout]
     cmd = [tpscope, "capture", "--nproc", str(nproc), "--tp", str(tp), "--dp", str(dp), "--config",
-           os.path.join(ROOT, "samples/configs/tiny.json"), "--steps", str(steps), "-o", out]
+           os.path.join(ROOT, "samples/configs", config + ".json"), "--steps", str(steps), "-o", out]
     if pp > 1:
         cmd += ["--pp", str(pp), "--microbatches", "4"]
     for spec in injects:
@@ -67,7 +72,7 @@ def change(report, name):
     return None
 
 
-def pair(tpscope, case, seed, steps, work):
+def pair(tpscope, config, case, seed, steps, repeat, work):
     kind, layout = case.split(":")
     nproc, tp, dp, pp = LAYOUTS[layout]
     rng = random.Random(seed)
@@ -84,19 +89,31 @@ def pair(tpscope, case, seed, steps, work):
         faulty = [f"slow:rank={stage * per_stage + k},ms={2 * ms}" for k in range(per_stage)]
         clean = [f"slow:rank={r},ms={ms}" for r in range(nproc)]
         target = stage
+    # `repeat` captures per side, interleaved (faulty, clean, faulty, ...) in an order the seed picks: each side's
+    # figure is the median over its captures, so that one capture's draw of the machine's state does not decide it.
     order = [("faulty", faulty), ("clean", clean)]
     if rng.random() < 0.5:
         order.reverse()
-    reports = {}
-    for side, injects in order:
-        reports[side] = capture(tpscope, layout, steps, injects, os.path.join(work, f"{case.replace(':', '-')}-{seed}-{side}"))
-    ch = None if kind == "noise" else change(reports["faulty"], "straggler" if kind == "straggler" else "stage_imbalance")
-    predicted = ch["predicted_step_ms"] if ch else reports["faulty"]["measured_step_ms"]
-    measured = reports["clean"]["measured_step_ms"]
-    named = kind == "noise" or (ch is not None and ch.get("rank" if kind == "straggler" else "stage") == target)
-    return {"case": case, "seed": seed, "ms": ms, "target": target, "faulty_step_ms": reports["faulty"]["measured_step_ms"],
-            "faulty_replayed_ms": reports["faulty"]["replayed_step_ms"], "predicted_ms": predicted,
-            "clean_step_ms": measured, "clean_replayed_ms": reports["clean"]["replayed_step_ms"],
+    reports = {"faulty": [], "clean": []}
+    for k in range(repeat):
+        for side, injects in order:
+            out = os.path.join(work, f"{case.replace(':', '-')}-{seed}-{side}-{k}")
+            reports[side].append(capture(tpscope, config, layout, steps, injects, out))
+            shutil.rmtree(out, ignore_errors=True)
+    med = lambda side, key: statistics.median(r[key] for r in reports[side])
+    changes = [None if kind == "noise" else change(r, "straggler" if kind == "straggler" else "stage_imbalance")
+               for r in reports["faulty"]]
+    if kind == "noise":
+        predicted = med("faulty", "measured_step_ms")
+    else:
+        predicted = statistics.median(c["predicted_step_ms"] if c else r["measured_step_ms"]
+                                      for c, r in zip(changes, reports["faulty"]))
+    measured = med("clean", "measured_step_ms")
+    named = kind == "noise" or all(c is not None and c.get("rank" if kind == "straggler" else "stage") == target
+                                   for c in changes)
+    return {"case": case, "seed": seed, "ms": ms, "target": target, "repeat": repeat,
+            "faulty_step_ms": med("faulty", "measured_step_ms"), "faulty_replayed_ms": med("faulty", "replayed_step_ms"),
+            "predicted_ms": predicted, "clean_step_ms": measured, "clean_replayed_ms": med("clean", "replayed_step_ms"),
             "error_pct": 100.0 * (predicted - measured) / measured, "named": named}
 
 
@@ -131,6 +148,8 @@ def main():
     ap.add_argument("--pairs", type=int, default=20)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--repeat", type=int, default=1, help="captures per side of a pair; each side's median is taken")
+    ap.add_argument("--config", default="tiny", help="samples/configs/NAME.json (default: tiny)")
     ap.add_argument("--only", default=",".join(CASES), help="comma-separated cases: " + ", ".join(CASES))
     ap.add_argument("--out", default=os.path.join(ROOT, "bench-out", "whatif"))
     args = ap.parse_args()
@@ -148,7 +167,7 @@ def main():
         for case in args.only.split(","):
             for i in range(args.pairs):
                 seed = args.seed * 1000 + i
-                row = pair(tpscope, case, seed, args.steps, work)
+                row = pair(tpscope, args.config, case, seed, args.steps, args.repeat, work)
                 rows.append(row)
                 print(f"{case} seed {seed}: {row['ms']} ms on {row['target']}: faulty {row['faulty_step_ms']:.2f}, "
                       f"predicted {row['predicted_ms']:.2f}, clean {row['clean_step_ms']:.2f} ms "
@@ -156,7 +175,7 @@ def main():
     summary = summarise(rows)
     md = table(summary)
     meta = {"date": time.strftime("%Y-%m-%d"), "seconds": round(time.time() - start), "load_before": load,
-            "load_after": os.getloadavg(), "steps": args.steps, "pairs": args.pairs, "seed": args.seed}
+            "load_after": os.getloadavg(), "steps": args.steps, "config": args.config, "repeat": args.repeat, "pairs": args.pairs, "seed": args.seed}
     print(md)
     print(f"load average before {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, after {meta['load_after'][0]:.2f}; "
           f"{meta['seconds']} s")
