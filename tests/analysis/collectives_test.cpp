@@ -167,9 +167,9 @@ TEST(BusBandwidth, GatherScatterCoalescedAndPointToPoint) {
   EXPECT_DOUBLE_EQ(busBandwidthFactor("c10d::allreduce_", 2), 1.0);
   EXPECT_DOUBLE_EQ(busBandwidthFactor("_reduce_scatter_base", 4), 3.0 / 4);
   EXPECT_DOUBLE_EQ(busBandwidthFactor("gloo:all_reduce", 4), 2.0 * 3 / 4);
-  EXPECT_EQ(canonicalOp("reduce_scatter_tensor"), "reduce_scatter");
-  EXPECT_EQ(canonicalOp("all_to_all_single"), "all_to_all");
-  EXPECT_EQ(canonicalOp("_allgather_base"), "all_gather");
+  EXPECT_EQ(canonicalOpName("reduce_scatter_tensor"), "reduce_scatter");
+  EXPECT_EQ(canonicalOpName("all_to_all_single"), "all_to_all");
+  EXPECT_EQ(canonicalOpName("_allgather_base"), "all_gather");
 }
 
 // A reduce-scatter the engine emulates with an all-reduce moved what an all-reduce moves: 2(n−1)/n of the message,

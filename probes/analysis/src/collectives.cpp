@@ -14,8 +14,7 @@ namespace tpscope::analysis {
 
 using vocabulary::CollectiveOp;
 
-
-std::string canonicalOp(std::string_view op) {
+std::string canonicalOpName(std::string_view op) {
   if (const auto known = vocabulary::canonicalOp(op); known != CollectiveOp::Unknown)
     return std::string(vocabulary::opName(known));
   std::string s;  // an op the catalogue does not know: its bare name, lower-cased, grouped as it is
@@ -230,7 +229,8 @@ std::vector<CollectiveStats> finishStats(Accumulation& a, const RunInfo& info) {
     st.algbwGbps = st.latencyNs > 0 ? static_cast<double>(st.bytes) / static_cast<double>(st.latencyNs) : 0.0;
     // An emulated op moved what its underlying op moves (a reduce-scatter done as an all-reduce: 2(n−1)/n, not
     // (n−1)/n, of the message per rank).
-    if (auto it = info.emulatedOps.find(canonicalOp(st.op)); it != info.emulatedOps.end()) st.emulatedBy = it->second;
+    if (auto it = info.emulatedOps.find(canonicalOpName(st.op)); it != info.emulatedOps.end())
+      st.emulatedBy = it->second;
     st.busbwGbps = st.algbwGbps * busBandwidthFactor(st.emulatedBy.empty() ? st.op : st.emulatedBy, st.groupSize);
     out.push_back(st);
   }

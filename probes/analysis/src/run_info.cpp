@@ -142,8 +142,8 @@ void readMeta(tracedb::Reader& reader, RunInfo& info) {
   info.gradShardDims = shardedMeshDims(reader.metaValue(tracedb::meta_keys::kParamPlacements).value_or(""));
   for (const std::string& item : commaList(reader.metaValue("emulated_ops")))
     if (const size_t eq = item.find('='); eq != std::string::npos)
-      info.emulatedOps[canonicalOp(std::string_view(item).substr(0, eq))] =
-          canonicalOp(std::string_view(item).substr(eq + 1));
+      info.emulatedOps[canonicalOpName(std::string_view(item).substr(0, eq))] =
+          canonicalOpName(std::string_view(item).substr(eq + 1));
 }
 
 // The steps of loadRunInfo after the ranks and groups tables: ranks and groups that only appear in records, each

@@ -326,7 +326,7 @@ std::string collectiveClass(const detail::WhatIfCollective& c) {
 }
 
 bool matchesClass(const detail::WhatIfCollective& c, const std::string& want) {
-  return want.find(':') == std::string::npos ? c.op == canonicalOp(want) : collectiveClass(c) == want;
+  return want.find(':') == std::string::npos ? c.op == canonicalOpName(want) : collectiveClass(c) == want;
 }
 
 void addBusbw(const Context& c, const WhatIfOptions& o, double measuredNs, WhatIfReport& out) {

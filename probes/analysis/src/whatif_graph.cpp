@@ -95,7 +95,7 @@ tracedb::Status readRecords(tracedb::Reader& reader, Builder& b) {
     rec.thread = r.i32(1);
     rec.group = r.text(2);
     rec.seq = r.i64(3);
-    rec.op = canonicalOp(r.view(4));
+    rec.op = canonicalOpName(r.view(4));
     rec.bytes = r.i64(5);
     rec.enqueueNs = r.i64(6);
     rec.startNs = r.i64(7);

@@ -47,7 +47,7 @@ struct WhatIfArrival {
 };
 
 struct WhatIfCollective {
-  std::string group, op;  // op canonical (analysis::canonicalOp)
+  std::string group, op;  // op canonical (analysis::canonicalOpName)
   std::string busOp;      // the op that moved the bytes (meta 'emulated_ops'), for the bus-bandwidth factor
   int groupSize = 0;
   int64_t bytes = 0;  // nccl-tests' size S (collectives.h)

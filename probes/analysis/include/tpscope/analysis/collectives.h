@@ -25,11 +25,11 @@ namespace tpscope::analysis {
 // The canonical name of a collective op as the analyses group by it: the catalogue's (vocabulary::canonicalOp,
 // opName: "all_reduce", ..., every spelling of c10d, Gloo, NCCL and the profiler, coalesced and tensor variants
 // included); an op the catalogue does not know comes back lower-cased, without prefix and surrounding '_'.
-std::string canonicalOp(std::string_view op);
+std::string canonicalOpName(std::string_view op);
 
 // nccl-tests' bus-bandwidth factor for an op over n ranks (PERFORMANCE.md of nccl-tests): all_reduce 2(n−1)/n;
 // all_gather, reduce_scatter, all_to_all, gather, scatter (n−1)/n; broadcast, reduce, send, recv, send_recv 1;
-// barrier 0. Coalesced and tensor variants take their op's factor (canonicalOp).
+// barrier 0. Coalesced and tensor variants take their op's factor (canonicalOpName).
 double busBandwidthFactor(std::string_view op, int n);
 
 // Per record: arrival = enqueue_ns (when the rank called it); duration = end_ns − coalesce(start_ns, enqueue_ns)
