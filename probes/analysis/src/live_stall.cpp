@@ -58,15 +58,23 @@ namespace {
 constexpr int kKindCompute = 0, kKindComm = 1, kKindData = 2, kKindStep = 4, kKindWait = 11;
 constexpr int64_t kStuckStepMultiple = 10;  // open ≥ this many of its median steps (and ≥ `after`): stuck
 
-// The innermost span of the rank's own work open on it now: not the step's, not a collective's or a wait's (those are
-// the collective analysis' business).
-const OpenSpanInfo* innermostWork(const LiveRankState& r) {
-  const OpenSpanInfo* best = nullptr;
-  for (const OpenSpanInfo& o : r.open)
-    if (o.kind != kKindStep && o.kind != kKindComm && o.kind != kKindWait &&
-        (best == nullptr || o.beginNs >= best->beginNs))
-      best = &o;
-  return best;
+// The innermost spans open on the rank now, the step's left out: of any kind (a collective's or a wait's says it is
+// in a collective of its own), and of its own work (not a collective's or a wait's: those are the collective
+// analysis' business). One pass over the open spans.
+struct Innermost {
+  const OpenSpanInfo* any = nullptr;
+  const OpenSpanInfo* work = nullptr;
+};
+
+Innermost innermostOpen(const LiveRankState& r) {
+  Innermost in;
+  for (const OpenSpanInfo& o : r.open) {
+    if (o.kind == kKindStep) continue;
+    if (in.any == nullptr || o.beginNs >= in.any->beginNs) in.any = &o;
+    if (o.kind != kKindComm && o.kind != kKindWait && (in.work == nullptr || o.beginNs >= in.work->beginNs))
+      in.work = &o;
+  }
+  return in;
 }
 
 // The state a missing rank's own open span gives it (Entering without one, Unknown where its file does not say).
@@ -77,21 +85,14 @@ MissingState stateInside(const MissingRank& m) {
                                         : MissingState::Inside;
 }
 
-// Whether the innermost span open on the rank is a collective's or a wait's: it is in a collective of its own (not
-// yet seen blocked there: it entered less than `after` ago, or its records still grow).
-bool inCollective(const LiveRankState& r) {
-  const OpenSpanInfo* innermost = nullptr;
-  for (const OpenSpanInfo& o : r.open)
-    if (o.kind != kKindStep && (innermost == nullptr || o.beginNs >= innermost->beginNs)) innermost = &o;
-  return innermost != nullptr && (innermost->kind == kKindComm || innermost->kind == kKindWait);
-}
-
 // Where a rank that has not entered the collective is (MissingRank::state).
 void place(MissingRank& m, const LiveRankState& r, int64_t nowNs, int64_t afterNs) {
   m.medianStepNs = r.medianStepNs;
   m.openKnown = r.openKnown;
-  m.inCollective = inCollective(r);
-  if (const OpenSpanInfo* in = innermostWork(r); in != nullptr && !m.exited) {
+  const Innermost open = innermostOpen(r);
+  // In a collective of its own (not yet seen blocked there: it entered less than `after` ago, or its records grow).
+  m.inCollective = open.any != nullptr && (open.any->kind == kKindComm || open.any->kind == kKindWait);
+  if (const OpenSpanInfo* in = open.work; in != nullptr && !m.exited) {
     m.inside = *in;
     m.insideNs = std::max<int64_t>(0, nowNs - in->beginNs);
     m.stuck = m.insideNs >= afterNs && (r.medianStepNs <= 0 || m.insideNs >= kStuckStepMultiple * r.medianStepNs);
