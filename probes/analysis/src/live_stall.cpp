@@ -54,8 +54,12 @@ std::vector<OpenSpanInfo> parseOpenSpans(std::string_view json) {
 
 namespace {
 
-// probes::SpanKind values (the trace's spans.kind) that say where a missing rank is.
-constexpr int kKindCompute = 0, kKindComm = 1, kKindData = 2, kKindStep = 4, kKindWait = 11;
+// What kind of span an open one is (meta open_spans carries the probes' SpanKind as its number).
+using tracedb::SpanKind;
+SpanKind kindOf(const OpenSpanInfo& o) {
+  return static_cast<SpanKind>(o.kind);
+}
+
 constexpr int64_t kStuckStepMultiple = 10;  // open ≥ this many of its median steps (and ≥ `after`): stuck
 
 // The innermost spans open on the rank now, the step's left out: of any kind (a collective's or a wait's says it is
@@ -69,9 +73,10 @@ struct Innermost {
 Innermost innermostOpen(const LiveRankState& r) {
   Innermost in;
   for (const OpenSpanInfo& o : r.open) {
-    if (o.kind == kKindStep) continue;
+    const SpanKind k = kindOf(o);
+    if (k == SpanKind::Step) continue;
     if (in.any == nullptr || o.beginNs >= in.any->beginNs) in.any = &o;
-    if (o.kind != kKindComm && o.kind != kKindWait && (in.work == nullptr || o.beginNs >= in.work->beginNs))
+    if (k != SpanKind::Comm && k != SpanKind::Wait && (in.work == nullptr || o.beginNs >= in.work->beginNs))
       in.work = &o;
   }
   return in;
@@ -80,9 +85,10 @@ Innermost innermostOpen(const LiveRankState& r) {
 // The state a missing rank's own open span gives it (Entering without one, Unknown where its file does not say).
 MissingState stateInside(const MissingRank& m) {
   if (!m.inside) return m.openKnown ? MissingState::Entering : MissingState::Unknown;
-  return m.inside->kind == kKindCompute ? MissingState::Compute
-         : m.inside->kind == kKindData  ? MissingState::Data
-                                        : MissingState::Inside;
+  const SpanKind k = kindOf(*m.inside);
+  return k == SpanKind::Compute ? MissingState::Compute
+         : k == SpanKind::Data  ? MissingState::Data
+                                : MissingState::Inside;
 }
 
 // Where a rank that has not entered the collective is (MissingRank::state).
@@ -91,7 +97,7 @@ void place(MissingRank& m, const LiveRankState& r, int64_t nowNs, int64_t afterN
   m.openKnown = r.openKnown;
   const Innermost open = innermostOpen(r);
   // In a collective of its own (not yet seen blocked there: it entered less than `after` ago, or its records grow).
-  m.inCollective = open.any != nullptr && (open.any->kind == kKindComm || open.any->kind == kKindWait);
+  m.inCollective = open.any != nullptr && (kindOf(*open.any) == SpanKind::Comm || kindOf(*open.any) == SpanKind::Wait);
   if (const OpenSpanInfo* in = open.work; in != nullptr && !m.exited) {
     m.inside = *in;
     m.insideNs = std::max<int64_t>(0, nowNs - in->beginNs);

@@ -1,20 +1,20 @@
 #include "tpscope/analysis/nonfinite.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <queue>
 #include <set>
 #include <tuple>
 
 #include "evidence_util.h"
-#include "tpscope/tracedb/query.h"
 #include "tpscope/analysis/collectives.h"
 #include "tpscope/analysis/pipeline.h"
+#include "tpscope/tracedb/query.h"
 #include "tpscope/vocabulary/alert_kinds.h"
+#include "tpscope/vocabulary/collective_ops.h"
 #include "tpscope/vocabulary/nonfinite_order.h"
 
 namespace tpscope::analysis {
@@ -92,7 +92,9 @@ bool consistentCarrier(const Coll& c, const NonFiniteEvent& receiverFirst, const
   const bool receiverInPass = receiverFirst.source != "step_stats";
   if (c.phase == Phase::None) return true;
   if (receiverInPass && c.phase == Phase::Backward && shardDims.count(cls) &&
-      (c.op == "reduce_scatter" || c.op == "all_reduce") && receiverFirst.phase == tracedb::phaseName(Phase::Backward))
+      (vocabulary::namesOp(c.op, vocabulary::CollectiveOp::ReduceScatter) ||
+       vocabulary::namesOp(c.op, vocabulary::CollectiveOp::AllReduce)) &&
+      receiverFirst.phase == tracedb::phaseName(Phase::Backward))
     return true;  // a gradient reduce-scattered into the shard its rows read
   return receiverInPass ? activationCarrier : stateCarrier;
 }

@@ -90,6 +90,7 @@ struct StragglerCase {
   std::optional<double> cpuExcess = std::nullopt;  // its threads' wait for a CPU per step beyond the other ranks'
   bool cpuSized = false;     // that wait is at least half its lateness
   bool stepSignificant = true;  // late step after step: the step-clustered test at the run's bound (collectives.h)
+  bool large = false;           // costPct ≥ stragglerLargeStepPct: a quarter of a step per step
 };
 
 // Material: the waiting it caused beyond what chance would have put on it, per step (summed over the ranks that
@@ -156,9 +157,8 @@ Finding stragglerFinding(const StragglerCase& c, const CollectiveAnalysis& ca, c
   Finding fd;
   fd.kind = FindingKind::Straggler;
   // Significant but small (a rank that shares its core with others, say): a figure, not a fault.
-  const bool large = c.costPct >= o.stragglerLargeStepPct;
-  const bool fault = c.costPct >= (c.crowded ? o.stragglerLargeStepPct : o.stragglerMinStepPct) &&
-                     !c.schedulerSized && !(c.cpuSized && c.full) && (c.stepSignificant || large);
+  const bool fault = c.costPct >= (c.crowded ? o.stragglerLargeStepPct : o.stragglerMinStepPct) && !c.schedulerSized &&
+                     !(c.cpuSized && c.full) && (c.stepSignificant || c.large);
   fd.severity = fault ? Severity::Warning : Severity::Info;
   fd.rank = r.rank;
   fd.message = "rank " + std::to_string(r.rank) + " arrives last at " + pct(r.lastPct()) + " of its collectives (" +
@@ -247,10 +247,10 @@ std::vector<Finding> stragglerFindings(const CollectiveAnalysis& ca, const RunIn
     if (r.causedWaitNs * 4 < top * 3 || r.collectives < o.stragglerMinCollectives ||
         r.pValue >= o.stragglerLargeAlpha || victims.count(r.rank))
       continue;
-    const StragglerCase c = judge(r, sr, info, stepNs, alpha, cpuWait);
+    StragglerCase c = judge(r, sr, info, stepNs, alpha, cpuWait);
     // A large effect needs less evidence: few steps cannot make a rank significant at the run's bound, however late.
-    const bool large = stepNs > 0 && c.costPct >= o.stragglerLargeStepPct;
-    if (r.pValue >= alpha && !large) continue;
+    c.large = stepNs > 0 && c.costPct >= o.stragglerLargeStepPct;
+    if (r.pValue >= alpha && !c.large) continue;
     out.push_back(stragglerFinding(c, ca, info, stepNs, cpuWait, o));
   }
   return out;
