@@ -165,6 +165,23 @@ class Replay {
     return kExitBadInput;
   }
 
+  // A run of another program: replay re-runs tpscope-train only. A Python program replays its step inside the run,
+  // through its hook (tpscope.set_step_replay): where it did, its verdict is named.
+  int notTheEngine(tracedb::Reader& reader, const std::vector<std::string>& argv) {
+    std::string done;
+    if (auto alerts = reader.alerts())
+      for (const auto& a : *alerts)
+        if (a.kind == vocabulary::alert_kinds::kReplay)
+          done = fmt::format("; this run replayed step {} through the program's hook: {} (tpscope diagnose {})", a.step,
+                             a.message, file_.string());
+    const bool python = argv.size() > 1 && argv.front().find("python") != std::string::npos;
+    return bad(fmt::format("{}: its program is {}; replay re-runs tpscope-train runs{}{}", file_.string(), argv.front(),
+                           python ? ". A Python program replays the step in the run when it gives tpscope the step "
+                                    "(tpscope.set_step_replay), or traces the next one (--on-nonfinite trace-ops)"
+                                  : "",
+                           done));
+  }
+
   int readRun() {
     std::error_code ec;
     file_ = fs::is_directory(a_.run, ec) ? a_.run / "run.db" : a_.run;
@@ -180,9 +197,7 @@ class Replay {
     if (argv.empty())
       if (auto c = reader->metaValue("capture_command")) argv = splitCommand(*c);
     if (argv.empty()) return bad(file_.string() + ": not a capture (no capture_command): replay re-runs captured runs");
-    if (fs::path(argv.front()).filename() != "tpscope-train")
-      return bad(fmt::format("{}: its program is {}; replay re-runs tpscope-train runs (a Python program: not yet)",
-                             file_.string(), argv.front()));
+    if (fs::path(argv.front()).filename() != "tpscope-train") return notTheEngine(*reader, argv);
     auto info = analysis::loadRunInfo(*reader);
     if (!info) return bad(info.error());
     world_ = static_cast<int>(info->ranks.size());

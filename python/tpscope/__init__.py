@@ -22,7 +22,7 @@ import sys
 from . import _native
 from ._native import kinds
 
-__all__ = ["start", "stop", "instrument", "recording", "span", "flush", "kinds"]
+__all__ = ["start", "stop", "instrument", "recording", "span", "flush", "set_step_replay", "kinds"]
 
 _instrumented = False
 
@@ -71,6 +71,22 @@ def instrument():
         _ddp.install()
         _funcol.install()
     _instrumented = True
+
+
+def set_step_replay(fn):
+    """Lets tpscope replay a step whose values went non-finite, op by op: `fn()` runs the current step's forward and
+    backward again on the same batch — what the program does between the step's start and optimizer.step(), without
+    it. Once per run, before the update of the first step where any rank saw a NaN/Inf, every rank calls it under the
+    op check; the verdict (reproducible, with the operator, or transient) is an alert of kind `replay` that `tpscope
+    diagnose` shows under the NaN's origin (docs/capture.md, "The step replay"). A no-op while not recording; None
+    removes the function.
+
+        def compute(step):                    # the step's forward and backward, as the loop runs them
+            ...
+        tpscope.set_step_replay(lambda: compute(step))
+    """
+    from . import _replay
+    _replay.set_step_replay(fn)
 
 
 def stop(exit_reason="ok"):

@@ -7,7 +7,9 @@ How: a TorchDispatchMode, entered at the start of the step after the alert and l
 named the operator (or when the process ends). It sees every operator below autograd, forward and backward (autograd
 runs the backward on this thread on CPU; PyTorch carries the mode to its device threads). −Inf alone is how
 attention masks are written: it is counted, never reported; the outputs of allocations and of views (a view's values
-are its input's) are not checked. Cost: one reduction per tensor input and output of every operator, on the traced
+are its input's) are not checked. Collectives are not checked either (c10d returns before the transfer lands); what
+they hand over is marked, so an operator whose bad input came from one says so (`received`: the value arrived from a
+peer; the step replay, _replay, names the rank where it was born). Cost: one reduction per tensor input and output of every operator, on the traced
 steps only; nothing at all before the first alert.
 """
 
@@ -93,7 +95,12 @@ class _Mode(TorchDispatchMode if TorchDispatchMode is not None else object):
         c = self.checker
         if c.found is not None or c.busy:
             return func(*args, **kwargs)
-        if func.overloadpacket.__name__ in _UNCHECKED or func.namespace in _COLLECTIVE_NAMESPACES:
+        if func.namespace in _COLLECTIVE_NAMESPACES:
+            out = func(*args, **kwargs)
+            # What a collective hands over may carry a peer's value: a bad value first read from one arrived.
+            c.received.update(_storage(t) for t in _flat((args, kwargs, out), []) if isinstance(t, torch.Tensor))
+            return out
+        if func.overloadpacket.__name__ in _UNCHECKED:
             return func(*args, **kwargs)
         c.busy = True
         try:
@@ -104,15 +111,18 @@ class _Mode(TorchDispatchMode if TorchDispatchMode is not None else object):
             storages = {_storage(v) for v in values if isinstance(v, torch.Tensor)}
             writes = any(a.alias_info is not None and a.alias_info.is_write for a in func._schema.arguments)
             # A zero-dimensional output whose only NaN/+Inf source is a number (a constant promoted to a tensor, as
-            # isfinite's +Inf) is a constant, not a computed value.
-            from_numbers = all(s is None or not _bad(s) or s[0] == "scalar" or not s[2] for s in inputs)
+            # isfinite's +Inf) is a constant, not a computed value — unless the operator wrote it into an input
+            # (`x.view(-1)[0] = nan`: the write lands in x).
+            from_numbers = not writes and all(s is None or not _bad(s) or s[0] == "scalar" or not s[2]
+                                              for s in inputs)
             c.ops += 1
             for o in outs:
                 if _storage(o) in storages and not writes:
                     continue  # a view of an input: its values are the input's
                 s = _stat(o)
                 if s is not None and _bad(s) and not (from_numbers and not s[2]):
-                    c.report(str(func._schema.name), inputs, values, s)
+                    received = [isinstance(v, torch.Tensor) and _storage(v) in c.received for v in values]
+                    c.report(str(func._schema.name), inputs, values, s, received)
                     break
             return out
         finally:
@@ -130,6 +140,7 @@ class OpCheck:
         self.rank, self.first_step, self.after_step = rank, first_step, after_step
         self.mode = None
         self.found = None
+        self.received = set()  # storages a collective wrote or handed over in the checked steps
         self.busy = False
         self.ops = 0
         self.micro = lambda: -1
@@ -145,9 +156,18 @@ class OpCheck:
             return False
         if self.found is None:
             return False
-        self.mode.__exit__(None, None, None)
-        self.mode = None
-        op, inputs, params, out, where = self.found
+        self.close()
+        msg, ev, layer = self.describe(step)
+        ev.update({"live": True, "after_step": self.after_step})
+        _native.alert(_native.kinds.SEVERITY_ERROR, "op_check", step, layer, ev["op"], msg, json.dumps(ev))
+        _native.flush()
+        sys.stderr.write("tpscope op check: %s\n" % msg)
+        return True
+
+    def describe(self, step):
+        """(message, evidence, layer) of the operator found in step `step`: the op check's alert, as core's
+        OpCheck writes it (its `op` object in a replay verdict)."""
+        op, inputs, params, out, where, received = self.found
         pass_ = where[0]
         module, layer = where[1] if where[1] is not None else ("", -1)
         carrier = next((i for i, s in enumerate(inputs) if s is not None and _bad(s)), -1)
@@ -156,30 +176,29 @@ class OpCheck:
             msg = "rank %d step %d: %s made %s (%s pass%s); no input carried it" % (
                 self.rank, step, op, value, pass_, ", " + module if module else "")
         else:
-            msg = "rank %d step %d: %s output %s (%s pass%s); its input %d%s already carried it" % (
+            msg = "rank %d step %d: %s output %s (%s pass%s); its input %d%s already carried it%s" % (
                 self.rank, step, op, value, pass_, ", " + module if module else "", carrier,
-                " (%s)" % params[carrier] if params[carrier] else "")
+                " (%s)" % params[carrier] if params[carrier] else "",
+                ", from a collective" if received[carrier] else "")
         ev = {"op": op, "pass": pass_, "span": module, "layer": layer, "microbatch": where[2],
               "produced": carrier < 0, "carrier_input": carrier,
-              "carrier_param": params[carrier] if carrier >= 0 else "", "live": True, "after_step": self.after_step,
+              "carrier_param": params[carrier] if carrier >= 0 else "",
+              "received": carrier >= 0 and received[carrier],
               "check_step": self.first_step, "ops_checked": self.ops, "output_nan": out[3], "output_inf": out[4],
               "inputs": [{"index": i, "kind": s[0], "dtype": s[1], "shape": s[2], "finite": s[3] + s[4] + s[5] == 0,
                           "nan": s[3], "inf": s[4] + s[5], "neg_inf": s[5], "max_abs": _json_number(s[6]),
                           "param": params[i]}
                          for i, s in enumerate(inputs) if s is not None]}
-        _native.alert(_native.kinds.SEVERITY_ERROR, "op_check", step, layer, op, msg, json.dumps(ev))
-        _native.flush()
-        sys.stderr.write("tpscope op check: %s\n" % msg)
-        return True
+        return msg, ev, layer
 
-    def report(self, op, inputs, values, out):
+    def report(self, op, inputs, values, out, received):
         pass_ = "optimizer" if STATE.in_optimizer else "backward" if STATE.in_backward else \
             "forward" if torch.is_grad_enabled() else "step"
         params = []
         for v in values:
             known = _modules.param_name(v) if isinstance(v, torch.Tensor) else None
             params.append(known[0] if known is not None else "")
-        self.found = (op, inputs, params, out, (pass_, STATE.current_module(), self.micro()))
+        self.found = (op, inputs, params, out, (pass_, STATE.current_module(), self.micro()), received)
 
     def close(self):
         if self.mode is not None:

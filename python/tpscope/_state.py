@@ -28,6 +28,7 @@ class _State:
         self.innermost_backward = lambda: None  # -> the ModuleInfo whose backward runs innermost now (_modules)
         self.callsite_override = None  # (callsite, phase) for collectives tpscope itself issues (the health vote)
         self.module_override = None    # (name, layer) of the module a collective is issued for (_fsdp), or None
+        self.replaying = False         # the program's step replay function runs (_replay)
 
     def phase(self):
         if self.in_optimizer:

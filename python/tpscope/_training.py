@@ -29,7 +29,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from . import _fsdp, _host, _modules, _native, _opcheck, _rank
+from . import _fsdp, _host, _modules, _native, _opcheck, _rank, _replay
 from ._native import kinds as K
 from ._state import STATE
 
@@ -97,6 +97,9 @@ def _first_nonfinite(activations):
 
 
 def _on_loss(loss):
+    if STATE.replaying:  # the step replay's loss: its check is the op check's, not the rules'
+        _modules.take_activations()
+        return
     value = float(loss.detach())
     _step.losses.append(value)
     fault = _first_nonfinite(_modules.take_activations())
@@ -211,22 +214,37 @@ def _grad_health(optimizer, step):
     return action, math.sqrt(sum(r[0] * r[0] for r in stats))
 
 
-def _vote(action):
-    """The MAX of every rank's action over the default group (recorded like any collective)."""
+def _vote(action, nonfinite):
+    """The MAX of every rank's (action, non-finite value seen) over the default group (recorded like any
+    collective)."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return action
+        return action, nonfinite
     device = "cuda" if dist.get_backend() == "nccl" else "cpu"
-    t = torch.tensor([action], dtype=torch.int64, device=device)
+    t = torch.tensor([action, int(nonfinite)], dtype=torch.int64, device=device)
     STATE.callsite_override = ("tpscope health vote optimizer all-reduce", K.PHASE_OPTIMIZER)
     try:
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
     finally:
         STATE.callsite_override = None
-    return int(t.item())
+    action, nonfinite = t.tolist()
+    return int(action), bool(nonfinite)
+
+
+def _replay_step(step, optimizer):
+    """The program's step replay (_replay), on the step's own state: its losses, micro-batches and activation checks
+    go to a scratch step. True when it named the operator (trace-ops then has nothing left to find)."""
+    global _step
+    saved = _step
+    _step = _StepState(saved.t0)
+    try:
+        verdict = _replay.run(step, optimizer, saved.nonfinite, lambda: _step.micro)
+    finally:
+        _step = saved
+    return verdict == "reproducible"
 
 
 def _training_step(optimizer, original, args, kwargs):
-    global _step
+    global _step, _trace_ops
     _modules.forget_unfinished_forwards()
     step = STATE.step
     action, grad_norm = _grad_health(optimizer, step)
@@ -234,8 +252,12 @@ def _training_step(optimizer, original, args, kwargs):
     loss = sum(_step.losses) / len(_step.losses) if _step.losses else float("nan")
     if _step.losses:
         action = max(action, _health.loss(step, loss))
-    if _health.needs_agreement:
-        action = _vote(action)
+    replay = _replay.armed()
+    anywhere = _step.nonfinite
+    if _health.needs_agreement or replay:
+        action, anywhere = _vote(action, _step.nonfinite)
+    if replay and anywhere and _replay_step(step, optimizer):
+        _trace_ops = False
     action = _health.agree(step, action)
     t0 = _native.ticks()
     STATE.in_optimizer += 1
@@ -268,6 +290,7 @@ def _training_step(optimizer, original, args, kwargs):
     _trace_next(step)
     STATE.set_step(step + 1)
     _step = _StepState(t1)
+    _replay.step_begins()
     if _op_check is not None:
         _op_check.step_begin(step + 1)
     return result
@@ -303,6 +326,9 @@ def _wrap_step(cls):
             return original(self, *args, **kwargs)
         if _primary is None:
             _primary = id(self)
+        if STATE.replaying and _primary == id(self):
+            raise RuntimeError("the step replay's function called the training optimizer's step(): it must run the "
+                               "step's forward and backward only (tpscope.set_step_replay)")
         if _primary != id(self):
             t0 = _native.ticks()
             try:

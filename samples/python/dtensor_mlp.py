@@ -71,6 +71,8 @@ def main():
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--nan-at", default="")
     p.add_argument("--skip-collective", default="")
+    p.add_argument("--replay-hook", action="store_true",
+                   help="give tpscope the step's forward and backward (tpscope.set_step_replay) when it records")
     p.add_argument("--timeout", type=float, default=60.0, help="collective timeout, seconds")
     a = p.parse_args()
     nan_at = parse_fault(a.nan_at, 3)
@@ -93,17 +95,30 @@ def main():
     model = parallelize_module(model, mesh, plan)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
+    def compute(x, y):
+        """The step's forward and backward: the loss."""
+        loss = nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        return loss
+
+    batch = [None, None]
+    if a.replay_hook:
+        try:
+            import tpscope
+            tpscope.set_step_replay(lambda: compute(*batch))
+        except ImportError:
+            pass  # run without tpscope: nothing to give it
     for step in range(1, a.steps + 1):  # 1-based, as tpscope numbers steps
         g = torch.Generator().manual_seed(1000 + step)  # the same batch on every rank (TP: replicated inputs)
         x = torch.randn(a.batch, a.dim, generator=g).to(device)
         y = torch.randn(a.batch, 1, generator=g).to(device)
+        batch[:] = x, y
         if skip and skip[0] == rank and skip[1] == step:
             time.sleep(3600)  # stuck before the step's first collective
         for i, b in enumerate(model.blocks):
             b.nan = bool(nan_at) and nan_at[0] == rank and nan_at[1] == step and nan_at[2] == i
-        loss = nn.functional.mse_loss(model(x), y)
-        opt.zero_grad()
-        loss.backward()
+        loss = compute(x, y)
         opt.step()
         if rank == 0:
             print(f"step {step} loss {loss.item():.4f}", flush=True)

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """A small Megatron-style tensor-parallel GPT, trained with plain PyTorch and torch.distributed (Gloo on CPU).
 
-Nothing in it knows about tpscope: it is the kind of script `tpscope capture` records unchanged.
+Nothing in it knows about tpscope: it is the kind of script `tpscope capture` records unchanged. With
+--replay-hook it adds the one call a program makes to have a step whose values went non-finite replayed op by op
+(`tpscope.set_step_replay`, docs/capture.md): the step's forward and backward are one function, `compute(step)`.
 
     torchrun --nproc-per-node 2 samples/python/tp_train.py --tp 2
     tpscope capture --nproc 2 --tp 2 --out runs/py -- python3 samples/python/tp_train.py --steps 20
@@ -16,6 +18,9 @@ computes. TP groups are consecutive ranks; DP = WORLD_SIZE / TP averages gradien
 The script's own faults (what the tests capture):
   --nan-at RANK:STEP[:LAYER]          rank RANK puts one NaN into layer LAYER's MLP hidden activation in step STEP's
                                       forward; the row-parallel all-reduce then carries it to the TP peers
+  --flip-at RANK:STEP[:LAYER]         the same NaN, once only, as a flipped bit makes it: the exponent bits of the
+                                      activation's first element all flip to one (a replay of the step does not meet
+                                      it again: a transient fault)
   --skip-allreduce RANK:STEP[:LAYER]  rank RANK leaves out layer LAYER's MLP all-reduce in step STEP's forward (a
                                       divergent branch) and then blocks, as a rank stuck in its data loader would:
                                       its TP peers wait in that all-reduce forever (a hang)
@@ -140,18 +145,23 @@ class ParallelAttention(nn.Module):
 
 
 class ParallelMLP(nn.Module):
-    def __init__(self, hidden, tp, group, seed, nan_fault=None, skip_fault=None):
+    def __init__(self, hidden, tp, group, seed, nan_fault=None, skip_fault=None, flip_fault=None):
         super().__init__()
         self.fc1 = ColumnParallelLinear(hidden, 4 * hidden, tp, group, seed)
         self.act = nn.GELU()
         self.fc2 = RowParallelLinear(4 * hidden, hidden, tp, group, seed + 1, fault=skip_fault)
         self.nan_fault = nan_fault
+        self.flip_fault = flip_fault
 
     def forward(self, x):
         h = self.fc1(x)
         if self.nan_fault is not None and self.nan_fault():
             h = h.clone()
             h.view(-1)[0] = float("nan")
+        if self.flip_fault is not None and self.flip_fault():
+            h = h.clone()
+            bits = h.view(-1)[:1].view(torch.int32)
+            bits |= 0x7F800000 | 0x00400000  # every exponent bit and the quiet bit: a NaN, in one flip of the memory
         return self.fc2(self.act(h))
 
 
@@ -242,7 +252,10 @@ def main():
     p.add_argument("--metrics-jsonl", help="rank 0 appends one JSON object per step (step, loss, step_time_s, "
                    "step_cpu_s: the process's CPU time, every thread)")
     p.add_argument("--nan-at", help="RANK:STEP[:LAYER] — one NaN in that layer's MLP activation")
+    p.add_argument("--flip-at", help="RANK:STEP[:LAYER] — the same NaN, once only (a flipped bit: transient)")
     p.add_argument("--skip-allreduce", help="RANK:STEP[:LAYER] — leave out that layer's MLP all-reduce and block")
+    p.add_argument("--replay-hook", action="store_true",
+                   help="give tpscope the step's forward and backward (tpscope.set_step_replay) when it records")
     args = p.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -263,6 +276,16 @@ def main():
     nan = parse_fault(args.nan_at, "--nan-at")
     if nan and nan[0] == rank:
         faults.setdefault(nan[2], {})["nan_fault"] = lambda: step_now[0] == nan[1]
+    flip = parse_fault(args.flip_at, "--flip-at")
+    if flip and flip[0] == rank:
+        flipped = []  # a flipped bit happens once
+
+        def flip_fault():
+            if step_now[0] != flip[1] or flipped:
+                return False
+            flipped.append(step_now[0])
+            return True
+        faults.setdefault(flip[2], {})["flip_fault"] = flip_fault
     skip = parse_fault(args.skip_allreduce, "--skip-allreduce")
     if skip and skip[0] == rank:
         faults.setdefault(skip[2], {})["skip_fault"] = lambda: step_now[0] == skip[1]
@@ -276,9 +299,9 @@ def main():
     if rank == 0:
         print("tp_train: world %d = tp %d x dp %d, layers %d, hidden %d, steps %d"
               % (world, tp, dp, args.layers, args.hidden, args.steps), flush=True)
-    for step in range(1, args.steps + 1):
-        step_now[0] = step
-        t0, c0 = time.perf_counter(), time.process_time()
+
+    def compute(step):
+        """The step's forward and backward, to the gradients the update uses: the loss."""
         tokens, targets = batch(args, dp_rank, step)
         logits = model(tokens)
         loss = F.cross_entropy(logits.reshape(-1, args.vocab), targets.reshape(-1))
@@ -293,6 +316,18 @@ def main():
             for g in grads:
                 g.copy_(flat[offset:offset + g.numel()].view_as(g))
                 offset += g.numel()
+        return loss
+
+    if args.replay_hook:
+        try:
+            import tpscope
+            tpscope.set_step_replay(lambda: compute(step_now[0]))
+        except ImportError:
+            pass  # run without tpscope: nothing to give it
+    for step in range(1, args.steps + 1):
+        step_now[0] = step
+        t0, c0 = time.perf_counter(), time.process_time()
+        loss = compute(step)
         optimizer.step()
         elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
         value = loss.item()

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`tpscope capture -- python3 samples/python/tp_train.py` at TP=2, and what the diagnosis says (label multiproc).
 
-    capture_test.py --case healthy|nan|skip|stop|trace|hang --tpscope BIN --python PY --sample tp_train.py --work DIR
+    capture_test.py --case healthy|nan|skip|stop|trace|replay|transient|hang --tpscope BIN --python PY --sample tp_train.py --work DIR
 
 healthy  exit 0; every kind of record is there (module spans in both phases, TP collectives with their per-group
          sequence numbers, grad_stats, step_stats, rank coordinates); the diagnosis has nothing of warning or worse
@@ -16,6 +16,12 @@ trace    the same NaN under --on-nonfinite trace-ops: the run goes on (warn), an
          names, once per rank, the first operator of step 4 whose output is NaN — the embedding lookup, whose weight
          the NaN update of step 3 left NaN — with the parameter that carried it (alert op_check, evidence live);
          diagnose hangs it under the origin
+replay   the same NaN, the sample giving tpscope its step (--replay-hook: tpscope.set_step_replay): before step 3's
+         update every rank replays the step under the op check; verdict reproducible, rank 1 named with the operator
+         that wrote the NaN in layers.1.mlp's forward (not rank 0, whose first NaN arrived by the all-reduce); one
+         `replay` alert, every step recorded once, the run goes on; diagnose hangs the replay under the origin
+transient the NaN once only (--flip-at: a flipped bit), with the hook: the replay is clean on both ranks, verdict
+         transient (a warning), the origin still rank 1
 hang     rank 1 leaves out layer 0's MLP all-reduce at step 3 and blocks: capture's watchdog stops the run (exit 3);
          the hang names rank 1 and (tp-0, seq 18): 8 TP all-reduces per step at 2 layers, the 2nd of step 3
 """
@@ -53,12 +59,12 @@ def capture(args, out, extra, fault_args, expect_status):
     return p.stdout + logs
 
 
-def diagnose(args, run):
+def diagnose(args, run, part="findings"):
     p = subprocess.run([args.tpscope, "diagnose", run, "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        text=True, timeout=60)
     if p.returncode != 0:
         fail("tpscope diagnose exited %d: %s" % (p.returncode, p.stderr))
-    return json.loads(p.stdout)["findings"]
+    return json.loads(p.stdout)[part]
 
 
 def rows(db, sql):
@@ -186,6 +192,77 @@ def check_trace(args):
         fail("replay (traced) findings: %s" % json.dumps(traced, indent=1), log)
 
 
+def replay_alerts(db):
+    return [(r, s, sev, json.loads(e)) for r, s, sev, e in
+            rows(db, "SELECT rank, step, severity, evidence FROM alerts WHERE kind = 'replay' ORDER BY rank")]
+
+
+def check_replay_common(args, db, run, log):
+    """What both replay cases share: every step once per rank, one replay vote per rank, the origin rank 1 step 3,
+    the replay finding under it."""
+    steps = rows(db, "SELECT rank, count(*), count(DISTINCT step), max(step) FROM step_stats GROUP BY rank")
+    if steps != [(0, STEPS, STEPS, STEPS), (1, STEPS, STEPS, STEPS)]:
+        fail("step_stats per rank (the replay must add no step): %s" % steps, log)
+    votes = rows(db, "SELECT rank, step, count(*) FROM collectives WHERE callsite LIKE 'tpscope step replay vote%' "
+                     "GROUP BY rank, step")
+    if votes != [(0, 3, 1), (1, 3, 1)]:
+        fail("replay votes (rank, step, count): %s" % votes, log)
+    findings = diagnose(args, run)
+    origin = [f for f in findings if f["kind"] == "nan_origin"]
+    if not origin or (origin[0].get("rank"), origin[0].get("step")) != (1, 3):
+        fail("nan_origin: %s" % json.dumps(origin, indent=1), log)
+    replays = [f for f in findings if f["kind"] == "replay"]
+    if len(replays) != 1 or replays[0]["step"] != 3:
+        fail("replay findings: %s" % json.dumps(replays, indent=1), log)
+    chain = diagnose(args, run, "chain")
+    under = [c for root in chain if root["kind"] == "nan_origin" and root["rank"] == 1
+             for c in root["consequences"] if c["kind"] == "replay"]
+    verdict = replays[0]["evidence"]["numbers"]["verdict"]
+    if len(under) != 1 or (under[0]["because"] or {}).get("text") != "the replay re-ran step 3: " + verdict:
+        fail("the chain does not hang the replay under the origin: %s" % json.dumps(chain, indent=1), log)
+    return replays[0]["evidence"]["numbers"], replays[0]
+
+
+def check_replay(args):
+    out = os.path.join(args.work, "run")
+    log = capture(args, out, [], ["--nan-at", "1:3:1", "--replay-hook"], 0)
+    run = os.path.join(out, "run.db")
+    db = sqlite3.connect("file:%s?mode=ro" % run, uri=True)
+    alerts = replay_alerts(db)
+    if len(alerts) != 1:
+        fail("replay alerts: %s" % alerts, log)
+    rank, step, severity, ev = alerts[0]
+    op = ev.get("op", {})
+    if (rank, step, ev.get("verdict"), ev.get("source")) != (1, 3, "reproducible", "hook"):
+        fail("replay alert (rank, step, verdict, source): %s" % [(rank, step, ev.get("verdict"), ev.get("source"))],
+             log)
+    if op.get("span") != "layers.1.mlp" or op.get("pass") != "forward" or op.get("received") \
+            or op.get("layer") != 1 or op.get("ops_checked", 0) < 10:
+        fail("the operator named: %s" % json.dumps(op, indent=1), log)
+    numbers, finding = check_replay_common(args, db, run, log)
+    if finding["rank"] != 1 or numbers.get("verdict") != "reproducible" or numbers.get("span") != "layers.1.mlp":
+        fail("replay finding: %s" % json.dumps(finding, indent=1), log)
+    # `tpscope replay` re-runs tpscope-train only; of a Python run it names the replay the run holds.
+    p = subprocess.run([args.tpscope, "replay", run], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=60)
+    if p.returncode != 2 or "set_step_replay" not in p.stderr or "replayed step 3" not in p.stderr:
+        fail("tpscope replay of a Python run: exit %d: %s" % (p.returncode, p.stderr), log)
+
+
+def check_transient(args):
+    out = os.path.join(args.work, "run")
+    log = capture(args, out, [], ["--flip-at", "1:3:1", "--replay-hook"], 0)
+    run = os.path.join(out, "run.db")
+    db = sqlite3.connect("file:%s?mode=ro" % run, uri=True)
+    alerts = replay_alerts(db)
+    if len(alerts) != 1 or alerts[0][1] != 3 or alerts[0][3].get("verdict") != "transient" \
+            or alerts[0][2] != "warning" or "op" in alerts[0][3]:
+        fail("replay alerts: %s" % alerts, log)
+    numbers, finding = check_replay_common(args, db, run, log)
+    if finding["severity"] != "warning" or numbers.get("verdict") != "transient":
+        fail("replay finding: %s" % json.dumps(finding, indent=1), log)
+
+
 def check_hang(args):
     out = os.path.join(args.work, "run")
     log = capture(args, out, ["--hang-timeout", "6"], ["--skip-allreduce", "1:3:0"], 3)
@@ -205,7 +282,8 @@ def check_hang(args):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--case", choices=["healthy", "nan", "skip", "stop", "trace", "hang"], required=True)
+    p.add_argument("--case", choices=["healthy", "nan", "skip", "stop", "trace", "replay", "transient", "hang"],
+                   required=True)
     p.add_argument("--tpscope", required=True)
     p.add_argument("--python", required=True)
     p.add_argument("--sample", required=True)
@@ -213,7 +291,7 @@ def main():
     args = p.parse_args()
     os.makedirs(args.work, exist_ok=True)
     {"healthy": check_healthy, "nan": check_nan, "skip": check_skip, "stop": check_stop, "trace": check_trace,
-     "hang": check_hang}[args.case](args)
+     "replay": check_replay, "transient": check_transient, "hang": check_hang}[args.case](args)
     print("PASS python_capture_%s" % args.case)
 
 

@@ -2,7 +2,7 @@
 """`tpscope capture -- python3 samples/python/dtensor_mlp.py`: PyTorch's own TP API (DTensor) captured unchanged
 (label multiproc).
 
-    dtensor_test.py --case healthy|nan|hang --tpscope BIN --python PY --sample dtensor_mlp.py --work DIR
+    dtensor_test.py --case healthy|nan|replay|hang --tpscope BIN --python PY --sample dtensor_mlp.py --work DIR
 
 healthy  the functional collectives DTensor issues are recorded on both ranks with the same (group, seq, op), all
          completed, with call sites in module terms (RowwiseParallel's forward all-reduce per block); grad_stats rows
@@ -11,6 +11,9 @@ healthy  the functional collectives DTensor issues are recorded on both ranks wi
          equals it on each rank; meta param_placements says which mesh dimension shards each parameter; the
          diagnosis has nothing of warning or worse
 nan      rank 1 puts a NaN into block 1's hidden activation at step 3: nan_origin names rank 1, step 3, layer 1
+replay   the same NaN with the sample's step given to tpscope (--replay-hook): the replay before step 3's update
+         names rank 1's operator in block 1's forward — its first bad value made there, not arrived by DTensor's
+         functional all-reduce as rank 0's did — verdict reproducible, hung under the origin
 hang     rank 0 stalls before step 3: the hang names rank 0 as the one that never entered, and the collective; the
          live WAITING line names the same collective and ranks before the watchdog fires
 """
@@ -120,6 +123,23 @@ def check_nan(args):
              (f.get("rank"), f.get("step"), f.get("layer")), log)
 
 
+def check_replay(args):
+    run, log = capture(args, os.path.join(args.work, "run"), 2, [], ["--nan-at", "1:3:1", "--replay-hook"], 0)
+    db = sqlite3.connect("file:%s?mode=ro" % run, uri=True)
+    alerts = db.execute("SELECT rank, step, evidence FROM alerts WHERE kind = 'replay'").fetchall()
+    if len(alerts) != 1 or alerts[0][:2] != (1, 3):
+        fail("replay alerts: %s" % alerts, log)
+    ev = json.loads(alerts[0][2])
+    op = ev.get("op", {})
+    if ev.get("verdict") != "reproducible" or op.get("span") != "blocks.1" or op.get("pass") != "forward" \
+            or op.get("received"):
+        fail("replay verdict: %s" % json.dumps(ev, indent=1), log)
+    findings = diagnose(args, run)
+    replays = [f for f in findings if f["kind"] == "replay"]
+    if len(replays) != 1 or (replays[0]["rank"], replays[0]["step"]) != (1, 3):
+        fail("replay findings: %s" % json.dumps(replays, indent=1), log)
+
+
 def check_hang(args):
     run, log = capture(args, os.path.join(args.work, "run"), 2, ["--hang-timeout", "5"], ["--skip-collective", "0:3"],
                        3)
@@ -145,14 +165,14 @@ def check_hang(args):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--case", choices=["healthy", "nan", "hang"], required=True)
+    p.add_argument("--case", choices=["healthy", "nan", "replay", "hang"], required=True)
     p.add_argument("--tpscope", required=True)
     p.add_argument("--python", required=True)
     p.add_argument("--sample", required=True)
     p.add_argument("--work", required=True)
     args = p.parse_args()
     os.makedirs(args.work, exist_ok=True)
-    {"healthy": check_healthy, "nan": check_nan, "hang": check_hang}[args.case](args)
+    {"healthy": check_healthy, "nan": check_nan, "replay": check_replay, "hang": check_hang}[args.case](args)
     print("PASS python_dtensor_%s" % args.case)
 
 

@@ -62,8 +62,8 @@ tracedb::Result<std::vector<Finding>> replayFindings(tracedb::Reader& reader) {
       for (const auto& in : op["inputs"])
         if (in.is_object() && !in.value("finite", true))
           fd.details.push_back("input " + std::to_string(in.value("index", 0)) + " (" + in.value("kind", "") + " " +
-                               in.value("dtype", "") + (in.contains("param") ? ", " + in.value("param", "") : "") +
-                               ") is not finite");
+                               in.value("dtype", "") +
+                               (in.value("param", "").empty() ? "" : ", " + in.value("param", "")) + ") is not finite");
     if (ev.is_object() && ev.contains("batch") && ev["batch"].is_string())
       fd.details.push_back("batch: " + ev["batch"].get<std::string>());
     if (ev.is_object() && ev.contains("replay_run") && ev["replay_run"].is_string())
