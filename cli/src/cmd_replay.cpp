@@ -227,8 +227,9 @@ class Replay {
     if (auto sdc = analysis::silentCorruptionFindings(*reader))
       for (const auto& fd : *sdc)
         if (fd.rank == rank_ || fd.rank < 0) out_.sdc.push_back(fd.message);
-    // The program: its flags kept, --steps S, no checkpoints written, no metrics file appended to.
-    (void)takeFlag(argv, "--steps", true);
+    // The program: its flags kept (its --steps too: the learning-rate schedule spans them), stopped after step S, no
+    // checkpoints written, no metrics file appended to.
+    (void)takeFlag(argv, "--stop-after", true);
     (void)takeFlag(argv, "--metrics-jsonl", true);
     std::vector<std::string> injects;
     while (auto i = takeFlag(argv, "--inject", true)) injects.push_back(*i);
@@ -245,7 +246,7 @@ class Replay {
         }
       }
     }
-    argv.insert(argv.end(), {"--steps", std::to_string(step_), "--set", "checkpoint_dir=\"\""});
+    argv.insert(argv.end(), {"--stop-after", std::to_string(step_), "--set", "checkpoint_dir=\"\""});
     argv_ = std::move(argv);
     // The faults: those that model a program's own bug come back; the machine's and the schedule's do not.
     std::string all = reader->metaValue("capture_inject").value_or("");

@@ -176,7 +176,10 @@ at::Tensor GptImpl::head(const at::Tensor& xIn, const at::Tensor& targets) {
   if (watch_ != nullptr) watch_->note(logits, -1, &outputNames_.back());
   at::Tensor loss = vocabParallelCrossEntropy(logits, targets, tp, embedding->vocabStart(), options.vocab_size(),
                                               options.label_smoothing(), lossSite_);
-  return backwardSpanBegin(loss.mean(), lossSlot_);
+  if (options.loss_ignore() < 0) return backwardSpanBegin(loss.mean(), lossSlot_);
+  // The mean over the counted tokens (torch's cross_entropy with ignore_index): none counted is 0/0, NaN.
+  at::Tensor counted = targets.ne(options.loss_ignore()).to(loss.scalar_type());
+  return backwardSpanBegin((loss * counted).sum() / counted.sum(), lossSlot_);
 }
 
 at::Tensor GptImpl::forward(const at::Tensor& ids, const at::Tensor& targets) {

@@ -327,9 +327,12 @@ void onEnd(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   // are its input's (possibly a buffer not written yet, such as an out= argument on its way to the kernel).
   const bool writes = aliasingOf(fn) == Aliasing::Writes;
   // A number turned into a one-element tensor (type promotion of a constant such as isfinite's +Inf) is a constant,
-  // not a computed value: a zero-dimensional output whose only NaN/+Inf source is a number is left alone.
-  const bool fromNumbers = std::all_of(in->inputs.begin(), in->inputs.end(),
-                                       [](const ValueStat& i) { return !i.bad() || i.kind == "scalar"; });
+  // not a computed value: a zero-dimensional output whose only NaN/+Inf source is a number is left alone. Where no
+  // input holds one, the operator computed it (0/0 of a loss over no counted token).
+  const bool fromNumbers =
+      std::any_of(in->inputs.begin(), in->inputs.end(), [](const ValueStat& i) { return i.bad(); }) &&
+      std::all_of(in->inputs.begin(), in->inputs.end(),
+                  [](const ValueStat& i) { return !i.bad() || i.kind == "scalar"; });
   for (const ValueStat& out : outs)
     if (out.bad() && !(fromNumbers && out.shape.empty()) &&
         (writes ||

@@ -220,19 +220,20 @@ Trainer::Trainer(const rules::TrainConfig& config, Mesh& mesh) : impl_(std::make
   // Same dropout stream on every TP rank of a replica (replicated regions must agree), different across replicas.
   torch::manual_seed(config.seed + 1 + 1000003ull * static_cast<uint64_t>(mesh.dpRank()));
   const GptOptions base = GptOptions()
-                             .layers(config.layers)
-                             .hidden(config.hidden)
-                             .heads(config.heads)
-                             .ffn_hidden(config.ffn_hidden)
-                             .seq_len(config.seq_len)
-                             .vocab_size(config.vocab_size)
-                             .dropout(config.dropout)
-                             .attention_dropout(config.attention_dropout)
-                             .label_smoothing(config.label_smoothing)
-                             .sequence_parallel(config.sequence_parallel)
-                             .activation_checkpointing(config.activation_checkpointing)
-                             .seed(config.seed)
-                             .tp(&mesh.tpGroup());
+                              .layers(config.layers)
+                              .hidden(config.hidden)
+                              .heads(config.heads)
+                              .ffn_hidden(config.ffn_hidden)
+                              .seq_len(config.seq_len)
+                              .vocab_size(config.vocab_size)
+                              .dropout(config.dropout)
+                              .attention_dropout(config.attention_dropout)
+                              .label_smoothing(config.label_smoothing)
+                              .loss_ignore(config.loss_ignore_byte)
+                              .sequence_parallel(config.sequence_parallel)
+                              .activation_checkpointing(config.activation_checkpointing)
+                              .seed(config.seed)
+                              .tp(&mesh.tpGroup());
   if (mesh.pp() == 1) {
     m.model = Gpt(base);
     m.chunks = {m.model};

@@ -149,6 +149,7 @@ struct TrainArgs {
   std::string configPath, metricsPath, resume;
   int tp = 1, dp = 1, pp = 1;
   std::optional<int64_t> steps, microbatches, virtualStages;
+  std::optional<int64_t> stopAfter;  // --stop-after: the last step run (the schedule still the run's `steps`)
   std::string schedule;
   std::vector<std::string> sets;
   std::map<std::string, std::string> shortcuts;
@@ -172,6 +173,10 @@ std::optional<int> parseArgs(int argc, char** argv, TrainArgs& args) {
   app.add_option("--virtual-stages", args.virtualStages, "model chunks per pipeline rank (interleaved schedule)")
       ->check(CLI::PositiveNumber);
   app.add_option("--steps", args.steps, "number of optimizer steps");
+  app.add_option("--stop-after", args.stopAfter,
+                 "stop after this step, the learning-rate schedule still that of --steps (tpscope replay: the run's "
+                 "steps again, to the step it replays)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--metrics-jsonl", args.metricsPath, "write one JSON object per step (rank 0)");
   app.add_option("--resume", args.resume, "checkpoint root (uses 'latest') or step folder to resume from");
   app.add_option("--set", args.sets, "override any config key: --set key=value (value is JSON)");
@@ -325,7 +330,8 @@ int run(int argc, char** argv) {
         : cfg.bf16 ? " bf16"
                    : "",
         cfg.corpusPath());
-  for (int64_t step = first; step <= cfg.steps; ++step) {
+  const int64_t last = args.stopAfter ? std::min(*args.stopAfter, cfg.steps) : cfg.steps;
+  for (int64_t step = first; step <= last; ++step) {
     core::StepMetrics s = trainer.trainStep(step);
     if (reporter) reportStep(step, s, cfg, args, metrics);
     const bool periodic = cfg.save_every > 0 && step % cfg.save_every == 0;

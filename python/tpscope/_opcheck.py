@@ -112,9 +112,9 @@ class _Mode(TorchDispatchMode if TorchDispatchMode is not None else object):
             writes = any(a.alias_info is not None and a.alias_info.is_write for a in func._schema.arguments)
             # A zero-dimensional output whose only NaN/+Inf source is a number (a constant promoted to a tensor, as
             # isfinite's +Inf) is a constant, not a computed value — unless the operator wrote it into an input
-            # (`x.view(-1)[0] = nan`: the write lands in x).
-            from_numbers = not writes and all(s is None or not _bad(s) or s[0] == "scalar" or not s[2]
-                                              for s in inputs)
+            # (`x.view(-1)[0] = nan`: the write lands in x). Where no input holds one, the operator computed it.
+            bad_inputs = [s for s in inputs if s is not None and _bad(s)]
+            from_numbers = not writes and bool(bad_inputs) and all(s[0] == "scalar" or not s[2] for s in bad_inputs)
             c.ops += 1
             for o in outs:
                 if _storage(o) in storages and not writes:

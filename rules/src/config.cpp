@@ -20,6 +20,7 @@ void forEachKey(TrainConfig& c, F&& f) {
   f("layers", c.layers); f("hidden", c.hidden); f("heads", c.heads); f("ffn_hidden", c.ffn_hidden);
   f("seq_len", c.seq_len); f("vocab_size", c.vocab_size); f("dropout", c.dropout);
   f("attention_dropout", c.attention_dropout); f("label_smoothing", c.label_smoothing);
+  f("loss_ignore_byte", c.loss_ignore_byte);
   f("micro_batch_size", c.micro_batch_size); f("grad_accum", c.grad_accum); f("steps", c.steps);
   f("warmup", c.warmup); f("lr", c.lr); f("min_lr", c.min_lr); f("weight_decay", c.weight_decay);
   f("beta1", c.beta1); f("beta2", c.beta2); f("adam_eps", c.adam_eps); f("clip", c.clip); f("seed", c.seed);
@@ -174,6 +175,9 @@ void TrainConfig::validate(int tp, int dp, int pp) const {
   if (dropout < 0 || dropout >= 1 || attention_dropout < 0 || attention_dropout >= 1)
     throw ConfigError("config: dropout and attention_dropout must be in [0, 1)");
   if (label_smoothing < 0 || label_smoothing >= 1) throw ConfigError("config: label_smoothing must be in [0, 1)");
+  if (loss_ignore_byte < -1 || loss_ignore_byte > 255)
+    throw ConfigError(
+        fmt::format("config: loss_ignore_byte = {} must be a byte (0-255) or -1 (none)", loss_ignore_byte));
   if (warmup < 0 || save_every < 0) throw ConfigError("config: warmup and save_every must be >= 0");
   if (device != "cpu" && device != "cuda")
     throw ConfigError(fmt::format("config: device = \"{}\" must be \"cpu\" or \"cuda\"", device));

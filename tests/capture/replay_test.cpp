@@ -1,9 +1,13 @@
 // `tpscope replay` (issue #33 §1): real captures of tpscope-train over loopback Gloo with a fault injected for real,
-// replayed to the step: the operator that makes the NaN named (forward, backward, on TP=2 and TP=2 × PP=2), a bit
-// flip found transient, a healthy step found clean (no operator of the engine may trip the check), bad input refused.
+// replayed to the step: the operator that makes the NaN named (forward, backward, on TP=2 and TP=2 × PP=2), a NaN
+// that comes from the data found reproducible with its batch, a bit flip found transient, a healthy step found clean
+// (no operator of the engine may trip the check), bad input refused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "capture_test_util.h"
+#include "tpscope/core/data.h"  // the engine's sampler (torch-free, compiled into this test): which batch is padding
 
 namespace tpscope::capture_test {
 namespace {
@@ -89,6 +93,54 @@ TEST(Replay, BackwardNanNamesTheBackwardPass) {
   // The gradient hook runs between autograd's functions: the one before it is named, and placed by its forward.
   EXPECT_NE(op["backward_function"].get<std::string>(), "") << r.output;
   EXPECT_NE(op["span"].get<std::string>().find("backward of layer"), std::string::npos) << r.output;
+}
+
+TEST(Replay, NanFromDataIsReproducibleAndTheBatchNamed) {
+  // A corpus with a block of padding (NUL bytes) that the loss does not count (loss_ignore_byte = 0): a micro-batch
+  // whose every target is padding has no counted token, and its loss is 0/0 — the data makes the NaN, with no fault
+  // injected. Which step that is comes from the sampler alone; the pad block is sized so that it is step 2 to 6.
+  const auto dir = testDir("replay_data");
+  const fs::path corpus = dir.parent_path() / "replay_data.corpus.txt";
+  std::string text;
+  while (text.size() < 4000) text += "Tensor parallelism splits each weight matrix over the ranks of a group. ";
+  constexpr int64_t kSeq = 32;
+  int64_t step = 0;
+  for (size_t pad = 600; step == 0 && pad < 4000; pad += 37) {
+    std::ofstream(corpus, std::ios::binary) << text << std::string(pad, '\0') << text;
+    const auto c = core::Corpus::load(corpus.string());
+    const core::BatchSampler sampler(c, kSeq, /*microBatch=*/1, /*seed=*/1234);
+    for (int64_t s = 1; s <= 6 && step == 0; ++s) {
+      std::vector<int64_t> ids(kSeq), targets(kSeq);
+      sampler.fill(s, 0, 1, 0, 1, ids.data(), targets.data());
+      if (std::all_of(targets.begin(), targets.end(), [](int64_t t) { return t == 0; })) step = s;
+    }
+    if (step == 1) step = 0;  // a step before it, to compare the losses of
+  }
+  ASSERT_GE(step, 2) << "no pad length puts an all-padding batch at steps 2-6";
+  const fs::path config = configWith(
+      dir, {{"corpus", corpus.string()}, {"micro_batch_size", 1}, {"loss_ignore_byte", 0}, {"seq_len", kSeq}});
+  const RunResult c =
+      run(withConfig(captureArgv(dir, 2, 2, 1, static_cast<int>(step) + 1, {"--on-nonfinite", "warn"}), config),
+          captureLog(dir));
+  ASSERT_EQ(c.status, 0) << c.output;
+  const Replayed r = replay(dir);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.j["step"], step) << r.output;
+  EXPECT_EQ(r.j["verdict"], "reproducible") << r.output;
+  EXPECT_EQ(r.j["losses_before"]["max_rel_diff"], 0.0) << r.output;
+  // The batch: global micro-batch step - 1 (one per step at dp 1), its one sample.
+  const std::string g = std::to_string(step - 1);
+  EXPECT_NE(r.j["batch"].get<std::string>().find("global micro-batch " + g + ", samples " + g + "-" + g),
+            std::string::npos)
+      << r.output;
+  // Every TP rank makes it itself (the data is theirs alike, nothing arrives from a peer): the loss's division,
+  // from finite inputs (0 and 0).
+  for (const auto& rank : r.j["ranks"]) {
+    ASSERT_TRUE(rank.contains("op")) << r.output;
+    EXPECT_EQ(rank["op"]["op"], "aten::div") << r.output;
+    EXPECT_TRUE(rank["op"]["produced"].get<bool>()) << r.output;
+    EXPECT_EQ(rank["op"]["pass"], "forward") << r.output;
+  }
 }
 
 TEST(Replay, FlippedBitIsTransient) {

@@ -40,6 +40,7 @@ struct GptOptions {
   TORCH_ARG(double, dropout) = 0.0;            // residual / embedding dropout
   TORCH_ARG(double, attention_dropout) = 0.0;
   TORCH_ARG(double, label_smoothing) = 0.0;
+  TORCH_ARG(int64_t, loss_ignore) = -1;        // a target id that does not count in the loss (TrainConfig)
   TORCH_ARG(bool, sequence_parallel) = false;  // ignored at TP=1
   TORCH_ARG(bool, activation_checkpointing) = false;
   TORCH_ARG(uint64_t, seed) = 1234;

@@ -20,6 +20,9 @@ struct TrainConfig {
   // model
   int64_t layers = 2, hidden = 64, heads = 4, ffn_hidden = 256, seq_len = 64, vocab_size = 256;
   double dropout = 0.0, attention_dropout = 0.0, label_smoothing = 0.0;
+  // Targets equal to this byte (0-255; -1: none) do not count in the loss: padding. The loss is the mean over the
+  // micro-batch's counted tokens, as torch's cross_entropy with ignore_index — a micro-batch with none is 0/0: NaN.
+  int64_t loss_ignore_byte = -1;
   // batch / schedule
   int64_t micro_batch_size = 4, grad_accum = 1, steps = 20, warmup = 0;
   double lr = 1e-3, min_lr = 0.0, weight_decay = 0.0, beta1 = 0.9, beta2 = 0.95, adam_eps = 1e-8, clip = 1.0;
