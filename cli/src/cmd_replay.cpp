@@ -39,9 +39,11 @@ namespace kinds = vocabulary::alert_kinds;
 constexpr const char* kHelp = R"(
 Re-runs a run of tpscope-train up to step S, with every operator's outputs (forward ops, the backward functions
 autograd runs) and every collective's result checked for NaN/Inf at step S, and names the first operator that made
-the value on each rank. The job runs again (all ranks; from the run's newest checkpoint before S where its config
-wrote checkpoints, else from step 1: the engine's data order, initialisation and dropout are functions of the seed and
-the step, and a checkpoint holds the RNG state), with the faults that model a program's own bug re-applied
+the value on each rank. The job runs again, all ranks, from the first of: the state the run kept for S (RUN/replay-
+state: written before the update of the first step with a non-finite value; not used where a parameter of it already
+carries the value or the run's replica check dates a disagreement before S), the run's newest checkpoint before S,
+step 1 (the engine's data order, initialisation and dropout are functions of the seed and the step, and a checkpoint
+holds the RNG state); with the faults that model a program's own bug re-applied
 (nan, inf, spike) and those that model the machine or the schedule left out (bitflip, slow, delay, hang, crash,
 mismatch). Checkpoints are not written.
 
@@ -61,6 +63,7 @@ struct ReplayArgs {
   fs::path run;
   std::optional<int> step, rank;
   bool json = false;
+  bool noState = false;  // --no-replay-state
   double hangTimeoutS = 120;
 };
 
@@ -122,6 +125,17 @@ std::optional<std::pair<int, fs::path>> newestCheckpointBefore(const std::string
   return best;
 }
 
+// The replay state the run kept for step `step` (tpscope-train writes it before the update of the first step with a
+// non-finite value: core/trainer.h): RUN/replay-state/step-<S-1>/, used only where every rank's file is there.
+std::optional<fs::path> replayStateFor(const fs::path& runDir, int step, int world) {
+  std::error_code ec;
+  const fs::path dir = runDir / "replay-state" / fmt::format("step-{:06d}", step - 1);
+  if (step < 2 || !fs::exists(dir / "manifest.json", ec)) return std::nullopt;
+  for (int r = 0; r < world; ++r)
+    if (!fs::exists(dir / fmt::format("rank-{:05d}.pt", r), ec)) return std::nullopt;
+  return fs::absolute(dir, ec);
+}
+
 struct RankResult {
   int rank = -1;
   bool found = false, clean = false;
@@ -151,6 +165,25 @@ class Replay {
     if (int rc = readRun(); rc != kExitOk) return rc;
     if (int rc = runCapture(); rc != kExitOk) return rc;
     if (int rc = readReplay(); rc != kExitOk) return rc;
+    if (fromState_) {
+      // The state the step began from already held the value (a parameter carried it into the step's first bad
+      // operator): it was made before S — by a flipped bit in memory, or by an earlier step's update. Only a replay
+      // from before it can tell: from the newest checkpoint, else from step 1.
+      const RankResult* r = named();
+      if (r != nullptr && r->found && !r->evidence.value("carrier_param", "").empty()) {
+        stateHeld_ = r->evidence.value("carrier_param", "");
+        fromState_ = false;
+        setProgram(checkpoint_);
+        Outcome kept;  // what the run says; the replay's own results start again
+        kept.reapplied = out_.reapplied;
+        kept.leftOut = out_.leftOut;
+        kept.sdc = out_.sdc;
+        kept.runHadNonFinite = out_.runHadNonFinite;
+        out_ = std::move(kept);
+        if (int rc = runCapture(); rc != kExitOk) return rc;
+        if (int rc = readReplay(); rc != kExitOk) return rc;
+      }
+    }
     record();
     if (a_.json)
       std::cout << toJson().dump(2) << "\n";
@@ -225,8 +258,15 @@ class Replay {
     for (const auto& e : nonfinite_.firstPerRank) out_.runHadNonFinite |= e.step == step_;
     if (auto s = reader->stepStats()) stepStats_ = std::move(*s);
     if (auto sdc = analysis::silentCorruptionFindings(*reader))
-      for (const auto& fd : *sdc)
+      for (const auto& fd : *sdc) {
         if (fd.rank == rank_ || fd.rank < 0) out_.sdc.push_back(fd.message);
+        // A copy that disagreed before S: the state the run kept for S holds it.
+        if (fd.step >= 1 && fd.step < step_ && stateSkipped_.empty())
+          stateSkipped_ = fmt::format(
+              "the run's silent-corruption check dates a disagreement to step {}, before {}: "
+              "the state kept for step {} may hold it",
+              fd.step, step_, step_);
+      }
     // The program: its flags kept (its --steps too: the learning-rate schedule spans them), stopped after step S, no
     // checkpoints written, no metrics file appended to.
     (void)takeFlag(argv, "--stop-after", true);
@@ -240,14 +280,18 @@ class Replay {
         microBatch_ = c.value("micro_batch_size", int64_t{1});
         gradAccum_ = c.value("grad_accum", int64_t{1});
         // The run's newest checkpoint before the step: the replay starts there instead of at step 1.
-        if (auto ck = newestCheckpointBefore(c.value("checkpoint_dir", ""), step_)) {
-          argv.insert(argv.end(), {"--resume", ck->second.string()});
-          fromStep_ = ck->first + 1;
-        }
+        checkpoint_ = newestCheckpointBefore(c.value("checkpoint_dir", ""), step_);
       }
     }
-    argv.insert(argv.end(), {"--stop-after", std::to_string(step_), "--set", "checkpoint_dir=\"\""});
-    argv_ = std::move(argv);
+    program_ = std::move(argv);
+    // The state the run kept when the step's non-finite value appeared: the step alone is replayed.
+    if (a_.noState) stateSkipped_ = "--no-replay-state";
+    if (auto state = replayStateFor(file_.parent_path(), step_, world_); state && stateSkipped_.empty()) {
+      fromState_ = true;
+      setProgram(std::make_pair(step_ - 1, *state));
+    } else {
+      setProgram(checkpoint_);
+    }
     // The faults: those that model a program's own bug come back; the machine's and the schedule's do not.
     std::string all = reader->metaValue("capture_inject").value_or("");
     for (const auto& i : injects) all += (all.empty() ? "" : ";") + i;
@@ -395,6 +439,9 @@ class Replay {
            {"verdict", out_.verdict},
            {"run_had_nonfinite", out_.runHadNonFinite},
            {"from_step", fromStep_},
+           {"from", fromState_      ? "replay_state"
+                    : fromStep_ > 1 ? "checkpoint"
+                                    : "start"},
            {"faults_reapplied", out_.reapplied},
            {"faults_left_out", out_.leftOut},
            {"replay_run", out_.replayRun.string()},
@@ -404,13 +451,23 @@ class Replay {
     if (!out_.batch.empty()) j["batch"] = out_.batch;
     if (out_.lossMaxRelDiff) j["losses_before"] = {{"steps", out_.lossSteps}, {"max_rel_diff", *out_.lossMaxRelDiff}};
     if (out_.verdict == "transient") j["silent_corruption"] = out_.sdc;
+    if (!stateHeld_.empty()) j["replay_state_held"] = stateHeld_;
+    if (!stateSkipped_.empty() && replayStateFor(file_.parent_path(), step_, world_))
+      j["replay_state_skipped"] = stateSkipped_;
     return j;
   }
 
   void printText() const {
     std::cout << fmt::format("replay of step {} ({}): {} rank{} (tp {}, dp {}{}), from {}\n", step_, file_.string(),
                              world_, world_ == 1 ? "" : "s", tp_, dp_, pp_ > 1 ? fmt::format(", pp {}", pp_) : "",
-                             fromStep_ > 1 ? fmt::format("the checkpoint of step {}", fromStep_ - 1) : "step 1");
+                             fromText());
+    if (!stateSkipped_.empty() && replayStateFor(file_.parent_path(), step_, world_))
+      std::cout << "the state the run kept for the step is not used: " << stateSkipped_ << "\n";
+    if (!stateHeld_.empty())
+      std::cout << fmt::format(
+          "the state the run kept for step {} already held the value ({}): replayed from {} "
+          "to see whether recomputing it makes it again\n",
+          step_, stateHeld_, fromText());
     auto list = [](const std::vector<std::string>& v) { return v.empty() ? std::string("none") : join(v, "; "); };
     std::cout << "faults re-applied: " << list(out_.reapplied) << "; left out: " << list(out_.leftOut) << "\n";
     if (out_.lossMaxRelDiff)
@@ -423,6 +480,9 @@ class Replay {
     std::cout << "\nverdict: " << out_.verdict;
     if (out_.verdict == "reproducible")
       std::cout << " — the replay makes the value again: a numerical or data problem, not the hardware\n";
+    if (out_.verdict == "reproducible" && fromState_)
+      std::cout << "  (from the state the step began with: a flipped bit already in that state, finite and not dated "
+                   "by the run's replica check, replays the same way; --no-replay-state recomputes the parameters)\n";
     else if (out_.verdict == "transient")
       std::cout << " — the run had a non-finite value at this step, the replay has none: suspect the hardware of "
                 << "rank " << rank_ << "\n";
@@ -493,8 +553,26 @@ class Replay {
     return out;
   }
 
+  // The program's command resuming from `from` (a checkpoint: its step and folder), or from step 1; to step S.
+  void setProgram(const std::optional<std::pair<int, fs::path>>& from) {
+    argv_ = program_;
+    fromStep_ = from ? from->first + 1 : 1;
+    if (from) argv_.insert(argv_.end(), {"--resume", from->second.string()});
+    argv_.insert(argv_.end(), {"--stop-after", std::to_string(step_), "--set", "checkpoint_dir=\"\""});
+  }
+
+  std::string fromText() const {
+    if (fromState_) return fmt::format("the state step {} began from (kept by the run: replay-state)", step_);
+    return fromStep_ > 1 ? fmt::format("the checkpoint of step {}", fromStep_ - 1) : std::string("step 1");
+  }
+
   const ReplayArgs& a_;
   fs::path file_;
+  std::vector<std::string> program_;  // the run's program, its flags kept but --resume, --stop-after, metrics
+  std::optional<std::pair<int, fs::path>> checkpoint_;  // the run's newest checkpoint before S
+  bool fromState_ = false;    // the replay runs from the run's replay state of S (the step alone)
+  std::string stateHeld_;     // that state already held the value, in this parameter: replayed from before it
+  std::string stateSkipped_;  // why the state the run kept was not used ("" where it was, or there was none)
   std::vector<std::string> argv_;
   int world_ = 0, tp_ = 0, dp_ = 0, pp_ = 1;
   int step_ = -1, rank_ = 0;
@@ -514,6 +592,9 @@ void addReplay(CLI::App& app, Context& ctx) {
   cmd->footer(kHelp);
   cmd->add_option("run", args->run, "Run folder or run file of a capture of tpscope-train")->required();
   cmd->add_option("--step", args->step, "Step to replay (default: the step of the run's NaN/Inf origin)");
+  cmd->add_flag("--no-replay-state", args->noState,
+                "Ignore the state the run kept for the step (RUN/replay-state): replay from its newest checkpoint, "
+                "else from step 1, recomputing the parameters");
   cmd->add_option("--rank", args->rank, "Rank to name when the replay is clean (default: the origin's)");
   cmd->add_option("--hang-timeout", args->hangTimeoutS, "Stop the replay after this long without progress, s")
       ->check(CLI::PositiveNumber);

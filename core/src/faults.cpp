@@ -340,12 +340,12 @@ bool StepHooks::beforeUpdate(int64_t step64, std::span<const probes::GradStat> g
       activations != nullptr ? activations->firstNonFinite() : std::nullopt;
   if (badOutput) action = std::max(action, rules_.checkActivation(step, *badOutput));
   if (lossSum.defined()) action = std::max(action, rules_.checkLoss(step, localLoss));
+  bool bad = badOutput.has_value() || (lossSum.defined() && !std::isfinite(localLoss));
+  for (const auto& g : grads) bad = bad || g.nanCount > 0 || g.infCount > 0;
+  if (bad) nonFiniteStep_ = step64;
   // trace-ops: a non-finite value on this rank arms the op check from the next step on (this rank's own: no collective).
-  if (o.nonfinite == HealthPolicy::TraceOps && !opCheck_) {
-    bool bad = badOutput.has_value() || (lossSum.defined() && !std::isfinite(localLoss));
-    for (const auto& g : grads) bad = bad || g.nanCount > 0 || g.infCount > 0;
-    if (bad) opCheck_ = std::make_unique<OpCheck>(mesh_.rank(), step + 1, names_, params_, /*live=*/true, step);
-  }
+  if (o.nonfinite == HealthPolicy::TraceOps && !opCheck_ && bad)
+    opCheck_ = std::make_unique<OpCheck>(mesh_.rank(), step + 1, names_, params_, /*live=*/true, step);
   if (rules_.replicaCheckDue(step, mesh_.dp())) {
     // Reduced gradients are identical on every DP replica by construction: compare their global norms.
     at::Tensor mm = torch::tensor({gradNorm, -gradNorm}, torch::kDouble);

@@ -75,6 +75,75 @@ struct Trainer::Impl {
   Callsite spSite{"sequence-parallel replicated gradients", -1};
   Callsite zeroSite{"ZeRO-1 parameter broadcast", -1};
   Callsite ckptSite{"checkpoint save", -1};
+  // The replay state (Trainer::loadCheckpoint's comment): where, and what the current step started from.
+  std::string replayStateRoot;  // <TPSCOPE_OUT>/replay-state; "" when not recording, or replaying
+  bool replayStateSaved = false;
+  at::Tensor stepRng;    // the CPU generator's state when the step began
+  double stepScale = 0;  // the loss scaler's (scale, good steps) when the step began
+  int64_t stepGoodSteps = 0;
+
+  // This rank's file of a checkpoint of `step` in `dir`: its parameters and optimizer state as they are now, the
+  // generator state `rng`, the loss scaler's (scale, good steps).
+  void writeRankState(const std::string& dir, int64_t step, const at::Tensor& rng, double scale,
+                      int64_t goodSteps) const {
+    fs::create_directories(dir);
+    torch::serialize::OutputArchive ar;
+    for (auto& p : params) ar.write("param/" + p.name, p.param.detach());
+    torch::serialize::OutputArchive opt;
+    optimizer->save(opt);
+    ar.write("optimizer", opt);
+    ar.write("rng", rng);
+    if (scaler) ar.write("loss_scaler", torch::tensor({scale, static_cast<double>(goodSteps)}, torch::kDouble));
+    ar.write("meta", torch::tensor({step, static_cast<int64_t>(mesh->tp()), static_cast<int64_t>(mesh->dp()),
+                                    static_cast<int64_t>(mesh->rank())}));
+    const std::string file = checkpointRankFile(dir, mesh->rank());
+    ar.save_to(file + ".tmp");
+    fs::rename(file + ".tmp", file);
+  }
+
+  // The manifest of a checkpoint of `step` in `dir` (every rank's file named), written whole (tmp + rename).
+  void writeManifest(const std::string& dir, int64_t step) const {
+    nlohmann::json j;
+    j["format"] = "tpscope-checkpoint";
+    j["version"] = kCheckpointVersion;
+    j["step"] = step;
+    j["tp"] = mesh->tp();
+    j["dp"] = mesh->dp();
+    j["pp"] = mesh->pp();
+    j["world"] = mesh->worldSize();
+    j["zero1"] = cfg.zero1;
+    auto files = nlohmann::json::array();
+    for (int r = 0; r < mesh->worldSize(); ++r) files.push_back(fs::path(checkpointRankFile(dir, r)).filename());
+    j["files"] = files;
+    j["config"] = nlohmann::json::parse(cfg.toJson());
+    const fs::path tmp = fs::path(dir) / ("manifest.json.tmp-" + std::to_string(mesh->rank()));
+    std::ofstream(tmp) << j.dump(2) << "\n";
+    fs::rename(tmp, fs::path(dir) / "manifest.json");
+  }
+
+  void noteStepStart() {
+    if (replayStateRoot.empty() || replayStateSaved) return;
+    stepRng = at::detail::getDefaultCPUGenerator().get_state();
+    if (scaler) {
+      stepScale = scaler->scale();
+      stepGoodSteps = scaler->goodSteps();
+    }
+  }
+
+  // Before step `step`'s update, on this rank's first non-finite value: the state the step started from.
+  void saveReplayState(int64_t step) {
+    if (replayStateRoot.empty() || replayStateSaved || !stepRng.defined() || step <= 1) return;  // 1: from step 1
+    replayStateSaved = true;
+    TPS_SPAN("replay state save", Checkpoint, Checkpoint);
+    try {
+      const std::string dir = checkpointStepDir(replayStateRoot, step - 1);
+      writeRankState(dir, step - 1, stepRng, stepScale, stepGoodSteps);
+      writeManifest(dir, step - 1);
+    } catch (const std::exception& e) {  // the run goes on; tpscope replay then starts from a checkpoint or step 1
+      std::fprintf(stderr, "tpscope-train: rank %d: the replay state of step %lld was not written: %s\n", mesh->rank(),
+                   static_cast<long long>(step), e.what());
+    }
+  }
 
   bool zeroSharded() const { return cfg.zero1 && mesh->dp() > 1; }
 
@@ -299,6 +368,9 @@ Trainer::Trainer(const rules::TrainConfig& config, Mesh& mesh) : impl_(std::make
   m.buildOptimizer();
   // capture: before the reducer, so injected gradient faults reach its hooks.
   m.hooks = std::make_unique<StepHooks>(mesh, m.names, m.layers, ps, static_cast<int>(config.layers));
+  const char* out = std::getenv("TPSCOPE_OUT");
+  if (out != nullptr && *out != '\0' && std::getenv("TPSCOPE_REPLAY_STEP") == nullptr)
+    m.replayStateRoot = (fs::path(out) / "replay-state").string();
   m.reducer = std::make_unique<GradReducer>(ps, late, mesh.dpGroup(), config.bucket_mb * 1024 * 1024,
                                             config.overlap_grad_reduce);
   std::vector<ReplicaTensor> replicated;
@@ -325,6 +397,7 @@ StepMetrics Trainer::trainStep(int64_t step) {
   out.step = step;
   bool skipUpdate = false;  // capture: the health policy (or a loss-scale overflow) dropped this update
   const double lossScale = m.scaler ? m.scaler->scale() : 1.0;
+  m.noteStepStart();  // the replay state: what the step starts from
   {
     TPS_SPAN("train step", Step, None);
     m.hooks->stepBegin(step);  // capture: --inject slow/crash
@@ -379,8 +452,14 @@ StepMetrics Trainer::trainStep(int64_t step) {
     out.gradNorm = m.clipGradients();
     // The norm is global (TP all-reduce of DP-reduced gradients): every rank takes the same overflow decision.
     const bool overflow = m.scaler && m.scaler->update(out.gradNorm);
-    skipUpdate = m.hooks->beforeUpdate(step, gradStats, watch ? &m.activations : nullptr, lossAcc, c.grad_accum,
-                                       out.gradNorm);  // capture: health rules
+    try {
+      skipUpdate = m.hooks->beforeUpdate(step, gradStats, watch ? &m.activations : nullptr, lossAcc, c.grad_accum,
+                                         out.gradNorm);  // capture: health rules
+    } catch (const NonFiniteStop&) {
+      if (m.hooks->sawNonFinite(step)) m.saveReplayState(step);  // stop: the state is kept all the same
+      throw;
+    }
+    if (m.hooks->sawNonFinite(step)) m.saveReplayState(step);  // before the update: the state the step began from
     skipUpdate = skipUpdate || overflow;
     out.lr = learningRate(c, step);
     {
@@ -425,39 +504,11 @@ void Trainer::saveCheckpoint(int64_t step) {
   const std::string root = m.cfg.checkpoint_dir;
   TORCH_CHECK(!root.empty(), "saveCheckpoint: checkpoint_dir is not set");
   const std::string dir = checkpointStepDir(root, step);
-  fs::create_directories(dir);
-  {
-    torch::serialize::OutputArchive ar;
-    for (auto& p : m.params) ar.write("param/" + p.name, p.param.detach());
-    torch::serialize::OutputArchive opt;
-    m.optimizer->save(opt);
-    ar.write("optimizer", opt);
-    ar.write("rng", at::detail::getDefaultCPUGenerator().get_state());
-    if (m.scaler)
-      ar.write("loss_scaler",
-               torch::tensor({m.scaler->scale(), static_cast<double>(m.scaler->goodSteps())}, torch::kDouble));
-    ar.write("meta", torch::tensor({step, static_cast<int64_t>(m.mesh->tp()), static_cast<int64_t>(m.mesh->dp()),
-                                    static_cast<int64_t>(m.mesh->rank())}));
-    const std::string file = checkpointRankFile(dir, m.mesh->rank());
-    ar.save_to(file + ".tmp");
-    fs::rename(file + ".tmp", file);
-  }
+  m.writeRankState(dir, step, at::detail::getDefaultCPUGenerator().get_state(), m.scaler ? m.scaler->scale() : 0,
+                   m.scaler ? m.scaler->goodSteps() : 0);
   m.mesh->world().barrier(m.ckptSite, probes::Phase::Checkpoint);
   if (m.mesh->rank() == 0) {
-    nlohmann::json j;
-    j["format"] = "tpscope-checkpoint";
-    j["version"] = kCheckpointVersion;
-    j["step"] = step;
-    j["tp"] = m.mesh->tp();
-    j["dp"] = m.mesh->dp();
-    j["pp"] = m.mesh->pp();
-    j["world"] = m.mesh->worldSize();
-    j["zero1"] = m.cfg.zero1;
-    auto files = nlohmann::json::array();
-    for (int r = 0; r < m.mesh->worldSize(); ++r) files.push_back(fs::path(checkpointRankFile(dir, r)).filename());
-    j["files"] = files;
-    j["config"] = nlohmann::json::parse(m.cfg.toJson());
-    std::ofstream(fs::path(dir) / "manifest.json") << j.dump(2) << "\n";
+    m.writeManifest(dir, step);
     std::ofstream(fs::path(root) / "latest.tmp") << fs::path(dir).filename().string() << "\n";
     fs::rename(fs::path(root) / "latest.tmp", fs::path(root) / "latest");
   }

@@ -56,9 +56,11 @@ TEST(Replay, ForwardNanIsReproducibleAndTheOperatorNamed) {
   ASSERT_NE(peer, nullptr) << r.output;
   EXPECT_EQ((*peer)["op"]["op"], "collective") << r.output;
   EXPECT_NE((*peer)["op"]["collective"].get<std::string>().find("tp-0 all_reduce"), std::string::npos) << r.output;
-  // The replay is the run again up to the step: the losses before it are the same, bit for bit.
-  EXPECT_EQ(r.j["losses_before"]["steps"], 2) << r.output;
-  EXPECT_EQ(r.j["losses_before"]["max_rel_diff"], 0.0) << r.output;
+  // The run kept the state step 3 began from (every rank saw the NaN before the update): the step alone is replayed.
+  EXPECT_EQ(r.j["from"], "replay_state") << r.output;
+  EXPECT_EQ(r.j["from_step"], 3) << r.output;
+  for (const char* f : {"manifest.json", "rank-00000.pt", "rank-00001.pt"})
+    EXPECT_TRUE(fs::exists(dir / "replay-state" / "step-000002" / f)) << f;
   EXPECT_TRUE(fs::exists(dir / "replay-step-3" / "run.db"));
   // The verdict is in the run: diagnose shows it, on the run file and on the folder's rank files.
   for (const fs::path& target : {dir / "run.db", dir}) {
@@ -123,23 +125,33 @@ TEST(Replay, NanFromDataIsReproducibleAndTheBatchNamed) {
       run(withConfig(captureArgv(dir, 2, 2, 1, static_cast<int>(step) + 1, {"--on-nonfinite", "warn"}), config),
           captureLog(dir));
   ASSERT_EQ(c.status, 0) << c.output;
-  const Replayed r = replay(dir);
-  ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_EQ(r.j["step"], step) << r.output;
-  EXPECT_EQ(r.j["verdict"], "reproducible") << r.output;
-  EXPECT_EQ(r.j["losses_before"]["max_rel_diff"], 0.0) << r.output;
-  // The batch: global micro-batch step - 1 (one per step at dp 1), its one sample.
-  const std::string g = std::to_string(step - 1);
-  EXPECT_NE(r.j["batch"].get<std::string>().find("global micro-batch " + g + ", samples " + g + "-" + g),
-            std::string::npos)
-      << r.output;
-  // Every TP rank makes it itself (the data is theirs alike, nothing arrives from a peer): the loss's division,
-  // from finite inputs (0 and 0).
-  for (const auto& rank : r.j["ranks"]) {
-    ASSERT_TRUE(rank.contains("op")) << r.output;
-    EXPECT_EQ(rank["op"]["op"], "aten::div") << r.output;
-    EXPECT_TRUE(rank["op"]["produced"].get<bool>()) << r.output;
-    EXPECT_EQ(rank["op"]["pass"], "forward") << r.output;
+  // Twice: from the state the run kept for the step (the step alone), and without it from step 1 — the steps before
+  // it the run's again, bit for bit (the learning-rate schedule the run's: --stop-after keeps its --steps). Both name
+  // the same operator and batch.
+  for (const bool fromState : {true, false}) {
+    if (!fromState) fs::remove_all(dir / "replay-state");
+    const Replayed r = replay(dir);
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_EQ(r.j["from"], fromState ? "replay_state" : "start") << r.output;
+    EXPECT_EQ(r.j["step"], step) << r.output;
+    EXPECT_EQ(r.j["verdict"], "reproducible") << r.output;
+    if (!fromState) {
+      EXPECT_EQ(r.j["losses_before"]["steps"], step - 1) << r.output;
+      EXPECT_EQ(r.j["losses_before"]["max_rel_diff"], 0.0) << r.output;
+    }
+    // The batch: global micro-batch step - 1 (one per step at dp 1), its one sample.
+    const std::string g = std::to_string(step - 1);
+    EXPECT_NE(r.j["batch"].get<std::string>().find("global micro-batch " + g + ", samples " + g + "-" + g),
+              std::string::npos)
+        << r.output;
+    // Every TP rank makes it itself (the data is theirs alike, nothing arrives from a peer): the loss's division,
+    // from finite inputs (0 and 0).
+    for (const auto& rank : r.j["ranks"]) {
+      ASSERT_TRUE(rank.contains("op")) << r.output;
+      EXPECT_EQ(rank["op"]["op"], "aten::div") << r.output;
+      EXPECT_TRUE(rank["op"]["produced"].get<bool>()) << r.output;
+      EXPECT_EQ(rank["op"]["pass"], "forward") << r.output;
+    }
   }
 }
 
@@ -154,10 +166,35 @@ TEST(Replay, FlippedBitIsTransient) {
   EXPECT_TRUE(r.j["run_had_nonfinite"].get<bool>()) << r.output;
   EXPECT_EQ(r.j["verdict"], "transient") << r.output;
   EXPECT_EQ(r.j["faults_left_out"], nlohmann::json::array({"bitflip:rank=1,step=2,bit=30"})) << r.output;
+  // The state the run kept for step 3 holds the flipped weight (finite, 1.5e36: it makes the NaN again from there).
+  // The run's silent-corruption check dated the disagreement to step 2: the replay leaves that state and starts from
+  // step 1, where no bit flips.
+  EXPECT_TRUE(fs::exists(dir / "replay-state" / "step-000002" / "manifest.json"));
+  EXPECT_NE(r.j.value("replay_state_skipped", "").find("step 2"), std::string::npos) << r.output;
+  EXPECT_EQ(r.j["from"], "start") << r.output;
   for (const auto& rank : r.j["ranks"]) EXPECT_TRUE(rank["finite"].get<bool>()) << r.output;
   const Diagnosis d = diagnose(dir / "run.db");
   const auto replays = d.ofKind("replay", "warning");
   ASSERT_EQ(replays.size(), 1u) << d.summary();
+}
+
+TEST(Replay, AKeptStateThatHoldsTheValueIsReplayedFromBeforeIt) {
+  // Two bits of one element of layers.0.ln1.weight flip on rank 1 after step 2's update (exponent all ones: NaN),
+  // with the replica check off, so nothing in the run dates the corruption. The state the run kept for step 3 holds
+  // the NaN weight: replayed from it, the step's first bad operator reads the value from that parameter, which says
+  // the state already held it — the replay starts again from step 1, recomputes the weight, and finds the step clean.
+  const auto dir = testDir("replay_state_held");
+  const RunResult c = capture(dir, 2, 2, 1, 4,
+                              {"--inject", "bitflip:rank=1,step=2,bit=30,tensor=layers.0.ln1.weight", "--inject",
+                               "bitflip:rank=1,step=2,bit=23,tensor=layers.0.ln1.weight", "--health", "replica=off"});
+  ASSERT_EQ(c.status, 0) << c.output;
+  ASSERT_TRUE(fs::exists(dir / "replay-state" / "step-000002" / "rank-00001.pt")) << c.output;
+  const Replayed r = replay(dir);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.j["step"], 3) << r.output;
+  EXPECT_EQ(r.j.value("replay_state_held", ""), "layers.0.ln1.weight") << r.output;
+  EXPECT_EQ(r.j["from"], "start") << r.output;
+  EXPECT_EQ(r.j["verdict"], "transient") << r.output;
 }
 
 TEST(Replay, HealthyStepIsClean) {
@@ -209,6 +246,7 @@ TEST(Replay, ResumesFromTheNewestCheckpointBeforeTheStep) {
   ASSERT_EQ(c.status, 0) << c.output;
   ASSERT_TRUE(fs::exists(ckpt / "step-000002" / "manifest.json")) << c.output;
   const auto before = fs::last_write_time(ckpt / "step-000004" / "manifest.json");
+  fs::remove_all(dir / "replay-state");  // the state the run kept for step 4 would be used first
   const Replayed r = replay(dir);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(r.j["from_step"], 3) << r.output;

@@ -132,6 +132,9 @@ class StepHooks {
   bool beforeUpdate(int64_t step, std::span<const probes::GradStat> grads, ActivationWatch* activations,
                     const at::Tensor& lossSum, int64_t microBatches, double gradNorm);
 
+  // This rank saw a non-finite module output, loss or gradient in step `step` (known once beforeUpdate ran).
+  bool sawNonFinite(int64_t step) const { return nonFiniteStep_ == step; }
+
   const rules::HealthRules& rules() const { return rules_; }
   rules::HealthRules& rules() { return rules_; }
   // TPSCOPE_OUT is set: the ranks record (identical on every rank).
@@ -145,6 +148,7 @@ class StepHooks {
   std::vector<std::string> names_;    // the parameters, for an op check armed live
   std::vector<at::Tensor> params_;
   rules::HealthRules rules_;
+  int64_t nonFiniteStep_ = 0;  // the last step in which this rank saw a non-finite value
 };
 
 }  // namespace tpscope::core

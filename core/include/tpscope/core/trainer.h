@@ -47,6 +47,13 @@ class Trainer {
   Trainer(const rules::TrainConfig& config, Mesh& mesh);
   ~Trainer();
 
+  // One optimizer step. Recording into a run folder (TPSCOPE_OUT, not under tpscope replay), the first step S > 1 in
+  // which this rank sees a non-finite value (a module output, the loss or a gradient: StepHooks::sawNonFinite)
+  // writes, before its update, the state the step started from as a checkpoint of step S - 1 in
+  // <TPSCOPE_OUT>/replay-state/step-<S-1>/: parameters and optimizer state (not updated yet), the generator and the
+  // loss scale as the step began. This rank's file and the manifest only, no collective (a rank that sees nothing
+  // writes nothing); `tpscope replay` starts there. Its cost before that: a copy of the CPU generator's state (5 KB)
+  // per step.
   StepMetrics trainStep(int64_t step);
   // Writes <checkpoint_dir>/step-<N>/rank-<R>.pt, then (world rank 0) manifest.json and <checkpoint_dir>/latest.
   void saveCheckpoint(int64_t step);
