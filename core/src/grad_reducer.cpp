@@ -194,8 +194,9 @@ GradHealthStats GradReducer::finish() {
   // On the gradients' device (an accelerator's stats stay there until the one host sync of the step).
   const int64_t count = static_cast<int64_t>(m.params.size());
   const GradHealthStats& first = m.buckets.front().health;
-  GradHealthStats out{torch::zeros({count, 2}, first.values.options()),
-                      torch::zeros({count, 2}, first.counts.options())};
+  GradHealthStats out;  // sumSquares stays empty: the buckets' stats are the pre-reduction copies'
+  out.values = torch::zeros({count, 2}, first.values.options());
+  out.counts = torch::zeros({count, 2}, first.counts.options());
   for (auto& b : m.buckets) {
     at::Tensor idx = torch::tensor(std::vector<int64_t>(b.params.begin(), b.params.end()),
                                    torch::TensorOptions(torch::kLong).device(out.values.device()));

@@ -164,7 +164,9 @@ struct Trainer::Impl {
     optimizer = std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(cfg.lr));
   }
 
-  double clipGradients() {
+  // `known`: each gradient's sum of squares where the health pass already read it (GradHealthStats::sumSquares, the
+  // same pass gradSumSquares takes: recording changes no bit of the update), -1 where not; null: none known.
+  double clipGradients(const std::vector<double>* known) {
     TPS_SPAN("gradient clipping", Optimizer, Optimizer);
     torch::NoGradGuard ng;
     const bool leadTp = mesh->tpRank() == 0;
@@ -172,17 +174,26 @@ struct Trainer::Impl {
     // [0]: squares of what the norm counts — sharded parameters, and replicated ones once (on TP rank 0);
     // [1]: squares of the replicated copies on the other TP ranks, which must be identical but can go non-finite on
     //      one rank alone (a fault, an fp16 overflow): counted only for finiteness, so every rank sees it.
+    // Host gradients are summed on the host in one pass each (gradSumSquares); device ones on their device.
     std::vector<at::Tensor> counted, copies;
+    double hostSums[2] = {0, 0};
     for (size_t i = 0; i < params.size(); ++i) {
       const at::Tensor& g = params[i].param.grad();
       if (!g.defined()) continue;
       const bool once = (params[i].sharded || leadTp) && !embeddingCopy[i];
-      (once ? counted : copies).push_back(g.norm().square());
+      double s = known != nullptr && i < known->size() ? (*known)[i] : -1;
+      if (s < 0) s = gradSumSquares(g);
+      if (s >= 0 || std::isnan(s))
+        hostSums[once ? 0 : 1] += s;
+      else
+        (once ? counted : copies).push_back(g.norm().square());
     }
-    auto sum = [&](const std::vector<at::Tensor>& v) {
-      return v.empty() ? torch::zeros({}, device) : torch::stack(v).sum();
+    auto sum = [&](const std::vector<at::Tensor>& v, double host) {
+      at::Tensor t =
+          v.empty() ? torch::zeros({}, device.is_cpu() ? at::kDouble : at::kFloat).to(device) : torch::stack(v).sum();
+      return t.to(at::kDouble) + host;
     };
-    at::Tensor total = torch::stack({sum(counted), sum(copies)}).to(at::kDouble);
+    at::Tensor total = torch::stack({sum(counted, hostSums[0]), sum(copies, hostSums[1])});
     mesh->tpGroup().allReduce(total, ReduceOp::Sum, clipSite, probes::Phase::Optimizer);
     mesh->ppGroup().allReduce(total, ReduceOp::Sum, ppClipSite, probes::Phase::Optimizer);  // PP = 1: nothing
     const at::Tensor host = total.to(at::kCPU);
@@ -449,7 +460,9 @@ StepMetrics Trainer::trainStep(int64_t step) {
     }
     m.reduceSequenceParallel();
     if (lossScale != 1.0) m.unscaleGradients(lossScale);
-    out.gradNorm = m.clipGradients();
+    // The health pass's sums of squares are the clip's where nothing touched the gradients in between.
+    const bool sameGradients = m.mesh->dp() == 1 && m.mesh->pp() == 1 && !m.sp && lossScale == 1.0;
+    out.gradNorm = m.clipGradients(sameGradients && !health.sumSquares.empty() ? &health.sumSquares : nullptr);
     // The norm is global (TP all-reduce of DP-reduced gradients): every rank takes the same overflow decision.
     const bool overflow = m.scaler && m.scaler->update(out.gradNorm);
     try {

@@ -101,6 +101,30 @@ TEST(Gpt, SameLossesAndClipNormAcrossTpAndDp) {
   EXPECT_TRUE(clipped) << "the test should exercise clipping (clip = 1.0)";
 }
 
+// Recording reads each gradient once for its health, and the clip takes its sum of squares from that read
+// (GradHealthStats::sumSquares, the pass gradSumSquares takes without recording): a recorded run trains what an
+// unrecorded one does, bit for bit — losses and clip norms, at TP = 1 and 2 (clipping active: clip 1.0).
+TEST(Gpt, RecordingChangesNoBitOfTraining) {
+  for (const int tp : {1, 2}) {
+    const std::string name = "recording-tp" + std::to_string(tp);
+    const Metrics plain = train(name + "-plain", tp, 1, {"--steps", "6"});
+    const fs::path out = scratchDir(name + "-out");
+    setenv("TPSCOPE_OUT", out.c_str(), 1);
+    const Metrics recorded = train(name + "-recorded", tp, 1, {"--steps", "6"});
+    unsetenv("TPSCOPE_OUT");
+    EXPECT_TRUE(fs::exists(out / "rank-0.db")) << "the recorded run wrote no rank file";
+    ASSERT_EQ(recorded.loss.size(), 6u);
+    ASSERT_EQ(plain.loss.size(), 6u);
+    bool clipped = false;
+    for (size_t i = 0; i < 6; ++i) {
+      EXPECT_EQ(recorded.loss[i], plain.loss[i]) << "TP=" << tp << " step " << i + 1;
+      EXPECT_EQ(recorded.gradNorm[i], plain.gradNorm[i]) << "TP=" << tp << " step " << i + 1;
+      clipped |= plain.gradNorm[i] > 1.0;
+    }
+    EXPECT_TRUE(clipped) << "the test should exercise clipping (clip = 1.0)";
+  }
+}
+
 // Pipeline parallelism: 4 layers, 4 micro-batches (the same global batch at every PP size; at PP = 1 gradient
 // accumulation), 20 steps. Every schedule at PP = 2 and 4, PP = 2 x TP = 2 and PP = 2 x DP = 2 reproduce TP = 1's
 // losses and pre-clip global norms (clipping active) within 1e-4: stages split the layers, activations and their

@@ -17,6 +17,10 @@ namespace tpscope::core {
 struct GradHealthStats {
   at::Tensor values;  // [P, 2] fp32, columns GradHealthColumn: L2 norm, max |g|
   at::Tensor counts;  // [P, 2] int64, columns GradCountColumn: NaN count, Inf count
+  // Per tensor, its sum of squares exactly as gradSumSquares gives it, where the stats came from its one host pass
+  // (CPU, fp32, contiguous; gradHealth only); -1 elsewhere. The trainer's clip takes these instead of reading the
+  // gradients again when nothing changed them in between (DP = 1, no PP, no SP, no loss scale).
+  std::vector<double> sumSquares;
   bool defined() const { return values.defined(); }
 };
 enum GradHealthColumn : int { kL2Norm = 0, kMaxAbs = 1 };
@@ -29,6 +33,10 @@ at::Tensor gradHealthSegments(const std::vector<int64_t>& numels);
 GradHealthStats gradHealthFlat(const at::Tensor& flat, const at::Tensor& segments, int64_t count);
 // Same for separate tensors (undefined tensors count as empty). No host sync.
 GradHealthStats gradHealth(const std::vector<at::Tensor>& grads);
+
+// The sum of squares of `g` in double from one host pass (CPU fp32 contiguous: the pass gradHealth takes, so the two
+// agree to the bit); -1 for any other tensor (the caller reduces it on its device).
+double gradSumSquares(const at::Tensor& g);
 
 // Copies `stats` to the host (the one sync of the step) as one row per parameter, named by `names` (the rows view
 // those strings: keep them alive) — for `sink.gradStats` and the health rules alike.
