@@ -75,7 +75,7 @@ struct Trainer::Impl {
   Callsite spSite{"sequence-parallel replicated gradients", -1};
   Callsite zeroSite{"ZeRO-1 parameter broadcast", -1};
   Callsite ckptSite{"checkpoint save", -1};
-  // The replay state (Trainer::loadCheckpoint's comment): where, and what the current step started from.
+  // The replay state (Trainer::trainStep's comment): where, and what the current step started from.
   std::string replayStateRoot;  // <TPSCOPE_OUT>/replay-state; "" when not recording, or replaying
   bool replayStateSaved = false;
   at::Tensor stepRng;    // the CPU generator's state when the step began
