@@ -6,6 +6,20 @@
 
 namespace tpscope::core {
 
+namespace {
+thread_local ActivationWatch* t_watch = nullptr;
+}  // namespace
+
+ActivationWatch* activeActivationWatch() {
+  return t_watch;
+}
+ActivationWatchScope::ActivationWatchScope(ActivationWatch* watch) : previous_(t_watch) {
+  t_watch = watch;
+}
+ActivationWatchScope::~ActivationWatchScope() {
+  t_watch = previous_;
+}
+
 void ActivationWatch::beginStep() {
   notes_.clear();
   microBatch_ = 0;

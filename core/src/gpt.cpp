@@ -144,6 +144,7 @@ at::Tensor GptImpl::embed(const at::Tensor& ids) {
   at::Tensor x;
   {
     TPS_SPAN("embedding forward", Compute, Forward);
+    const ActivationWatchScope scope(watch_);  // the embedding notes its rows before the reduce
     x = embedding(ids);
     at::Tensor pos = position.narrow(0, 0, s);
     if (sp_) pos = pos.chunk(tp.size(), 0)[tp.rank()];
@@ -156,6 +157,7 @@ at::Tensor GptImpl::embed(const at::Tensor& ids) {
 
 at::Tensor GptImpl::runLayers(at::Tensor x) {
   FaultInjector* faults = activeFaults();  // capture: --inject nan/inf with phase=fwd
+  const ActivationWatchScope scope(watch_);  // row-parallel layers note their partial sums
   for (auto& layer : layers) {
     if (options.activation_checkpointing() && is_training() && torch::GradMode::is_enabled())
       x = CheckpointFn::apply(x, static_cast<int64_t>(reinterpret_cast<intptr_t>(layer.get())));

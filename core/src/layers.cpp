@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "tpscope/core/activation_health.h"
+
 namespace tpscope::core {
 
 using torch::autograd::AutogradContext;
@@ -72,6 +74,8 @@ at::Tensor ColumnParallelLinearImpl::forward(const at::Tensor& x) {
 // ---------------------------------------------------------------- RowParallelLinear
 RowParallelLinearImpl::RowParallelLinearImpl(RowParallelLinearOptions o) : options(std::move(o)) {
   site_ = Callsite{options.what(), options.layer()};
+  partialWhere_ = (options.layer() >= 0 ? "layers." + std::to_string(options.layer()) + " " : std::string()) +
+                  std::string(options.what()) + " partial sums";
   reset();
 }
 
@@ -88,6 +92,10 @@ at::Tensor RowParallelLinearImpl::forward(const at::Tensor& x) {
   Communicator& tp = *options.tp();
   at::Tensor in = options.input_is_parallel() ? x : scatterToTp(x, tp, site_);
   at::Tensor partial = torch::linear(in, weight);
+  // This rank's own contribution, before the collective that adds the others': where a value born inside the layer
+  // is still this rank's alone (the layer's output is already every rank's).
+  if (tp.size() > 1)
+    if (ActivationWatch* watch = activeActivationWatch()) watch->note(partial, options.layer(), &partialWhere_);
   at::Tensor y = options.sequence_parallel() ? reduceScatterToSequence(partial, tp, site_)
                                              : reduceFromTp(partial, tp, site_);
   return bias.defined() ? y + bias : y;
@@ -119,6 +127,7 @@ at::Tensor VocabParallelEmbeddingImpl::forward(const at::Tensor& ids) {
     at::Tensor outside = (ids < vocabStart_).logical_or(ids >= vocabStart_ + perRank_);
     at::Tensor local = (ids - vocabStart_).masked_fill(outside, 0);
     out = torch::embedding(weight, local).masked_fill(outside.unsqueeze(-1), 0.0);
+    if (ActivationWatch* watch = activeActivationWatch()) watch->note(out, -1, &partialWhere_);  // this rank's rows
   }
   return options.sequence_parallel() ? reduceScatterToSequence(out, tp, site_) : reduceFromTp(out, tp, site_);
 }

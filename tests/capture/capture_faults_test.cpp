@@ -94,9 +94,9 @@ TEST(Capture, ForwardNanIsFoundInTheLayerOutputOfTheRankThatMadeIt) {
       "WHERE kind = 'nonfinite_activation' ORDER BY step, ts_ns LIMIT 1");
   ASSERT_EQ(first.size(), 1u) << r.output;
   EXPECT_EQ(first[0], (std::vector<std::string>{"1", "2", "0", "layers.0 output", "fwd"}));
-  // Rank 0 saw it only after the all-reduce: a later output (layer 1's, or the logits).
+  // Rank 0 saw it only after the all-reduce: in layer 1, behind its attention's all-reduce (the MLP's partial sums).
   EXPECT_EQ(db.value("SELECT param FROM alerts WHERE kind = 'nonfinite_activation' AND rank = 0 AND step = 2"),
-            "layers.1 output");
+            "layers.1 mlp fc2 RowParallel partial sums");
   const Diagnosis d = diagnose(dir / "run.db");
   const auto origin = d.ofKind("nan_origin");
   ASSERT_EQ(origin.size(), 1u) << d.summary();
@@ -105,6 +105,31 @@ TEST(Capture, ForwardNanIsFoundInTheLayerOutputOfTheRankThatMadeIt) {
   EXPECT_EQ(origin[0].layer, 0) << d.summary();
   EXPECT_TRUE(contains(origin[0].message, "first NaN: rank 1")) << d.summary();
   EXPECT_TRUE(contains(origin[0].message, "layers.0 output (fwd)")) << d.summary();
+}
+
+// A NaN born inside a layer, before its all-reduce: bit 30 of rank 1's copy of layers.0.ln1.weight flips after step
+// 2's update (replica check off: only the NaN analysis speaks). At step 3 the layer norm overflows on rank 1, and the
+// attention's row-parallel all-reduce hands the value to rank 0 inside the same layer, so the two ranks' layer-0
+// outputs go bad together. What each rank contributes to that all-reduce — its partial sums, noted before it — tells
+// them apart: rank 1 is the origin, the all-reduce the carrier, rank 0 a receiver (there was a "second origin").
+TEST(Capture, ANanBornInsideALayerIsNamedOnItsRankBeforeTheAllReduce) {
+  const auto dir = testDir("nan_inside_layer");
+  const RunResult r = capture(dir, 2, 2, 1, 4,
+                              {"--inject", "bitflip:rank=1,step=2,bit=30,tensor=layers.0.ln1.weight", "--health",
+                               "replica=off", "--hang-timeout", "60"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  Db db(dir / "run.db");
+  EXPECT_EQ(db.value("SELECT param FROM alerts WHERE kind = 'nonfinite_activation' AND rank = 1 AND step = 3"),
+            "layers.0 attention output RowParallel partial sums");
+  EXPECT_NE(db.value("SELECT param FROM alerts WHERE kind = 'nonfinite_activation' AND rank = 0 AND step = 3"),
+            "layers.0 attention output RowParallel partial sums");
+  const Diagnosis d = diagnose(dir / "run.db");
+  const auto origin = d.ofKind("nan_origin");
+  ASSERT_EQ(origin.size(), 1u) << "one origin, no second one\n" << d.summary();
+  EXPECT_EQ(origin[0].rank, 1) << d.summary();
+  EXPECT_EQ(origin[0].step, 3) << d.summary();
+  EXPECT_EQ(origin[0].group, "tp-0") << d.summary();  // the carrier: layer 0's attention all-reduce
+  EXPECT_TRUE(contains(d.json, "carried by all_reduce tp-0")) << d.json;
 }
 
 // The gradient-health row of the bad parameter itself (its NaN norm is stored as NULL: SQLite cannot hold a NaN).

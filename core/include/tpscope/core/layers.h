@@ -89,6 +89,7 @@ class RowParallelLinearImpl : public torch::nn::Module {
 
  private:
   Callsite site_;
+  std::string partialWhere_;  // what the activation watch calls this rank's partial sums (activation_health.h)
 };
 TORCH_MODULE(RowParallelLinear);
 
@@ -117,6 +118,7 @@ class VocabParallelEmbeddingImpl : public torch::nn::Module {
  private:
   int64_t vocabStart_ = 0, perRank_ = 0;
   Callsite site_;
+  std::string partialWhere_ = "embedding VocabParallel partial sums";  // this rank's rows, before the reduce
 };
 TORCH_MODULE(VocabParallelEmbedding);
 
