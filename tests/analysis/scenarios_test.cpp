@@ -754,6 +754,33 @@ TEST(Scenario, AGenuineCorruptionStaysTheRoot) {
   EXPECT_EQ(nan->step, 8);
 }
 
+// Two copies part at step 4 with no majority, and at step 5 a NaN is born in rank 1's forward pass and reaches rank 0
+// only through the all-reduce: rank 1's copy is the one that moved (as a flipped bit in its copy does). The
+// corruption stays the root, narrowed to rank 1, citing the NaN's first record. The same NaN four steps later says
+// nothing about the copies: both stay suspects.
+TEST(Scenario, TwoCopiesThenANanBornOnOneNameThatRanksCopy) {
+  for (const int nanStep : {5, 8}) {
+    RunSpec spec = pairPartingAt(12, 4);
+    spec.activationRank = 1;
+    spec.activationStep = nanStep;
+    const auto d = diagnoseSpec("sdc-pair-nan-" + std::to_string(nanStep), spec);
+    const ChainLink* root = rootOf(d.result, "silent_corruption");
+    ASSERT_NE(root, nullptr) << d.json;
+    ASSERT_GE(root->finding, 0);
+    const Finding& f = d.result.findings[static_cast<size_t>(root->finding)];
+    if (nanStep == 5) {
+      EXPECT_EQ(root->rank, 1) << d.json;
+      EXPECT_EQ(f.ranks, (std::vector<int>{1})) << d.json;
+      EXPECT_NE(f.message.find("rank 1's copy of position moved from step 4"), std::string::npos) << f.message;
+      EXPECT_EQ(numberText(root->evidence, "suspect_by"), "nonfinite_origin");
+      EXPECT_TRUE(cites(root->evidence, "alerts", 1, 5)) << "the NaN's first record";
+    } else {
+      EXPECT_EQ(root->rank, -1) << d.json;
+      EXPECT_EQ(f.ranks, (std::vector<int>{0, 1})) << d.json;
+    }
+  }
+}
+
 // Two copies and nothing else to go on: both ranks stay suspects, and the finding says what would decide.
 TEST(Scenario, TwoCopiesWithNothingElseSayWhatWouldDecide) {
   RunSpec spec = pairPartingAt(12, 4);

@@ -82,6 +82,25 @@ TEST(Sdc, TwoCopiesWithoutMajorityNameBothSuspects) {
   EXPECT_NE(sdc[0].message.find("no majority"), std::string::npos) << d.summary();
 }
 
+// The same two copies, but the flip (bit 30: the exponent's top bit) makes rank 1's copy of the position embedding
+// overflow its layer norm at the next step: the NaN is born on rank 1 (its partial sums before layer 0's all-reduce)
+// and reaches rank 0 through it. That names the copy that moved — rank 1's — where two copies alone cannot.
+TEST(Sdc, TwoCopiesAndTheNanOneOfThemMadeNameThatCopy) {
+  const auto dir = testDir("sdc_pair_nan");
+  const RunResult r = capture(dir, 2, 2, 1, 4, {"--inject", "bitflip:rank=1,step=2,bit=30", "--hang-timeout", "60"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  const Diagnosis d = diagnose(dir / "run.db");
+  const auto sdc = d.ofKind("silent_corruption");
+  ASSERT_EQ(sdc.size(), 1u) << d.summary();
+  EXPECT_EQ(sdc[0].rank, 1) << d.summary();
+  EXPECT_EQ(sdc[0].ranks, (std::vector<int>{1})) << d.summary();
+  EXPECT_EQ(sdc[0].step, 2) << d.summary();
+  EXPECT_NE(sdc[0].message.find("rank 1's copy of position moved from step 2"), std::string::npos) << d.summary();
+  const auto origin = d.ofKind("nan_origin");
+  ASSERT_EQ(origin.size(), 1u) << d.summary();
+  EXPECT_EQ(origin[0].rank, 1) << d.summary();
+}
+
 TEST(Sdc, StopPolicyStopsBeforeTheCorruptedStateIsCheckpointed) {
   const auto dir = testDir("sdc_stop");
   const fs::path ckpt = dir / "ckpt";

@@ -238,6 +238,45 @@ int explainBySpike(size_t at, std::vector<Finding>& all, const AnomalyReport* an
   return cause;
 }
 
+// Rule 3: a real corruption with two or more suspects and no majority, after which (within two steps) the run's first
+// non-finite value was born on one suspect's rank, computing from its own copy, and reached every other suspect only
+// through collectives. That rank's copy is the one that moved: the others computed nothing wrong from theirs. The
+// finding stays a corruption, narrowed to that rank, with the evidence.
+bool narrowByOrigin(Finding& fd, const NonFiniteReport* nf) {
+  if (nf == nullptr || !nf->origin || fd.ranks.size() < 2) return false;
+  const NonFiniteEvent& o = *nf->origin;
+  // Within two steps of the parting: a flipped bit that makes a value non-finite does so at the next forward pass; a
+  // NaN much later may have another cause, and then the copies stay undecided.
+  if (o.step <= fd.step || o.step > fd.step + 2 || !holds(fd.ranks, o.rank) || !nf->unexplained.empty()) return false;
+  for (int u : fd.ranks)
+    if (u != o.rank && !holds(nf->receivers, u)) return false;
+  std::vector<std::string> others;
+  for (int u : fd.ranks)
+    if (u != o.rank) others.push_back(std::to_string(u));
+  std::string otherText;
+  for (size_t i = 0; i < others.size(); ++i)
+    otherText += (i == 0 ? "" : i + 1 == others.size() ? " and " : ", ") + others[i];
+  const std::string value = o.infCount > 0 && o.nanCount == 0 ? "Inf" : "NaN";
+  std::erase(fd.details, std::string(kUndecided));  // decided
+  fd.details.insert(fd.details.begin(), "rank " + std::to_string(o.rank) +
+                                            "'s copy is the one that moved: the first non-finite value after the "
+                                            "copies parted was born on rank " +
+                                            std::to_string(o.rank) + " at step " + std::to_string(o.step) + " (" +
+                                            o.param + "), and rank" + (others.size() == 1 ? " " : "s ") + otherText +
+                                            " only received it through collectives");
+  if (o.tsNs)
+    fd.cite("alerts", {detail::field("rank", int64_t{o.rank}), detail::field("step", int64_t{o.step}),
+                       detail::field("ts_ns", *o.tsNs)});
+  fd.message = "silent data corruption: rank " + std::to_string(o.rank) + "'s copy of " + tensorOf(fd) +
+               " moved from step " + std::to_string(fd.step) + " — the " + value + " born on it at step " +
+               std::to_string(o.step) + " says which of the " + std::to_string(fd.ranks.size()) +
+               " disagreeing copies it is";
+  fd.rank = o.rank;
+  fd.ranks = {o.rank};
+  setNumber(fd, "suspect_by", std::string("nonfinite_origin"));
+  return true;
+}
+
 }  // namespace
 
 void explainDivergences(std::vector<Finding>& findings, const NonFiniteReport* nonfinite, const AnomalyReport* anomalies,
@@ -246,7 +285,8 @@ void explainDivergences(std::vector<Finding>& findings, const NonFiniteReport* n
   for (size_t i = 0; i < n; ++i) {
     if (findings[i].kind != FindingKind::SilentCorruption || findings[i].step < 0) continue;
     if (explainByNonFinite(findings[i], findings, nonfinite)) continue;
-    explainBySpike(i, findings, anomalies, options);
+    if (explainBySpike(i, findings, anomalies, options) >= 0) continue;
+    narrowByOrigin(findings[i], nonfinite);
   }
 }
 
