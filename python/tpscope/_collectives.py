@@ -25,7 +25,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from . import _native, _rank
+from . import _native, _opcheck, _rank
 from ._native import kinds as K
 from ._state import PHASE_NAMES, STATE
 
@@ -234,6 +234,7 @@ def _wrap(original, issue):
         except BaseException as e:
             _fail(record, e)
             raise
+        _opcheck.handed_over((args, kwargs))  # the op check (trace-ops, the step replay): a peer's values land here
         return RecordedWork(work, record)
 
     recorded.__tpscope_original__ = original

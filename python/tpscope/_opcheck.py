@@ -133,6 +133,18 @@ def available():
     return TorchDispatchMode is not None
 
 
+_active = []  # the op checks whose mode is entered (at most one)
+
+
+def handed_over(values):
+    """A collective recorded by _collectives was called with `values`: what it hands over may carry a peer's value.
+    ProcessGroup methods such as FSDP2's reduce_scatter_single reach the backend without passing the dispatch mode."""
+    if _active:
+        storages = {_storage(t) for t in _flat(values, []) if isinstance(t, torch.Tensor)}
+        for c in _active:
+            c.received.update(storages)
+
+
 class OpCheck:
     """Armed from `first_step` on; each step's end either sends the alert (found) or keeps tracing."""
 
@@ -149,6 +161,7 @@ class OpCheck:
         if self.mode is None and self.found is None and step >= self.first_step and _Mode is not None:
             self.mode = _Mode(self)
             self.mode.__enter__()
+            _active.append(self)
 
     def step_end(self, step):
         """At the end of a traced step: True once the operator is named (the check is over)."""
@@ -204,3 +217,5 @@ class OpCheck:
         if self.mode is not None:
             self.mode.__exit__(None, None, None)
             self.mode = None
+        if self in _active:
+            _active.remove(self)
