@@ -286,7 +286,9 @@ class Replay {
     program_ = std::move(argv);
     // The state the run kept when the step's non-finite value appeared: the step alone is replayed.
     if (a_.noState) stateSkipped_ = "--no-replay-state";
-    if (auto state = replayStateFor(file_.parent_path(), step_, world_); state && stateSkipped_.empty()) {
+    const auto state = replayStateFor(file_.parent_path(), step_, world_);
+    if (!state) stateSkipped_.clear();  // nothing kept: nothing skipped
+    if (state && stateSkipped_.empty()) {
       fromState_ = true;
       setProgram(std::make_pair(step_ - 1, *state));
     } else {
@@ -452,8 +454,7 @@ class Replay {
     if (out_.lossMaxRelDiff) j["losses_before"] = {{"steps", out_.lossSteps}, {"max_rel_diff", *out_.lossMaxRelDiff}};
     if (out_.verdict == "transient") j["silent_corruption"] = out_.sdc;
     if (!stateHeld_.empty()) j["replay_state_held"] = stateHeld_;
-    if (!stateSkipped_.empty() && replayStateFor(file_.parent_path(), step_, world_))
-      j["replay_state_skipped"] = stateSkipped_;
+    if (!stateSkipped_.empty()) j["replay_state_skipped"] = stateSkipped_;
     return j;
   }
 
@@ -461,7 +462,7 @@ class Replay {
     std::cout << fmt::format("replay of step {} ({}): {} rank{} (tp {}, dp {}{}), from {}\n", step_, file_.string(),
                              world_, world_ == 1 ? "" : "s", tp_, dp_, pp_ > 1 ? fmt::format(", pp {}", pp_) : "",
                              fromText());
-    if (!stateSkipped_.empty() && replayStateFor(file_.parent_path(), step_, world_))
+    if (!stateSkipped_.empty())
       std::cout << "the state the run kept for the step is not used: " << stateSkipped_ << "\n";
     if (!stateHeld_.empty())
       std::cout << fmt::format(

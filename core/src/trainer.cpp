@@ -189,9 +189,9 @@ struct Trainer::Impl {
         (once ? counted : copies).push_back(g.norm().square());
     }
     auto sum = [&](const std::vector<at::Tensor>& v, double host) {
-      at::Tensor t =
-          v.empty() ? torch::zeros({}, device.is_cpu() ? at::kDouble : at::kFloat).to(device) : torch::stack(v).sum();
-      return t.to(at::kDouble) + host;
+      return (v.empty() ? torch::zeros({}, torch::TensorOptions(device).dtype(at::kDouble))
+                        : torch::stack(v).sum().to(at::kDouble)) +
+             host;
     };
     at::Tensor total = torch::stack({sum(counted, hostSums[0]), sum(copies, hostSums[1])});
     mesh->tpGroup().allReduce(total, ReduceOp::Sum, clipSite, probes::Phase::Optimizer);

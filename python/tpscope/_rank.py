@@ -15,6 +15,8 @@ import torch
 import torch.distributed as dist
 
 from . import _native
+from ._native import kinds as K
+from ._state import STATE
 
 
 def _env_int(name, default):
@@ -100,3 +102,17 @@ class _Groups:
 
 _GROUPS = _Groups()
 name_of = _GROUPS.name_of
+
+
+def all_reduce_ints(values, op, callsite):
+    """`values` (ints) reduced element-wise by `op` (a dist.ReduceOp) over the default group, as a collective tpscope
+    itself issues (recorded at `callsite`, optimizer phase); `values` unchanged without a job of several ranks."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return list(values)
+    t = torch.tensor(values, dtype=torch.int64, device="cuda" if dist.get_backend() == "nccl" else "cpu")
+    STATE.callsite_override = (callsite, K.PHASE_OPTIMIZER)
+    try:
+        dist.all_reduce(t, op=op)
+    finally:
+        STATE.callsite_override = None
+    return [int(v) for v in t.tolist()]

@@ -31,7 +31,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from . import _native, _opcheck
+from . import _native, _opcheck, _rank
 from ._native import kinds as K
 from ._state import STATE
 
@@ -78,24 +78,6 @@ def _set_rng(state):
         torch.cuda.set_rng_state_all(cuda)
 
 
-def _distributed():
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-
-
-def _min_over_ranks(values):
-    """Element-wise MIN of `values` (ints) over the default group (recorded like any collective)."""
-    if not _distributed():
-        return values
-    device = "cuda" if dist.get_backend() == "nccl" else "cpu"
-    t = torch.tensor(values, dtype=torch.int64, device=device)
-    STATE.callsite_override = ("tpscope step replay vote all-reduce", K.PHASE_OPTIMIZER)
-    try:
-        dist.all_reduce(t, op=dist.ReduceOp.MIN)
-    finally:
-        STATE.callsite_override = None
-    return [int(v) for v in t.tolist()]
-
-
 def run(step, optimizer, nonfinite_here, micro):
     """Replays step `step` (every rank calls this, at the same point). `nonfinite_here`: this rank saw a non-finite
     value in the step; `micro`: () -> the micro-batch the replay is in. Returns the verdict ("reproducible",
@@ -130,9 +112,9 @@ def run(step, optimizer, nonfinite_here, micro):
     found = check.found is not None
     msg, ev, layer = check.describe(step) if found else (None, None, -1)
     born = found and not ev["received"]
-    born_at, found_at, seen_at, failed = _min_over_ranks(
+    born_at, found_at, seen_at, failed = _rank.all_reduce_ints(
         [rank if born else _NOBODY, rank if found else _NOBODY, rank if nonfinite_here else _NOBODY,
-         0 if error else 1])
+         0 if error else 1], dist.ReduceOp.MIN, "tpscope step replay vote all-reduce")
     if error:
         sys.stderr.write("tpscope: the step replay's function raised on rank %d: %s\n" % (rank, error))
     if failed == 0:

@@ -217,17 +217,9 @@ def _grad_health(optimizer, step):
 def _vote(action, nonfinite):
     """The MAX of every rank's (action, non-finite value seen) over the default group (recorded like any
     collective)."""
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return action, nonfinite
-    device = "cuda" if dist.get_backend() == "nccl" else "cpu"
-    t = torch.tensor([action, int(nonfinite)], dtype=torch.int64, device=device)
-    STATE.callsite_override = ("tpscope health vote optimizer all-reduce", K.PHASE_OPTIMIZER)
-    try:
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    finally:
-        STATE.callsite_override = None
-    action, nonfinite = t.tolist()
-    return int(action), bool(nonfinite)
+    action, nonfinite = _rank.all_reduce_ints([action, int(nonfinite)], dist.ReduceOp.MAX,
+                                              "tpscope health vote optimizer all-reduce")
+    return action, bool(nonfinite)
 
 
 def _replay_step(step, optimizer):

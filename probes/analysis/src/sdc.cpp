@@ -250,19 +250,16 @@ bool narrowByOrigin(Finding& fd, const NonFiniteReport* nf) {
   if (o.step <= fd.step || o.step > fd.step + 2 || !holds(fd.ranks, o.rank) || !nf->unexplained.empty()) return false;
   for (int u : fd.ranks)
     if (u != o.rank && !holds(nf->receivers, u)) return false;
-  std::vector<std::string> others;
+  std::vector<int> others;
   for (int u : fd.ranks)
-    if (u != o.rank) others.push_back(std::to_string(u));
-  std::string otherText;
-  for (size_t i = 0; i < others.size(); ++i)
-    otherText += (i == 0 ? "" : i + 1 == others.size() ? " and " : ", ") + others[i];
-  const std::string value = o.infCount > 0 && o.nanCount == 0 ? "Inf" : "NaN";
+    if (u != o.rank) others.push_back(u);
+  const std::string value = o.isNan() ? "NaN" : "Inf";  // as the origin's finding names it
   std::erase(fd.details, std::string(kUndecided));  // decided
   fd.details.insert(fd.details.begin(), "rank " + std::to_string(o.rank) +
                                             "'s copy is the one that moved: the first non-finite value after the "
                                             "copies parted was born on rank " +
                                             std::to_string(o.rank) + " at step " + std::to_string(o.step) + " (" +
-                                            o.param + "), and rank" + (others.size() == 1 ? " " : "s ") + otherText +
+                                            o.param + "), and " + suspectList(others) +
                                             " only received it through collectives");
   if (o.tsNs)
     fd.cite("alerts", {detail::field("rank", int64_t{o.rank}), detail::field("step", int64_t{o.step}),
