@@ -420,6 +420,64 @@ TEST(Scenario, AStragglerThatWaitedForACpuIsNamedAsSuch) {
   }
 }
 
+// The same pair, rank 1 starting every step 6 ms late over 16 steps, on hosts whose ranks all wait for a CPU each step
+// (the recorder's run delay, equal on both ranks: rank 1 waits no more than rank 0). Where rank 0 waits longer per
+// step than rank 1's lag beyond chance, each rank's progress is gated by the OS by more than the lag: a figure, the
+// host's noise named, with 2 CPUs or with 4. A short wait changes nothing, and a large lag (40 ms) stays a warning
+// under any wait.
+TEST(Scenario, AStragglerLagWithinTheHostsCpuWaitIsAFigure) {
+  auto stragglerOf = [](const std::string& name, int hostCpus, int64_t delayNs,
+                        int64_t waitNs) -> std::optional<Finding> {
+    RunSpec spec;
+    spec.tp = 2;
+    spec.dp = 1;
+    spec.steps = 16;
+    spec.stragglerRank = 1;
+    spec.stragglerDelayNs = delayNs;
+    spec.hostCpus = hostCpus;
+    const auto path = testing::testDir() / (name + ".db");
+    EXPECT_TRUE(testing::writeRun(path, spec));
+    addRunDelay(path, 1, waitNs, 0);
+    auto reader = testing::openReader(path);
+    if (!reader) return std::nullopt;
+    const DiagnoseResult d = diagnose(*reader);
+    EXPECT_TRUE(d.errors.empty());
+    const auto st = ofKind(d, FindingKind::Straggler);
+    if (st.size() != 1u) return std::nullopt;
+    return *st[0];
+  };
+  auto number = [](const Finding& f, const std::string& name) {
+    for (const auto& n : f.evidence.numbers)
+      if (n.name == name) return std::get<double>(n.value);
+    return -1.0;
+  };
+  auto noiseNamed = [](const Finding& f) {
+    return std::any_of(f.details.begin(), f.details.end(), [](const std::string& d) {
+      return d.find("within that scheduling noise") != std::string::npos;
+    });
+  };
+  const auto full = stragglerOf("noise-full", 2, 6'000'000, 20'000'000);
+  const auto spare = stragglerOf("noise-spare", 4, 6'000'000, 20'000'000);
+  const auto quiet = stragglerOf("noise-quiet", 2, 6'000'000, 300'000);
+  const auto large = stragglerOf("noise-large", 2, 40'000'000, 60'000'000);
+  ASSERT_TRUE(full && spare && quiet && large);
+  for (const Finding* f : {&*full, &*spare, &*quiet, &*large}) EXPECT_EQ(f->rank, 1) << f->message;
+  // The premise, from the finding's own figures: the lag beyond chance lies between the short and the long wait.
+  EXPECT_GT(number(*full, "lag_ns_per_step"), 300'000);
+  EXPECT_LT(number(*full, "lag_ns_per_step"), 20'000'000);
+  EXPECT_DOUBLE_EQ(number(*full, "host_cpu_wait_ns_per_step"), 20'000'000);
+  EXPECT_LT(number(*full, "step_cost_pct"), 25);
+  EXPECT_EQ(full->severity, Severity::Info);
+  EXPECT_TRUE(noiseNamed(*full)) << full->message;
+  EXPECT_EQ(spare->severity, Severity::Info);
+  EXPECT_TRUE(noiseNamed(*spare));
+  EXPECT_EQ(quiet->severity, Severity::Warning);
+  EXPECT_FALSE(noiseNamed(*quiet));
+  EXPECT_GE(number(*large, "step_cost_pct"), 25);
+  EXPECT_LT(number(*large, "lag_ns_per_step"), 60'000'000);
+  EXPECT_EQ(large->severity, Severity::Warning);
+}
+
 // TP = 2 × DP = 8: rank 3 starts every step late. Its TP peer, rank 2, waits on it in their TP all-reduces and then
 // arrives last at its own DP all-reduce, where 7 ranks wait on it: rank 2 causes at least 75 % of the waiting rank 3
 // causes (checked from the records below, independently of the rule: the old cut would have named it too), yet it

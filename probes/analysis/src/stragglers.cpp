@@ -35,15 +35,26 @@ double meanStepNs(const Breakdown* b) {
   return static_cast<double>(b->run.stepNs) / static_cast<double>(b->steps.size());
 }
 
-// How much longer per step `rank` waited for a CPU than the other ranks (their median); nullopt without the figures.
-std::optional<double> cpuWaitExcess(const std::map<int, double>& cpuWait, int rank) {
-  const auto own = cpuWait.find(rank);
-  if (own == cpuWait.end()) return std::nullopt;
+// The other ranks' wait for a CPU per step (their median), those on `host` only where `host` is given; nullopt
+// without the figures.
+std::optional<double> othersCpuWait(const std::map<int, double>& cpuWait, int rank, const RunInfo& info,
+                                    const std::string* host) {
   std::vector<double> others;
-  for (const auto& [r, ns] : cpuWait)
-    if (r != rank) others.push_back(ns);
+  for (const auto& [r, ns] : cpuWait) {
+    if (r == rank) continue;
+    const tracedb::RankInfo* ri = host != nullptr ? info.rank(r) : nullptr;
+    if (host == nullptr || (ri != nullptr && ri->host == *host)) others.push_back(ns);
+  }
   if (others.empty()) return std::nullopt;
-  return own->second - vocabulary::medianOf(std::move(others));
+  return vocabulary::medianOf(std::move(others));
+}
+
+// How much longer per step `rank` waited for a CPU than the other ranks (their median); nullopt without the figures.
+std::optional<double> cpuWaitExcess(const std::map<int, double>& cpuWait, int rank, const RunInfo& info) {
+  const auto own = cpuWait.find(rank);
+  const std::optional<double> others = othersCpuWait(cpuWait, rank, info, nullptr);
+  if (own == cpuWait.end() || !others) return std::nullopt;
+  return own->second - *others;
 }
 
 // Waiting propagates: a rank held up by the straggler arrives late at its next collective with others (its DP
@@ -89,6 +100,8 @@ struct StragglerCase {
   bool schedulerSized = false;  // not significant at the run's bound, and within one scheduling period
   std::optional<double> cpuExcess = std::nullopt;  // its threads' wait for a CPU per step beyond the other ranks'
   bool cpuSized = false;     // that wait is at least half its lateness
+  std::optional<double> hostWait = std::nullopt;  // the other ranks of its host: their wait for a CPU per step
+  bool hostNoiseSized = false;                    // lagPerStep under hostWait: within the host's scheduling noise
   bool stepSignificant = true;  // late step after step: the step-clustered test at the run's bound (collectives.h)
   bool large = false;           // costPct ≥ stragglerLargeStepPct: a quarter of a step per step
 };
@@ -103,7 +116,10 @@ struct StragglerCase {
 // and waiting rank): where every CPU runs a rank, that is the host's scheduling, not a fault. There, too, a rank late
 // at many collectives but not step after step (the step-clustered test, collectives.h, not significant at the run's
 // bound) is late in bursts — a stretch in which the scheduler favoured another rank, a hiccup that delays several
-// collectives of one step: a figure, unless the effect is large.
+// collectives of one step: a figure, unless the effect is large. Wherever a host's other ranks each wait for a CPU,
+// per step, longer than this rank's lag beyond chance per waiting rank, each rank's progress is gated by when the OS
+// runs it by more than the lag: the lag is within the host's scheduling noise (measured, not the theoretical period
+// above), a figure unless the effect is large. A host with CPUs to spare waits near zero, and the rule is inert.
 StragglerCase judge(const RankStraggling& r, const StragglerReport& sr, const RunInfo& info, double stepNs,
                     double alpha, const std::map<int, double>& cpuWait) {
   StragglerCase c{.r = r, .waiters = groupPeers(info, r.rank)};
@@ -118,7 +134,9 @@ StragglerCase judge(const RankStraggling& r, const StragglerReport& sr, const Ru
   c.period = c.full ? schedulerPeriodNs(info.hostCpus.at(c.ri->host)) : 0;
   c.lagPerStep = c.perStep / waiting;
   c.schedulerSized = c.full && r.pValue >= alpha && c.lagPerStep < c.period;
-  c.cpuExcess = cpuWaitExcess(cpuWait, r.rank);
+  c.cpuExcess = cpuWaitExcess(cpuWait, r.rank, info);
+  if (c.ri != nullptr) c.hostWait = othersCpuWait(cpuWait, r.rank, info, &c.ri->host);
+  c.hostNoiseSized = c.hostWait && c.lagPerStep < *c.hostWait;
   const double latePerStep = static_cast<double>(r.causedWaitNs) / steps / waiting;
   c.cpuSized = c.cpuExcess && latePerStep > 0 && *c.cpuExcess >= 0.5 * latePerStep;
   // Where every CPU runs a rank, the OS hands a core to one rank for a stretch of steps: there the lateness must
@@ -141,6 +159,12 @@ void addHostDetails(Finding& fd, const StragglerCase& c, const RunInfo& info, co
                          " more than the other ranks: " +
                          (c.full ? "every CPU of host " + c.ri->host + " runs a rank, so this is the host's scheduling"
                                  : std::string("another thread or process on its host holds its CPU")));
+  if (c.hostNoiseSized)
+    fd.details.push_back(
+        "the other ranks of host " + c.ri->host + " wait " + ms(static_cast<int64_t>(*c.hostWait)) +
+        " per step for a CPU (their median): a lag of " + ms(static_cast<int64_t>(c.lagPerStep)) +
+        " per step beyond chance is within that scheduling noise" +
+        (c.large ? std::string() : ", not a fault short of a quarter of a step: a host with CPUs to spare decides"));
   if (c.crowded)
     fd.details.push_back("host " + c.ri->host + " runs more ranks than its " +
                          std::to_string(info.hostCpus.at(c.ri->host)) +
@@ -158,7 +182,7 @@ Finding stragglerFinding(const StragglerCase& c, const CollectiveAnalysis& ca, c
   fd.kind = FindingKind::Straggler;
   // Significant but small (a rank that shares its core with others, say): a figure, not a fault.
   const bool fault = c.costPct >= (c.crowded ? o.stragglerLargeStepPct : o.stragglerMinStepPct) && !c.schedulerSized &&
-                     !(c.cpuSized && c.full) && (c.stepSignificant || c.large);
+                     !(c.cpuSized && c.full) && (c.stepSignificant || c.large) && (c.large || !c.hostNoiseSized);
   fd.severity = fault ? Severity::Warning : Severity::Info;
   fd.rank = r.rank;
   fd.message = "rank " + std::to_string(r.rank) + " arrives last at " + pct(r.lastPct()) + " of its collectives (" +
@@ -213,6 +237,8 @@ Finding stragglerFinding(const StragglerCase& c, const CollectiveAnalysis& ca, c
       .number("z_step", r.zStep)
       .number("p_step", r.pStep);
   if (c.cpuExcess) fd.number("cpu_wait_excess_ns_per_step", *c.cpuExcess);
+  if (c.hostWait) fd.number("host_cpu_wait_ns_per_step", *c.hostWait);
+  fd.number("lag_ns_per_step", c.lagPerStep);
   return fd;
 }
 

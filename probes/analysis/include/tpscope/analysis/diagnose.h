@@ -38,6 +38,8 @@ namespace tpscope::analysis {
 //     period, 6 ms × (1 + log2 CPUs): the scheduler's turns make that by chance); on a host whose every CPU runs
 //     a rank, short of a large effect, also step after step: the step-clustered test of collectives.h at the same
 //     bound (the OS favours one rank for a stretch of steps, which the collectives' test counts many times over);
+//     short of a large effect, too, the lag per step and waiting rank must exceed what the other ranks of its host
+//     wait for a CPU per step (their run delay): below that it is the host's scheduling noise, info;
 //   material: the waiting it caused beyond chance (S_r − μ_r) per step, summed over the ranks that waited on it, is
 //     ≥ stragglerMinStepPct % of the mean step time (breakdown); significant but not material is an info finding (a
 //     figure: e.g. a rank sharing its core);
