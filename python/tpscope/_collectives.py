@@ -182,7 +182,8 @@ class RecordedWork:
         issue = self._issue
         t0 = _native.ticks()
         try:
-            result = self._work.wait(*args, **kwargs)
+            with _opcheck.inside_collective():
+                result = self._work.wait(*args, **kwargs)
         except BaseException as e:
             if not issue.done:
                 _fail(issue, e)
@@ -230,7 +231,8 @@ def _wrap(original, issue):
             return original(self, *args, **kwargs)
         record = issue(self, args)
         try:
-            work = original(self, *args, **kwargs)
+            with _opcheck.inside_collective():
+                work = original(self, *args, **kwargs)
         except BaseException as e:
             _fail(record, e)
             raise

@@ -16,6 +16,7 @@ steps only; nothing at all before the first alert.
 import json
 import math
 import sys
+import threading
 
 import torch
 
@@ -95,7 +96,9 @@ class _Mode(TorchDispatchMode if TorchDispatchMode is not None else object):
         c = self.checker
         if c.found is not None or c.busy:
             return func(*args, **kwargs)
-        if func.namespace in _COLLECTIVE_NAMESPACES:
+        if func.namespace in _COLLECTIVE_NAMESPACES or getattr(_inside, "depth", 0) > 0:
+            # Inside a recorded ProcessGroup call, the operators are the backend's transport (Gloo's reduce-scatter
+            # copies the reduced chunk into the output): their values are the collective's, not computed here.
             out = func(*args, **kwargs)
             # What a collective hands over may carry a peer's value: a bad value first read from one arrived.
             c.received.update(_storage(t) for t in _flat((args, kwargs, out), []) if isinstance(t, torch.Tensor))
@@ -134,6 +137,20 @@ def available():
 
 
 _active = []  # the op checks whose mode is entered (at most one)
+_inside = threading.local()  # .depth: recorded ProcessGroup calls (inside_collective) open on this thread
+
+
+class inside_collective:
+    """Around a recorded ProcessGroup call and its wait(): what the backend runs there hands a peer's values over."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        _inside.depth = getattr(_inside, "depth", 0) + 1
+
+    def __exit__(self, *exc):
+        _inside.depth -= 1
+        return False
 
 
 def handed_over(values):

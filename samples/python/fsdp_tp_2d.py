@@ -16,6 +16,7 @@ their gradients reduce-scattered after it.
 --tp defaults to TPSCOPE_TP (which tpscope capture --tp sets), else 2. The faults are llama_tp.py's:
   --nan-at RANK:STEP[:LAYER]      rank RANK puts one NaN into layer LAYER's feed-forward hidden activation
   --skip-collective RANK:STEP     rank RANK stalls before step STEP's forward: its TP and DP peers wait forever
+  --replay-hook                   the step replay of the first step with a NaN (tpscope.set_step_replay)
 """
 
 import argparse

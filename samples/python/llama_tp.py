@@ -22,6 +22,8 @@ The script's own faults (what the tests capture):
                                   slice) in step STEP's forward; w2's reduce-scatter then carries it to a peer
   --skip-collective RANK:STEP     rank RANK stalls before step STEP's forward (a divergent branch, a stuck data
                                   loader): its peers wait in the embedding's reduce-scatter forever (a hang)
+  --replay-hook                   give tpscope the step's forward and backward (tpscope.set_step_replay): under
+                                  capture, the first step with a NaN is replayed with every operator checked
 TPSCOPE_SAMPLE_DEVICE=cpu keeps it on the CPU where a GPU is present. build_model() and tp_plan() are what
 samples/python/fsdp_tp_2d.py reuses for its 2-D mesh.
 """
@@ -149,6 +151,8 @@ def add_arguments(p):
     p.add_argument("--seq", type=int, default=16, help="sequence length (a multiple of the TP degree)")
     p.add_argument("--nan-at", default="")
     p.add_argument("--skip-collective", default="")
+    p.add_argument("--replay-hook", action="store_true",
+                   help="give tpscope the step's forward and backward (tpscope.set_step_replay) when it records")
     p.add_argument("--timeout", type=float, default=60.0, help="collective timeout, seconds")
     p.add_argument("--metrics-jsonl", help="rank 0 appends one JSON object per step (step, loss, step_time_s, "
                    "step_cpu_s: the process's CPU time, every thread), as tp_train.py does")
@@ -181,17 +185,30 @@ def train(a, model, rank, batch_of):
     skip = parse_fault(a.skip_collective, 2)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     metrics = open(a.metrics_jsonl, "a") if a.metrics_jsonl and rank == 0 else None
+
+    def compute(tokens):  # the step before the update: what tpscope's step replay runs again
+        logits = model(tokens[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+        loss.backward()
+        return loss
+
+    batch = [None]
+    if a.replay_hook:
+        try:
+            import tpscope
+            tpscope.set_step_replay(lambda: compute(*batch))
+        except ImportError:
+            pass  # run without tpscope: nothing to give it
     for step in range(1, a.steps + 1):  # 1-based, as tpscope numbers steps
         t0, c0 = time.perf_counter(), time.process_time()
         tokens = batch_of(step)
+        batch[0] = tokens
         if skip and skip[0] == rank and skip[1] == step:
             time.sleep(3600)  # stuck before the step's first collective
         for i, layer in enumerate(model.layers):
             layer.feed_forward.nan = bool(nan_at) and nan_at[0] == rank and nan_at[1] == step and nan_at[2] == i
-        logits = model(tokens[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
         opt.zero_grad()
-        loss.backward()
+        loss = compute(tokens)
         opt.step()
         value = loss.item()
         elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0

@@ -22,6 +22,11 @@ fsdp2d_healthy samples/python/fsdp_tp_2d.py at 4 ranks, TP 2 x DP 2: FSDP2's all
 fsdp2d_nan     rank 3 (tp 1, dp 1) puts the NaN into layer 1 at step 3: nan_origin names rank 3, step 3, layer 1, and
                its spread: to rank 2 by w2's tp-1 reduce-scatter, to the other DP replica (ranks 0, 1) by FSDP2's
                gradient reduce-scatters in dp-0 and dp-1; no second origin
+fsdp2d_replay  the same NaN with the sample's step given to tpscope (--replay-hook): the replay before step 3's update
+               names rank 3's operator in layers.1.feed_forward's forward, verdict reproducible — not rank 0 or 1,
+               whose first bad values arrive by FSDP2's gradient reduce-scatter (Gloo copies the reduced chunk into
+               the output inside the call: what a recorded ProcessGroup call runs is the collective's), nor rank 2
+               (w2's tp-1 reduce-scatter)
 fsdp2d_hang    rank 2 stalls before step 3: the hang names rank 2 as the one that never entered FSDP2's root all-gather
                in dp-0 (its tp-1 peer's wait is a consequence); the live WAITING line names it before the watchdog
 """
@@ -193,6 +198,23 @@ def check_nan(args, sample, nproc, extra, rank, log_rank_param, spread_via):
         fail("capture printed no live nonfinite_activation alert", log)
 
 
+def check_replay(args, sample, nproc, extra, rank, span):
+    run, out, log = capture(args, sample, os.path.join(args.work, "run"), nproc, extra,
+                            ["--nan-at", "%d:3:1" % rank, "--replay-hook"], 0)
+    alerts = open_db(run).execute("SELECT rank, step, evidence FROM alerts WHERE kind = 'replay'").fetchall()
+    if len(alerts) != 1:
+        fail("replay alerts: %s" % alerts, log)
+    ev = json.loads(alerts[0][2])
+    op = ev.get("op", {})
+    if alerts[0][:2] != (rank, 3) or ev.get("verdict") != "reproducible" or op.get("span") != span \
+            or op.get("pass") != "forward" or op.get("received"):
+        fail("the replay names rank %s step %s, expected rank %d step 3 in %s's forward: %s" %
+             (alerts[0][0], alerts[0][1], rank, span, json.dumps(ev, indent=1)), log)
+    replays = [f for f in diagnose(args, run) if f["kind"] == "replay"]
+    if len(replays) != 1 or (replays[0]["rank"], replays[0]["step"]) != (rank, 3):
+        fail("replay findings: %s" % json.dumps(replays, indent=1), log)
+
+
 def check_hang(args, sample, nproc, extra, rank, groups, site):
     run, out, log = capture(args, sample, os.path.join(args.work, "run"), nproc, extra + ["--hang-timeout", "5"],
                             ["--skip-collective", "%d:3" % rank], 3)
@@ -276,6 +298,7 @@ def main():
         "fsdp2d_nan": lambda a: check_nan(a, "fsdp_tp_2d.py", 4, ["--tp", "2"], 3, "layers.1.feed_forward.w2 output",
                                           ["reduce_scatter group tp-1", "reduce_scatter group dp-0",
                                            "reduce_scatter group dp-1"]),
+        "fsdp2d_replay": lambda a: check_replay(a, "fsdp_tp_2d.py", 4, ["--tp", "2"], 3, "layers.1.feed_forward"),
         # rank 0 enters dp-0's all-gather first thing in step 3; rank 3 reaches tp-1 only after dp-1's
         "fsdp2d_hang": lambda a: check_hang(a, "fsdp_tp_2d.py", 4, ["--tp", "2"], 2, ("dp-0",),
                                             "FSDPTransformer forward all-gather"),
