@@ -148,11 +148,14 @@ DiagnoseResult diagnose(tracedb::Reader& reader, const DiagnoseOptions& options)
     return anomalyFindings(*anomalyReport, *info);
   });
   if (!breakdown) result.errors.push_back("breakdown: " + breakdown.error());
+  // Per rank, its threads' wait for a CPU per step: the host's scheduling noise in lateness and compute times.
+  auto cpuWait = detail::cpuWaitPerStep(reader);
+  if (!cpuWait) result.errors.push_back("cpu wait: " + cpuWait.error());
+  const std::map<int, double> noCpuWait;
+  const std::map<int, double>& cpuWaitOr = cpuWait ? *cpuWait : noCpuWait;
   take("stragglers", [&]() -> Findings {
     if (!collectives) return std::vector<Finding>{};
-    auto cpuWait = detail::cpuWaitPerStep(reader);
-    if (!cpuWait) return cpuWait.status();
-    return detail::stragglerFindings(*collectives, *info, breakdown ? &*breakdown : nullptr, *cpuWait, options);
+    return detail::stragglerFindings(*collectives, *info, breakdown ? &*breakdown : nullptr, cpuWaitOr, options);
   });
   take("breakdown", [&]() -> Findings {
     if (!breakdown) return std::vector<Finding>{};
@@ -162,7 +165,7 @@ DiagnoseResult diagnose(tracedb::Reader& reader, const DiagnoseOptions& options)
     auto r = analyzePipeline(reader);
     if (!r) return r.status();
     result.reports.pipeline = std::move(*r);
-    return pipelineFindings(*result.reports.pipeline);
+    return pipelineFindings(*result.reports.pipeline, cpuWaitOr);
   });
   if (breakdown) result.reports.breakdown = std::move(*breakdown);
   result.reports.collectives = std::move(collectives);

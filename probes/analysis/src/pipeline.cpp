@@ -282,7 +282,7 @@ int pipelineStages(tracedb::Reader& reader) {
   return layout ? layout->stages : 0;
 }
 
-std::vector<Finding> pipelineFindings(const PipelineReport& p) {
+std::vector<Finding> pipelineFindings(const PipelineReport& p, const std::map<int, double>& cpuWait) {
   std::vector<Finding> out;
   if (!p.present || p.longestStage < 0 || p.longestOverMeanPct < 10.0) return out;
   const PipelineStageBubble& s = p.perStage.at(static_cast<size_t>(p.longestStage));
@@ -296,11 +296,22 @@ std::vector<Finding> pipelineFindings(const PipelineReport& p) {
     }
   }
   if (others > 0) othersWait /= others;
+  // The other stages' ranks' wait for a CPU per step (their median): the host's scheduling noise in compute times.
+  std::vector<double> othersCpu;
+  for (const auto& x : p.perStage)
+    if (x.stage != s.stage)
+      for (int r : x.ranks)
+        if (auto it = cpuWait.find(r); it != cpuWait.end()) othersCpu.push_back(it->second);
+  const double excessNs = s.ownComputeNs - meanCompute;
+  const bool haveHostWait = !othersCpu.empty();
+  const double hostWait = haveHostWait ? vocabulary::medianOf(std::move(othersCpu)) : 0.0;
+  const bool hostNoise = haveHostWait && excessNs < hostWait;
   Finding fd;
   fd.kind = FindingKind::StageImbalance;
   // A warning only where the imbalance costs the run: the other stages measurably wait on the longest one. The first
-  // and last stages carry the embedding and the head, so an uneven split alone is the config's, not a fault.
-  fd.severity = p.longestOverMeanPct >= 25.0 && othersWait >= 5.0 ? Severity::Warning : Severity::Info;
+  // and last stages carry the embedding and the head, so an uneven split alone is the config's, not a fault. Nor is
+  // an excess the host's scheduling can make.
+  fd.severity = p.longestOverMeanPct >= 25.0 && othersWait >= 5.0 && !hostNoise ? Severity::Warning : Severity::Info;
   fd.ranks = s.ranks;
   if (s.ranks.size() == 1) fd.rank = s.ranks.front();
   char buf[256];
@@ -310,6 +321,14 @@ std::vector<Finding> pipelineFindings(const PipelineReport& p) {
                 "pipeline time)",
                 s.stage, p.longestOverMeanPct, s.ownComputeNs / 1e6, meanCompute / 1e6, othersWait);
   fd.message = buf;
+  if (hostNoise) {
+    std::snprintf(buf, sizeof buf,
+                  "the other stages' ranks wait %.2f ms per step for a CPU (their median): its %.2f ms per step over "
+                  "the mean is within that scheduling noise (a compute span's time includes its thread's time "
+                  "descheduled); a host with CPUs to spare decides",
+                  hostWait / 1e6, excessNs / 1e6);
+    fd.details.push_back(buf);
+  }
   for (int r : s.ranks) fd.cite("spans", {{"rank", int64_t{r}}});
   fd.number("stage", int64_t{s.stage})
       .number("compute_ns", s.ownComputeNs)
@@ -317,6 +336,7 @@ std::vector<Finding> pipelineFindings(const PipelineReport& p) {
       .number("longest_over_mean_pct", p.longestOverMeanPct)
       .number("others_dependency_wait_pct", othersWait)
       .number("steps", int64_t{p.steps});
+  if (haveHostWait) fd.number("host_cpu_wait_ns_per_step", hostWait);
   out.push_back(std::move(fd));
   return out;
 }

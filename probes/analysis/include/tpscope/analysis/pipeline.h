@@ -21,6 +21,7 @@
 // Megatron's (p−1)/(v·m) is the same bubble relative to the compute).
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -62,8 +63,11 @@ int pipelineStages(tracedb::Reader& reader);
 
 // stage_imbalance: the longest stage when its compute per step exceeds the stages' mean by >= 10 % (info) or
 // >= 25 % (warning); evidence: its stage, ranks, compute_ns, mean_compute_ns, longest_over_mean_pct and the
-// other stages' mean dependency wait. None for a run without PP.
-std::vector<Finding> pipelineFindings(const PipelineReport& report);
+// other stages' mean dependency wait. None for a run without PP. `cpuWait`: per rank, its threads' wait for a CPU per
+// step (the recorder's run delay; empty when not recorded). A compute span's time includes the time its thread was
+// descheduled, so where the other stages' ranks each wait longer per step (their median) than the longest stage's
+// excess over the mean, the excess is within the host's scheduling noise: info, the noise named.
+std::vector<Finding> pipelineFindings(const PipelineReport& report, const std::map<int, double>& cpuWait = {});
 
 // pipeline_hang: a `hang` finding on a point-to-point pseudo-group "p2p-<src>-<dst>" becomes a pipeline_hang, told
 // in pipeline terms — which stage never sent (or never received) which micro-batch's activation or gradient — with
