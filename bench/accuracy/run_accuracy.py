@@ -31,9 +31,11 @@ runs, median time to first alert <= 2 s for nan/inf/mismatch; (issue #15) the ch
 >= 95 % of compound runs.
 """
 import argparse
+import glob
 import json
 import os
 import random
+import re
 import sqlite3
 import statistics
 import subprocess
@@ -321,6 +323,42 @@ def layout_of(name):
     return (*{**LAYOUTS, **SDC_LAYOUTS}[name], 1)
 
 
+STEP_LINE = re.compile(r"^step (\d+)/\d+ loss (\S+) .*grad_norm (\S+)")
+NATURAL_RATIO, NATURAL_WINDOW = 10.0, 8
+
+
+def natural_spikes(logs):
+    """The steps at which an unfaulted run's own gradients spiked, from the trainer's printed global grad norm (every
+    rank's log: the stage that prints it), independently of tpscope's records and rules: >= NATURAL_RATIO x the median
+    of the run's other steps and >= NATURAL_RATIO / 2 x the largest of the NATURAL_WINDOW steps before. Such a step is
+    a real event (the whole model's norm moved): tpscope should name it (an info finding: a batch's spike, which
+    clipping absorbs), and a warning there is still counted as a false alarm of a healthy run."""
+    norms, losses = {}, {}
+    for path in sorted(glob.glob(os.path.join(logs, "rank-*.log"))):
+        with open(path, errors="replace") as f:
+            for line in f:
+                m = STEP_LINE.match(line)
+                if m:
+                    try:
+                        norms[int(m.group(1))], losses[int(m.group(1))] = float(m.group(3)), float(m.group(2))
+                    except ValueError:
+                        pass
+    out = []
+    for step, g in sorted(norms.items()):
+        others = [v for k, v in norms.items() if k != step]
+        before = [norms[k] for k in range(step - NATURAL_WINDOW, step) if k in norms]
+        if len(others) >= NATURAL_WINDOW and before and g >= NATURAL_RATIO * statistics.median(others) and \
+                g >= NATURAL_RATIO / 2 * max(before):
+            out.append({"step": step, "grad_norm": g, "median": statistics.median(others),
+                        "loss": losses[step], "loss_before": losses.get(step - 1)})
+    return out
+
+
+def at_natural_spike(x, spikes):
+    """A spike finding at a step where the run's own log shows a natural spike."""
+    return x["kind"] in ("grad_spike", "loss_spike") and any(x.get("step") == n["step"] for n in spikes)
+
+
 def run_case(case, build, workdir):
     out = os.path.join(workdir, case.name)
     os.makedirs(workdir, exist_ok=True)
@@ -349,6 +387,8 @@ def run_case(case, build, workdir):
         wall = time.monotonic() - t
     db = os.path.join(out, "run.db")
     result = {"case": case.to_json(), "capture_status": cap.returncode, "capture_s": round(wall, 2)}
+    if case.healthy:
+        result["natural_spikes"] = natural_spikes(os.path.join(out, "logs"))
     if not os.path.exists(db):
         result["error"] = "no run.db: " + cap.stdout.decode(errors="replace")[-800:]
         return result
@@ -461,7 +501,7 @@ def root_text(chain):
 def score(results):
     per_kind = {}
     healthy_false, healthy_runs, compound_first, compound_both, compound_runs = [], 0, 0, 0, 0
-    healthy_live, healthy_layouts = [], {}
+    healthy_live, healthy_layouts, natural = [], {}, []
     chain_root, chain_runs, healthy_chains = {"single": 0, "compound": 0}, {"single": 0, "compound": 0}, 0
     latencies = {}
     misses = []
@@ -478,6 +518,11 @@ def score(results):
         chain = r.get("chain", [])
         if not case["faults"]:
             healthy_runs += 1
+            spikes = r.get("natural_spikes", [])
+            if spikes:  # counted, not excused: a healthy run's warning is a false alarm whatever its cause
+                named = [n for n in spikes if any(at_natural_spike(x, [n]) for x in r["findings"])]
+                warned = [n for n in spikes if any(at_natural_spike(x, [n]) for x in loud)]
+                natural.append({"case": case["name"], "spikes": spikes, "named": len(named), "warned": len(warned)})
             if chain:
                 healthy_chains += 1
                 misses.append({"case": case["name"], "why": "healthy run has a chain: " + chain[0]["kind"] + " " +
@@ -570,7 +615,10 @@ def score(results):
         "healthy": {"runs": healthy_runs, "false_findings": sum(healthy_false),
                     "runs_with_false_findings": sum(1 for n in healthy_false if n),
                     "live_alerts": sum(healthy_live), "runs_with_live_alerts": sum(1 for n in healthy_live if n),
-                    "per_run": sum(healthy_false) / max(1, healthy_runs)},
+                    "per_run": sum(healthy_false) / max(1, healthy_runs),
+                    "natural_spike_runs": len(natural), "natural_spikes": sum(len(n["spikes"]) for n in natural),
+                    "natural_spikes_named": sum(n["named"] for n in natural),
+                    "natural_spikes_warned": sum(n["warned"] for n in natural), "natural": natural},
         "false_findings_by_kind": fp_by_kind,
         "healthy_by_layout": healthy_layouts,
         "misses": misses,
@@ -590,7 +638,11 @@ def markdown(s, meta):
               f"(target ≥ 90 %), both found {s['compound']['both_found_pct']:.1f} %.",
               f"Healthy runs: {s['healthy']['runs']}, findings of warning or above: {s['healthy']['false_findings']} "
               f"in {s['healthy']['runs_with_false_findings']} runs (target 0); live alerts of warning or above: "
-              f"{s['healthy']['live_alerts']} in {s['healthy']['runs_with_live_alerts']} runs (target 0).",
+              f"{s['healthy']['live_alerts']} in {s['healthy']['runs_with_live_alerts']} runs (target 0). "
+              f"Natural gradient spikes in the trainers' own logs (global grad norm >= 10x the run's median): "
+              f"{s['healthy']['natural_spikes']} in {s['healthy']['natural_spike_runs']} runs; tpscope named "
+              f"{s['healthy']['natural_spikes_named']} (a spike finding at that step), as a warning "
+              f"{s['healthy']['natural_spikes_warned']} (counted above as false).",
               f"Root-cause chain: the first root is the injected cause in {s['chain']['compound_root_pct']:.1f} % of "
               f"{s['chain']['compound_runs']} compound runs (target ≥ 95 %) and "
               f"{s['chain']['single_root_pct']:.1f} % "

@@ -153,16 +153,24 @@ double totalRatio(const GradSeries& g, int rank, int step, int window) {
   return t.median > 0 ? t.norm / t.median : 0.0;
 }
 
-// A harder batch than any of the previous window's: the run's loss at `step` exceeds the largest of the `window`
-// steps before it. Its gradient jumps with it.
+// A harder batch than the recent ones: the run's loss at `step` exceeds the largest of the `window` steps before it,
+// or it stands kHardBatchRise above the median of the kRecentSteps before it (in a short run the window still holds
+// the first steps' losses, above any later batch: a healthy run's loss rose 3.10 → 4.56 with its gradient's 68× jump
+// at step 20, under step 1's 5.5). Its gradient jumps with it; an injected or corrupted gradient leaves the loss as
+// it was.
+constexpr int kRecentSteps = 5;
+constexpr double kHardBatchRise = 1.25;
 bool hardBatch(const Series& loss, int step, int window) {
-  std::vector<double> before;
+  std::vector<double> before, recent;
   double now = NAN;
   for (const auto& [s, v] : loss) {
     if (s >= step - window && s < step) before.push_back(v);
+    if (s >= step - kRecentSteps && s < step) recent.push_back(v);
     if (s == step) now = v;
   }
-  return std::isfinite(now) && !before.empty() && now > *std::max_element(before.begin(), before.end());
+  if (!std::isfinite(now) || before.empty()) return false;
+  return now > *std::max_element(before.begin(), before.end()) ||
+         (recent.size() >= 3 && now >= kHardBatchRise * vocabulary::medianOf(std::move(recent)));
 }
 
 // Material: the spike moves the update beyond what the run's own batches do. Three parts, each a thing healthy runs
@@ -173,10 +181,11 @@ bool hardBatch(const Series& loss, int step, int window) {
 //      update is made of) is ≥ normRatioThreshold × the largest it reached over the previous window: a rank's total
 //      is a part of the model's — one DP replica's batch, one pipeline stage (stage 0's is mostly the embedding's,
 //      whose rows spike with a batch's rare tokens) — which the reduction may average away;
-//   3. the batch does not explain it: where the rank has TP peers (they computed on the same batch), its total's
+//   3. the batch does not explain it: where the rank has TP peers that computed on the same batch (no sequence
+//      parallelism: see analyzeAnomalies), its total's
 //      jump is ≥ normRatioThreshold × each peer's — a batch moves every peer's gradient; where it has none (DP or
 //      PP without TP: a stage's rare-token batch moves that stage alone), nothing but size tells a hard batch from a
-//      fault: the run's loss that step is no higher than the largest of the previous window (a harder batch than
+//      fault: the run's loss that step is no higher than the recent ones (hardBatch: a harder batch than
 //      any recent one makes its own gradient jump, and its loss with it), and the whole model's norm is at least
 //      vocabulary::kRunRangeRatio × the largest it reached anywhere before in the run — an order of magnitude past its
 //      own range (healthy hard batches reached 2.5–8.7× of it; an injected spike 1000×).
@@ -364,8 +373,12 @@ tracedb::Result<AnomalyReport> analyzeAnomalies(tracedb::Reader& reader, const R
     if (st.loss && std::isfinite(*st.loss)) losses[st.step].push_back(*st.loss);
   }
   grads->loss = meanPerStep(losses);
+  // TP peers computed on the same batch — except under sequence parallelism, where each holds its own part of the
+  // sequence in the layer norms, dropout and the row-parallel biases: a rare token in one part moves those gradients
+  // on its rank alone (a healthy TP2 x PP2 run: position 21.05 on one rank, 0.004 on its peer).
+  const bool sameBatch = !(info.model && info.model->sequenceParallel);
   for (const auto& grp : info.groups)
-    if (grp.name.rfind("tp-", 0) == 0 && grp.ranks.size() > 1)
+    if (sameBatch && grp.name.rfind("tp-", 0) == 0 && grp.ranks.size() > 1)
       for (int r : grp.ranks)
         for (int p : grp.ranks)
           if (p != r) grads->tpPeers[r].push_back(p);
