@@ -238,7 +238,9 @@ TEST(GradSpike, ASpikeTheBatchExplainsIsInfo) {
       if (c.tpGroup) {
         ASSERT_TRUE(w->putGroup(tracedb::GroupInfo{"tp-0", {0, 1}, "gloo"}));
       }
-      if (c.sp) ASSERT_TRUE(w->setMeta("config", R"({"layers":1,"sequence_parallel":true})"));
+      if (c.sp) {
+        ASSERT_TRUE(w->setMeta("config", R"({"layers":1,"sequence_parallel":true})"));
+      }
       for (int s = 0; s < 20; ++s) {
         const double wobble = 1.0 + 0.1 * std::sin(1.3 * s);
         const bool spike = s == 14;

@@ -371,30 +371,37 @@ void addRunDelay(const std::filesystem::path& path, int rank, int64_t baseNs, in
   sqlite3_close(db);
 }
 
+// The straggler finding of a TP pair whose rank 1 starts each of 16 steps `delayNs` late on a host of `hostCpus`,
+// with the run delay each rank waits per step (`waitNs`, rank 1 `extraNs` more; none when waitNs < 0).
+std::optional<Finding> pairStraggler(const std::string& name, int hostCpus, int64_t delayNs, int64_t waitNs,
+                                     int64_t extraNs) {
+  RunSpec spec;
+  spec.tp = 2;
+  spec.dp = 1;
+  spec.steps = 16;
+  spec.stragglerRank = 1;
+  spec.stragglerDelayNs = delayNs;
+  spec.hostCpus = hostCpus;
+  const auto path = testing::testDir() / (name + ".db");
+  EXPECT_TRUE(testing::writeRun(path, spec));
+  if (waitNs >= 0) addRunDelay(path, 1, waitNs, extraNs);
+  auto reader = testing::openReader(path);
+  if (!reader) return std::nullopt;
+  const DiagnoseResult d = diagnose(*reader);
+  EXPECT_TRUE(d.errors.empty());
+  const auto st = ofKind(d, FindingKind::Straggler);
+  if (st.size() != 1u) return std::nullopt;
+  return *st[0];
+}
+
 // A pair whose rank 1 starts every step 8 ms late over 16 steps: a straggler warning (the long run above). When the
 // recorder says rank 1's threads waited that long for a CPU, it is late because it did not get one: where
 // every CPU of the host runs a rank (2 and 2) that is the host's scheduling, a figure; where CPUs are spare another
 // thread or process took it, still a warning, with the cause named. A CPU wait that explains less than half the lag
 // changes nothing.
 TEST(Scenario, AStragglerThatWaitedForACpuIsNamedAsSuch) {
-  auto stragglerOf = [](const std::string& name, int hostCpus, int64_t extraNs) -> std::optional<Finding> {
-    RunSpec spec;
-    spec.tp = 2;
-    spec.dp = 1;
-    spec.steps = 16;
-    spec.stragglerRank = 1;
-    spec.stragglerDelayNs = 8'000'000;
-    spec.hostCpus = hostCpus;
-    const auto path = testing::testDir() / (name + ".db");
-    EXPECT_TRUE(testing::writeRun(path, spec));
-    if (extraNs >= 0) addRunDelay(path, 1, 300'000, extraNs);
-    auto reader = testing::openReader(path);
-    if (!reader) return std::nullopt;
-    const DiagnoseResult d = diagnose(*reader);
-    EXPECT_TRUE(d.errors.empty());
-    const auto st = ofKind(d, FindingKind::Straggler);
-    if (st.size() != 1u) return std::nullopt;
-    return *st[0];
+  auto stragglerOf = [](const std::string& name, int hostCpus, int64_t extraNs) {
+    return pairStraggler(name, hostCpus, 8'000'000, extraNs >= 0 ? 300'000 : -1, extraNs);
   };
   auto detailWith = [](const Finding& f, const std::string& text) {
     return std::any_of(f.details.begin(), f.details.end(),
@@ -426,25 +433,8 @@ TEST(Scenario, AStragglerThatWaitedForACpuIsNamedAsSuch) {
 // host's noise named, with 2 CPUs or with 4. A short wait changes nothing, and a large lag (40 ms) stays a warning
 // under any wait.
 TEST(Scenario, AStragglerLagWithinTheHostsCpuWaitIsAFigure) {
-  auto stragglerOf = [](const std::string& name, int hostCpus, int64_t delayNs,
-                        int64_t waitNs) -> std::optional<Finding> {
-    RunSpec spec;
-    spec.tp = 2;
-    spec.dp = 1;
-    spec.steps = 16;
-    spec.stragglerRank = 1;
-    spec.stragglerDelayNs = delayNs;
-    spec.hostCpus = hostCpus;
-    const auto path = testing::testDir() / (name + ".db");
-    EXPECT_TRUE(testing::writeRun(path, spec));
-    addRunDelay(path, 1, waitNs, 0);
-    auto reader = testing::openReader(path);
-    if (!reader) return std::nullopt;
-    const DiagnoseResult d = diagnose(*reader);
-    EXPECT_TRUE(d.errors.empty());
-    const auto st = ofKind(d, FindingKind::Straggler);
-    if (st.size() != 1u) return std::nullopt;
-    return *st[0];
+  auto stragglerOf = [](const std::string& name, int hostCpus, int64_t delayNs, int64_t waitNs) {
+    return pairStraggler(name, hostCpus, delayNs, waitNs, 0);
   };
   auto number = [](const Finding& f, const std::string& name) {
     for (const auto& n : f.evidence.numbers)

@@ -1,8 +1,12 @@
 // Writer → reader round trips of every table of trace format v1.
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <limits>
+#include <thread>
 
 #include "test_dir.h"
 #include "tpscope/tracedb/query.h"
@@ -44,6 +48,45 @@ TEST(TraceDb, SchemaVersionAndMeta) {
     EXPECT_EQ(q.i32(0), kFormatVersion);
   }));
   ASSERT_EQ(rows, 1);
+}
+
+// A reader that opens a rank file the moment it appears (a poll for progress, `tpscope alerts --follow`) holds a shared
+// lock while the writer still sets the file up: the writer waits for it instead of failing to start ("database is
+// locked": a rank of the multi-node test once recorded nothing). Repeated creates under a reader polling every ms.
+TEST(TraceDb, AReaderOfTheNewFileDoesNotStopTheWriterFromStarting) {
+  TempDir dir;
+  const auto path = dir / "rank-0.db";
+  std::atomic<bool> stop{false};
+  std::atomic<int> reads{0};
+  std::thread reader([&] {
+    while (!stop.load()) {
+      sqlite3* db = nullptr;
+      if (std::filesystem::exists(path) &&
+          sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK &&
+          sqlite3_exec(db, "BEGIN; SELECT count(*) FROM sqlite_master;", nullptr, nullptr, nullptr) == SQLITE_OK) {
+        std::this_thread::sleep_for(std::chrono::microseconds(300));
+        sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr);
+        reads.fetch_add(1);
+      }
+      sqlite3_close(db);
+      std::this_thread::sleep_for(std::chrono::microseconds(700));  // a poller's pause between reads
+    }
+  });
+  int failed = 0;
+  std::string error;
+  for (int i = 0; i < 500; ++i) {  // without the wait about 1 % of the creates fail here
+    auto w = Writer::create(path, CreateOptions{true, "run-1", 1, "test"});
+    if (!w.isOk()) {
+      ++failed;
+      error = w.error();
+      continue;
+    }
+    EXPECT_TRUE((*w)->close());
+  }
+  stop = true;
+  reader.join();
+  EXPECT_GT(reads.load(), 0);
+  EXPECT_EQ(failed, 0) << error;
 }
 
 TEST(TraceDb, RefusesToOverwriteUnlessAsked) {

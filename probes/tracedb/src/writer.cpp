@@ -133,6 +133,9 @@ Result<std::unique_ptr<Writer>> Writer::create(const std::filesystem::path& path
     sqlite3_close(db);
     return s;
   }
+  // A reader may open the new file the moment it appears (a poll for progress, `tpscope alerts --follow`): setting up
+  // WAL and the schema then waits for its shared lock to go, instead of failing with "database is locked".
+  sqlite3_busy_timeout(db, 5000);
   std::unique_ptr<Writer> w(new Writer(path, db));
   // A file without its schema and meta is not a trace (a full disk, a size limit): on a failure none is left behind.
   auto abandon = [&](Status s) -> Result<std::unique_ptr<Writer>> {
