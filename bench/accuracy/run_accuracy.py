@@ -9,7 +9,8 @@ A seeded, randomised campaign of real captures (tpscope capture of tpscope-train
             or corrupts the run must be diagnose's first finding, the other must be found too
   healthy   random seeds, configs (tiny and small; sequence parallelism, activation checkpointing, gradient
             accumulation, bf16), layouts (TP2, TP4, TP2xDP2, DP2, PP2, TP2xPP2), 10-60 steps, and the Python samples
-            (tp_train.py, dtensor_mlp.py): any finding of warning or above is a false alarm
+            (tp_train.py, dtensor_mlp.py): any finding of warning or above is a false alarm. Natural spikes (the
+            trainer's own logged global grad norm >= 10x the run's median) are counted apart: named or not, warned
   sdc       (--only sdc, or --sdc-runs N with the rest) one bit flipped on one rank (--inject bitflip) at a random
             step, tensor (a TP-replicated parameter, a sharded one where DP > 1, or an all-reduce result) and bit, under random
             seeds and layouts (TP2xDP2, DP3, TP2), checked every replica.every = 4 steps: found = a silent_corruption
