@@ -182,11 +182,11 @@ bool hardBatch(const Series& loss, int step, int window) {
 //      is a part of the model's — one DP replica's batch, one pipeline stage (stage 0's is mostly the embedding's,
 //      whose rows spike with a batch's rare tokens) — which the reduction may average away;
 //   3. the batch does not explain it: where the rank has TP peers that computed on the same batch (no sequence
-//      parallelism: see analyzeAnomalies), its total's
-//      jump is ≥ normRatioThreshold × each peer's — a batch moves every peer's gradient; where it has none (DP or
-//      PP without TP: a stage's rare-token batch moves that stage alone), nothing but size tells a hard batch from a
-//      fault: the run's loss that step is no higher than the recent ones (hardBatch: a harder batch than
-//      any recent one makes its own gradient jump, and its loss with it), and the whole model's norm is at least
+//      parallelism: see analyzeAnomalies), its total's jump is ≥ normRatioThreshold × each peer's — a batch moves
+//      every peer's gradient; where it has none (DP or PP without TP: a stage's rare-token batch moves that stage
+//      alone), nothing but size tells a hard batch from a fault: the run's loss that step is no higher than the
+//      recent ones (hardBatch: a harder batch than any recent one makes its own gradient jump, and its loss with
+//      it), and the whole model's norm is at least
 //      vocabulary::kRunRangeRatio × the largest it reached anywhere before in the run — an order of magnitude past its
 //      own range (healthy hard batches reached 2.5–8.7× of it; an injected spike 1000×).
 // Without step_stats parts 1 and 3's peer test decide.
