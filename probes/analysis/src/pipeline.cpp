@@ -10,9 +10,10 @@
 
 #include "analysis_internal.h"
 #include "intervals.h"
+#include "stragglers.h"
 #include "tpscope/analysis/run_info.h"
-#include "tpscope/vocabulary/spike_baseline.h"
 #include "tpscope/tracedb/query.h"
+#include "tpscope/vocabulary/spike_baseline.h"
 
 namespace tpscope::analysis {
 
@@ -297,15 +298,10 @@ std::vector<Finding> pipelineFindings(const PipelineReport& p, const std::map<in
   }
   if (others > 0) othersWait /= others;
   // The other stages' ranks' wait for a CPU per step (their median): the host's scheduling noise in compute times.
-  std::vector<double> othersCpu;
-  for (const auto& x : p.perStage)
-    if (x.stage != s.stage)
-      for (int r : x.ranks)
-        if (auto it = cpuWait.find(r); it != cpuWait.end()) othersCpu.push_back(it->second);
+  const std::optional<double> hostWait =
+      detail::medianCpuWait(cpuWait, [&](int r) { return !std::ranges::count(s.ranks, r); });
   const double excessNs = s.ownComputeNs - meanCompute;
-  const bool haveHostWait = !othersCpu.empty();
-  const double hostWait = haveHostWait ? vocabulary::medianOf(std::move(othersCpu)) : 0.0;
-  const bool hostNoise = haveHostWait && excessNs < hostWait;
+  const bool hostNoise = hostWait.has_value() && excessNs < hostWait.value();
   Finding fd;
   fd.kind = FindingKind::StageImbalance;
   // A warning only where the imbalance costs the run: the other stages measurably wait on the longest one. The first
@@ -326,7 +322,7 @@ std::vector<Finding> pipelineFindings(const PipelineReport& p, const std::map<in
                   "the other stages' ranks wait %.2f ms per step for a CPU (their median): its %.2f ms per step over "
                   "the mean is within that scheduling noise (a compute span's time includes its thread's time "
                   "descheduled); a host with CPUs to spare decides",
-                  hostWait / 1e6, excessNs / 1e6);
+                  hostWait.value() / 1e6, excessNs / 1e6);
     fd.details.push_back(buf);
   }
   for (int r : s.ranks) fd.cite("spans", {{"rank", int64_t{r}}});
@@ -336,7 +332,7 @@ std::vector<Finding> pipelineFindings(const PipelineReport& p, const std::map<in
       .number("longest_over_mean_pct", p.longestOverMeanPct)
       .number("others_dependency_wait_pct", othersWait)
       .number("steps", int64_t{p.steps});
-  if (haveHostWait) fd.number("host_cpu_wait_ns_per_step", hostWait);
+  if (hostWait) fd.number("host_cpu_wait_ns_per_step", *hostWait);
   out.push_back(std::move(fd));
   return out;
 }

@@ -35,24 +35,10 @@ double meanStepNs(const Breakdown* b) {
   return static_cast<double>(b->run.stepNs) / static_cast<double>(b->steps.size());
 }
 
-// The other ranks' wait for a CPU per step (their median), those on `host` only where `host` is given; nullopt
-// without the figures.
-std::optional<double> othersCpuWait(const std::map<int, double>& cpuWait, int rank, const RunInfo& info,
-                                    const std::string* host) {
-  std::vector<double> others;
-  for (const auto& [r, ns] : cpuWait) {
-    if (r == rank) continue;
-    const tracedb::RankInfo* ri = host != nullptr ? info.rank(r) : nullptr;
-    if (host == nullptr || (ri != nullptr && ri->host == *host)) others.push_back(ns);
-  }
-  if (others.empty()) return std::nullopt;
-  return vocabulary::medianOf(std::move(others));
-}
-
 // How much longer per step `rank` waited for a CPU than the other ranks (their median); nullopt without the figures.
-std::optional<double> cpuWaitExcess(const std::map<int, double>& cpuWait, int rank, const RunInfo& info) {
+std::optional<double> cpuWaitExcess(const std::map<int, double>& cpuWait, int rank) {
   const auto own = cpuWait.find(rank);
-  const std::optional<double> others = othersCpuWait(cpuWait, rank, info, nullptr);
+  const std::optional<double> others = medianCpuWait(cpuWait, [&](int r) { return r != rank; });
   if (own == cpuWait.end() || !others) return std::nullopt;
   return own->second - *others;
 }
@@ -134,8 +120,12 @@ StragglerCase judge(const RankStraggling& r, const StragglerReport& sr, const Ru
   c.period = c.full ? schedulerPeriodNs(info.hostCpus.at(c.ri->host)) : 0;
   c.lagPerStep = c.perStep / waiting;
   c.schedulerSized = c.full && r.pValue >= alpha && c.lagPerStep < c.period;
-  c.cpuExcess = cpuWaitExcess(cpuWait, r.rank, info);
-  if (c.ri != nullptr) c.hostWait = othersCpuWait(cpuWait, r.rank, info, &c.ri->host);
+  c.cpuExcess = cpuWaitExcess(cpuWait, r.rank);
+  if (c.ri != nullptr)  // the other ranks of its host
+    c.hostWait = medianCpuWait(cpuWait, [&](int q) {
+      const tracedb::RankInfo* qi = info.rank(q);
+      return q != r.rank && qi != nullptr && qi->host == c.ri->host;
+    });
   c.hostNoiseSized = c.hostWait && c.lagPerStep < *c.hostWait;
   const double latePerStep = static_cast<double>(r.causedWaitNs) / steps / waiting;
   c.cpuSized = c.cpuExcess && latePerStep > 0 && *c.cpuExcess >= 0.5 * latePerStep;
@@ -243,6 +233,14 @@ Finding stragglerFinding(const StragglerCase& c, const CollectiveAnalysis& ca, c
 }
 
 }  // namespace
+
+std::optional<double> medianCpuWait(const std::map<int, double>& cpuWait, const std::function<bool(int)>& keep) {
+  std::vector<double> kept;
+  for (const auto& [r, ns] : cpuWait)
+    if (keep(r)) kept.push_back(ns);
+  if (kept.empty()) return std::nullopt;
+  return vocabulary::medianOf(std::move(kept));
+}
 
 tracedb::Result<std::map<int, double>> cpuWaitPerStep(tracedb::Reader& reader) {
   std::map<int, double> out;
