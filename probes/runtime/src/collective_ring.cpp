@@ -4,7 +4,19 @@ namespace tpscope::probes::runtime_detail {
 
 void CollectiveRing::reset(size_t capacity) {
   std::lock_guard lock(mutex_);
+  // Each entry's strings and shape get their room now, in one stretch, before the training loop churns the heap:
+  // enqueue's assigns then reuse it. Grown there one entry at a time, they were small blocks that live for 4096
+  // collectives, carved out of freed tensor buffers: at TP = 2 the rank's heap grew ~5 MB a step (the tensors no
+  // longer fit their old holes) and the new pages faulted in, a step slower and the RSS ever larger.
   entries_.assign(capacity, Entry{});
+  for (Entry& e : entries_) {
+    tracedb::CollectiveRow& r = e.snap.row;
+    r.group.reserve(kReservedGroupChars);
+    r.op.reserve(kReservedNameChars);
+    r.dtype.reserve(kReservedNameChars);
+    r.shape.reserve(kReservedDims);
+    r.callsite.reserve(kReservedCallsiteChars);
+  }
   dirtyList_.clear();
   dirtyList_.reserve(capacity);
   nextHandle_ = 1;

@@ -31,6 +31,9 @@ class CollectiveRing {
   int64_t dropped() const;
 
  private:
+  // Room reserved per entry at reset (longer values still fit: they allocate).
+  static constexpr size_t kReservedGroupChars = 32, kReservedNameChars = 16, kReservedDims = 6,
+                          kReservedCallsiteChars = 128;
   struct Entry {
     uint64_t handle = 0;
     bool dirty = false;
