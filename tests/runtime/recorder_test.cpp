@@ -9,9 +9,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iterator>
 #include <latch>
+#include <new>
 #include <set>
 #include <thread>
 
@@ -26,6 +29,26 @@ namespace db = tpscope::tracedb;
 
 // compiled_out.cpp: the same macros in a TU built with TPSCOPE_PROBES_ENABLED=0.
 int compiledOutWork(int n);
+
+// Heap allocations made by the calling thread (this binary replaces the global operator new): a recording probe on
+// the training thread must not leave small long-lived blocks in the heap it shares with the tensors.
+namespace {
+thread_local int64_t t_allocations = 0;
+}  // namespace
+void* operator new(std::size_t n) {
+  ++t_allocations;
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"  // this operator new is malloc
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
+#pragma GCC diagnostic pop
 
 namespace {
 
@@ -215,6 +238,65 @@ TEST(Recorder, OpenSpansArePublishedAtEachFlushAndGoneWhenClosed) {
   tp::stop();
 }
 
+// The flusher sleeps until its next flush; a ring that reaches half full wakes it. With a flush a minute away, a
+// thread that records three rings' worth in bursts (a quarter ring every 16+ ms) loses nothing: each half ring is
+// drained long before the other half fills. Without the wake, the ring overflows in ~130 ms.
+TEST(Recorder, AHalfFullRingWakesTheFlusherLongBeforeItsInterval) {
+  tpscope::testing::TempDir dir;
+  auto o = options(dir.path());
+  o.flushInterval = std::chrono::seconds(60);
+  ASSERT_TRUE(tp::start(o).isOk());
+  constexpr uint64_t kSpans = 3 * tp::ThreadBuffer::kCapacity;
+  std::thread([] {
+    for (uint64_t i = 0; i < kSpans; ++i) {
+      tp::emitSpan(&kSites[0], i * 10, i * 10 + 5);
+      if (i % 1024 == 1023) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }).join();
+  const tp::RecorderStats before = tp::recorderStats();  // the flushes the half-full rings asked for
+  tp::stop();
+  EXPECT_GE(before.flushes, 3);
+  const tp::RecorderStats stats = tp::recorderStats();
+  EXPECT_EQ(stats.spansDropped, 0);
+  EXPECT_EQ(stats.spansWritten, static_cast<int64_t>(kSpans));
+}
+
+// Idle between flushes: the flusher thread wakes about once per flush interval, not every few milliseconds (each
+// wake-up preempts a training thread where every core trains). Counted as its voluntary context switches.
+TEST(Recorder, TheFlusherWakesOnlyToFlush) {
+  tpscope::testing::TempDir dir;
+  auto o = options(dir.path());
+  o.flushInterval = std::chrono::milliseconds(50);
+  ASSERT_TRUE(tp::start(o).isOk());
+  tp::emitSpan(&kMain, tp::rawTicks(), tp::rawTicks());
+  tp::flushNow();
+  std::filesystem::path status;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name == "tpscope-flush") status = task.path() / "status";
+  }
+  ASSERT_FALSE(status.empty()) << "no thread named tpscope-flush";
+  auto switches = [&status] {
+    std::ifstream in(status);
+    std::string line;
+    while (std::getline(in, line))
+      if (line.rfind("voluntary_ctxt_switches:", 0) == 0) return std::stol(line.substr(line.find(':') + 1));
+    return -1L;
+  };
+  const long s0 = switches();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  const long woke = switches() - s0;
+  const double flushes = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 0.050;
+  tp::stop();
+  ASSERT_GE(s0, 0);
+  // ~12 flushes, each a wake and perhaps a lock or a write that blocks; looking every 5 ms would be ~120.
+  EXPECT_LE(woke, 3 * flushes + 5) << woke << " wake-ups in " << flushes << " flush intervals";
+  EXPECT_GE(woke, flushes / 2) << "the flusher did not flush at its interval";
+}
+
 TEST(Recorder, DropsAreCountedWhenARingOverflows) {
   tpscope::testing::TempDir dir;
   auto o = options(dir.path());
@@ -272,6 +354,49 @@ TEST(Recorder, DropsAreCountedWhenARingOverflows) {
   ASSERT_TRUE(colls.isOk());
   ASSERT_EQ(colls->size(), 4u);
   EXPECT_EQ(colls->front().seq, 3);
+}
+
+// Recording a collective copies its description into the flight recorder's ring, whose entries got their room when
+// the session started: the training thread allocates nothing, on the first lap of the ring and after it. (Each
+// entry's strings used to be allocated on first use and kept for a lap: a rank's heap grew ~5 MB a step at TP = 2.)
+TEST(Recorder, RecordingACollectiveAllocatesNothingOnTheTrainingThread) {
+  tpscope::testing::TempDir dir;
+  auto o = options(dir.path());
+  o.collectiveRing = 256;
+  ASSERT_TRUE(tp::start(o).isOk());
+  tp::emitSpan(&kMain, tp::rawTicks(), tp::rawTicks());  // this thread's buffer exists
+  tp::Sink* sink = tp::sink();
+  ASSERT_NE(sink, nullptr);
+  const int ranks[] = {0, 1};
+  const int64_t shape[] = {4, 256, 512};
+  tp::CollectiveDesc d;
+  d.group = "tp-0";
+  d.groupRanks = ranks;
+  d.op = "all_reduce";
+  d.dtype = "float32";
+  d.shape = shape;
+  d.numel = 4 * 256 * 512;
+  d.bytes = d.numel * 4;
+  d.callsite = "layers.3 mlp down_proj RowParallel forward all_reduce (the partial sums)";
+  sink->collectiveEnqueued(d, tp::rawTicks());  // the group is new: its ranks are kept once
+  const int64_t before = t_allocations;
+  for (uint64_t seq = 2; seq <= 3 * 256; ++seq) {  // three laps of the ring
+    d.seq = seq;
+    const uint64_t h = sink->collectiveEnqueued(d, tp::rawTicks());
+    sink->collectiveState(h, tp::CollectiveState::Started, tp::rawTicks());
+    sink->collectiveState(h, tp::CollectiveState::Completed, tp::rawTicks());
+    if (seq % 100 == 0) tp::flushNow();
+  }
+  const int64_t allocated = t_allocations - before;
+  tp::stop();
+  EXPECT_EQ(allocated, 0) << "heap allocations on the training thread for 767 collectives";
+  auto reader = openRank(dir.path(), 2);
+  ASSERT_TRUE(reader);
+  auto colls = reader->collectives();
+  ASSERT_TRUE(colls.isOk());
+  ASSERT_FALSE(colls->empty());
+  EXPECT_EQ(colls->back().callsite, std::string(d.callsite));
+  EXPECT_EQ(colls->back().shape, (std::vector<int64_t>{4, 256, 512}));
 }
 
 TEST(Recorder, FlightRecorderWritesEveryStateChange) {

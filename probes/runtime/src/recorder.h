@@ -95,6 +95,7 @@ class Recorder final : public Sink {
   void alert(const Alert& alert) noexcept override;
   void counter(std::string_view name, double value, uint64_t ticks) noexcept override;
   void flush() noexcept override { flushNow(); }
+  void bufferHalfFull() noexcept override;
 
   // runtime.h
   tracedb::Status start(const RuntimeOptions& options);
@@ -170,7 +171,10 @@ class Recorder final : public Sink {
   std::atomic<bool> clockReady_{false};
   std::unique_ptr<tracedb::Writer> writer_;  // flusher thread only while the session runs
   std::thread flusher_;
-  int wakeFd_ = -1;
+  // The flusher's eventfd: stop, flushNow, the dump signals and a half-full ring write to it. Made at the first start
+  // and kept for the process's life, so a producer that read it just before a stop never writes to a closed (or
+  // reused) descriptor.
+  std::atomic<int> wakeFd_{-1};
   CollectiveRing ring_;
   int64_t perSpanCostPs_ = 0;
 

@@ -33,7 +33,8 @@ std::string jsonQuoted(const char* name) {
   return out + "\"";
 }
 
-constexpr int kPollMs = 5;                     // how often the flusher looks at buffer fill levels
+// Without its eventfd (eventfd failed), nothing can wake the flusher early: it then looks at fill levels this often.
+constexpr int kPollMsWithoutWakes = 5;
 constexpr int64_t kHeartbeatNs = 1'000'000'000;  // an idle session still commits a recorder_stats row this often
 
 int64_t threadCpuNow() {
@@ -62,14 +63,18 @@ void Recorder::flusherMain() {
   markFlusherThread();
   SignalState& sig = signalState();
   const int64_t interval = std::chrono::duration_cast<std::chrono::nanoseconds>(options_.flushInterval).count();
+  const int wakeFd = wakeFd_.load();
+  // Asleep until the next flush unless woken: by stop, flushNow, a dump signal or a ring at half (ThreadBuffer::push).
+  // It used to look at the rings every 5 ms, and on a host whose cores all train, each look preempted a rank.
+  const int64_t maxWaitMs = wakeFd >= 0 ? std::max<int64_t>(1, interval / 1'000'000) : kPollMsWithoutWakes;
   int64_t nextFlush = monotonicNow() + interval;
   for (;;) {
     const int64_t now = monotonicNow();
-    const int waitMs = static_cast<int>(std::clamp<int64_t>((nextFlush - now + 999'999) / 1'000'000, 0, kPollMs));
-    pollfd pfd{wakeFd_, POLLIN, 0};
+    const int waitMs = static_cast<int>(std::clamp<int64_t>((nextFlush - now + 999'999) / 1'000'000, 0, maxWaitMs));
+    pollfd pfd{wakeFd, POLLIN, 0};
     if (poll(&pfd, 1, waitMs) > 0) {
       uint64_t drained = 0;
-      [[maybe_unused]] ssize_t n = read(wakeFd_, &drained, sizeof drained);
+      [[maybe_unused]] ssize_t n = read(wakeFd, &drained, sizeof drained);
     }
     const uint64_t sigTicket = sig.requested.load();
     const bool sigPending = sigTicket > sig.done.load();

@@ -210,19 +210,22 @@ void Recorder::resetSession() {
 
 // The flusher thread (with the dump signals blocked), the signal handlers and the exit hook; then recording is on.
 tracedb::Status Recorder::startFlusher() {
-  wakeFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wakeFd_.load() < 0) {
+    wakeFd_.store(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  } else {
+    uint64_t stale = 0;  // wakes left from the last session
+    [[maybe_unused]] ssize_t n = read(wakeFd_.load(), &stale, sizeof stale);
+  }
   signalState().finalRequested.store(false);
   signalState().done.store(signalState().requested.load());
   try {
     DumpSignalsBlocked blocked;  // inherited by the flusher from its first instruction
     flusher_ = std::thread([this] { flusherMain(); });
   } catch (const std::exception& e) {
-    close(wakeFd_);
-    wakeFd_ = -1;
     writer_.reset();
     return tracedb::Status::error(std::string("tpscope recorder: cannot start the flusher thread: ") + e.what());
   }
-  signalState().wakeFd.store(wakeFd_);
+  signalState().wakeFd.store(wakeFd_.load());
   if (options_.installSignalHandlers) installSignalHandlers();
   if (options_.flushAtExit) {
     static std::once_flag once;
@@ -259,11 +262,9 @@ void Recorder::stop(std::string_view exitReason) {
     stopReason_.assign(exitReason);
   }
   const uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = write(wakeFd_, &one, sizeof one);
+  [[maybe_unused]] ssize_t n = write(wakeFd_.load(), &one, sizeof one);
   if (flusher_.joinable()) flusher_.join();
   signalState().wakeFd.store(-1);
-  close(wakeFd_);
-  wakeFd_ = -1;
   writer_.reset();
   {
     std::lock_guard lock(stateMutex_);
@@ -278,6 +279,12 @@ void Recorder::onFork() {
   started_.store(false);
 }
 
+void Recorder::bufferHalfFull() noexcept {
+  if (!started() || forked_.load(std::memory_order_relaxed)) return;
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(wakeFd_.load(std::memory_order_relaxed), &one, sizeof one);
+}
+
 void Recorder::flushNow() {
   if (!started()) return;
   if (std::this_thread::get_id() == flusher_.get_id()) return;
@@ -285,7 +292,7 @@ void Recorder::flushNow() {
   if (flusherExited_) return;
   const uint64_t ticket = ++flushRequested_;
   const uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = write(wakeFd_, &one, sizeof one);
+  [[maybe_unused]] ssize_t n = write(wakeFd_.load(), &one, sizeof one);
   controlCv_.wait_for(lock, std::chrono::seconds(5), [&] { return flushDone_ >= ticket || flusherExited_; });
 }
 

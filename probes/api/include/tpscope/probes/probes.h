@@ -97,6 +97,10 @@ struct SpanEvent {
 };
 static_assert(sizeof(SpanEvent) == 32);
 
+namespace detail {
+inline void bufferHalfFull() noexcept;  // below: wakes the flusher
+}  // namespace detail
+
 // Bounded single-producer (the owning thread) / single-consumer (the runtime's flusher) ring.
 struct ThreadBuffer {
   static constexpr uint64_t kCapacity = uint64_t{1} << 16;  // 2 MiB of events per thread
@@ -122,7 +126,10 @@ struct ThreadBuffer {
   std::atomic<bool> retired{false};           // set when the owning thread exits; the runtime frees after draining
   SpanEvent events[kCapacity];
 
-  // Owning thread only. Never blocks; a full ring counts a drop.
+  // Owning thread only. Never blocks; a full ring counts a drop. The push that fills the ring to half wakes the
+  // flusher (one eventfd write per half ring): the flusher sleeps until its next flush otherwise, so a busy rank is
+  // not preempted to look at fill levels. The fill only grows one event at a time, so every climb past half passes
+  // through exactly half; `tail` is the consumer's line, read here without a fence (written once per flush).
   bool push(const SpanEvent& e) noexcept {
     const uint64_t h = head.load(std::memory_order_relaxed);
     if (h - cachedTail >= kCapacity) {
@@ -134,6 +141,8 @@ struct ThreadBuffer {
     }
     events[h & (kCapacity - 1)] = e;
     head.store(h + 1, std::memory_order_release);
+    if (h + 1 - tail.load(std::memory_order_relaxed) == kCapacity / 2) [[unlikely]]
+      detail::bufferHalfFull();
     return true;
   }
 };
@@ -201,6 +210,8 @@ class Sink {
   virtual void counter(std::string_view name, double value, uint64_t ticks) noexcept = 0;
   // Writes everything buffered so far to disk before returning (the "dump").
   virtual void flush() noexcept = 0;
+  // A thread's ring has just reached half full (ThreadBuffer::push): drain it soon. Span hot path: no lock.
+  virtual void bufferHalfFull() noexcept {}
 };
 
 namespace detail {
@@ -212,6 +223,10 @@ inline std::atomic<int32_t> g_step{-1};
 inline std::atomic<void (*)(const Site*, int16_t layer)> g_rangePush{nullptr};
 inline std::atomic<void (*)()> g_rangePop{nullptr};
 inline thread_local ThreadBuffer* t_buffer = nullptr;
+
+inline void bufferHalfFull() noexcept {
+  if (Sink* s = g_sink.load(std::memory_order_acquire)) s->bufferHalfFull();
+}
 
 // The calling thread's ring, acquired from the sink at its first span; null without a sink (or memory).
 inline ThreadBuffer* threadBuffer() noexcept {
