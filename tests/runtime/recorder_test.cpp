@@ -238,10 +238,10 @@ TEST(Recorder, OpenSpansArePublishedAtEachFlushAndGoneWhenClosed) {
   tp::stop();
 }
 
-// The flusher sleeps until its next flush; a ring that reaches half full wakes it. With a flush a minute away, a
-// thread that records three rings' worth in bursts (a quarter ring every 16+ ms) loses nothing: each half ring is
-// drained long before the other half fills. Without the wake, the ring overflows in ~130 ms.
-TEST(Recorder, AHalfFullRingWakesTheFlusherLongBeforeItsInterval) {
+// The flusher sleeps until its next flush; a filling ring wakes it (ThreadBuffer::kDrainAt). With a flush a minute
+// away, a thread that records three rings' worth in bursts (1024 spans a millisecond) loses nothing: each half ring is
+// drained before the other half fills. Without the wake, the ring overflows in ~70 ms.
+TEST(Recorder, AFillingRingWakesTheFlusherLongBeforeItsInterval) {
   tpscope::testing::TempDir dir;
   auto o = options(dir.path());
   o.flushInterval = std::chrono::seconds(60);
@@ -253,12 +253,34 @@ TEST(Recorder, AHalfFullRingWakesTheFlusherLongBeforeItsInterval) {
       if (i % 1024 == 1023) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }).join();
-  const tp::RecorderStats before = tp::recorderStats();  // the flushes the half-full rings asked for
+  const tp::RecorderStats before = tp::recorderStats();  // the flushes the filling ring asked for
   tp::stop();
   EXPECT_GE(before.flushes, 3);
   const tp::RecorderStats stats = tp::recorderStats();
   EXPECT_EQ(stats.spansDropped, 0);
   EXPECT_EQ(stats.spansWritten, static_cast<int64_t>(kSpans));
+}
+
+// The wake's threshold, exactly: kDrainAt − 1 events leave the flusher asleep (its flush a minute away), the push of
+// the kDrainAt-th wakes it.
+TEST(Recorder, ThePushThatFillsARingToItsDrainMarkWakesTheFlusher) {
+  tpscope::testing::TempDir dir;
+  auto o = options(dir.path());
+  o.flushInterval = std::chrono::seconds(60);
+  ASSERT_TRUE(tp::start(o).isOk());
+  std::thread([] {
+    const int64_t base = tp::recorderStats().flushes;
+    for (uint64_t i = 0; i + 1 < tp::ThreadBuffer::kDrainAt; ++i) tp::emitSpan(&kSites[0], i * 10, i * 10 + 5);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_EQ(tp::recorderStats().flushes, base) << "woken below the mark";
+    tp::emitSpan(&kSites[0], 0, 5);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (tp::recorderStats().flushes == base && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    EXPECT_GT(tp::recorderStats().flushes, base) << "the push that reached the mark did not wake the flusher";
+  }).join();
+  tp::stop();
+  EXPECT_EQ(tp::recorderStats().spansWritten, static_cast<int64_t>(tp::ThreadBuffer::kDrainAt));
 }
 
 // Idle between flushes: the flusher thread wakes about once per flush interval, not every few milliseconds (each

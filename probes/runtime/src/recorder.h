@@ -95,7 +95,7 @@ class Recorder final : public Sink {
   void alert(const Alert& alert) noexcept override;
   void counter(std::string_view name, double value, uint64_t ticks) noexcept override;
   void flush() noexcept override { flushNow(); }
-  void bufferHalfFull() noexcept override;
+  void bufferFilling() noexcept override;
 
   // runtime.h
   tracedb::Status start(const RuntimeOptions& options);
@@ -146,7 +146,7 @@ class Recorder final : public Sink {
   RecorderStats commitWithStats(int64_t t0, bool final, FlushTally& tally);
   void freeRetired(const std::vector<BufferEntry*>& retired);
   void publishStats(const RecorderStats& s);
-  bool anyBufferHalfFull();
+  bool anyBufferFilling();
   void runClockAlignment(const std::string& tag, std::chrono::milliseconds timeout, bool atStart);
   void joinClockThread();
   void startClockThread();
@@ -171,7 +171,7 @@ class Recorder final : public Sink {
   std::atomic<bool> clockReady_{false};
   std::unique_ptr<tracedb::Writer> writer_;  // flusher thread only while the session runs
   std::thread flusher_;
-  // The flusher's eventfd: stop, flushNow, the dump signals and a half-full ring write to it. Made at the first start
+  // The flusher's eventfd: stop, flushNow, the dump signals and a filling ring write to it. Made at the first start
   // and kept for the process's life, so a producer that read it just before a stop never writes to a closed (or
   // reused) descriptor.
   std::atomic<int> wakeFd_{-1};

@@ -48,11 +48,11 @@ int64_t threadCpuNow() {
 // ------------------------------------------------------------------------------------------------------------------
 // Flusher
 
-bool Recorder::anyBufferHalfFull() {
+bool Recorder::anyBufferFilling() {
   std::lock_guard lock(registryMutex_);
   for (const auto& e : entries_) {
     const ThreadBuffer& b = *e->buffer;
-    if (b.head.load(std::memory_order_relaxed) - b.tail.load(std::memory_order_relaxed) >= ThreadBuffer::kCapacity / 2)
+    if (b.head.load(std::memory_order_relaxed) - b.tail.load(std::memory_order_relaxed) >= ThreadBuffer::kDrainAt)
       return true;
   }
   return false;
@@ -64,7 +64,7 @@ void Recorder::flusherMain() {
   SignalState& sig = signalState();
   const int64_t interval = std::chrono::duration_cast<std::chrono::nanoseconds>(options_.flushInterval).count();
   const int wakeFd = wakeFd_.load();
-  // Asleep until the next flush unless woken: by stop, flushNow, a dump signal or a ring at half (ThreadBuffer::push).
+  // Asleep until the next flush unless woken: by stop, flushNow, a dump signal or a filling ring (ThreadBuffer::push).
   // It used to look at the rings every 5 ms, and on a host whose cores all train, each look preempted a rank.
   const int64_t maxWaitMs = wakeFd >= 0 ? std::max<int64_t>(1, interval / 1'000'000) : kPollMsWithoutWakes;
   int64_t nextFlush = monotonicNow() + interval;
@@ -88,7 +88,7 @@ void Recorder::flusherMain() {
       reason = stopReason_;
     }
     const bool sigFinal = sigPending && sig.finalRequested.load();
-    const bool due = monotonicNow() >= nextFlush || anyBufferHalfFull();
+    const bool due = monotonicNow() >= nextFlush || anyBufferFilling();
     if (!sigPending && !stopping && requested <= flushDone_ && !due) continue;
 
     const bool final = stopping || sigFinal;

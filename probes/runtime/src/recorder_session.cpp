@@ -279,7 +279,7 @@ void Recorder::onFork() {
   started_.store(false);
 }
 
-void Recorder::bufferHalfFull() noexcept {
+void Recorder::bufferFilling() noexcept {
   if (!started() || forked_.load(std::memory_order_relaxed)) return;
   const uint64_t one = 1;
   [[maybe_unused]] ssize_t n = write(wakeFd_.load(std::memory_order_relaxed), &one, sizeof one);

@@ -98,7 +98,7 @@ struct SpanEvent {
 static_assert(sizeof(SpanEvent) == 32);
 
 namespace detail {
-inline void bufferHalfFull() noexcept;  // below: wakes the flusher
+inline void bufferFilling() noexcept;  // below: wakes the flusher
 }  // namespace detail
 
 // Bounded single-producer (the owning thread) / single-consumer (the runtime's flusher) ring.
@@ -120,29 +120,45 @@ struct ThreadBuffer {
 
   alignas(64) std::atomic<uint64_t> head{0};  // next slot to write; producer stores (release)
   uint64_t cachedTail = 0;                    // producer-private copy of `tail`
+  uint64_t checkAt = kDrainAt - 1;            // producer-private: the head at which push() next looks at `tail`
   std::atomic<uint64_t> dropped{0};           // producer increments (relaxed); consumer reads
   alignas(64) std::atomic<uint64_t> tail{0};  // next slot to read; consumer stores (release)
   uint32_t threadId = 0;                      // set by the runtime: small dense id (spans.thread)
   std::atomic<bool> retired{false};           // set when the owning thread exits; the runtime frees after draining
   SpanEvent events[kCapacity];
 
-  // Owning thread only. Never blocks; a full ring counts a drop. The push that fills the ring to half wakes the
-  // flusher (one eventfd write per half ring): the flusher sleeps until its next flush otherwise, so a busy rank is
-  // not preempted to look at fill levels. The fill only grows one event at a time, so every climb past half passes
-  // through exactly half; `tail` is the consumer's line, read here without a fence (written once per flush).
+  // A ring this full wants draining before the next flush is due (the flusher's test, and push()'s wake).
+  static constexpr uint64_t kDrainAt = kCapacity / 2;
+
+  // Owning thread only. Never blocks; a full ring counts a drop. One compare a push, as a plain bounded ring has: the
+  // producer looks at the consumer's `tail` only when its head reaches `checkAt`, the first push that could fill the
+  // ring to kDrainAt events (or find it full) for all the producer knows. There it wakes the flusher if this push does
+  // fill it to kDrainAt (one eventfd write), or moves `checkAt` on. The flusher sleeps until its next flush otherwise,
+  // so a busy rank is never preempted to look at fill levels.
   bool push(const SpanEvent& e) noexcept {
     const uint64_t h = head.load(std::memory_order_relaxed);
-    if (h - cachedTail >= kCapacity) {
-      cachedTail = tail.load(std::memory_order_acquire);
-      if (h - cachedTail >= kCapacity) {
-        dropped.store(dropped.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-        return false;
-      }
-    }
+    if (h >= checkAt) [[unlikely]]
+      if (!makeRoom(h)) return false;
     events[h & (kCapacity - 1)] = e;
     head.store(h + 1, std::memory_order_release);
-    if (h + 1 - tail.load(std::memory_order_relaxed) == kCapacity / 2) [[unlikely]]
-      detail::bufferHalfFull();
+    return true;
+  }
+
+ private:
+  // push()'s slow path, about once per kDrainAt pushes: false when the ring is full (a drop counted).
+  [[gnu::cold, gnu::noinline]] bool makeRoom(uint64_t h) noexcept {
+    cachedTail = tail.load(std::memory_order_acquire);
+    if (h - cachedTail >= kCapacity) {
+      dropped.store(dropped.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      return false;  // checkAt stays: the next push looks again
+    }
+    if (h + 1 - cachedTail >= kDrainAt) {
+      detail::bufferFilling();
+      const uint64_t again = h + kDrainAt / 8;  // still this full at the next look: wakes again
+      checkAt = again < cachedTail + kCapacity ? again : cachedTail + kCapacity;
+    } else {
+      checkAt = cachedTail + kDrainAt - 1;
+    }
     return true;
   }
 };
@@ -210,8 +226,9 @@ class Sink {
   virtual void counter(std::string_view name, double value, uint64_t ticks) noexcept = 0;
   // Writes everything buffered so far to disk before returning (the "dump").
   virtual void flush() noexcept = 0;
-  // A thread's ring has just reached half full (ThreadBuffer::push): drain it soon. Span hot path: no lock.
-  virtual void bufferHalfFull() noexcept {}
+  // A thread's ring holds ThreadBuffer::kDrainAt events or more (ThreadBuffer::push): drain it soon. Span hot path:
+  // no lock.
+  virtual void bufferFilling() noexcept {}
 };
 
 namespace detail {
@@ -224,8 +241,8 @@ inline std::atomic<void (*)(const Site*, int16_t layer)> g_rangePush{nullptr};
 inline std::atomic<void (*)()> g_rangePop{nullptr};
 inline thread_local ThreadBuffer* t_buffer = nullptr;
 
-inline void bufferHalfFull() noexcept {
-  if (Sink* s = g_sink.load(std::memory_order_acquire)) s->bufferHalfFull();
+inline void bufferFilling() noexcept {
+  if (Sink* s = g_sink.load(std::memory_order_acquire)) s->bufferFilling();
 }
 
 // The calling thread's ring, acquired from the sink at its first span; null without a sink (or memory).
