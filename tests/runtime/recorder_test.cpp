@@ -16,6 +16,8 @@
 #include <latch>
 #include <new>
 #include <set>
+#include <span>
+#include <string_view>
 #include <thread>
 
 #include "test_util.h"
@@ -51,6 +53,22 @@ void operator delete(void* p, std::size_t) noexcept {
 #pragma GCC diagnostic pop
 
 namespace {
+
+// A float32 all-reduce of `shape` in `group`, as the engine describes one (seq, layer and phase left to the test).
+tp::CollectiveDesc allReduce(std::string_view group, std::span<const int> ranks, std::span<const int64_t> shape,
+                             std::string_view callsite) {
+  tp::CollectiveDesc d;
+  d.group = group;
+  d.groupRanks = ranks;
+  d.op = "all_reduce";
+  d.dtype = "float32";
+  d.shape = shape;
+  d.numel = 1;
+  for (int64_t n : shape) d.numel *= n;
+  d.bytes = d.numel * 4;
+  d.callsite = callsite;
+  return d;
+}
 
 constexpr tp::Site kSites[4] = {
     {"worker.0", "", __FILE__, __LINE__, tp::SpanKind::Compute, tp::Phase::Forward},
@@ -391,15 +409,8 @@ TEST(Recorder, RecordingACollectiveAllocatesNothingOnTheTrainingThread) {
   ASSERT_NE(sink, nullptr);
   const int ranks[] = {0, 1};
   const int64_t shape[] = {4, 256, 512};
-  tp::CollectiveDesc d;
-  d.group = "tp-0";
-  d.groupRanks = ranks;
-  d.op = "all_reduce";
-  d.dtype = "float32";
-  d.shape = shape;
-  d.numel = 4 * 256 * 512;
-  d.bytes = d.numel * 4;
-  d.callsite = "layers.3 mlp down_proj RowParallel forward all_reduce (the partial sums)";
+  tp::CollectiveDesc d =
+      allReduce("tp-0", ranks, shape, "layers.3 mlp down_proj RowParallel forward all_reduce (the partial sums)");
   sink->collectiveEnqueued(d, tp::rawTicks());  // the group is new: its ranks are kept once
   const int64_t before = t_allocations;
   for (uint64_t seq = 2; seq <= 3 * 256; ++seq) {  // three laps of the ring
@@ -429,15 +440,7 @@ TEST(Recorder, FlightRecorderWritesEveryStateChange) {
   const int ranks[] = {2, 3};
   const int64_t shape[] = {4, 1024};
   tp::setStep(7);
-  tp::CollectiveDesc d;
-  d.group = "tp-1";
-  d.groupRanks = ranks;
-  d.op = "all_reduce";
-  d.dtype = "float32";
-  d.shape = shape;
-  d.numel = 4096;
-  d.bytes = 16384;
-  d.callsite = "layer 3 attention output RowParallel forward all-reduce";
+  tp::CollectiveDesc d = allReduce("tp-1", ranks, shape, "layer 3 attention output RowParallel forward all-reduce");
   d.layer = 3;
   d.phase = tp::Phase::Forward;
   d.seq = 1;
