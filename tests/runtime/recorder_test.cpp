@@ -397,7 +397,8 @@ TEST(Recorder, DropsAreCountedWhenARingOverflows) {
 }
 
 // Recording a collective copies its description into the flight recorder's ring, whose entries got their room when
-// the session started: the training thread allocates nothing, on the first lap of the ring and after it. (Each
+// the session started: the training thread allocates nothing, on the first lap of the ring and after it, for the
+// engine's op names and the functional collectives' long ones alike. (Each
 // entry's strings used to be allocated on first use and kept for a lap: a rank's heap grew ~5 MB a step at TP = 2.)
 TEST(Recorder, RecordingACollectiveAllocatesNothingOnTheTrainingThread) {
   tpscope::testing::TempDir dir;
@@ -415,6 +416,7 @@ TEST(Recorder, RecordingACollectiveAllocatesNothingOnTheTrainingThread) {
   const int64_t before = t_allocations;
   for (uint64_t seq = 2; seq <= 3 * 256; ++seq) {  // three laps of the ring
     d.seq = seq;
+    d.op = seq % 2 == 0 ? "all_reduce" : "all_gather_into_tensor_coalesced";  // the longest name Python records
     const uint64_t h = sink->collectiveEnqueued(d, tp::rawTicks());
     sink->collectiveState(h, tp::CollectiveState::Started, tp::rawTicks());
     sink->collectiveState(h, tp::CollectiveState::Completed, tp::rawTicks());

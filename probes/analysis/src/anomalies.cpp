@@ -186,9 +186,9 @@ bool hardBatch(const Series& loss, int step, int window) {
 //      every peer's gradient; where it has none (DP or PP without TP: a stage's rare-token batch moves that stage
 //      alone), nothing but size tells a hard batch from a fault: the run's loss that step is no higher than the
 //      recent ones (hardBatch: a harder batch than any recent one makes its own gradient jump, and its loss with
-//      it), and the whole model's norm is at least
-//      vocabulary::kRunRangeRatio × the largest it reached anywhere before in the run — an order of magnitude past its
-//      own range (healthy hard batches reached 2.5–8.7× of it; an injected spike 1000×).
+//      it), and the whole model's norm is at least vocabulary::kRunRangeRatio × the largest it reached anywhere
+//      before in the run — an order of magnitude past its own range (healthy hard batches reached 2.5–8.7× of it; an
+//      injected spike 1000×).
 // Without step_stats parts 1 and 3's peer test decide.
 bool material(const GradSeries& g, int rank, int step, const AnomalyOptions& options) {
   const double ratio = options.normRatioThreshold;

@@ -12,8 +12,7 @@ void CollectiveRing::reset(size_t capacity) {
   for (Entry& e : entries_) {
     tracedb::CollectiveRow& r = e.snap.row;
     r.group.reserve(kReservedGroupChars);
-    r.op.reserve(kReservedNameChars);
-    r.dtype.reserve(kReservedNameChars);
+    r.op.reserve(kReservedOpChars);
     r.shape.reserve(kReservedDims);
     r.callsite.reserve(kReservedCallsiteChars);
   }

@@ -31,8 +31,9 @@ class CollectiveRing {
   int64_t dropped() const;
 
  private:
-  // Room reserved per entry at reset (longer values still fit: they allocate).
-  static constexpr size_t kReservedGroupChars = 32, kReservedNameChars = 16, kReservedDims = 6,
+  // Room reserved per entry at reset (longer values still fit: they allocate). An op name takes up to 32 characters
+  // (the functional collectives' "all_gather_into_tensor_coalesced"); a dtype's name fits std::string's own 15.
+  static constexpr size_t kReservedGroupChars = 32, kReservedOpChars = 32, kReservedDims = 6,
                           kReservedCallsiteChars = 128;
   struct Entry {
     uint64_t handle = 0;

@@ -147,6 +147,7 @@ class Recorder final : public Sink {
   void freeRetired(const std::vector<BufferEntry*>& retired);
   void publishStats(const RecorderStats& s);
   bool anyBufferFilling();
+  void wakeFlusher() noexcept;  // one write to wakeFd_ (the flusher reads them all at its next wake)
   void runClockAlignment(const std::string& tag, std::chrono::milliseconds timeout, bool atStart);
   void joinClockThread();
   void startClockThread();

@@ -1,6 +1,4 @@
 // The Recorder's flusher: the thread that drains the per-thread buffers and queued records into the rank file.
-#include "recorder.h"
-
 #include <poll.h>
 #include <pthread.h>
 #include <unistd.h>
@@ -8,9 +6,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
+#include <limits>
 #include <mutex>
 #include <optional>
 
+#include "recorder.h"
 #include "signals.h"
 
 namespace tpscope::probes::runtime_detail {
@@ -66,7 +66,7 @@ void Recorder::flusherMain() {
   const int wakeFd = wakeFd_.load();
   // Asleep until the next flush unless woken: by stop, flushNow, a dump signal or a filling ring (ThreadBuffer::push).
   // It used to look at the rings every 5 ms, and on a host whose cores all train, each look preempted a rank.
-  const int64_t maxWaitMs = wakeFd >= 0 ? std::max<int64_t>(1, interval / 1'000'000) : kPollMsWithoutWakes;
+  const int64_t maxWaitMs = wakeFd >= 0 ? std::numeric_limits<int>::max() : kPollMsWithoutWakes;
   int64_t nextFlush = monotonicNow() + interval;
   for (;;) {
     const int64_t now = monotonicNow();

@@ -261,8 +261,7 @@ void Recorder::stop(std::string_view exitReason) {
     stopRequested_ = true;
     stopReason_.assign(exitReason);
   }
-  const uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = write(wakeFd_.load(), &one, sizeof one);
+  wakeFlusher();
   if (flusher_.joinable()) flusher_.join();
   signalState().wakeFd.store(-1);
   writer_.reset();
@@ -279,10 +278,13 @@ void Recorder::onFork() {
   started_.store(false);
 }
 
-void Recorder::bufferFilling() noexcept {
-  if (!started() || forked_.load(std::memory_order_relaxed)) return;
+void Recorder::wakeFlusher() noexcept {
   const uint64_t one = 1;
   [[maybe_unused]] ssize_t n = write(wakeFd_.load(std::memory_order_relaxed), &one, sizeof one);
+}
+
+void Recorder::bufferFilling() noexcept {
+  if (started() && !forked_.load(std::memory_order_relaxed)) wakeFlusher();
 }
 
 void Recorder::flushNow() {
@@ -291,8 +293,7 @@ void Recorder::flushNow() {
   std::unique_lock lock(controlMutex_);
   if (flusherExited_) return;
   const uint64_t ticket = ++flushRequested_;
-  const uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = write(wakeFd_.load(), &one, sizeof one);
+  wakeFlusher();
   controlCv_.wait_for(lock, std::chrono::seconds(5), [&] { return flushDone_ >= ticket || flusherExited_; });
 }
 
