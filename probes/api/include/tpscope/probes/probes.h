@@ -132,30 +132,34 @@ struct ThreadBuffer {
 
   // Owning thread only. Never blocks; a full ring counts a drop. One compare a push, as a plain bounded ring has: the
   // producer looks at the consumer's `tail` only when its head reaches `checkAt`, the first push that could fill the
-  // ring to kDrainAt events (or find it full) for all the producer knows. There it wakes the flusher if this push does
-  // fill it to kDrainAt (one eventfd write), or moves `checkAt` on. The flusher sleeps until its next flush otherwise,
-  // so a busy rank is never preempted to look at fill levels.
+  // ring to kDrainAt events (or find it full) for all the producer knows. That push takes the slow path: it wakes the
+  // flusher if it fills the ring to kDrainAt (one eventfd write), or moves `checkAt` on. The flusher sleeps until its
+  // next flush otherwise, so a busy rank is never preempted to look at fill levels.
   bool push(const SpanEvent& e) noexcept {
     const uint64_t h = head.load(std::memory_order_relaxed);
     if (h >= checkAt) [[unlikely]]
-      if (!makeRoom(h)) return false;
+      return pushLooking(e, h);
     events[h & (kCapacity - 1)] = e;
     head.store(h + 1, std::memory_order_release);
     return true;
   }
 
  private:
-  // push()'s slow path, about once per kDrainAt pushes: false when the ring is full (a drop counted).
-  [[gnu::cold, gnu::noinline]] bool makeRoom(uint64_t h) noexcept {
+  // push()'s slow path, about once per kDrainAt / 8 pushes while the ring is this full and once per kDrainAt pushes
+  // otherwise: false when the ring is full (a drop counted). The event is published before the wake: a flusher woken
+  // earlier would find the ring one event short of kDrainAt and go back to sleep until its next flush.
+  [[gnu::cold, gnu::noinline]] bool pushLooking(const SpanEvent& e, uint64_t h) noexcept {
     cachedTail = tail.load(std::memory_order_acquire);
     if (h - cachedTail >= kCapacity) {
       dropped.store(dropped.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       return false;  // checkAt stays: the next push looks again
     }
+    events[h & (kCapacity - 1)] = e;
+    head.store(h + 1, std::memory_order_release);
     if (h + 1 - cachedTail >= kDrainAt) {
-      detail::bufferFilling();
       const uint64_t again = h + kDrainAt / 8;  // still this full at the next look: wakes again
       checkAt = again < cachedTail + kCapacity ? again : cachedTail + kCapacity;
+      detail::bufferFilling();
     } else {
       checkAt = cachedTail + kDrainAt - 1;
     }
