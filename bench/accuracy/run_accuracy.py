@@ -218,6 +218,12 @@ def ci_cases():
         healthy("ci-healthy-tp2pp2-hard-batch", "tp2pp2", 53, {"seed": 379920}),
         healthy("ci-healthy-tp2-ckpt-hard-batch", "tp2", 42, {"activation_checkpointing": True, "seed": 775034}),
         healthy("ci-healthy-dp2", "dp2", 30, {"seed": 4242}),
+        # Sequence parallelism: a natural spike at step 34 (healthy-017 of --only healthy --healthy-runs 200 --seed 31)
+        # moves rank 0's layer norms 2500x and both TP peers' sharded weights ~1000x: the batch's, no warning. An
+        # injected one moves one rank's alone.
+        healthy("ci-healthy-tp2pp2-sp-natural-spike", "tp2pp2", 58, {"sequence_parallel": True, "seed": 190754}),
+        (Case("ci-sp-spike-tp2", "tp2", [fault("spike", 1, 11)], 14, {"sequence_parallel": True, "seed": 4242}),
+         [("grad_spike", 1, 11)]),
         (Case("ci-spike-tp2dp2", "tp2dp2", [fault("spike", 3, 11)], 13), [("grad_spike", 3, 11)]),
         (Case("ci-hang-tp2", "tp2", [fault("hang", 1, 3, phase="fwd")], 5), [("hang", 1, None)]),
         # A 10^4x spike early (no history for the spike test) parts the replicas of rank 1's TP-replicated tensors;

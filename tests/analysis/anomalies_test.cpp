@@ -1,11 +1,14 @@
 // Gradient spikes: the robust baseline on log10 norms, confirmed against the series' own trend (anomalies.h).
 // A norm that grows by decades through warm-up is a trend, not a spike; a 1000x jump is a spike whatever the trend.
+#include "tpscope/analysis/anomalies.h"
+
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "test_file.h"
-#include "tpscope/analysis/anomalies.h"
 #include "tpscope/analysis/run_info.h"
 
 namespace tpscope::analysis {
@@ -273,6 +276,83 @@ TEST(GradSpike, ASpikeTheBatchExplainsIsInfo) {
     ASSERT_EQ(spikes.size(), 1u) << c.name;
     EXPECT_EQ(spikes[0].step, 14) << c.name;
     EXPECT_EQ(spikes[0].severity, c.expected) << c.name << ": " << spikes[0].message;
+  }
+}
+
+// Under sequence parallelism, TP peers see the same (gathered) sequence in their sharded parameters and their own parts
+// in the layer norms. The pattern of a healthy TP2 x PP2 run's natural spike (seed 190754, step 34): one rank's layer
+// norm 2000x, the sharded attention weight 1000x on both peers, the loss as before, the whole model's norm 500x - the
+// batch, info on every rank, the finding naming the peer's jump. A fault multiplying one rank's gradients by 1000 moves
+// its own parameters alone: a warning, also on top of a batch that moved both peers' 30x (the peer then is info).
+TEST(GradSpike, UnderSequenceParallelismAPeersShardedParameterTellsTheBatch) {
+  struct Case {
+    const char* name;
+    double naturalShared;                  // both ranks' sharded parameter at the spike step
+    double naturalOwn;                     // rank 0's layer norm (its part of the sequence)
+    double injectedRank1;                  // every parameter of rank 1
+    std::optional<Severity> rank0, rank1;  // expected; nullopt: no finding on that rank
+  };
+  for (const Case& c : {Case{"natural", 1000, 2000, 1, Severity::Info, Severity::Info},
+                        Case{"injected", 1, 1, 1000, std::nullopt, Severity::Warning},
+                        Case{"injected_on_a_hard_batch", 30, 1, 1000, Severity::Info, Severity::Warning}}) {
+    const auto path = testDir() / (std::string("sp_peer_") + c.name + ".db");
+    {
+      auto w = newWriter(path);
+      for (int r = 0; r < 2; ++r) {
+        tracedb::RankInfo ri;
+        ri.rank = r;
+        ri.worldSize = 2;
+        ASSERT_TRUE(w->putRank(ri));
+      }
+      ASSERT_TRUE(w->putGroup(tracedb::GroupInfo{"tp-0", {0, 1}, "gloo"}));
+      ASSERT_TRUE(w->setMeta("config", R"({"layers":1,"sequence_parallel":true})"));
+      for (int s = 0; s < 30; ++s) {
+        const bool spike = s == 20;
+        double sq = 0;
+        for (int r = 0; r < 2; ++r) {
+          const double wobble = 1.0 + 0.1 * std::sin(1.3 * s + r);
+          const double injected = spike && r == 1 ? c.injectedRank1 : 1.0;
+          const double shared = (spike ? c.naturalShared : 1.0) * (r == 1 ? 0.8 : 1.0) * injected;
+          const double own = (spike && r == 0 ? c.naturalOwn : 1.0) * injected;
+          for (const auto& [param, norm] : {std::pair{"layers.0.attention.qkv.weight", 0.003 * wobble * shared},
+                                            std::pair{"layers.0.ln1.bias", 0.0004 * wobble * own}}) {
+            tracedb::GradStatRow g;
+            g.rank = r;
+            g.step = s;
+            g.param = param;
+            g.layer = 0;
+            g.l2Norm = norm;
+            g.maxAbs = norm;
+            g.numel = 64;
+            ASSERT_TRUE(w->addGradStat(g));
+            sq += norm * norm;
+          }
+        }
+        for (int r = 0; r < 2; ++r) {
+          tracedb::StepStatRow st;
+          st.rank = r;
+          st.step = s;
+          st.gradNorm = std::sqrt(sq) * 100;
+          st.loss = 3.3 + 0.1 * std::sin(2.1 * s);
+          ASSERT_TRUE(w->putStepStat(st));
+        }
+      }
+      ASSERT_TRUE(w->close());
+    }
+    const Analyzed a = analyzeFile(path);
+    std::optional<Severity> found[2];
+    for (const Finding& f : anomalyFindings(a.report, a.info)) {
+      if (f.kind != FindingKind::GradSpike || f.rank < 0) continue;
+      ASSERT_LT(f.rank, 2);
+      EXPECT_EQ(f.step, 20) << c.name << ": " << f.message;
+      found[f.rank] = f.severity;
+      const bool toldTheBatch = std::any_of(f.details.begin(), f.details.end(), [&](const std::string& d) {
+        return d.find("on TP peer rank " + std::to_string(1 - f.rank)) != std::string::npos;
+      });
+      EXPECT_EQ(toldTheBatch, f.severity == Severity::Info) << c.name << ": " << f.message;
+    }
+    EXPECT_EQ(found[0], c.rank0) << c.name << ": rank 0";
+    EXPECT_EQ(found[1], c.rank1) << c.name << ": rank 1";
   }
 }
 

@@ -60,6 +60,9 @@ struct GradSeries {
   std::map<std::pair<int, int>, double> wholeNorm;
   Series loss;  // the run's loss per step (the mean over the ranks that recorded it), in step order
   std::map<int, std::vector<int>> tpPeers;  // rank → the other ranks of its TP group (they saw the same batch)
+  // Under sequence parallelism instead: rank → the other ranks of its TP group, which saw the same batch in their
+  // sharded parameters only (aPeerSharesTheJump).
+  std::map<int, std::vector<int>> seqPeers;
 };
 
 
@@ -173,6 +176,47 @@ bool hardBatch(const Series& loss, int step, int window) {
          (recent.size() >= 3 && now >= kHardBatchRise * vocabulary::medianOf(std::move(recent)));
 }
 
+// A parameter's norm at `step` on `rank` over its median over the previous `window` steps; 0 without a value or a
+// history.
+double paramJump(const GradSeries& g, int rank, int64_t param, int step, int window) {
+  const auto it = g.byParam.find({rank, param});
+  if (it == g.byParam.end()) return 0;
+  const Series& s = it->second;
+  const auto now = std::lower_bound(s.begin(), s.end(), std::pair{step, -HUGE_VAL});
+  if (now == s.end() || now->first != step) return 0;
+  std::vector<double> before;
+  for (auto b = std::lower_bound(s.begin(), now, std::pair{step - window, -HUGE_VAL}); b != now; ++b)
+    before.push_back(b->second);
+  const double median = before.empty() ? 0.0 : medianOf(std::move(before));
+  return median > 0 ? now->second / median : 0.0;
+}
+
+// Under sequence parallelism a TP peer computes its sharded parameters' gradients (the column- and row-parallel
+// weights) on the same gathered sequence, while the layer norms, the row-parallel biases and the positions see its
+// own part. A batch that moves one rank's sharded gradient moves its peer's in the same parameter by a like factor (a
+// healthy TP2 × PP2 run, step 34: attention.qkv.weight 1434× on rank 0 and 1066× on rank 1, mlp.fc1.weight 186× and
+// 182×, while its layer norms went 2500× and 3×); a fault on one rank's gradients moves its own alone. The first
+// parameter that jumped ≥ normRatioThreshold× on `rank` and on a peer, within a factor of normRatioThreshold of each
+// other, told as the finding's line; "" where there is none.
+std::string aPeerSharesTheJump(const GradSeries& g, int rank, int step, const AnomalyOptions& options) {
+  const auto peers = g.seqPeers.find(rank);
+  if (peers == g.seqPeers.end()) return {};
+  const double ratio = options.normRatioThreshold;
+  for (const auto& [key, series] : g.byParam) {
+    if (key.first != rank) continue;
+    const double own = paramJump(g, rank, key.second, step, options.window);
+    if (own < ratio) continue;
+    for (int p : peers->second) {
+      const double peer = paramJump(g, p, key.second, step, options.window);
+      if (peer >= ratio && peer * ratio >= own)
+        return "the batch's: " + g.params.at(key.second).first + " jumped " + detail::threeDigits(own) + "× here and " +
+               detail::threeDigits(peer) + "× on TP peer rank " + std::to_string(p) +
+               ", which computes it on the same sequence (sequence parallelism)";
+    }
+  }
+  return {};
+}
+
 // Material: the spike moves the update beyond what the run's own batches do. Three parts, each a thing healthy runs
 // showed otherwise (docs/diagnosis.md, "Gradient and loss anomalies"):
 //   1. the rank's total norm at that step is ≥ normRatioThreshold × its median over the previous steps: a spike in a
@@ -188,18 +232,23 @@ bool hardBatch(const Series& loss, int step, int window) {
 //      recent ones (hardBatch: a harder batch than any recent one makes its own gradient jump, and its loss with
 //      it), and the whole model's norm is at least vocabulary::kRunRangeRatio × the largest it reached anywhere
 //      before in the run — an order of magnitude past its own range (healthy hard batches reached 2.5–8.7× of it; an
-//      injected spike 1000×).
+//      injected spike 1000×). Under sequence parallelism the peers are evidence in their sharded parameters alone: a
+//      peer whose same parameter jumped with the rank's tells the batch (aPeerSharesTheJump, its line in `why`);
+//      without one the test without peers decides.
 // Without step_stats parts 1 and 3's peer test decide.
-bool material(const GradSeries& g, int rank, int step, const AnomalyOptions& options) {
+bool material(const GradSeries& g, int rank, int step, const AnomalyOptions& options, std::string& why) {
   const double ratio = options.normRatioThreshold;
   const double own = totalRatio(g, rank, step, options.window);
   if (own > 0 && own < ratio) return false;
   if (!risesAbove(g.wholeNorm, rank, step, options.window, ratio, Against::Max, [](double x) { return x; }))
     return false;
   const auto peers = g.tpPeers.find(rank);
-  if (peers == g.tpPeers.end())
+  if (peers == g.tpPeers.end()) {
+    why = aPeerSharesTheJump(g, rank, step, options);
+    if (!why.empty()) return false;
     return !hardBatch(g.loss, step, options.window) &&
            risesAbove(g.wholeNorm, rank, step, step + 1, vocabulary::kRunRangeRatio, Against::Max, [](double x) { return x; });
+  }
   for (int p : peers->second)
     if (own < ratio * totalRatio(g, p, step, options.window)) return false;
   return true;
@@ -215,7 +264,7 @@ void paramSpikes(const GradSeries& g, const AnomalyOptions& options, AnomalyRepo
     const auto& [name, layer] = g.params.at(key.second);
     findSpikes(s, perParam, vocabulary::SpikeScale::Norm, [&](int step, double x, double m, double mad, double z) {
       Spike sp{key.first, step, layer, name, x, m, mad, z};
-      sp.material = material(g, key.first, step, options);
+      sp.material = material(g, key.first, step, options, sp.explained);
       out.gradSpikes.push_back(std::move(sp));
     });
   }
@@ -375,13 +424,14 @@ tracedb::Result<AnomalyReport> analyzeAnomalies(tracedb::Reader& reader, const R
   grads->loss = meanPerStep(losses);
   // TP peers computed on the same batch — except under sequence parallelism, where each holds its own part of the
   // sequence in the layer norms, dropout and the row-parallel biases: a rare token in one part moves those gradients
-  // on its rank alone (a healthy TP2 x PP2 run: position 21.05 on one rank, 0.004 on its peer).
+  // on its rank alone (a healthy TP2 x PP2 run: position 21.05 on one rank, 0.004 on its peer). There the peers are
+  // evidence in their sharded parameters only (seqPeers, aPeerSharesTheJump).
   const bool sameBatch = !(info.model && info.model->sequenceParallel);
   for (const auto& grp : info.groups)
-    if (sameBatch && grp.name.rfind("tp-", 0) == 0 && grp.ranks.size() > 1)
+    if (grp.name.rfind("tp-", 0) == 0 && grp.ranks.size() > 1)
       for (int r : grp.ranks)
         for (int p : grp.ranks)
-          if (p != r) grads->tpPeers[r].push_back(p);
+          if (p != r) (sameBatch ? grads->tpPeers : grads->seqPeers)[r].push_back(p);
   paramSpikes(*grads, options, out);
   stepStatAnomalies(*stats, options, out);
   if (reader.metaValue("grad_stats_after_reduction").value_or("") == "1")
@@ -425,7 +475,11 @@ std::vector<Finding> anomalyFindings(const AnomalyReport& report, const RunInfo&
     fd.kind = FindingKind::GradSpike;
     // A spike of a parameter too small to move its rank's gradient is a figure, not a fault.
     bool material = false;
-    for (size_t k = i; k < j; ++k) material = material || report.gradSpikes[k].material;
+    const std::string* explained = nullptr;
+    for (size_t k = i; k < j; ++k) {
+      material = material || report.gradSpikes[k].material;
+      if (explained == nullptr && !report.gradSpikes[k].explained.empty()) explained = &report.gradSpikes[k].explained;
+    }
     fd.severity = material ? Severity::Warning : Severity::Info;
     fd.rank = s.rank;
     fd.step = s.step;
@@ -436,6 +490,7 @@ std::vector<Finding> anomalyFindings(const AnomalyReport& report, const RunInfo&
                  threeDigits(s.median) + ", " + threeDigits(s.value / std::max(s.median, 1e-300)) + "×, robust z " +
                  threeDigits(s.z) + ")";
     if (j - i > 1) fd.details.push_back(std::to_string(j - i) + " parameters spiked on this rank at this step");
+    if (!material && explained != nullptr) fd.details.push_back(*explained);
     const auto rw = runWide.find(s.step);
     const bool folded = s.rank >= 0 && rw != runWide.end();
     if (folded)
