@@ -6,7 +6,9 @@ A seeded, randomised campaign of real captures (tpscope capture of tpscope-train
   single    every --inject kind x {TP2, TP4, TP2xDP2} x {fwd, bwd} where the kind has a placement, at random ranks
             (rank 0 included), steps and layers
   compound  two faults in one run (slow + nan, delay + hang, nan + a later nan, slow + crash): the cause that stops
-            or corrupts the run must be diagnose's first finding, the other must be found too
+            or corrupts the run must be diagnose's first finding, the other must be found too. nan + nan runs under
+            --on-nonfinite skip-step: under warn the first NaN's update leaves every weight NaN, and the second lands
+            in values that are NaN already (no tool can see it); skipped, the state stays finite and it is born anew
   healthy   random seeds, configs (tiny and small; sequence parallelism, activation checkpointing, gradient
             accumulation, bf16), layouts (TP2, TP4, TP2xDP2, DP2, PP2, TP2xPP2), 10-60 steps, and the Python samples
             (tp_train.py, dtensor_mlp.py): any finding of warning or above is a false alarm. Natural spikes (the
@@ -166,6 +168,9 @@ def make_cases(rng, runs, healthy_runs=None):
             s = rng.randrange(2, 4)
             fs = [fault("nan", a, s, rng.randrange(2), "bwd"), fault("nan", b, s + 2, rng.randrange(2), "bwd")]
             steps = s + 4
+            compound.append(Case(f"compound-{len(compound):03d}-{pair}-{lay}", lay, fs, steps,
+                                 args=["--on-nonfinite", "skip-step"]))
+            continue
         else:
             s = rng.randrange(3, 6)
             fs, steps = [fault("slow", a, ms=100), fault("crash", b, s)], s + 2
@@ -235,6 +240,9 @@ def ci_cases():
          [("nan_origin", 1, 9)]),
         (Case("ci-nan+nan-tp2dp2", "tp2dp2", [fault("nan", 0, 2, 0, "bwd"), fault("nan", 3, 4, 1, "bwd")], 6),
          [("nan_origin", 0, 2)]),
+        # Skipped, the first NaN's step leaves the state finite: the second NaN is born anew, a root of its own.
+        (Case("ci-nan+nan-skip-step-tp2", "tp2", [fault("nan", 0, 2, 0, "bwd"), fault("nan", 1, 4, 1, "bwd")], 6,
+              args=["--on-nonfinite", "skip-step"]), [("nan_origin", 0, 2), ("nan_origin", 1, 4)]),
     ]
 
 

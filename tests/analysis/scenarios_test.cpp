@@ -1,13 +1,13 @@
 // Each finding kind from a tiny simulated run built to have it; the whole diagnosis and report as golden JSON.
 #include <gtest/gtest.h>
-
-#include <set>
 #include <sqlite3.h>
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <variant>
 
@@ -16,9 +16,9 @@
 #include "test_runs.h"
 #include "tpscope/analysis/desync.h"
 #include "tpscope/analysis/diagnose.h"
-#include "tpscope/report/json_output.h"
 #include "tpscope/analysis/nonfinite.h"
 #include "tpscope/analysis/report.h"
+#include "tpscope/report/json_output.h"
 #include "tpscope/tracedb/query.h"
 
 namespace tpscope::analysis {
@@ -847,6 +847,72 @@ TEST(Scenario, TwoCopiesWithNothingElseSayWhatWouldDecide) {
     decides = decides || (line.find("replay from the last checkpoint") != std::string::npos &&
                           line.find("third copy") != std::string::npos);
   EXPECT_TRUE(decides) << "the details say what would decide between the copies";
+}
+
+// Two NaNs on a TP pair: rank 0's gradient at step 2, rank 1's at step 4. Under --on-nonfinite skip-step the step with
+// the value is skipped (its global grad norm NaN on both ranks, the update not applied) and step 3 is finite on every
+// rank: rank 1's NaN at step 4 is born anew, a second incident and a root of its own - not spread from rank 0, and
+// not under it in the chain. Under warn, step 3 holds the first NaN's consequences (a NaN loss on both ranks): one
+// incident, whose origin is rank 0's.
+TEST(Scenario, ANanAfterACleanStepIsAnIncidentOfItsOwn) {
+  for (const bool skipped : {true, false}) {
+    const auto path = testing::testDir() / (skipped ? "two_nans_skipped.db" : "two_nans_warn.db");
+    {
+      auto w = testing::newWriter(path);
+      for (int r = 0; r < 2; ++r) {
+        tracedb::RankInfo ri;
+        ri.rank = r;
+        ri.worldSize = 2;
+        ASSERT_TRUE(w->putRank(ri));
+      }
+      ASSERT_TRUE(w->putGroup(tracedb::GroupInfo{"tp-0", {0, 1}, "gloo"}));
+      for (int s = 1; s <= 5; ++s)
+        for (int r = 0; r < 2; ++r) {
+          const bool nanGrad = (s == 2 && r == 0) || (s == 4 && r == 1);
+          for (const char* param : {"layers.0.ln1.weight", "layers.1.ln1.weight"}) {
+            tracedb::GradStatRow g;
+            g.rank = r;
+            g.step = s;
+            g.param = param;
+            g.layer = param[7] - '0';
+            g.l2Norm = 0.5;
+            g.maxAbs = 0.1;
+            g.numel = 32;
+            g.nanCount = nanGrad && g.layer == (r == 0 ? 0 : 1) ? 1 : 0;
+            ASSERT_TRUE(w->addGradStat(g));
+          }
+          tracedb::StepStatRow st;
+          st.rank = r;
+          st.step = s;
+          const bool poisoned = !skipped && s >= 3;  // warn: the update of step 2 made the weights NaN
+          st.loss = poisoned ? std::numeric_limits<double>::quiet_NaN() : 5.0 - 0.1 * s;
+          if (s != 2 && s != 4 && !poisoned) st.gradNorm = 1.0;  // a NaN norm: not stored (NULL)
+          st.skipped = skipped && (s == 2 || s == 4);
+          ASSERT_TRUE(w->putStepStat(st));
+        }
+      ASSERT_TRUE(w->close());
+    }
+    auto reader = testing::openReader(path);
+    ASSERT_TRUE(reader);
+    const DiagnoseResult d = diagnose(*reader);
+    std::vector<std::pair<int, int>> origins;  // (rank, step) of the critical origins
+    for (const Finding* f : ofKind(d, FindingKind::NanOrigin))
+      if (f->severity == Severity::Critical) origins.emplace_back(f->rank, f->step);
+    std::vector<std::pair<int, int>> roots;
+    for (const ChainLink& l : d.chain)  // (no collectives here to carry the NaN norm to the peer: those are errors)
+      if (l.kind == "nan_origin" && l.severity == Severity::Critical) roots.emplace_back(l.rank, l.step);
+    if (skipped) {
+      EXPECT_EQ(origins, (std::vector<std::pair<int, int>>{{0, 2}, {1, 4}}));
+      EXPECT_EQ(roots, (std::vector<std::pair<int, int>>{{0, 2}, {1, 4}})) << "two incidents, two roots";
+      for (const Finding* f : ofKind(d, FindingKind::NanOrigin)) {
+        if (f->severity == Severity::Critical && f->step == 4) {
+          EXPECT_NE(f->message.find("since step 3"), std::string::npos) << f->message;
+        }
+      }
+    } else {
+      EXPECT_EQ(origins, (std::vector<std::pair<int, int>>{{0, 2}}));
+    }
+  }
 }
 
 }  // namespace

@@ -172,10 +172,11 @@ Reason hangCauses(const Ctx& x, const Finding& c, const Finding& e) {
   return r;
 }
 
-// The hop of a NaN/Inf origin's spread that reached `rank`, if any.
-const SpreadHop* hopTo(const Ctx& x, int rank) {
-  if (x.in.nonfinite == nullptr) return nullptr;
-  for (const auto& h : x.in.nonfinite->spread)
+// The hop of the spread of origin `c` that reached `rank`, if any.
+const SpreadHop* hopTo(const Ctx& x, const Finding& c, int rank) {
+  const NonFiniteReport* nf = incidentAt(x.in.nonfinite, c.rank, c.step);
+  if (nf == nullptr) return nullptr;
+  for (const auto& h : nf->spread)
     if (contains(h.toRanks, rank)) return &h;
   return nullptr;
 }
@@ -185,14 +186,15 @@ Reason originCauses(const Ctx& x, const Finding& c, const Finding& e) {
   if (!(isKind(e, FindingKind::GradSpike) || isKind(e, FindingKind::LossSpike) ||
         isKind(e, FindingKind::ReplicaDivergence)))
     return {};
-  if (e.step < c.step) return {};
+  // From the next incident's origin on (a value born anew after a clean step, nonfinite.h), the values are its.
+  if (e.step < c.step || e.step >= numberOr(c, "next_origin_step", INT64_MAX)) return {};
   const std::string value = c.kind == FindingKind::NanOrigin ? "NaN" : "Inf";
   if (e.rank == c.rank || e.rank < 0)  // the origin's own values, or a run-wide value its values enter
     return LinkReason{"rank " + std::to_string(c.rank) + " held the " + value + " from step " + std::to_string(c.step) +
                           (e.rank < 0 ? ", and the run-wide value is computed from every rank's" : ""),
                       {{"step_stats", {field("rank", int64_t{c.rank}), field("step", int64_t{e.step})}}}};
   if (!contains(c.ranks, e.rank)) return {};  // the origin's receivers: ranks its spread path reached (nonfinite.h)
-  const SpreadHop* h = hopTo(x, e.rank);
+  const SpreadHop* h = hopTo(x, c, e.rank);
   if (h == nullptr)
     return LinkReason{"the " + value + " reached rank " + std::to_string(e.rank) + " by the origin's spread path",
                       rowsOf(c, "collectives", 2)};
@@ -494,8 +496,8 @@ double stragglerLinks(const Ctx& x, const Finding& fd, ChainLink& root) {
 
 // A non-finite origin's hops, nested: a hop from a rank another hop reached hangs under that hop.
 void spreadLinks(const Ctx& x, const Finding& fd, ChainLink& root) {
-  const NonFiniteReport* nf = x.in.nonfinite;
-  if (nf == nullptr || !nf->origin || nf->origin->rank != fd.rank || nf->origin->step != fd.step) return;
+  const NonFiniteReport* nf = incidentAt(x.in.nonfinite, fd.rank, fd.step);
+  if (nf == nullptr) return;
   auto firstEvent = [&](int rank) -> const NonFiniteEvent* {
     for (const auto& e : nf->firstPerRank)
       if (e.rank == rank) return &e;

@@ -190,7 +190,7 @@ tracedb::Status readAlertEvents(tracedb::Reader& reader, std::vector<NonFiniteEv
 // 3. Non-finite step statistics (loss, global grad norm), and each rank's step windows: the latest time a record of
 // that step can stand for (the bound of a receiver's evidence in the spread below).
 tracedb::Status readStepStatEvents(tracedb::Reader& reader, std::vector<NonFiniteEvent>& events,
-                                   std::map<std::pair<int, int>, int64_t>& stepEnd) {
+                                   std::map<std::pair<int, int>, int64_t>& stepEnd, std::set<int>& recordedSteps) {
   // SQLite stores NaN as NULL. A NULL loss or grad_norm is a NaN where the rank records that column at other steps
   // (tpscope-train always does); ±Inf is stored as it is. Per column: 2 ±Inf, 1 NULL, 0 otherwise.
   struct Row {
@@ -220,6 +220,7 @@ tracedb::Status readStepStatEvents(tracedb::Reader& reader, std::vector<NonFinit
     return std::tie(a.rank, a.step) < std::tie(b.rank, b.step);
   });
   for (const Row& row : rows) {
+    recordedSteps.insert(row.step);
     if (row.endNs) stepEnd[{row.rank, row.step}] = *row.endNs;
     const auto [hasLoss, hasNorm] = has.at(row.rank);
     const int loss = row.loss == 1 && !hasLoss ? 0 : row.loss;
@@ -374,24 +375,10 @@ void recordSpread(std::map<int, Arrival>& reached, const std::map<int, NonFinite
   }
 }
 
-}  // namespace
-
-tracedb::Result<NonFiniteReport> analyzeNonFinite(tracedb::Reader& reader, const RunInfo& info) {
+// One incident: its events (sorted by `earlier`), their origin and the spread from it.
+tracedb::Result<NonFiniteReport> analyzeIncident(tracedb::Reader& reader, const RunInfo& info,
+                                                 const std::vector<NonFiniteEvent>& events) {
   NonFiniteReport out;
-  std::vector<NonFiniteEvent> events;
-  std::map<std::pair<int, int>, int64_t> stepEnd;
-  if (auto s = readGradEvents(reader, events); !s) return s;
-  if (auto s = readAlertEvents(reader, events, pipelineStages(reader) > 1, gradCounts(events)); !s) return s;
-  if (auto s = readStepStatEvents(reader, events, stepEnd); !s) return s;
-  for (NonFiniteEvent& e : events) {
-    if (e.tsNs)
-      e.boundNs = e.tsNs;
-    else if (!e.boundNs)
-      if (auto it = stepEnd.find({e.rank, e.step}); it != stepEnd.end()) e.boundNs = it->second;
-  }
-  if (events.empty()) return out;
-
-  std::sort(events.begin(), events.end(), earlier);
   // Grad stats beat step stats at equal position: the step_stats event carries no layer and sorts last anyway.
   std::map<int, NonFiniteEvent> first;
   for (const auto& e : events) first.try_emplace(e.rank, e);
@@ -408,15 +395,61 @@ tracedb::Result<NonFiniteReport> analyzeNonFinite(tracedb::Reader& reader, const
   return out;
 }
 
+}  // namespace
+
+tracedb::Result<NonFiniteReport> analyzeNonFinite(tracedb::Reader& reader, const RunInfo& info) {
+  std::vector<NonFiniteEvent> events;
+  std::map<std::pair<int, int>, int64_t> stepEnd;
+  std::set<int> recordedSteps;  // steps some rank recorded step statistics for
+  if (auto s = readGradEvents(reader, events); !s) return s;
+  if (auto s = readAlertEvents(reader, events, pipelineStages(reader) > 1, gradCounts(events)); !s) return s;
+  if (auto s = readStepStatEvents(reader, events, stepEnd, recordedSteps); !s) return s;
+  for (NonFiniteEvent& e : events) {
+    if (e.tsNs)
+      e.boundNs = e.tsNs;
+    else if (!e.boundNs)
+      if (auto it = stepEnd.find({e.rank, e.step}); it != stepEnd.end()) e.boundNs = it->second;
+  }
+  if (events.empty()) return NonFiniteReport{};
+  std::sort(events.begin(), events.end(), earlier);
+
+  // Incidents: a recorded step with no non-finite record on any rank between two that have some (the policy skipped
+  // the step, so the state stayed finite) ends one; the next non-finite value is born anew, not spread.
+  std::vector<std::pair<int, std::vector<NonFiniteEvent>>> incidents;  // (the clean step before it, its events)
+  for (NonFiniteEvent& e : events) {
+    if (!incidents.empty()) {
+      const int last = incidents.back().second.back().step;
+      const auto clean = recordedSteps.upper_bound(last);
+      if (clean == recordedSteps.end() || *clean >= e.step) {
+        incidents.back().second.push_back(std::move(e));
+        continue;
+      }
+      incidents.emplace_back(*std::prev(recordedSteps.lower_bound(e.step)), std::vector<NonFiniteEvent>{});
+    } else {
+      incidents.emplace_back(-1, std::vector<NonFiniteEvent>{});
+    }
+    incidents.back().second.push_back(std::move(e));
+  }
+  auto out = analyzeIncident(reader, info, incidents.front().second);
+  if (!out) return out;
+  for (size_t i = 1; i < incidents.size(); ++i) {
+    auto later = analyzeIncident(reader, info, incidents[i].second);
+    if (!later) return later;
+    later->afterCleanStep = incidents[i].first;
+    out->later.push_back(std::move(*later));
+  }
+  return out;
+}
+
 namespace {
 using detail::field;
 
 using detail::threeDigits;
-}  // namespace
 
-std::vector<Finding> nonFiniteFindings(const NonFiniteReport& report, const RunInfo& info) {
-  std::vector<Finding> out;
-  if (!report.origin) return out;
+// One incident's findings: its origin (critical), with the spread; a rank the spread does not explain (error).
+// `nextOrigin`: the step where the next incident's value was born (its consequences are not this one's), or -1.
+void incidentFindings(const NonFiniteReport& report, const RunInfo& info, int nextOrigin, std::vector<Finding>& out) {
+  if (!report.origin) return;
   const NonFiniteEvent& o = *report.origin;
   Finding fd;
   fd.kind = o.isNan() ? FindingKind::NanOrigin : FindingKind::InfOrigin;
@@ -433,7 +466,10 @@ std::vector<Finding> nonFiniteFindings(const NonFiniteReport& report, const RunI
   if (o.source == "grad_stats") where += " grad";
   else if (!o.phase.empty()) where += " (" + o.phase + ")";
   if (o.microbatch >= 0) where += " of micro-batch " + std::to_string(o.microbatch);
-  fd.message = std::string("first ") + (o.isNan() ? "NaN" : "Inf") + ": " + where;
+  fd.message = std::string("first ") + (o.isNan() ? "NaN" : "Inf") +
+               (report.afterCleanStep >= 0
+                    ? " since step " + std::to_string(report.afterCleanStep) + " (finite on every rank): " + where
+                    : ": " + where);
   std::string line = "first non-finite value: ";
   if (o.nanCount > 0) line += std::to_string(o.nanCount) + " NaN";
   if (o.nanCount > 0 && o.infCount > 0) line += " and ";
@@ -484,6 +520,13 @@ std::vector<Finding> nonFiniteFindings(const NonFiniteReport& report, const RunI
   if (o.medianNorm) fd.number("median_l2_norm", *o.medianNorm);
   fd.number("affected_ranks", static_cast<int64_t>(report.firstPerRank.size()));
   if (o.microbatch >= 0) fd.number("microbatch", int64_t{o.microbatch});
+  if (report.afterCleanStep >= 0) {
+    fd.details.push_back("step " + std::to_string(report.afterCleanStep) +
+                         " was recorded finite on every rank after the last non-finite one: this value was born anew, "
+                         "not spread");
+    fd.number("after_clean_step", int64_t{report.afterCleanStep});
+  }
+  if (nextOrigin >= 0) fd.number("next_origin_step", int64_t{nextOrigin});
   out.push_back(std::move(fd));
   // A second origin: affected ranks the spread path does not explain, each its own finding.
   for (const NonFiniteEvent& e : report.firstPerRank) {
@@ -502,6 +545,26 @@ std::vector<Finding> nonFiniteFindings(const NonFiniteReport& report, const RunI
     s.number("nan_count", e.nanCount);
     s.number("inf_count", e.infCount);
     out.push_back(std::move(s));
+  }
+}
+
+}  // namespace
+
+const NonFiniteReport* incidentAt(const NonFiniteReport* report, int rank, int step) {
+  if (report == nullptr) return nullptr;
+  auto isIt = [&](const NonFiniteReport& r) { return r.origin && r.origin->rank == rank && r.origin->step == step; };
+  if (isIt(*report)) return report;
+  for (const auto& later : report->later)
+    if (isIt(later)) return &later;
+  return nullptr;
+}
+
+std::vector<Finding> nonFiniteFindings(const NonFiniteReport& report, const RunInfo& info) {
+  std::vector<Finding> out;
+  for (size_t i = 0; i <= report.later.size(); ++i) {
+    const NonFiniteReport& r = i == 0 ? report : report.later[i - 1];
+    const int next = i < report.later.size() && report.later[i].origin ? report.later[i].origin->step : -1;
+    incidentFindings(r, info, next, out);
   }
   return out;
 }

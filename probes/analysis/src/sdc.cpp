@@ -141,15 +141,16 @@ bool explainByNonFinite(Finding& fd, const std::vector<Finding>& all, const NonF
   for (const Finding& o : all) {
     if ((o.kind != FindingKind::NanOrigin && o.kind != FindingKind::InfOrigin) || o.step < S - 1 || o.step > S)
       continue;
-    const bool mainOrigin = nf != nullptr && nf->origin && nf->origin->rank == o.rank && nf->origin->step == o.step;
+    const NonFiniteReport* incident = incidentAt(nf, o.rank, o.step);  // null: a rank it does not explain
+    const bool mainOrigin = incident != nullptr;
     std::vector<const NonFiniteEvent*> held;
     std::vector<int> heldRanks;
     for (int u : fd.ranks) {
       const NonFiniteEvent* e = nullptr;
       if (mainOrigin)
-        for (const auto& ev : nf->firstPerRank)
+        for (const auto& ev : incident->firstPerRank)
           if (ev.rank == u && ev.step <= S) e = &ev;
-      if (e == nullptr && mainOrigin && nf->origin->rank == u) e = &*nf->origin;
+      if (e == nullptr && mainOrigin && incident->origin->rank == u) e = &*incident->origin;
       if (e != nullptr || u == o.rank) {
         held.push_back(e);
         heldRanks.push_back(u);

@@ -23,6 +23,7 @@
 // it), a DP gradient bucket or optimizer-phase collective carries reduced gradients or scalars (so only its step
 // statistics show it). A record in a later step is explained by any carrier. Each receiver keeps its earliest
 // carrier; affected ranks no carrier explains are "unexplained" (possible second origins).
+// Incidents: a step recorded with no non-finite value on any rank ends one (NonFiniteReport::later).
 #pragma once
 
 #include <cstdint>
@@ -66,9 +67,16 @@ struct NonFiniteReport {
   std::vector<int> receivers;                // affected ranks other than the origin, reached by the spread path
   std::vector<int> unexplained;              // affected ranks the spread path does not reach
   std::vector<SpreadHop> spread;             // in order of the hops
+  // Later incidents: where a recorded step between two non-finite ones shows none on any rank (the policy skipped the
+  // step with the value, --on-nonfinite skip-step, and the state stayed finite), the next value is born anew: its own
+  // origin and spread, from the records of its steps on. Only the first incident's report holds them.
+  std::vector<NonFiniteReport> later;
+  int afterCleanStep = -1;  // a later incident: the last clean step before it
 };
 
 tracedb::Result<NonFiniteReport> analyzeNonFinite(tracedb::Reader& reader, const RunInfo& info);
 std::vector<Finding> nonFiniteFindings(const NonFiniteReport& report, const RunInfo& info);
+// The incident (`report` itself or one of its `later`) whose origin is on `rank` at `step`; null where none is.
+const NonFiniteReport* incidentAt(const NonFiniteReport* report, int rank, int step);
 
 }  // namespace tpscope::analysis
