@@ -394,6 +394,48 @@ std::optional<Finding> pairStraggler(const std::string& name, int hostCpus, int6
   return *st[0];
 }
 
+// A TP pair that stopped after two steps (a crash at step 3 of a compound run): rank 1 late at the start of each. Two
+// steps give the arrival test p = 0.08 at best, however late; what tells a straggler there is the size: late in each
+// step by more than two scheduling periods beyond chance (24 ms at 2 CPUs), without waiting for a CPU, the rank's own
+// work made it late — a warning that says so. 10 ms a step is within the scheduler's reach: nothing; 60 ms of it spent
+// waiting for a CPU (the run delay) is the host's: nothing either.
+TEST(Scenario, TwoStepsLateByMoreThanTheSchedulerCanMakeAreAStraggler) {
+  auto stragglerOf = [](const std::string& name, int64_t delayNs, int64_t cpuWaitNs) -> std::optional<Finding> {
+    RunSpec spec;
+    spec.tp = 2;
+    spec.dp = 1;
+    spec.steps = 2;
+    spec.stragglerRank = 1;
+    spec.stragglerDelayNs = delayNs;
+    spec.hostCpus = 2;
+    spec.computeJitterNs = 300'000;  // a real pair's small skews: every collective decided, by chance but the first
+    const auto path = testing::testDir() / (name + ".db");
+    EXPECT_TRUE(testing::writeRun(path, spec));
+    if (cpuWaitNs > 0) addRunDelay(path, 1, 0, cpuWaitNs);
+    auto reader = testing::openReader(path);
+    if (!reader) return std::nullopt;
+    const DiagnoseResult d = diagnose(*reader);
+    const auto st = ofKind(d, FindingKind::Straggler);
+    if (st.size() != 1u) return std::nullopt;
+    return *st[0];
+  };
+  const auto late = stragglerOf("two-steps-60ms", 60'000'000, 0);
+  ASSERT_TRUE(late);
+  EXPECT_EQ(late->rank, 1);
+  EXPECT_EQ(late->severity, Severity::Warning) << late->message;
+  double p = -1;
+  for (const auto& n : late->evidence.numbers)
+    if (n.name == "p_value") p = std::get<double>(n.value);
+  EXPECT_GE(p, 0.05) << "the premise: too few steps for the arrival test";
+  bool said = false;
+  for (const auto& line : late->details) said |= line.starts_with("too few steps for the arrival test; late in each");
+  EXPECT_TRUE(said) << late->message;
+  const auto small = stragglerOf("two-steps-10ms", 10'000'000, 0);
+  EXPECT_TRUE(!small || small->severity == Severity::Info) << small->message;
+  const auto starved = stragglerOf("two-steps-60ms-cpu-wait", 60'000'000, 60'000'000);
+  EXPECT_TRUE(!starved || starved->severity == Severity::Info) << starved->message;
+}
+
 // A pair whose rank 1 starts every step 8 ms late over 16 steps: a straggler warning (the long run above). When the
 // recorder says rank 1's threads waited that long for a CPU, it is late because it did not get one: where
 // every CPU of the host runs a rank (2 and 2) that is the host's scheduling, a figure; where CPUs are spare another

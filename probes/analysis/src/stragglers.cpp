@@ -90,7 +90,21 @@ struct StragglerCase {
   bool hostNoiseSized = false;                    // lagPerStep under hostWait: within the host's scheduling noise
   bool stepSignificant = true;  // late step after step: the step-clustered test at the run's bound (collectives.h)
   bool large = false;           // costPct ≥ stragglerLargeStepPct: a quarter of a step per step
+  bool fewSteps = false;        // too few steps for the arrival test (p ≥ stragglerLargeAlpha), late in each one
 };
+
+// Late in each of at least two steps, by more than the scheduler can make: how a large effect is told where the run
+// has too few steps for the arrival test (a TP pair that crashed after two steps: p = 0.08 at best, however late).
+// Lateness comes from the CPU (the rank waited for one: the run delay) or from the rank's own work (it computed or
+// slept longer). Beyond chance by kSchedulerPeriods scheduling periods per step and more than its host's ranks waited
+// for a CPU, while its own wait does not explain half of it, it is the rank's own work. A healthy rank is late at a
+// step by chance half the time, by up to a period at a time.
+constexpr double kSchedulerPeriods = 2.0;
+bool beyondTheScheduler(const StragglerCase& c) {
+  const RankStraggling& r = c.r;
+  if (r.stepsCounted < 2 || r.stepsLate < r.stepsCounted || !c.large || c.cpuSized) return false;
+  return c.lagPerStep >= kSchedulerPeriods * c.period && (!c.hostWait || c.lagPerStep >= *c.hostWait);
+}
 
 // Material: the waiting it caused beyond what chance would have put on it, per step (summed over the ranks that
 // waited: the rank-time the job lost), against the mean step time. On an oversubscribed host (more ranks than CPUs)
@@ -192,15 +206,21 @@ Finding stragglerFinding(const StragglerCase& c, const CollectiveAnalysis& ca, c
   fd.details.push_back(why);
   if (c.full && r.stepsCounted >= 2) {  // where the step test applies (judge)
     char steps[320];
-    std::snprintf(steps, sizeof steps,
-                  "late beyond its chance share in %lld of %lld steps (step-clustered z = %.1f, p = %.2g)%s",
-                  static_cast<long long>(r.stepsLate), static_cast<long long>(r.stepsCounted), r.zStep, r.pStep,
-                  c.stepSignificant ? ""
-                                    : ": not significant step by step at the run's bound — where every CPU runs a "
-                                      "rank, lateness that comes in stretches is the scheduler's; a longer run "
-                                      "decides");
+    std::snprintf(
+        steps, sizeof steps, "late beyond its chance share in %lld of %lld steps (step-clustered z = %.1f, p = %.2g)%s",
+        static_cast<long long>(r.stepsLate), static_cast<long long>(r.stepsCounted), r.zStep, r.pStep,
+        c.stepSignificant || c.fewSteps ? ""
+                                        : ": not significant step by step at the run's bound — where every CPU runs a "
+                                          "rank, lateness that comes in stretches is the scheduler's; a longer run "
+                                          "decides");
     fd.details.push_back(steps);
   }
+  if (c.fewSteps)
+    fd.details.push_back(
+        "too few steps for the arrival test; late in each of its " + std::to_string(r.stepsCounted) + " steps, by " +
+        ms(static_cast<int64_t>(c.lagPerStep)) + " per step beyond chance" +
+        (c.period > 0 ? ", over " + threeDigits(c.lagPerStep / c.period) + " scheduling periods" : std::string()) +
+        ", and not for want of a CPU: its own work made it late");
   addHostDetails(fd, c, info, cpuWait);
   for (const CollectiveArrival& a : ca.worst) {
     if (a.lastRank != r.rank) continue;
@@ -268,13 +288,14 @@ std::vector<Finding> stragglerFindings(const CollectiveAnalysis& ca, const RunIn
   const double alpha = o.stragglerAlpha / static_cast<double>(std::max<size_t>(1, sr.ranks.size()));
   const double stepNs = meanStepNs(b);
   for (const RankStraggling& r : sr.ranks) {
-    if (r.causedWaitNs * 4 < top * 3 || r.collectives < o.stragglerMinCollectives ||
-        r.pValue >= o.stragglerLargeAlpha || victims.count(r.rank))
-      continue;
+    if (r.causedWaitNs * 4 < top * 3 || r.collectives < o.stragglerMinCollectives || victims.count(r.rank)) continue;
     StragglerCase c = judge(r, sr, info, stepNs, alpha, cpuWait);
     // A large effect needs less evidence: few steps cannot make a rank significant at the run's bound, however late.
     c.large = stepNs > 0 && c.costPct >= o.stragglerLargeStepPct;
     if (r.pValue >= alpha && !c.large) continue;
+    // Too few steps for even that: late in each, by more than the scheduler can make.
+    c.fewSteps = r.pValue >= o.stragglerLargeAlpha;
+    if (c.fewSteps && !beyondTheScheduler(c)) continue;
     out.push_back(stragglerFinding(c, ca, info, stepNs, cpuWait, o));
   }
   return out;

@@ -72,6 +72,7 @@ struct Sim {
   std::map<std::string, uint32_t> names;
   std::vector<SpanRow> spans;
   Status status;
+  int64_t computeCalls = 0;  // compute() calls so far (RunSpec::computeJitterNs)
 
   uint32_t name(const std::string& n) {
     auto it = names.find(n);
@@ -97,6 +98,7 @@ struct Sim {
 
   void compute(int rank, const std::string& n, int64_t d, int step, int layer, Phase phase) {
     if (stopped[rank]) return;
+    if (spec.computeJitterNs > 0 && (rank + computeCalls++ / world) % 2 == 1) d += spec.computeJitterNs;
     span(rank, 0, SpanKind::Compute, n, clock[rank], d, step, layer, phase);
     for (int i = 0; i < spec.extraSpansPerCompute; ++i) {
       const int64_t part = d / (spec.extraSpansPerCompute + 1);

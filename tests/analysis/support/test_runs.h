@@ -27,6 +27,9 @@ struct RunSpec {
   bool indexed = true;      // create the query indexes (a merged file) or not (a raw recorder file)
   bool commSpans = true;    // also record a comm span for each collective (as the communicator does)
   int64_t elements = 256;   // b·s·h of each TP all-reduce (config: micro_batch_size 2, seq_len 8, hidden 16)
+  // > 0: every other compute span of each rank takes this much longer, the ranks taking turns, so that each TP
+  // collective has a last arriver by chance (a real run's small skews), not a tie
+  int64_t computeJitterNs = 0;
 
   // Faults.
   int stragglerRank = -1;          // this rank's data loading takes `stragglerDelayNs` longer every step
