@@ -232,15 +232,7 @@ TEST(GradSpike, ASpikeTheBatchExplainsIsInfo) {
     const auto path = testDir() / (std::string("batch_") + c.name + ".db");
     {
       auto w = newWriter(path);
-      for (int r = 0; r < 2; ++r) {
-        tracedb::RankInfo ri;
-        ri.rank = r;
-        ri.worldSize = 2;
-        ASSERT_TRUE(w->putRank(ri));
-      }
-      if (c.tpGroup) {
-        ASSERT_TRUE(w->putGroup(tracedb::GroupInfo{"tp-0", {0, 1}, "gloo"}));
-      }
+      ASSERT_NO_FATAL_FAILURE(testing::putRankPair(*w, c.tpGroup));
       if (c.sp) {
         ASSERT_TRUE(w->setMeta("config", R"({"layers":1,"sequence_parallel":true})"));
       }
@@ -298,13 +290,7 @@ TEST(GradSpike, UnderSequenceParallelismAPeersShardedParameterTellsTheBatch) {
     const auto path = testDir() / (std::string("sp_peer_") + c.name + ".db");
     {
       auto w = newWriter(path);
-      for (int r = 0; r < 2; ++r) {
-        tracedb::RankInfo ri;
-        ri.rank = r;
-        ri.worldSize = 2;
-        ASSERT_TRUE(w->putRank(ri));
-      }
-      ASSERT_TRUE(w->putGroup(tracedb::GroupInfo{"tp-0", {0, 1}, "gloo"}));
+      ASSERT_NO_FATAL_FAILURE(testing::putRankPair(*w, true));
       ASSERT_TRUE(w->setMeta("config", R"({"layers":1,"sequence_parallel":true})"));
       for (int s = 0; s < 30; ++s) {
         const bool spike = s == 20;

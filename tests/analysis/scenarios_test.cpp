@@ -371,17 +371,19 @@ void addRunDelay(const std::filesystem::path& path, int rank, int64_t baseNs, in
   sqlite3_close(db);
 }
 
-// The straggler finding of a TP pair whose rank 1 starts each of 16 steps `delayNs` late on a host of `hostCpus`,
-// with the run delay each rank waits per step (`waitNs`, rank 1 `extraNs` more; none when waitNs < 0).
+// The straggler finding of a TP pair whose rank 1 starts each of `steps` steps `delayNs` late on a host of `hostCpus`,
+// with the run delay each rank waits per step (`waitNs`, rank 1 `extraNs` more; none when waitNs < 0), and
+// RunSpec::computeJitterNs `jitterNs`.
 std::optional<Finding> pairStraggler(const std::string& name, int hostCpus, int64_t delayNs, int64_t waitNs,
-                                     int64_t extraNs) {
+                                     int64_t extraNs, int steps = 16, int64_t jitterNs = 0) {
   RunSpec spec;
   spec.tp = 2;
   spec.dp = 1;
-  spec.steps = 16;
+  spec.steps = steps;
   spec.stragglerRank = 1;
   spec.stragglerDelayNs = delayNs;
   spec.hostCpus = hostCpus;
+  spec.computeJitterNs = jitterNs;
   const auto path = testing::testDir() / (name + ".db");
   EXPECT_TRUE(testing::writeRun(path, spec));
   if (waitNs >= 0) addRunDelay(path, 1, waitNs, extraNs);
@@ -400,24 +402,9 @@ std::optional<Finding> pairStraggler(const std::string& name, int hostCpus, int6
 // work made it late — a warning that says so. 10 ms a step is within the scheduler's reach: nothing; 60 ms of it spent
 // waiting for a CPU (the run delay) is the host's: nothing either.
 TEST(Scenario, TwoStepsLateByMoreThanTheSchedulerCanMakeAreAStraggler) {
-  auto stragglerOf = [](const std::string& name, int64_t delayNs, int64_t cpuWaitNs) -> std::optional<Finding> {
-    RunSpec spec;
-    spec.tp = 2;
-    spec.dp = 1;
-    spec.steps = 2;
-    spec.stragglerRank = 1;
-    spec.stragglerDelayNs = delayNs;
-    spec.hostCpus = 2;
-    spec.computeJitterNs = 300'000;  // a real pair's small skews: every collective decided, by chance but the first
-    const auto path = testing::testDir() / (name + ".db");
-    EXPECT_TRUE(testing::writeRun(path, spec));
-    if (cpuWaitNs > 0) addRunDelay(path, 1, 0, cpuWaitNs);
-    auto reader = testing::openReader(path);
-    if (!reader) return std::nullopt;
-    const DiagnoseResult d = diagnose(*reader);
-    const auto st = ofKind(d, FindingKind::Straggler);
-    if (st.size() != 1u) return std::nullopt;
-    return *st[0];
+  // A real pair's small skews (every collective decided, by chance but the first): RunSpec::computeJitterNs.
+  auto stragglerOf = [](const std::string& name, int64_t delayNs, int64_t cpuWaitNs) {
+    return pairStraggler(name, 2, delayNs, cpuWaitNs > 0 ? 0 : -1, cpuWaitNs, 2, 300'000);
   };
   const auto late = stragglerOf("two-steps-60ms", 60'000'000, 0);
   ASSERT_TRUE(late);
@@ -901,13 +888,7 @@ TEST(Scenario, ANanAfterACleanStepIsAnIncidentOfItsOwn) {
     const auto path = testing::testDir() / (skipped ? "two_nans_skipped.db" : "two_nans_warn.db");
     {
       auto w = testing::newWriter(path);
-      for (int r = 0; r < 2; ++r) {
-        tracedb::RankInfo ri;
-        ri.rank = r;
-        ri.worldSize = 2;
-        ASSERT_TRUE(w->putRank(ri));
-      }
-      ASSERT_TRUE(w->putGroup(tracedb::GroupInfo{"tp-0", {0, 1}, "gloo"}));
+      ASSERT_NO_FATAL_FAILURE(testing::putRankPair(*w, true));
       for (int s = 1; s <= 5; ++s)
         for (int r = 0; r < 2; ++r) {
           const bool nanGrad = (s == 2 && r == 0) || (s == 4 && r == 1);

@@ -30,6 +30,19 @@ inline std::unique_ptr<tracedb::Writer> newWriter(const std::filesystem::path& p
   return w ? std::move(*w) : nullptr;
 }
 
+// Ranks 0 and 1 of a world of two, and with `tpGroup` their TP group "tp-0".
+inline void putRankPair(tracedb::Writer& w, bool tpGroup) {
+  for (int r = 0; r < 2; ++r) {
+    tracedb::RankInfo ri;
+    ri.rank = r;
+    ri.worldSize = 2;
+    ASSERT_TRUE(w.putRank(ri));
+  }
+  if (tpGroup) {
+    ASSERT_TRUE(w.putGroup(tracedb::GroupInfo{"tp-0", {0, 1}, "gloo"}));
+  }
+}
+
 inline std::unique_ptr<tracedb::Reader> openReader(const std::filesystem::path& path) {
   auto r = tracedb::Reader::open(path);
   EXPECT_TRUE(r.isOk()) << r.error();
