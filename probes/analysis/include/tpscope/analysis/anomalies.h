@@ -54,8 +54,8 @@ struct Spike {
   // loss rising with it, within 2–3× the largest of the steps before it. Without step_stats the rank's total decides
   // alone. For the run-wide spike: also ≥ normRatioThreshold × the largest of the previous window.
   bool material = true;
-  std::string
-      explained{};  // where not material for a reason a line can tell (the batch's, seen on a TP peer): that line
+  // Where not material for a reason a line can tell (the batch's, seen on a TP peer): that line.
+  std::string explained{};
 };
 
 // Values that must agree after reduction do not: step_stats.grad_norm (the global norm after reduction, equal on
