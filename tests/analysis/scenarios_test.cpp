@@ -922,11 +922,17 @@ TEST(Scenario, ANanAfterACleanStepIsAnIncidentOfItsOwn) {
     for (const Finding* f : ofKind(d, FindingKind::NanOrigin))
       if (f->severity == Severity::Critical) origins.emplace_back(f->rank, f->step);
     std::vector<std::pair<int, int>> roots;
+    std::vector<int64_t> costs;         // steps each held the value
     for (const ChainLink& l : d.chain)  // (no collectives here to carry the NaN norm to the peer: those are errors)
-      if (l.kind == "nan_origin" && l.severity == Severity::Critical) roots.emplace_back(l.rank, l.step);
+      if (l.kind == "nan_origin" && l.severity == Severity::Critical) {
+        roots.emplace_back(l.rank, l.step);
+        costs.push_back(l.costSteps);
+      }
     if (skipped) {
       EXPECT_EQ(origins, (std::vector<std::pair<int, int>>{{0, 2}, {1, 4}}));
       EXPECT_EQ(roots, (std::vector<std::pair<int, int>>{{0, 2}, {1, 4}})) << "two incidents, two roots";
+      ASSERT_EQ(costs.size(), 2u);
+      EXPECT_EQ(costs[0], 1) << "the first incident held the value at step 2 alone: step 3 was clean";
       for (const Finding* f : ofKind(d, FindingKind::NanOrigin)) {
         if (f->severity == Severity::Critical && f->step == 4) {
           EXPECT_NE(f->message.find("since step 3"), std::string::npos) << f->message;

@@ -569,7 +569,8 @@ ChainLink build(const Ctx& x, int i, const Causes& cs, const std::vector<std::ve
     case FindingKind::InfOrigin:
       if (fd.severity == Severity::Critical) {
         spreadLinks(x, fd, l);
-        const int last = x.lastStep();
+        // To the run's end, or to the step before a clean one where a later incident follows (nonfinite.h).
+        const int64_t last = std::min<int64_t>(x.lastStep(), numberOr(fd, "incident_last_step", INT64_MAX));
         if (fd.step >= 0 && last >= fd.step) l.costSteps = last - fd.step + 1;
       }
       break;

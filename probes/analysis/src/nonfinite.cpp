@@ -447,8 +447,9 @@ using detail::field;
 using detail::threeDigits;
 
 // One incident's findings: its origin (critical), with the spread; a rank the spread does not explain (error).
-// `nextOrigin`: the step where the next incident's value was born (its consequences are not this one's), or -1.
-void incidentFindings(const NonFiniteReport& report, const RunInfo& info, int nextOrigin, std::vector<Finding>& out) {
+// `next`: the next incident, whose value was born anew (its consequences are not this one's), or null.
+void incidentFindings(const NonFiniteReport& report, const RunInfo& info, const NonFiniteReport* next,
+                      std::vector<Finding>& out) {
   if (!report.origin) return;
   const NonFiniteEvent& o = *report.origin;
   Finding fd;
@@ -526,7 +527,10 @@ void incidentFindings(const NonFiniteReport& report, const RunInfo& info, int ne
                          "not spread");
     fd.number("after_clean_step", int64_t{report.afterCleanStep});
   }
-  if (nextOrigin >= 0) fd.number("next_origin_step", int64_t{nextOrigin});
+  if (next != nullptr && next->origin) {
+    fd.number("next_origin_step", int64_t{next->origin->step});
+    fd.number("incident_last_step", int64_t{next->afterCleanStep - 1});  // the steps it held the value
+  }
   out.push_back(std::move(fd));
   // A second origin: affected ranks the spread path does not explain, each its own finding.
   for (const NonFiniteEvent& e : report.firstPerRank) {
@@ -563,8 +567,7 @@ std::vector<Finding> nonFiniteFindings(const NonFiniteReport& report, const RunI
   std::vector<Finding> out;
   for (size_t i = 0; i <= report.later.size(); ++i) {
     const NonFiniteReport& r = i == 0 ? report : report.later[i - 1];
-    const int next = i < report.later.size() && report.later[i].origin ? report.later[i].origin->step : -1;
-    incidentFindings(r, info, next, out);
+    incidentFindings(r, info, i < report.later.size() ? &report.later[i] : nullptr, out);
   }
   return out;
 }
