@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <map>
 #include <set>
 
@@ -202,8 +203,8 @@ std::string aPeerSharesTheJump(const GradSeries& g, int rank, int step, const An
   const auto peers = g.seqPeers.find(rank);
   if (peers == g.seqPeers.end()) return {};
   const double ratio = options.normRatioThreshold;
-  for (const auto& [key, series] : g.byParam) {
-    if (key.first != rank) continue;
+  for (auto it = g.byParam.lower_bound({rank, INT64_MIN}); it != g.byParam.end() && it->first.first == rank; ++it) {
+    const auto& key = it->first;
     const double own = paramJump(g, rank, key.second, step, options.window);
     if (own < ratio) continue;
     for (int p : peers->second) {
@@ -260,11 +261,16 @@ void paramSpikes(const GradSeries& g, const AnomalyOptions& options, AnomalyRepo
   AnomalyOptions perParam = options;
   perParam.minHistory = std::max(options.minHistory, options.paramMinHistory);
   perParam.ratioThreshold = std::max(options.ratioThreshold, options.paramRatioThreshold);
+  // Materiality is the rank's at the step, whichever of its parameters spiked: judged once per (rank, step).
+  std::map<std::pair<int, int>, std::pair<bool, std::string>> judged;
   for (const auto& [key, s] : g.byParam) {
     const auto& [name, layer] = g.params.at(key.second);
     findSpikes(s, perParam, vocabulary::SpikeScale::Norm, [&](int step, double x, double m, double mad, double z) {
       Spike sp{key.first, step, layer, name, x, m, mad, z};
-      sp.material = material(g, key.first, step, options, sp.explained);
+      auto [it, fresh] = judged.try_emplace({key.first, step});
+      if (fresh) it->second.first = material(g, key.first, step, options, it->second.second);
+      sp.material = it->second.first;
+      sp.explained = it->second.second;
       out.gradSpikes.push_back(std::move(sp));
     });
   }
