@@ -1,12 +1,17 @@
 // Kineto import on the small fixtures (excerpts of the HTA traces, see fixtures/make_fixtures.py): object and array
 // form, plain and gzip, several ranks, bad input.
+#include "tpscope/formats/kineto_import.h"
+
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <climits>
 #include <map>
 #include <set>
+#include <tuple>
+#include <vector>
 
 #include "test_support.h"
-#include "tpscope/formats/kineto_import.h"
 #include "tpscope/tracedb/reader.h"
 
 namespace tpscope::formats {
@@ -229,6 +234,37 @@ TEST(KinetoImport, SeveralRanksAreAlignedAndJoinedBySequence) {
   ASSERT_EQ(ranks->size(), 2u);
   EXPECT_EQ((*ranks)[0].startNs, 0);
   EXPECT_EQ((*ranks)[1].startNs, 250000);
+}
+
+// The import writes each file's spans as soon as it is read, against the first file's earliest event, and shifts
+// them once the run's earliest is known: the run is the same whichever file holds the earliest event.
+TEST(KinetoImport, TheRunIsTheSameWhicheverFileHoldsTheEarliestEvent) {
+  ScratchDir dir;
+  using Span = std::tuple<int, int, int64_t, int64_t, std::string>;  // rank, thread, begin, dur, name
+  auto spansOf = [&](std::vector<fs::path> inputs, const char* name) {
+    auto stats = import(inputs, dir / name);
+    EXPECT_TRUE(stats) << stats.error();
+    auto run = openRun(dir / name);
+    std::map<uint32_t, std::string> names;
+    EXPECT_TRUE(run->forEachString([&](uint32_t id, std::string_view v) { names[id] = std::string(v); }));
+    std::vector<Span> spans;
+    auto ids = run->spanIdRange();
+    EXPECT_TRUE(ids);
+    EXPECT_TRUE(run->forEachSpanInIdRange(ids->first, ids->last + 1, [&](const tracedb::SpanRow& r) {
+      spans.emplace_back(r.rank, r.thread, r.beginNs, r.durNs, names[r.name]);
+      return true;
+    }));
+    std::sort(spans.begin(), spans.end());
+    return spans;
+  };
+  // Rank 1's events begin 250 µs after rank 0's: read first, it sets the provisional epoch.
+  const auto forward = spansOf({fixture("nccl_meta_rank-0.json"), fixture("nccl_meta_rank-1.json")}, "forward.db");
+  const auto backward = spansOf({fixture("nccl_meta_rank-1.json"), fixture("nccl_meta_rank-0.json")}, "backward.db");
+  ASSERT_FALSE(forward.empty());
+  EXPECT_EQ(forward, backward);
+  int64_t first = INT64_MAX;
+  for (const Span& s : backward) first = std::min(first, std::get<2>(s));
+  EXPECT_EQ(first, 0);
 }
 
 TEST(KinetoImport, KernelNamesAloneNeverMakeACollective) {

@@ -109,6 +109,12 @@ class FileParser {
   Status parse() {
     const std::string& path = file_.path.string();
     padded_string_view text(file_.buffer.text(), file_.buffer.size, file_.buffer.capacity);
+    // A parser kept for the next file grows with headroom: the ranks' files of a run differ by a few bytes, and
+    // iterate() alone would allocate anew for every file larger than the last.
+    if (parser_.capacity() < text.length()) {
+      const size_t headroom = std::min(parser_.max_capacity(), text.length() + text.length() / 8);
+      if (auto error = parser_.allocate(headroom, parser_.max_depth())) return notJson(error);
+    }
     ondemand::document doc;
     if (auto error = parser_.iterate(text).get(doc)) return notJson(error);
     ondemand::json_type type;
@@ -589,14 +595,19 @@ class FileParser {
 
 }  // namespace
 
-Result<KinetoFile> parseKinetoFile(const std::filesystem::path& path) {
+Result<KinetoFile> parseKinetoFile(const std::filesystem::path& path, std::shared_ptr<void>* reuse) {
   auto buffer = readJsonFile(path);
   if (!buffer) return buffer.status();
   KinetoFile file;
   file.path = path;
   file.buffer = std::move(*buffer);
   // Unescaped strings live in the parser's buffer: the parser stays alive as long as the file's views.
-  auto jsonParser = std::make_shared<ondemand::parser>();
+  std::shared_ptr<ondemand::parser> jsonParser;
+  if (reuse != nullptr && *reuse != nullptr && reuse->use_count() == 1)  // no file of it is alive
+    jsonParser = std::static_pointer_cast<ondemand::parser>(*reuse);
+  else
+    jsonParser = std::make_shared<ondemand::parser>();
+  if (reuse != nullptr) *reuse = jsonParser;
   file.stringStorage = jsonParser;
   file.spans.reserve(file.buffer.size / 320);  // Kineto's complete events are ~250-400 bytes of JSON each
   FileParser parser(file, *jsonParser);

@@ -160,7 +160,8 @@ Result<std::unique_ptr<Writer>> Writer::create(const std::filesystem::path& path
   if (Status s = w->commit(); !s) return abandon(s);
   if (options.bulkLoad) {
     if (Status s = detail::exec(db, path,
-                                "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA cache_size = -32768");
+                                "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA cache_size = -2000;"
+                                " PRAGMA temp_store = FILE");
         !s)
       return abandon(Status::error("cannot configure the file for a bulk load: " + s.message()));
     w->bulkLoad_ = true;
@@ -386,6 +387,18 @@ Status Writer::addRecorderStats(const RecorderStatsRow& r) {
 }
 
 int64_t Writer::lastRowId() const { return sqlite3_last_insert_rowid(db_); }
+
+Status Writer::shiftSpanAndCounterTimes(int64_t deltaNs) {
+  if (deltaNs == 0) return Status::ok();
+  if (Status s = ensureTransaction(); !s) return s;
+  for (const char* sql : {"UPDATE spans SET begin_ns = begin_ns + ?", "UPDATE counters SET ts_ns = ts_ns + ?"}) {
+    Stmt st(db_, sql);
+    if (!st.valid()) return fail("cannot prepare a time shift");
+    st.bind(1, deltaNs);
+    if (Status s = detail::runStmt(st, db_, path_, "cannot shift the times of spans and counters"); !s) return s;
+  }
+  return Status::ok();
+}
 
 Status Writer::createIndexes() {
   if (Status s = commit(); !s) return s;
