@@ -1,9 +1,12 @@
 // Run-file summaries (issue #17): a file with summaries must give exactly what the records give — the breakdown,
 // the phase profile and every finding — and a file whose summaries are stale, of another definition or absent must
 // be read from its records.
+#include "tpscope/analysis/summary.h"
+
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <filesystem>
 #include <fstream>
 #include <ostream>
 #include <string>
@@ -11,9 +14,8 @@
 #include "test_file.h"
 #include "test_runs.h"
 #include "tpscope/analysis/diagnose.h"
-#include "tpscope/report/json_output.h"
 #include "tpscope/analysis/report.h"
-#include "tpscope/analysis/summary.h"
+#include "tpscope/report/json_output.h"
 
 namespace tpscope::analysis {
 namespace {
@@ -145,6 +147,64 @@ INSTANTIATE_TEST_SUITE_P(
                              s.commSpans = false;
                            })}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// The breakdown reads a run a rank at a time where each rank's spans are one run of rows (imports, merges), and the
+// whole run where ranks interleave: both, split into 1 or 3 scans, give the same breakdown, and the phases equal
+// phaseBusyFromRecords' own pass over every span.
+TEST(Summary, RankAtATimeAndWholeRunGiveTheSameBreakdown) {
+  const auto dir = testing::testDir();
+  testing::RunSpec spec;
+  spec.stragglerRank = 2;
+  spec.commSpans = false;  // the collectives are known by their records alone
+  ASSERT_TRUE(testing::writeRun(dir / "written.db", spec));
+  // The same spans in another row order (new ids): ranks one after another (in descending rank order), or
+  // interleaved in time order.
+  auto reorder = [&](const char* name, const char* order) {
+    const auto path = dir / name;
+    std::filesystem::copy_file(dir / "written.db", path);
+    sqlite3* db = nullptr;
+    EXPECT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    const std::string sql = std::string(
+                                "CREATE TABLE copied AS SELECT * FROM spans; DELETE FROM spans;"
+                                " INSERT INTO spans(rank, thread, kind, name, begin_ns, dur_ns, step, layer, phase,"
+                                " correlation) SELECT rank, thread, kind, name, begin_ns, dur_ns, step, layer, phase,"
+                                " correlation FROM copied ORDER BY ") +
+                            order + "; DROP TABLE copied;";
+    EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+    sqlite3_close(db);
+    return path;
+  };
+  const auto byRank = reorder("by_rank.db", "rank DESC, id");
+  const auto interleaved = reorder("interleaved.db", "begin_ns, rank");
+  auto read = [](const std::filesystem::path& path, const char* threads) {
+    ::setenv("TPSCOPE_ANALYSIS_THREADS", threads, 1);
+    auto r = openRun(path);
+    auto summary = summaryFromRecords(*r);
+    auto breakdown = computeBreakdownFromRecords(*r);
+    auto phases = phaseBusyFromRecords(*r);
+    ::unsetenv("TPSCOPE_ANALYSIS_THREADS");
+    EXPECT_TRUE(summary.isOk() && breakdown.isOk() && phases.isOk());
+    std::string phaseText, ownPassText;
+    for (const auto& p : summary->phases)
+      phaseText += std::to_string(p.rank) + "/" + std::to_string(p.kind) + "/" + std::to_string(p.phase) + "=" +
+                   std::to_string(p.busyNs) + "\n";
+    for (const auto& p : *phases)
+      ownPassText += std::to_string(p.rank) + "/" + std::to_string(p.kind) + "/" + std::to_string(p.phase) + "=" +
+                     std::to_string(p.busyNs) + "\n";
+    EXPECT_EQ(phaseText, ownPassText) << path;
+    return std::pair{std::move(*breakdown), phaseText};
+  };
+  const auto [expected, expectedPhases] = read(interleaved, "1");
+  ASSERT_EQ(expected.ranks.size(), 4u);
+  ASSERT_FALSE(expectedPhases.empty());
+  for (const auto& path : {byRank, interleaved})
+    for (const char* threads : {"1", "3"}) {
+      SCOPED_TRACE(path.filename().string() + ", threads " + threads);
+      const auto [got, gotPhases] = read(path, threads);
+      expectSameBreakdown(expected, got);
+      EXPECT_EQ(gotPhases, expectedPhases);
+    }
+}
 
 // Records that change after the summaries were written make them stale: the analyses read the records again.
 TEST(Summary, StaleOrForeignSummariesAreIgnored) {

@@ -143,6 +143,20 @@ void sql(const std::filesystem::path& path, const char* statement) {
   sqlite3_close(db);
 }
 
+// A summary read back from a file against the one summarizeLanes makes of the same spans.
+void expectSameSummary(const LaneSummary& got, const LaneSummary& expected) {
+  EXPECT_EQ(got.originNs, expected.originNs);
+  EXPECT_EQ(got.spanCount, expected.spanCount);
+  ASSERT_EQ(got.rows.size(), expected.rows.size());
+  for (size_t i = 0; i < got.rows.size(); ++i) {
+    EXPECT_EQ(got.rows[i].rank, expected.rows[i].rank);
+    EXPECT_EQ(got.rows[i].thread, expected.rows[i].thread);
+    EXPECT_EQ(got.rows[i].depth, expected.rows[i].depth);
+    EXPECT_EQ(got.rows[i].bucketNs, expected.rows[i].bucketNs);
+    EXPECT_EQ(got.rows[i].entries, expected.rows[i].entries);
+  }
+}
+
 TEST(LaneSummary, RoundTripsThroughTheFileAndIsIgnoredOnceStale) {
   TempDir dir;
   const auto spans = randomSpans(3, 800);
@@ -169,16 +183,7 @@ TEST(LaneSummary, RoundTripsThroughTheFileAndIsIgnoredOnceStale) {
     auto read = readLaneSummary(**r);
     ASSERT_TRUE(read.isOk()) << read.error();
     ASSERT_TRUE(read->has_value());
-    const LaneSummary& got = **read;
-    EXPECT_EQ(got.originNs, expected.originNs);
-    EXPECT_EQ(got.spanCount, static_cast<int64_t>(spans.size()));
-    ASSERT_EQ(got.rows.size(), expected.rows.size());
-    for (size_t i = 0; i < got.rows.size(); ++i) {
-      EXPECT_EQ(got.rows[i].rank, expected.rows[i].rank);
-      EXPECT_EQ(got.rows[i].depth, expected.rows[i].depth);
-      EXPECT_EQ(got.rows[i].bucketNs, expected.rows[i].bucketNs);
-      EXPECT_EQ(got.rows[i].entries, expected.rows[i].entries);
-    }
+    expectSameSummary(**read, expected);
   }
   // Spans added since: the summary no longer describes the file.
   {
@@ -189,6 +194,37 @@ TEST(LaneSummary, RoundTripsThroughTheFileAndIsIgnoredOnceStale) {
     ASSERT_TRUE(stale.isOk()) << stale.error();
     EXPECT_FALSE(stale->has_value());
   }
+}
+
+// A file whose ranks' spans are each one run of rows (imports, merges) is summarised a rank at a time: the rows are
+// those of the whole run summarised at once, in rank order whatever the ranks' order in the file.
+TEST(LaneSummary, ARankAtATimeGivesTheWholeRunsRows) {
+  TempDir dir;
+  std::vector<SpanRow> spans = randomSpans(17, 700);
+  for (SpanRow s : randomSpans(23, 300)) {  // a third rank, later and on its own thread
+    s.rank = 2;
+    s.thread = 5;
+    s.beginNs += 40'000'000;
+    spans.push_back(s);
+  }
+  std::stable_sort(spans.begin(), spans.end(), [](const SpanRow& a, const SpanRow& b) {
+    return (a.rank + 1) % 3 < (b.rank + 1) % 3;  // ranks 2, 0, 1: each one run of rows, not in rank order
+  });
+  const auto path = dir / "run.db";
+  {
+    auto w = Writer::create(path, CreateOptions{false, "run-1", 1'000'000'000, "merge"});
+    ASSERT_TRUE(w.isOk()) << w.error();
+    ASSERT_TRUE((*w)->addSpans(spans));
+    ASSERT_TRUE((*w)->close());
+  }
+  ASSERT_TRUE(writeLaneSummary(path, 256));
+  const LaneSummary expected = summarizeLanes(spans, 256);
+  auto r = Reader::open(path);
+  ASSERT_TRUE(r.isOk());
+  auto read = readLaneSummary(**r);
+  ASSERT_TRUE(read.isOk()) << read.error();
+  ASSERT_TRUE(read->has_value());
+  expectSameSummary(**read, expected);
 }
 
 TEST(LaneSummary, AnotherVersionIsIgnoredAndADamagedBlobIsAnErrorNamingTheFile) {

@@ -1,10 +1,14 @@
 #include "tpscope/analysis/breakdown.h"
 
 #include <algorithm>
-#include <map>
 #include <atomic>
+#include <climits>
+#include <functional>
+#include <map>
+#include <optional>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "breakdown_internal.h"
 #include "device_lanes.h"
@@ -105,10 +109,11 @@ tracedb::Result<DeviceLaneSet> loadDeviceLanes(tracedb::Reader& reader) {
   return out;
 }
 
-// Scans spans with id in [fromId, toId] into per-rank data.
+// Scans spans with id in [fromId, toId] into per-rank data. Where `left` is given, it is called with a rank when the
+// scan moves on from it to another (data[rank] may be taken out then), before the next rank's first span.
 tracedb::Status scanSpans(tracedb::Reader& reader, const DeviceLaneSet& devices, int64_t fromId, int64_t toId,
-                          RankMap& data, detail::PhaseIntervals* phases) {
-  reader.preferMemoryMap();
+                          RankMap& data, detail::PhaseIntervals* phases,
+                          const std::function<void(int rank)>& left = {}) {
   Query q(reader,
           "SELECT rank, thread, kind, begin_ns, dur_ns, step, coalesce(correlation, -1), phase FROM spans"
           " WHERE id BETWEEN ? AND ?",
@@ -125,6 +130,7 @@ tracedb::Status scanSpans(tracedb::Reader& reader, const DeviceLaneSet& devices,
     const int rank = row.i32(0);
     const int64_t thread = row.i64(1);
     if (rank != lastRank || rd == nullptr) {
+      if (rd != nullptr && left) left(lastRank);
       rd = &data[rank];
       lastRank = rank;
       lastStep = INT32_MIN;
@@ -329,35 +335,16 @@ tracedb::Result<Breakdown> computeBreakdownFromRecords(tracedb::Reader& reader) 
   return detail::breakdownAndPhases(reader, nullptr);
 }
 
-tracedb::Result<Breakdown> detail::breakdownAndPhases(tracedb::Reader& reader, PhaseIntervals* phases) {
-  RankMap data;
-  auto devices = loadDeviceLanes(reader);
-  if (!devices) return devices.status();
-  {
-    auto ids = reader.spanIdRange();
-    if (!ids) return ids.status();
-    const int64_t minId = ids->first, maxId = ids->last;
-    const unsigned workers = workerCount(maxId - minId + 1);
-    if (workers <= 1) {
-      if (auto s = scanSpans(reader, *devices, minId, maxId, data, phases); !s) return s;
-    } else {
-      std::vector<RankMap> parts(workers);
-      std::vector<PhaseIntervals> partPhases(workers);
-      auto s = detail::scanIdRanges(reader, minId, maxId, workers,
-                                    [&](tracedb::Reader& own, int64_t from, int64_t to, unsigned w) {
-                                      return scanSpans(own, *devices, from, to, parts[w],
-                                                       phases != nullptr ? &partPhases[w] : nullptr);
-                                    });
-      if (!s) return s;
-      for (auto& part : parts) mergeInto(data, std::move(part));
-      if (phases != nullptr)
-        for (auto& part : partPhases)
-          for (auto& [key, iv] : part) {
-            auto& into = (*phases)[key];
-            into.insert(into.end(), iv.begin(), iv.end());
-          }
-    }
-  }
+void detail::takePhaseRows(PhaseIntervals& phases, int rank, std::vector<tracedb::PhaseSummaryRow>& out) {
+  for (auto it = phases.lower_bound({rank, INT_MIN, INT_MIN}); it != phases.end() && std::get<0>(it->first) == rank;
+       it = phases.erase(it))
+    out.push_back({rank, std::get<1>(it->first), std::get<2>(it->first), IntervalSet(std::move(it->second)).total()});
+}
+
+namespace {
+
+// The collective records and step_stats windows of every rank (small beside its spans).
+tracedb::Status readRecordsAndStepStats(tracedb::Reader& reader, RankMap& data) {
   {
     Query q(reader,
             "SELECT rank, coalesce(start_ns, enqueue_ns), end_ns FROM collectives WHERE end_ns IS NOT NULL",
@@ -371,17 +358,28 @@ tracedb::Result<Breakdown> detail::breakdownAndPhases(tracedb::Reader& reader, P
     });
     if (!s) return s;
   }
-  {
-    Query q(reader,
-            "SELECT rank, step, begin_ns, end_ns FROM step_stats WHERE begin_ns IS NOT NULL AND end_ns IS NOT NULL"
-            " AND end_ns > begin_ns",
-            "table 'step_stats'");
-    auto s = q.each([&](Query& row) { data[row.i32(0)].stepStats[row.i32(1)] = Interval(row.i64(2), row.i64(3)); });
-    if (!s) return s;
-  }
+  Query q(reader,
+          "SELECT rank, step, begin_ns, end_ns FROM step_stats WHERE begin_ns IS NOT NULL AND end_ns IS NOT NULL"
+          " AND end_ns > begin_ns",
+          "table 'step_stats'");
+  return q.each([&](Query& row) { data[row.i32(0)].stepStats[row.i32(1)] = Interval(row.i64(2), row.i64(3)); });
+}
 
-  // Per rank (independent: in parallel for large runs).
-  using RankResult = decltype(breakdownOfRank(0, std::declval<RankData&>()));
+// A rank's records and step_stats windows (`extras`, as read above) added to its spans' data.
+void addRecordsAndStepStats(RankData& rd, const RankMap& extras, int rank) {
+  auto it = extras.find(rank);
+  if (it == extras.end()) return;
+  const RankData& x = it->second;
+  rd.records.insert(rd.records.end(), x.records.begin(), x.records.end());
+  for (const auto& [step, w] : x.stepStats) rd.stepStats.emplace(step, w);
+  rd.first = std::min(rd.first, x.first);
+  rd.last = std::max(rd.last, x.last);
+}
+
+using RankResult = decltype(breakdownOfRank(0, std::declval<RankData&>()));
+
+// Every rank of `data` broken down (independent: in parallel for large runs), consuming its intervals.
+std::map<int, RankResult> breakdownOfRanks(RankMap& data) {
   std::vector<std::pair<int, RankData*>> ranks;
   size_t spans = 0;
   for (auto& [rank, rd] : data) {
@@ -399,16 +397,134 @@ tracedb::Result<Breakdown> detail::breakdownAndPhases(tracedb::Reader& reader, P
   for (unsigned w = 1; w < workers; ++w) threads.emplace_back(work);
   work();
   for (auto& t : threads) t.join();
+  std::map<int, RankResult> out;
+  for (size_t i = 0; i < ranks.size(); ++i) out.emplace(ranks[i].first, std::move(results[i]));
+  return out;
+}
 
+// The run's breakdown from its ranks' results, in rank order.
+Breakdown assemble(std::map<int, RankResult>& results) {
   Breakdown out;
-  for (size_t i = 0; i < results.size(); ++i) {
-    if (i == 0) out.source = results[i].source;
-    out.run += results[i].rank.time;
-    out.ranks.push_back(results[i].rank);
-    out.ranks.back().source = results[i].source;
-    out.steps.insert(out.steps.end(), results[i].steps.begin(), results[i].steps.end());
+  for (auto& [rank, r] : results) {
+    if (out.ranks.empty()) out.source = r.source;
+    out.run += r.rank.time;
+    out.ranks.push_back(r.rank);
+    out.ranks.back().source = r.source;
+    out.steps.insert(out.steps.end(), r.steps.begin(), r.steps.end());
   }
   return out;
+}
+
+// The whole run in memory: every rank's intervals gathered, then broken down. For spans whose ranks interleave in
+// row order (ranks' files written into one as they were flushed); rank at a time below is the usual path.
+tracedb::Result<Breakdown> wholeRun(tracedb::Reader& reader, const DeviceLaneSet& devices, int64_t minId, int64_t maxId,
+                                    std::vector<tracedb::PhaseSummaryRow>* phaseRows) {
+  RankMap data;
+  detail::PhaseIntervals phases;
+  detail::PhaseIntervals* byKey = phaseRows != nullptr ? &phases : nullptr;
+  const unsigned workers = workerCount(maxId - minId + 1);
+  std::vector<RankMap> parts(workers);
+  std::vector<detail::PhaseIntervals> partPhases(workers);
+  auto s = detail::scanIdRanges(
+      reader, minId, maxId, workers, [&](tracedb::Reader& own, int64_t from, int64_t to, unsigned w) {
+        return scanSpans(own, devices, from, to, parts[w], byKey != nullptr ? &partPhases[w] : nullptr);
+      });
+  if (!s) return s;
+  for (auto& part : parts) mergeInto(data, std::move(part));
+  for (auto& part : partPhases)
+    for (auto& [key, iv] : part) {
+      auto& into = phases[key];
+      into.insert(into.end(), iv.begin(), iv.end());
+    }
+  if (auto r = readRecordsAndStepStats(reader, data); !r) return r;
+  if (phaseRows != nullptr)
+    for (const auto& [rank, rd] : data) detail::takePhaseRows(phases, rank, *phaseRows);
+  auto results = breakdownOfRanks(data);
+  return assemble(results);
+}
+
+}  // namespace
+
+// Rank at a time: each worker scans its range of span ids and breaks a rank down as soon as its scan moves on from
+// it, then frees its intervals, so a run is never held whole (a 64-rank, 1.3 M-span import: 96 MB of intervals
+// before, two ranks' now). The first rank of a range and its last may continue in the neighbouring range: those are
+// kept, merged across ranges and broken down at the end. Spans of a rank that come back after the scan left it (rank
+// files written into one as they flushed) break the premise: then the whole run is read again in memory (wholeRun).
+tracedb::Result<Breakdown> detail::breakdownAndPhases(tracedb::Reader& reader,
+                                                      std::vector<tracedb::PhaseSummaryRow>* phaseRows) {
+  auto devices = loadDeviceLanes(reader);
+  if (!devices) return devices.status();
+  auto ids = reader.spanIdRange();
+  if (!ids) return ids.status();
+  const int64_t minId = ids->first, maxId = ids->last;
+  RankMap extras;
+  if (auto s = readRecordsAndStepStats(reader, extras); !s) return s;
+
+  struct Part {
+    RankMap open;                                     // the ranks not broken down in the part (its first and last)
+    detail::PhaseIntervals phases;                    // their phase intervals
+    std::map<int, RankResult> done;                   // ranks that began and ended within it
+    std::vector<tracedb::PhaseSummaryRow> phaseRows;  // of those
+    bool interleaved = false;                         // a rank came back after the scan had left it
+  };
+  const unsigned workers = workerCount(maxId - minId + 1);
+  std::vector<Part> parts(workers);
+  auto s = detail::scanIdRanges(
+      reader, minId, maxId, workers, [&](tracedb::Reader& own, int64_t from, int64_t to, unsigned w) {
+        Part& part = parts[w];
+        std::optional<int> first;
+        auto left = [&](int rank) {
+          if (!first) first = rank;
+          if (rank == *first || part.interleaved) return;
+          if (part.done.count(rank) != 0) {
+            part.interleaved = true;
+            return;
+          }
+          auto node = part.open.extract(rank);
+          addRecordsAndStepStats(node.mapped(), extras, rank);
+          part.done.emplace(rank, breakdownOfRank(rank, node.mapped()));
+          if (phaseRows != nullptr) detail::takePhaseRows(part.phases, rank, part.phaseRows);
+        };
+        return scanSpans(own, *devices, from, to, part.open, phaseRows != nullptr ? &part.phases : nullptr, left);
+      });
+  if (!s) return s;
+
+  // A rank broken down in two parts, or in one and open in another, came back too.
+  std::map<int, RankResult> results;
+  bool interleaved = false;
+  for (Part& part : parts) {
+    interleaved = interleaved || part.interleaved;
+    for (auto& [rank, r] : part.done) interleaved = !results.emplace(rank, std::move(r)).second || interleaved;
+  }
+  for (const Part& part : parts)
+    for (const auto& [rank, rd] : part.open) interleaved = interleaved || results.count(rank) != 0;
+  if (interleaved) {
+    if (phaseRows != nullptr) phaseRows->clear();
+    return wholeRun(reader, *devices, minId, maxId, phaseRows);
+  }
+
+  RankMap rest;  // the open ranks, and ranks with records or step windows but no spans
+  detail::PhaseIntervals restPhases;
+  for (Part& part : parts) {
+    mergeInto(rest, std::move(part.open));
+    for (auto& [key, iv] : part.phases) {
+      auto& into = restPhases[key];
+      into.insert(into.end(), iv.begin(), iv.end());
+    }
+    if (phaseRows != nullptr) phaseRows->insert(phaseRows->end(), part.phaseRows.begin(), part.phaseRows.end());
+  }
+  for (const auto& [rank, x] : extras)
+    if (results.count(rank) == 0) rest.try_emplace(rank);
+  for (auto& [rank, rd] : rest) {
+    addRecordsAndStepStats(rd, extras, rank);
+    if (phaseRows != nullptr) detail::takePhaseRows(restPhases, rank, *phaseRows);
+  }
+  results.merge(breakdownOfRanks(rest));
+  if (phaseRows != nullptr)
+    std::sort(phaseRows->begin(), phaseRows->end(), [](const auto& a, const auto& b) {
+      return std::tie(a.rank, a.kind, a.phase) < std::tie(b.rank, b.kind, b.phase);
+    });
+  return assemble(results);
 }
 
 }  // namespace tpscope::analysis

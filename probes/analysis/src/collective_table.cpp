@@ -70,7 +70,6 @@ tracedb::Status scanRows(tracedb::Reader& reader, int64_t from, int64_t to, Coll
     l.text.assign(v);
     return l.id = dict.intern(v);
   };
-  reader.preferMemoryMap();
   Query q(reader,
           "SELECT group_name, rank, seq, op, dtype, shape, callsite, state, numel, bytes, step, layer, enqueue_ns,"
           " start_ns, end_ns FROM collectives WHERE id BETWEEN ? AND ?",

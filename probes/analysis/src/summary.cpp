@@ -11,9 +11,6 @@
 
 namespace tpscope::analysis {
 
-using detail::Interval;
-using detail::IntervalSet;
-
 namespace {
 
 StepSource parseStepSource(std::string_view name) {
@@ -88,19 +85,6 @@ Breakdown breakdownFromSummary(const tracedb::RunSummary& summary) {
   return out;
 }
 
-namespace {
-
-// Per (rank, kind, phase), the union of its spans (nested spans count once).
-std::vector<tracedb::PhaseSummaryRow> phaseRows(detail::PhaseIntervals& byKey) {
-  std::vector<tracedb::PhaseSummaryRow> out;
-  out.reserve(byKey.size());
-  for (auto& [key, iv] : byKey)
-    out.push_back({std::get<0>(key), std::get<1>(key), std::get<2>(key), IntervalSet(std::move(iv)).total()});
-  return out;
-}
-
-}  // namespace
-
 tracedb::Result<std::vector<tracedb::PhaseSummaryRow>> phaseBusyFromRecords(tracedb::Reader& reader) {
   // (rank, kind, phase) → intervals; unions so nested spans count once. Steps contain the phases: left out.
   detail::PhaseIntervals byKey;
@@ -112,18 +96,20 @@ tracedb::Result<std::vector<tracedb::PhaseSummaryRow>> phaseBusyFromRecords(trac
     byKey[{row.i32(0), row.i32(1), row.i32(2)}].emplace_back(b, b + row.i64(4));
   });
   if (!s) return s;
-  return phaseRows(byKey);
+  std::vector<tracedb::PhaseSummaryRow> rows;
+  while (!byKey.empty()) detail::takePhaseRows(byKey, std::get<0>(byKey.begin()->first), rows);
+  return rows;
 }
 
 tracedb::Result<tracedb::RunSummary> summaryFromRecords(tracedb::Reader& reader) {
-  detail::PhaseIntervals byKey;  // the phases' busy time from the breakdown's own pass over the spans
-  auto b = detail::breakdownAndPhases(reader, &byKey);
+  std::vector<tracedb::PhaseSummaryRow> phases;  // the phases' busy time from the breakdown's own pass over the spans
+  auto b = detail::breakdownAndPhases(reader, &phases);
   if (!b) return b.status();
   tracedb::RunSummary s;
   s.version = kSummaryVersion;
   for (const auto& r : b->ranks) s.ranks.push_back({r.rank, lanesName(r.lanes), stepSourceName(r.source)});
   for (const auto& st : b->steps) s.steps.push_back(rowOf(st));
-  s.phases = phaseRows(byKey);
+  s.phases = std::move(phases);
   return s;
 }
 

@@ -127,8 +127,10 @@ class Reader {
   // True when the index exists (the query indexes of indexes.sql: merged and imported files have them).
   bool hasIndex(std::string_view index);
 
-  // Lets SQLite read the file through a memory map (no copy per page read): large scans are ~10 % cheaper. Harmless
-  // where mmap is unavailable (SQLite falls back to read()).
+  // Lets SQLite read the file through a memory map (no copy per page read): the viewer's random reads and the merge's.
+  // Harmless where mmap is unavailable (SQLite falls back to read()). The batch analyses (report, diagnose, the
+  // summaries) read through SQLite's page cache instead: a one-pass scan costs the same or ~3 % more (1.3 M spans:
+  // 0.67 s against 0.70 s), and the process does not hold the file's pages (44 MB of its 95 MB resident there).
   void preferMemoryMap();
   // How long a read waits for a writer's lock before it fails (open() sets 2 s). A poller of a live rank file sets a
   // short one and tries again at its next poll.
