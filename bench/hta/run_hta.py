@@ -22,7 +22,9 @@ says where the definitions differ and why.
 Time: wall clock of the whole process (tree). Memory: the peak of the summed resident set of the process tree,
 sampled every 50 ms from /proc, and at least the tool's own ru_maxrss as /usr/bin/time reports it (a child forked
 from this Python process would count the Python image before its exec) — HTA parses ranks in a fork pool, tpscope
-in threads of one process. A run of HTA past --hta-timeout seconds or --hta-max-gib of memory
+in threads of one process. Beside it, the sampled peak of the tree's anonymous resident memory (RssAnon: heaps and
+stacks; what a mapped file or a shared library holds is left out), the memory no other process or the kernel's page
+cache could have. A run of HTA past --hta-timeout seconds or --hta-max-gib of memory
 is stopped and recorded as capped (the table then says "> X").
 
 Set-up: HTA must be installed by `./scripts/setup --hta` (it makes .venv-hta; nothing is downloaded here).
@@ -128,15 +130,19 @@ def _tree(pid):
 
 
 def _rss(pid):
+    """(resident bytes, of them anonymous: the heap and stacks, what no file backs) of one process."""
     try:
-        with open(f"/proc/{pid}/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        with open(f"/proc/{pid}/status") as f:
+            kb = {k: int(v.split()[0]) for k, v in (line.split(":", 1) for line in f if line.startswith("Rss"))}
+        return kb.get("RssAnon", 0) * 1024 + kb.get("RssFile", 0) * 1024 + kb.get("RssShmem", 0) * 1024, \
+            kb.get("RssAnon", 0) * 1024
     except (OSError, IndexError, ValueError):
-        return 0
+        return 0, 0
 
 
 def measured(cmd, timeout=None, max_bytes=None, stdout=None):
-    """Runs cmd; returns dict(wall_s, peak_bytes, rc, capped). Peak: sampled tree sum, at least wait4's maxrss."""
+    """Runs cmd; returns dict(wall_s, peak_bytes, anon_peak_bytes, rc, capped). Peak: sampled tree sum, at least
+    wait4's maxrss; anon_peak_bytes: the sampled peak of the tree's anonymous resident memory alone."""
     # /usr/bin/time (a small C program) forks and execs the tool and reports its ru_maxrss: the tool's own peak.
     # wait4 on a child forked from this Python process would count the forked Python image (~30 MB) before the exec.
     gnu_time = os.access("/usr/bin/time", os.X_OK)
@@ -146,15 +152,17 @@ def measured(cmd, timeout=None, max_bytes=None, stdout=None):
         cmd = ["/usr/bin/time", "-q", "-f", "%M", "-o", hwm.name, *cmd]
     t0 = time.monotonic()
     p = subprocess.Popen(cmd, stdout=stdout or subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    peak, capped, done = 0, None, threading.Event()
+    peak, anon_peak, capped, done = 0, 0, None, threading.Event()
     err = []
     threading.Thread(target=lambda: err.append(p.stderr.read()), daemon=True).start()
 
     def sample():
-        nonlocal peak, capped
+        nonlocal peak, anon_peak, capped
         while not done.is_set():
-            total = sum(_rss(q) for q in _tree(p.pid))
+            sizes = [_rss(q) for q in _tree(p.pid)]
+            total = sum(r for r, _ in sizes)
             peak = max(peak, total)
+            anon_peak = max(anon_peak, sum(a for _, a in sizes))
             if max_bytes and total > max_bytes and capped is None:
                 capped = f"memory > {max_bytes / 2**30:.0f} GiB"
                 os.killpg(p.pid, signal.SIGKILL)
@@ -182,7 +190,9 @@ def measured(cmd, timeout=None, max_bytes=None, stdout=None):
         except (OSError, ValueError, IndexError):
             single = 0  # killed before it wrote: the sampled peak stands
     os.remove(hwm.name)
-    return {"wall_s": wall, "peak_bytes": max(peak, single), "rc": os.waitstatus_to_exitcode(status),
+    # Sampled every 50 ms: a shorter run's anonymous peak is not seen (its RSS peak is, through ru_maxrss).
+    return {"wall_s": wall, "peak_bytes": max(peak, single), "anon_peak_bytes": anon_peak if wall >= 0.5 else None,
+            "rc": os.waitstatus_to_exitcode(status),
             "capped": capped, "stderr": (err[0] if err else b"").decode(errors="replace")[-2000:]}
 
 
@@ -192,7 +202,7 @@ def run_tpscope(tp, files, work):
     for suffix in ("", "-wal", "-shm"):
         if os.path.exists(db + suffix):
             os.remove(db + suffix)
-    out = {"wall_s": 0.0, "peak_bytes": 0, "phases": {}}
+    out = {"wall_s": 0.0, "peak_bytes": 0, "anon_peak_bytes": None, "phases": {}, "peaks": {}}
     rep_path, diag_path = os.path.join(work, "report.json"), os.path.join(work, "diagnose.json")
     for name, cmd, dest in (("import", [tp, "import", "kineto", *files, "-o", db], None),
                             ("report", [tp, "report", "--json", db], rep_path),
@@ -203,7 +213,10 @@ def run_tpscope(tp, files, work):
             sys.exit(f"run_hta: tpscope {name} failed (exit {m['rc']}): {' '.join(cmd)}\n{m['stderr']}")
         out["wall_s"] += m["wall_s"]
         out["peak_bytes"] = max(out["peak_bytes"], m["peak_bytes"])
+        if m["anon_peak_bytes"] is not None:
+            out["anon_peak_bytes"] = max(out["anon_peak_bytes"] or 0, m["anon_peak_bytes"])
         out["phases"][name + "_s"] = m["wall_s"]
+        out["peaks"][name + "_bytes"] = m["peak_bytes"]
     with open(rep_path) as f:
         out["report"] = json.load(f)
     with open(diag_path) as f:
@@ -217,12 +230,14 @@ def run_hta(py, trace_dir, work, timeout, max_bytes):
         os.remove(res_path)
     m = measured([py, os.path.abspath(__file__), "--hta-worker", trace_dir, res_path], timeout, max_bytes)
     if m["capped"]:
-        return {"wall_s": m["wall_s"], "peak_bytes": m["peak_bytes"], "capped": m["capped"]}
+        return {"wall_s": m["wall_s"], "peak_bytes": m["peak_bytes"], "anon_peak_bytes": m["anon_peak_bytes"],
+                "capped": m["capped"]}
     if m["rc"] != 0:
         sys.exit(f"run_hta: HTA failed (exit {m['rc']}) on {trace_dir}\n{m['stderr']}")
     with open(res_path) as f:
         r = json.load(f)
-    return {"wall_s": m["wall_s"], "peak_bytes": m["peak_bytes"], "capped": None, "result": r}
+    return {"wall_s": m["wall_s"], "peak_bytes": m["peak_bytes"], "anon_peak_bytes": m["anon_peak_bytes"],
+            "capped": None, "result": r}
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -364,9 +379,9 @@ def main():
                       + (f" (stopped: {ht['capped']})" if ht["capped"] else ""), flush=True)
             else:
                 print("; HTA not rerun (capped)", flush=True)
-            s["tpscope"].append({k: tp[k] for k in ("wall_s", "peak_bytes", "phases")})
+            s["tpscope"].append({k: tp[k] for k in ("wall_s", "peak_bytes", "anon_peak_bytes", "phases", "peaks")})
             if ht:
-                s["hta"].append({k: ht[k] for k in ("wall_s", "peak_bytes", "capped")} |
+                s["hta"].append({k: ht[k] for k in ("wall_s", "peak_bytes", "anon_peak_bytes", "capped")} |
                                 ({"phases": ht["result"]["phases"]} if "result" in ht else {}))
             if run == 0:
                 s["answers"] = compare(tp, ht["result"]) if ht and "result" in ht else \
@@ -377,7 +392,8 @@ def main():
     print(f"\nmedians of {a.runs} alternating runs (tpscope: import + report --json + diagnose --json; "
           f"HTA: load + temporal breakdown + comm/comp overlap + stragglers + idle breakdown of rank 0); "
           f"load average {results['loadavg_start'][0]:.1f} → {results['loadavg_end'][0]:.1f}")
-    hdr = ("set", "gz", "tpscope s", "tpscope mem", "HTA s", "HTA mem", "HTA/tpscope time", "tpscope/HTA mem")
+    hdr = ("set", "gz", "tpscope s", "tpscope mem", "HTA s", "HTA mem", "HTA/tpscope time", "tpscope/HTA mem",
+           "anonymous: tpscope / HTA")
     print("| " + " | ".join(hdr) + " |\n|" + "---|" * len(hdr))
     for s in results["sets"]:
         ts = statistics.median(x["wall_s"] for x in s["tpscope"])
@@ -385,11 +401,14 @@ def main():
         capped = any(x.get("capped") for x in s["hta"])
         hs = statistics.median(x["wall_s"] for x in s["hta"])
         hm = statistics.median(x["peak_bytes"] for x in s["hta"])
+        anons = [x["anon_peak_bytes"] for x in s["tpscope"]], [x["anon_peak_bytes"] for x in s["hta"]]
+        ta, ha = (statistics.median(a) if a and None not in a else None for a in anons)
         gt = "> " if capped else ""
         s["median"] = {"tpscope_s": ts, "tpscope_bytes": tm, "hta_s": hs, "hta_bytes": hm, "hta_capped": capped,
-                       "time_ratio": hs / ts, "mem_ratio": tm / hm}
+                       "time_ratio": hs / ts, "mem_ratio": tm / hm, "tpscope_anon_bytes": ta, "hta_anon_bytes": ha}
+        anon = f"{fmt_mb(ta)} / {gt}{fmt_mb(ha)} = 1/{ha / ta:.1f}" if ta and ha else "—"
         print(f"| {s['name']} | {fmt_mb(s['gz_bytes'])} | {ts:.2f} | {fmt_mb(tm)} | {gt}{hs:.1f} | {gt}{fmt_mb(hm)} | "
-              f"{gt}{hs / ts:.1f}× | {'< ' if capped else ''}1/{hm / tm:.1f} |")
+              f"{gt}{hs / ts:.1f}× | {'< ' if capped else ''}1/{hm / tm:.1f} | {anon} |")
     print("\nanswers (µs summed over HTA's steps; tpscope − HTA: the largest difference over ranks)")
     for s in results["sets"]:
         ans = s.get("answers") or {}
@@ -417,7 +436,9 @@ def main():
             ph = {k: statistics.median(p.get(k, 0) for p in hp) for k in hp[0]}
             print("  HTA phases (median s): " + ", ".join(f"{k[:-2]} {v:.2f}" for k, v in ph.items()))
         tph = {k: statistics.median(x["phases"][k] for x in s["tpscope"]) for k in s["tpscope"][0]["phases"]}
-        print("  tpscope phases (median s): " + ", ".join(f"{k[:-2]} {v:.2f}" for k, v in tph.items()))
+        tpk = {k: statistics.median(x["peaks"][k] for x in s["tpscope"]) for k in s["tpscope"][0]["peaks"]}
+        print("  tpscope phases (median s): " + ", ".join(f"{k[:-2]} {v:.2f}" for k, v in tph.items())
+              + "; peak memory: " + ", ".join(f"{k[:-6]} {fmt_mb(v)}" for k, v in tpk.items()))
         print(f"  stragglers   HTA {ans.get('hta_stragglers')}  tpscope {ans.get('tpscope_stragglers')}"
               + (f"  (injected: rank {s['info']['straggler']})" if s["info"].get("straggler") is not None else ""))
         for k, v in (ans.get("hta_errors") or {}).items():
