@@ -293,52 +293,51 @@ Result<LaneSummary> summarizeWhole(Reader& reader, const IdRange& ids, int bucke
 
 }  // namespace
 
-// A rank at a time: summarize() needs the run's extent (one aggregate query) and, beyond it, only a rank's own spans.
-// A rank's spans are gathered until the scan moves on to another rank, then summarised and freed, so a run is never
-// held whole (1.3 M spans: 40-80 MB before). Files whose ranks interleave in row order (rank files written into one
-// as they flushed) are gathered whole instead.
-Status writeLaneSummary(const std::filesystem::path& path, int buckets) {
+Result<LaneSummary> computeLaneSummary(const std::filesystem::path& path, int buckets) {
   LaneSummary summary;
-  {
-    auto reader = Reader::open(path);
-    if (!reader) return reader.status();
-    auto ids = (*reader)->spanIdRange();
-    if (!ids) return ids.status();
-    if (!ids->empty()) {
-      auto extent = spanExtent(**reader);
-      if (!extent) return extent.status();
-      const auto [lo, hi] = *extent;
-      summary.originNs = lo;
-      Gather g;
-      std::set<int> done;
-      bool interleaved = false;
-      auto finishRank = [&]() {
-        if (g.lanes.empty()) return;
-        done.insert(g.lastKey.first);
-        append(summary, summarize(g.lanes, lo, hi, buckets));
-        g = Gather();
-      };
-      if (Status s = (*reader)->forEachSpanInIdRange(ids->first, ids->last + 1,
-                                                     [&](const SpanRow& r) {
-                                                       if (g.last != nullptr && r.rank != g.lastKey.first) finishRank();
-                                                       if (g.last == nullptr && done.count(r.rank) != 0) {
-                                                         interleaved = true;
-                                                         return false;
-                                                       }
-                                                       g.add(r);
-                                                       return true;
-                                                     });
-          !s)
-        return s;
-      finishRank();
-      if (interleaved) {
-        auto whole = summarizeWhole(**reader, *ids, buckets);
-        if (!whole) return whole.status();
-        summary = std::move(*whole);
-      }
-    }
-  }  // the reader is closed before the file is written
+  auto reader = Reader::open(path);
+  if (!reader) return reader.status();
+  auto ids = (*reader)->spanIdRange();
+  if (!ids) return ids.status();
+  if (ids->empty()) return summary;
+  auto extent = spanExtent(**reader);
+  if (!extent) return extent.status();
+  const auto [lo, hi] = *extent;
+  summary.originNs = lo;
+  Gather g;
+  std::set<int> done;
+  bool interleaved = false;
+  auto finishRank = [&]() {
+    if (g.lanes.empty()) return;
+    done.insert(g.lastKey.first);
+    append(summary, summarize(g.lanes, lo, hi, buckets));
+    g = Gather();
+  };
+  if (Status s = (*reader)->forEachSpanInIdRange(ids->first, ids->last + 1,
+                                                 [&](const SpanRow& r) {
+                                                   if (g.last != nullptr && r.rank != g.lastKey.first) finishRank();
+                                                   if (g.last == nullptr && done.count(r.rank) != 0) {
+                                                     interleaved = true;
+                                                     return false;
+                                                   }
+                                                   g.add(r);
+                                                   return true;
+                                                 });
+      !s)
+    return s;
+  finishRank();
+  if (interleaved) return summarizeWhole(**reader, *ids, buckets);
+  return summary;
+}
+
+Status writeLaneSummary(const std::filesystem::path& path, const LaneSummary& summary) {
   return detail::writeInTransaction(path, "lane summary", [&](sqlite3* db) { return write(db, path, summary); });
+}
+
+Status writeLaneSummary(const std::filesystem::path& path, int buckets) {
+  auto summary = computeLaneSummary(path, buckets);  // its reader is closed before the file is written
+  if (!summary) return summary.status();
+  return writeLaneSummary(path, *summary);
 }
 
 Result<std::optional<LaneSummary>> readLaneSummary(Reader& reader) {

@@ -99,6 +99,14 @@ class RowSummarizer {
 // name u32, step i32, count u32, layer i16, kind u8, phase u8); meta holds the version and the span ids.
 Status writeLaneSummary(const std::filesystem::path& path, int buckets = kLaneSummaryBuckets);
 
+// writeLaneSummary in two halves, for a caller that reads the file for other summaries meanwhile. The first reads the
+// spans (its own connection) and summarises them a rank at a time: summarize() needs the run's extent (one aggregate
+// query) and, beyond it, a rank's own spans, gathered until the scan moves on to another rank and then freed, so a
+// run is never held whole (1.3 M spans: 40-80 MB before). A file whose ranks interleave in row order (rank files
+// written into one as they flushed) is gathered whole. The second writes a summary of the spans the file holds now.
+Result<LaneSummary> computeLaneSummary(const std::filesystem::path& path, int buckets = kLaneSummaryBuckets);
+Status writeLaneSummary(const std::filesystem::path& path, const LaneSummary& summary);
+
 // The file's lane summary when present, of this version and computed from the spans the file holds now; nullopt
 // otherwise (the caller reads the spans). An error only for a damaged file.
 Result<std::optional<LaneSummary>> readLaneSummary(Reader& reader);
