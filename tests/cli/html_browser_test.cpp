@@ -171,7 +171,9 @@ class HtmlBrowser : public ::testing::Test {
   fs::path fixture(const std::string& name, const testing::RunSpec& spec, bool hostile = false) {
     const fs::path db = dir_ / (name + ".db");
     EXPECT_TRUE(testing::writeRun(db, spec));
-    if (hostile) EXPECT_TRUE(testing::makeNamesHostile(db));
+    if (hostile) {
+      EXPECT_TRUE(testing::makeNamesHostile(db));
+    }
     return report(db, name);
   }
 

@@ -157,6 +157,16 @@ void expectSameSummary(const LaneSummary& got, const LaneSummary& expected) {
   }
 }
 
+// The summary the file at `path` holds, against `expected`.
+void expectFileHolds(const std::filesystem::path& path, const LaneSummary& expected) {
+  auto r = Reader::open(path);
+  ASSERT_TRUE(r.isOk());
+  auto read = readLaneSummary(**r);
+  ASSERT_TRUE(read.isOk()) << read.error();
+  ASSERT_TRUE(read->has_value());
+  expectSameSummary(**read, expected);
+}
+
 TEST(LaneSummary, RoundTripsThroughTheFileAndIsIgnoredOnceStale) {
   TempDir dir;
   const auto spans = randomSpans(3, 800);
@@ -176,15 +186,7 @@ TEST(LaneSummary, RoundTripsThroughTheFileAndIsIgnoredOnceStale) {
     EXPECT_FALSE(none->has_value());  // not written yet: read the spans
   }
   ASSERT_TRUE(writeLaneSummary(path, 256));
-  const LaneSummary expected = summarizeLanes(spans, 256);
-  {
-    auto r = Reader::open(path);
-    ASSERT_TRUE(r.isOk());
-    auto read = readLaneSummary(**r);
-    ASSERT_TRUE(read.isOk()) << read.error();
-    ASSERT_TRUE(read->has_value());
-    expectSameSummary(**read, expected);
-  }
+  expectFileHolds(path, summarizeLanes(spans, 256));
   // Spans added since: the summary no longer describes the file.
   {
     sql(path, "INSERT INTO spans(rank, thread, kind, name, begin_ns, dur_ns) VALUES (0, 0, 0, 1, 5, 10)");
@@ -218,13 +220,7 @@ TEST(LaneSummary, ARankAtATimeGivesTheWholeRunsRows) {
     ASSERT_TRUE((*w)->close());
   }
   ASSERT_TRUE(writeLaneSummary(path, 256));
-  const LaneSummary expected = summarizeLanes(spans, 256);
-  auto r = Reader::open(path);
-  ASSERT_TRUE(r.isOk());
-  auto read = readLaneSummary(**r);
-  ASSERT_TRUE(read.isOk()) << read.error();
-  ASSERT_TRUE(read->has_value());
-  expectSameSummary(**read, expected);
+  expectFileHolds(path, summarizeLanes(spans, 256));
 }
 
 TEST(LaneSummary, AnotherVersionIsIgnoredAndADamagedBlobIsAnErrorNamingTheFile) {
