@@ -73,7 +73,7 @@ bool hostPassable(const at::Tensor& v) {
 GradHealthStats statsOfViews(const std::vector<at::Tensor>& views, const at::TensorOptions& options) {
   const int64_t count = static_cast<int64_t>(views.size());
   if (count == 0)
-    return {torch::zeros({0, 2}, options.dtype(at::kFloat)), torch::zeros({0, 2}, options.dtype(at::kLong))};
+    return {torch::zeros({0, 2}, options.dtype(at::kFloat)), torch::zeros({0, 2}, options.dtype(at::kLong)), {}};
   std::vector<at::Tensor> l2, lo, hi;
   std::vector<double> sumSquares(views.size(), -1.0);
   l2.reserve(views.size());
