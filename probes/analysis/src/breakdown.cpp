@@ -378,6 +378,14 @@ void addRecordsAndStepStats(RankData& rd, const RankMap& extras, int rank) {
 
 using RankResult = decltype(breakdownOfRank(0, std::declval<RankData&>()));
 
+// `from`'s intervals appended to `into`'s, key by key.
+void appendPhases(detail::PhaseIntervals& into, detail::PhaseIntervals& from) {
+  for (auto& [key, iv] : from) {
+    auto& to = into[key];
+    to.insert(to.end(), iv.begin(), iv.end());
+  }
+}
+
 // Every rank of `data` broken down (independent: in parallel for large runs), consuming its intervals.
 std::map<int, RankResult> breakdownOfRanks(RankMap& data) {
   std::vector<std::pair<int, RankData*>> ranks;
@@ -418,7 +426,7 @@ Breakdown assemble(std::map<int, RankResult>& results) {
 // The whole run in memory: every rank's intervals gathered, then broken down. For spans whose ranks interleave in
 // row order (ranks' files written into one as they were flushed); rank at a time below is the usual path.
 tracedb::Result<Breakdown> wholeRun(tracedb::Reader& reader, const DeviceLaneSet& devices, int64_t minId, int64_t maxId,
-                                    std::vector<tracedb::PhaseSummaryRow>* phaseRows) {
+                                    const RankMap& extras, std::vector<tracedb::PhaseSummaryRow>* phaseRows) {
   RankMap data;
   detail::PhaseIntervals phases;
   detail::PhaseIntervals* byKey = phaseRows != nullptr ? &phases : nullptr;
@@ -431,12 +439,8 @@ tracedb::Result<Breakdown> wholeRun(tracedb::Reader& reader, const DeviceLaneSet
       });
   if (!s) return s;
   for (auto& part : parts) mergeInto(data, std::move(part));
-  for (auto& part : partPhases)
-    for (auto& [key, iv] : part) {
-      auto& into = phases[key];
-      into.insert(into.end(), iv.begin(), iv.end());
-    }
-  if (auto r = readRecordsAndStepStats(reader, data); !r) return r;
+  for (auto& part : partPhases) appendPhases(phases, part);
+  for (const auto& [rank, x] : extras) addRecordsAndStepStats(data[rank], extras, rank);
   if (phaseRows != nullptr)
     for (const auto& [rank, rd] : data) detail::takePhaseRows(phases, rank, *phaseRows);
   auto results = breakdownOfRanks(data);
@@ -500,17 +504,14 @@ tracedb::Result<Breakdown> detail::breakdownAndPhases(tracedb::Reader& reader,
     for (const auto& [rank, rd] : part.open) interleaved = interleaved || results.count(rank) != 0;
   if (interleaved) {
     if (phaseRows != nullptr) phaseRows->clear();
-    return wholeRun(reader, *devices, minId, maxId, phaseRows);
+    return wholeRun(reader, *devices, minId, maxId, extras, phaseRows);
   }
 
   RankMap rest;  // the open ranks, and ranks with records or step windows but no spans
   detail::PhaseIntervals restPhases;
   for (Part& part : parts) {
     mergeInto(rest, std::move(part.open));
-    for (auto& [key, iv] : part.phases) {
-      auto& into = restPhases[key];
-      into.insert(into.end(), iv.begin(), iv.end());
-    }
+    appendPhases(restPhases, part.phases);
     if (phaseRows != nullptr) phaseRows->insert(phaseRows->end(), part.phaseRows.begin(), part.phaseRows.end());
   }
   for (const auto& [rank, x] : extras)

@@ -320,11 +320,10 @@ struct InputsMeta {
   std::string inputsJson = "[", devicesJson = "{";
 };
 
-// The loaded files' errors in input order (whichever worker met them first), each rank held once, their costs summed.
+// The loaded files (every one without error: the write stopped at the first) with their ranks resolved, each rank
+// held once, their costs summed.
 Result<InputsMeta> collectInputs(std::span<const fs::path> inputs, std::vector<LoadedFile>& loaded,
                                  KinetoImportStats& stats) {
-  for (const LoadedFile& f : loaded)
-    if (!f.status) return f.status;
   if (Status s = resolveRanks(inputs, loaded); !s) return s;
   InputsMeta meta;
   std::map<int, fs::path> rankOwner;
