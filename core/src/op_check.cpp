@@ -328,11 +328,17 @@ void onEnd(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   const bool writes = aliasingOf(fn) == Aliasing::Writes;
   // A number turned into a one-element tensor (type promotion of a constant such as isfinite's +Inf) is a constant,
   // not a computed value: a zero-dimensional output whose only NaN/+Inf source is a number is left alone. Where no
-  // input holds one, the operator computed it (0/0 of a loss over no counted token).
-  const bool fromNumbers =
-      std::any_of(in->inputs.begin(), in->inputs.end(), [](const ValueStat& i) { return i.bad(); }) &&
-      std::all_of(in->inputs.begin(), in->inputs.end(),
-                  [](const ValueStat& i) { return !i.bad() || i.kind == "scalar"; });
+  // input holds one, the operator computed it (0/0 of a loss over no counted token). An argument the operator writes
+  // is not a source (describe() does not name it either): what it held before is its own business — the destination
+  // of copy_ or fill_ is often fresh memory, whose bits may read as NaN in one run and not in the next.
+  const auto written = [&](const ValueStat& i) {
+    return i.data != nullptr &&
+           std::any_of(outs.begin(), outs.end(), [&](const ValueStat& o) { return o.data == i.data; });
+  };
+  const auto source = [&](const ValueStat& i) { return i.bad() && !written(i); };
+  const bool fromNumbers = std::any_of(in->inputs.begin(), in->inputs.end(), source) &&
+                           std::all_of(in->inputs.begin(), in->inputs.end(),
+                                       [&](const ValueStat& i) { return !source(i) || i.kind == "scalar"; });
   for (const ValueStat& out : outs)
     if (out.bad() && !(fromNumbers && out.shape.empty()) &&
         (writes ||
