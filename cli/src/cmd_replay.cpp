@@ -1,11 +1,12 @@
 // tpscope replay RUN [--step S] [--rank R] [--json]: the step again, op by op. Re-runs a tpscope-train run's job up to
 // step S through `tpscope capture` (same program, layout, config and the faults that model a program's own bug; from
-// the run's newest checkpoint before S when it has one), with the op check (core/op_check.h) armed at step S on every
-// rank; reads back each rank's first non-finite operator and gives the verdict: reproducible (the value comes back: a
-// numerical or data problem, the op and the batch named), transient (the replay is clean: suspect the hardware) or
-// clean (neither the run nor the replay had a non-finite value at S). The verdict goes into the run file (an alert of
-// kind `replay`, which diagnose turns into a `replay` finding under the NaN's origin) and the replay's own run stays
-// in RUN's folder, replay-step-S/. docs/cli.md ("replay") is the user's page.
+// the state the run kept for S — then, with DP > 1, the named rank's DP replica alone — else from the run's newest
+// checkpoint before S when it has one), with the op check (core/op_check.h) armed at step S on every rank; reads back
+// each rank's first non-finite operator and gives the verdict: reproducible (the value comes back: a numerical or data
+// problem, the op and the batch named), transient (the replay is clean: suspect the hardware) or clean (neither the run
+// nor the replay had a non-finite value at S). The verdict goes into the run file (an alert of kind `replay`, which
+// diagnose turns into a `replay` finding under the NaN's origin) and the replay's own run stays in RUN's folder,
+// replay-step-S/. docs/cli.md ("replay") is the user's page.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <regex>
 #include <set>
 
 #include "capture/launcher.h"
@@ -39,11 +41,13 @@ namespace kinds = vocabulary::alert_kinds;
 constexpr const char* kHelp = R"(
 Re-runs a run of tpscope-train up to step S, with every operator's outputs (forward ops, the backward functions
 autograd runs) and every collective's result checked for NaN/Inf at step S, and names the first operator that made
-the value on each rank. The job runs again, all ranks, from the first of: the state the run kept for S (RUN/replay-
-state: written before the update of the first step with a non-finite value; not used where a parameter of it already
+the value on each rank. The job runs again from the first of: the state the run kept for S (RUN/replay-state:
+written before the update of the first step with a non-finite value; not used where a parameter of it already
 carries the value or the run's replica check dates a disagreement before S), the run's newest checkpoint before S,
 step 1 (the engine's data order, initialisation and dropout are functions of the seed and the step, and a checkpoint
-holds the RNG state); with the faults that model a program's own bug re-applied
+holds the RNG state). From the kept state with DP > 1 only the named rank's DP replica runs (its TP group and
+pipeline stages, as a job of dp 1 that draws that replica's data); else every rank. The step's gradients before
+reduction are compared with the run's. The faults that model a program's own bug are re-applied
 (nan, inf, spike) and those that model the machine or the schedule left out (bitflip, slow, delay, hang, crash,
 mismatch). Checkpoints are not written.
 
@@ -126,12 +130,13 @@ std::optional<std::pair<int, fs::path>> newestCheckpointBefore(const std::string
 }
 
 // The replay state the run kept for step `step` (tpscope-train writes it before the update of the first step with a
-// non-finite value: core/trainer.h): RUN/replay-state/step-<S-1>/, used only where every rank's file is there.
-std::optional<fs::path> replayStateFor(const fs::path& runDir, int step, int world) {
+// non-finite value: core/trainer.h): RUN/replay-state/step-<S-1>/, used only where the file of every rank in `ranks`
+// is there.
+std::optional<fs::path> replayStateFor(const fs::path& runDir, int step, const std::vector<int>& ranks) {
   std::error_code ec;
   const fs::path dir = runDir / "replay-state" / fmt::format("step-{:06d}", step - 1);
   if (step < 2 || !fs::exists(dir / "manifest.json", ec)) return std::nullopt;
-  for (int r = 0; r < world; ++r)
+  for (int r : ranks)
     if (!fs::exists(dir / fmt::format("rank-{:05d}.pt", r), ec)) return std::nullopt;
   return fs::absolute(dir, ec);
 }
@@ -150,6 +155,10 @@ struct Outcome {
   std::vector<RankResult> ranks;
   std::optional<double> lossMaxRelDiff;  // steps before S: the replay's losses against the run's (0: identical)
   int lossSteps = 0;
+  // Step S's gradients before reduction (each tensor's L2 norm and max |g|, finite in both), the replay's against the
+  // run's rank by rank: equal where the replay computed what the run computed (the data, the state, the seeds).
+  std::optional<double> gradMaxRelDiff;
+  int gradTensors = 0, gradRanks = 0;
   std::vector<std::string> reapplied, leftOut;
   std::vector<std::string> sdc;  // transient: the silent-corruption findings on the rank
   bool runHadNonFinite = false;
@@ -173,6 +182,8 @@ class Replay {
       if (r != nullptr && r->found && !r->evidence.value("carrier_param", "").empty()) {
         stateHeld_ = r->evidence.value("carrier_param", "");
         fromState_ = false;
+        replica_ = -1;  // the steps before S need every replica
+        chooseFaults();
         setProgram(checkpoint_);
         Outcome kept;  // what the run says; the replay's own results start again
         kept.reapplied = out_.reapplied;
@@ -279,6 +290,7 @@ class Replay {
       if (c.is_object()) {
         microBatch_ = c.value("micro_batch_size", int64_t{1});
         gradAccum_ = c.value("grad_accum", int64_t{1});
+        zero1_ = c.value("zero1", false);
         // The run's newest checkpoint before the step: the replay starts there instead of at step 1.
         checkpoint_ = newestCheckpointBefore(c.value("checkpoint_dir", ""), step_);
       }
@@ -286,12 +298,20 @@ class Replay {
     program_ = std::move(argv);
     // The state the run kept when the step's non-finite value appeared: the step alone is replayed.
     if (a_.noState) stateSkipped_ = "--no-replay-state";
-    const auto state = replayStateFor(file_.parent_path(), step_, world_);
+    // From that state the step needs only the rank's DP replica: its TP groups, every stage (the step's forward and
+    // backward passes do not depend on the other replicas; ZeRO-1 spreads the optimizer state over them).
+    if (dp_ > 1 && !zero1_) replica_ = (rank_ / tp_) % dp_;
+    auto state = replayStateFor(file_.parent_path(), step_, jobRanks());
+    if (!state && replica_ >= 0) {
+      replica_ = -1;
+      state = replayStateFor(file_.parent_path(), step_, jobRanks());
+    }
     if (!state) stateSkipped_.clear();  // nothing kept: nothing skipped
     if (state && stateSkipped_.empty()) {
       fromState_ = true;
       setProgram(std::make_pair(step_ - 1, *state));
     } else {
+      replica_ = -1;  // the steps before S need every replica
       setProgram(checkpoint_);
     }
     // The faults: those that model a program's own bug come back; the machine's and the schedule's do not.
@@ -300,23 +320,88 @@ class Replay {
     std::string error;
     auto specs = rules::parseFaultList(all, &error);
     if (!specs) return bad(file_.string() + ": " + error);
-    for (const auto& s : *specs) {
+    faults_ = std::move(*specs);
+    chooseFaults();
+    if (auto g = reader->gradStats(tracedb::GradQuery{.rank = std::nullopt, .step = step_})) runGrads_ = std::move(*g);
+    return kExitOk;
+  }
+
+  // The run's ranks the replay runs, in the replay's rank order: every rank, or those of DP replica `replica_`
+  // (stage by stage, TP fastest: mesh.h's order with dp 1).
+  std::vector<int> jobRanks() const {
+    std::vector<int> out;
+    if (replica_ < 0) {
+      for (int r = 0; r < world_; ++r) out.push_back(r);
+      return out;
+    }
+    for (int stage = 0; stage < pp_; ++stage)
+      for (int t = 0; t < tp_; ++t) out.push_back((stage * dp_ + replica_) * tp_ + t);
+    return out;
+  }
+
+  // A replica's replay names its pipeline's point-to-point groups by its own ranks (p2p-<src>-<dst>): the run's.
+  std::string inRunTerms(const std::string& text) const {
+    if (replica_ < 0) return text;
+    static const std::regex kP2p("p2p-(\\d+)-(\\d+)");
+    std::string out;
+    auto from = text.cbegin();
+    for (std::sregex_iterator it(text.begin(), text.end(), kP2p), end; it != end; ++it) {
+      out.append(from, text.cbegin() + it->position());
+      out += fmt::format("p2p-{}-{}", jobRankOf(std::stoi((*it)[1])), jobRankOf(std::stoi((*it)[2])));
+      from = text.cbegin() + it->position() + it->length();
+    }
+    out.append(from, text.cend());
+    return out;
+  }
+
+  int jobRankOf(int replayRank) const {
+    const std::vector<int> ranks = jobRanks();
+    return replayRank >= 0 && replayRank < static_cast<int>(ranks.size()) ? ranks[static_cast<size_t>(replayRank)]
+                                                                          : replayRank;
+  }
+
+  // The faults the replay applies (those that model a program's own bug, on a rank it runs, renumbered to the
+  // replay's ranks) and those it leaves out.
+  void chooseFaults() {
+    out_.reapplied.clear();
+    out_.leftOut.clear();
+    inject_.clear();
+    const std::vector<int> ranks = jobRanks();
+    for (const auto& s : faults_) {
+      const std::string text = rules::formatFaultSpec(s);
       const bool program =
           s.kind == rules::FaultKind::Nan || s.kind == rules::FaultKind::Inf || s.kind == rules::FaultKind::Spike;
-      (program ? out_.reapplied : out_.leftOut).push_back(rules::formatFaultSpec(s));
+      rules::FaultSpec mine = s;
+      bool here = true;
+      if (s.stage >= 0) {
+        here = replica_ <= 0;  // a stage's fault is on its first rank: DP replica 0's
+      } else {
+        const auto it = std::find(ranks.begin(), ranks.end(), s.rank);
+        here = it != ranks.end();
+        mine.rank = static_cast<int>(it - ranks.begin());
+      }
+      if (!program || !here) {
+        out_.leftOut.push_back(text + (program ? " (another DP replica)" : ""));
+        continue;
+      }
+      out_.reapplied.push_back(text);
+      inject_.push_back(rules::formatFaultSpec(mine));
     }
-    return kExitOk;
   }
 
   int runCapture() {
     capture::CaptureOptions o;
-    o.nproc = world_;
+    o.nproc = static_cast<int>(jobRanks().size());
     o.tp = tp_;
-    o.dp = dp_;
+    o.dp = replica_ >= 0 ? 1 : dp_;
     o.pp = pp_;
     o.program = argv_;
+    if (replica_ >= 0) {  // tpscope-train's own --dp: the replica's job has one
+      for (size_t i = 0; i + 1 < o.program.size(); ++i)
+        if (o.program[i] == "--dp") o.program[i + 1] = "1";
+    }
     o.out = file_.parent_path() / fmt::format("replay-step-{}", step_);
-    o.inject = out_.reapplied;
+    o.inject = inject_;
     o.onNonfinite = "warn";
     o.self = selfPath();
     o.hangTimeoutS = a_.hangTimeoutS;
@@ -330,11 +415,13 @@ class Replay {
       return kExitOutput;
     }
     if (!a_.json)
-      std::cerr << fmt::format("tpscope replay: re-running {} rank{} up to step {} (log: {})\n", world_,
-                               world_ == 1 ? "" : "s", step_, log.string());
+      std::cerr << fmt::format("tpscope replay: re-running {} rank{} up to step {} (log: {})\n", o.nproc,
+                               o.nproc == 1 ? "" : "s", step_, log.string());
     setenv("TPSCOPE_REPLAY_STEP", std::to_string(step_).c_str(), 1);
+    if (replica_ >= 0) setenv("TPSCOPE_REPLAY_DP", fmt::format("{}/{}", replica_, dp_).c_str(), 1);
     const int rc = capture::runCapture(o, f, f, false);
     unsetenv("TPSCOPE_REPLAY_STEP");
+    unsetenv("TPSCOPE_REPLAY_DP");
     std::fclose(f);
     captureRc_ = rc;
     out_.replayRun = o.out / "run.db";
@@ -359,13 +446,15 @@ class Replay {
     std::map<int, RankResult> byRank;
     for (const auto& a : *alerts) {
       if (a.step != step_ || (a.kind != kinds::kOpCheck && a.kind != kinds::kOpCheckClean)) continue;
-      RankResult& r = byRank[a.rank];
+      RankResult& r = byRank[jobRankOf(a.rank)];
       if (r.found || r.clean) continue;
-      r.rank = a.rank;
+      r.rank = jobRankOf(a.rank);
       r.found = a.kind == kinds::kOpCheck;
       r.clean = !r.found;
       r.evidence = Json::parse(a.evidence, nullptr, false);
-      r.message = a.message;
+      r.message = inRunTerms(a.message);
+      if (r.evidence.is_object() && r.evidence.contains("collective"))
+        r.evidence["collective"] = inRunTerms(r.evidence.value("collective", ""));
       r.tsNs = a.tsNs;
     }
     for (auto& [rank, r] : byRank) out_.ranks.push_back(r);
@@ -393,7 +482,7 @@ class Replay {
       double worst = 0;
       std::set<int> steps;
       for (const auto& s : *replayStats) {
-        auto it = mine.find({s.rank, s.step});
+        auto it = mine.find({jobRankOf(s.rank), s.step});
         if (!s.loss || it == mine.end()) continue;
         steps.insert(s.step);
         const double d = std::abs(*s.loss - it->second) / std::max(std::abs(it->second), 1e-30);
@@ -402,6 +491,7 @@ class Replay {
       out_.lossSteps = static_cast<int>(steps.size());
       if (!steps.empty()) out_.lossMaxRelDiff = worst;
     }
+    compareGradients(*reader);
     if (origin) {
       // The batch the named rank computed at S: the engine's sample order (core/data.h).
       const int dpRank = (out_.rank / tp_) % dp_;
@@ -417,6 +507,32 @@ class Replay {
       }
     }
     return kExitOk;
+  }
+
+  void compareGradients(tracedb::Reader& replay) {
+    auto mineRows = replay.gradStats(tracedb::GradQuery{.rank = std::nullopt, .step = step_});
+    if (!mineRows) return;
+    const auto finite = [](const tracedb::GradStatRow& g) {
+      return g.nanCount == 0 && g.infCount == 0 && std::isfinite(g.l2Norm) && std::isfinite(g.maxAbs);
+    };
+    std::map<std::pair<int, std::string>, const tracedb::GradStatRow*> run;
+    for (const auto& g : runGrads_)
+      if (finite(g)) run[{g.rank, g.param}] = &g;
+    double worst = 0;
+    std::set<int> ranks;
+    int tensors = 0;
+    const auto rel = [](double a, double b) { return a == b ? 0.0 : std::abs(a - b) / std::max(std::abs(b), 1e-30); };
+    for (const auto& g : *mineRows) {
+      auto it = run.find({jobRankOf(g.rank), g.param});
+      if (!finite(g) || it == run.end()) continue;
+      worst = std::max({worst, rel(g.l2Norm, it->second->l2Norm), rel(g.maxAbs, it->second->maxAbs)});
+      ranks.insert(jobRankOf(g.rank));
+      ++tensors;
+    }
+    if (tensors == 0) return;
+    out_.gradMaxRelDiff = worst;
+    out_.gradTensors = tensors;
+    out_.gradRanks = static_cast<int>(ranks.size());
   }
 
   const RankResult* named() const {
@@ -444,6 +560,7 @@ class Replay {
            {"from", fromState_      ? "replay_state"
                     : fromStep_ > 1 ? "checkpoint"
                                     : "start"},
+           {"replayed_ranks", jobRanks()},
            {"faults_reapplied", out_.reapplied},
            {"faults_left_out", out_.leftOut},
            {"replay_run", out_.replayRun.string()},
@@ -452,6 +569,10 @@ class Replay {
     if (const RankResult* r = named(); r != nullptr && r->found) j["op"] = r->evidence;
     if (!out_.batch.empty()) j["batch"] = out_.batch;
     if (out_.lossMaxRelDiff) j["losses_before"] = {{"steps", out_.lossSteps}, {"max_rel_diff", *out_.lossMaxRelDiff}};
+    if (out_.gradMaxRelDiff)
+      j["gradients_at_step"] = {
+          {"tensors", out_.gradTensors}, {"ranks", out_.gradRanks}, {"max_rel_diff", *out_.gradMaxRelDiff}};
+    if (replica_ >= 0) j["dp_replica"] = replica_;
     if (out_.verdict == "transient") j["silent_corruption"] = out_.sdc;
     if (!stateHeld_.empty()) j["replay_state_held"] = stateHeld_;
     if (!stateSkipped_.empty()) j["replay_state_skipped"] = stateSkipped_;
@@ -459,9 +580,13 @@ class Replay {
   }
 
   void printText() const {
-    std::cout << fmt::format("replay of step {} ({}): {} rank{} (tp {}, dp {}{}), from {}\n", step_, file_.string(),
-                             world_, world_ == 1 ? "" : "s", tp_, dp_, pp_ > 1 ? fmt::format(", pp {}", pp_) : "",
-                             fromText());
+    const std::string layout = fmt::format("tp {}, dp {}{}", tp_, dp_, pp_ > 1 ? fmt::format(", pp {}", pp_) : "");
+    if (replica_ >= 0)
+      std::cout << fmt::format("replay of step {} ({}): DP replica {} alone, ranks {} of the run's {} ({}), from {}\n",
+                               step_, file_.string(), replica_, rankList(jobRanks()), world_, layout, fromText());
+    else
+      std::cout << fmt::format("replay of step {} ({}): {} rank{} ({}), from {}\n", step_, file_.string(), world_,
+                               world_ == 1 ? "" : "s", layout, fromText());
     if (!stateSkipped_.empty())
       std::cout << "the state the run kept for the step is not used: " << stateSkipped_ << "\n";
     if (!stateHeld_.empty())
@@ -478,6 +603,15 @@ class Replay {
                         : fmt::format("steps before {}: the replay's losses differ from the run's by up to {:.3g} "
                                       "(relative): the replay is not the run bit for bit\n",
                                       step_, *out_.lossMaxRelDiff));
+    if (out_.gradMaxRelDiff)
+      std::cout << (*out_.gradMaxRelDiff == 0
+                        ? fmt::format("step {}: the replay's gradients before reduction are the run's, bit for bit "
+                                      "({} finite tensors on {} rank{})\n",
+                                      step_, out_.gradTensors, out_.gradRanks, out_.gradRanks == 1 ? "" : "s")
+                        : fmt::format("step {}: the replay's gradients before reduction differ from the run's by up "
+                                      "to {:.3g} (relative; {} finite tensors on {} rank{})\n",
+                                      step_, *out_.gradMaxRelDiff, out_.gradTensors, out_.gradRanks,
+                                      out_.gradRanks == 1 ? "" : "s"));
     std::cout << "\nverdict: " << out_.verdict;
     if (out_.verdict == "reproducible")
       std::cout << " — the replay makes the value again: a numerical or data problem, not the hardware\n";
@@ -548,6 +682,12 @@ class Replay {
         printError("replay", "the verdict was not stored: " + s.message());
   }
 
+  static std::string rankList(const std::vector<int>& ranks) {
+    std::string out;
+    for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
+    return out;
+  }
+
   static std::string join(const std::vector<std::string>& v, const std::string& sep) {
     std::string out;
     for (const auto& s : v) out += (out.empty() ? "" : sep) + s;
@@ -579,6 +719,11 @@ class Replay {
   int step_ = -1, rank_ = 0;
   int fromStep_ = 1;  // the first step the replay runs (after the checkpoint it resumes from)
   int64_t microBatch_ = 1, gradAccum_ = 1;
+  bool zero1_ = false;
+  int replica_ = -1;                            // the DP replica replayed alone, or -1: every rank
+  std::vector<rules::FaultSpec> faults_;        // the run's --inject faults
+  std::vector<std::string> inject_;             // those the replay applies, on its own ranks
+  std::vector<tracedb::GradStatRow> runGrads_;  // the run's gradient health of step S
   int captureRc_ = 0;
   analysis::NonFiniteReport nonfinite_;
   std::vector<tracedb::StepStatRow> stepStats_;
@@ -596,12 +741,15 @@ void addReplay(CLI::App& app, Context& ctx) {
   cmd->add_flag("--no-replay-state", args->noState,
                 "Ignore the state the run kept for the step (RUN/replay-state): replay from its newest checkpoint, "
                 "else from step 1, recomputing the parameters");
-  cmd->add_option("--rank", args->rank, "Rank to name when the replay is clean (default: the origin's)");
+  cmd->add_option("--rank", args->rank,
+                  "Rank whose DP replica is replayed from the kept state, and named when the replay is clean "
+                  "(default: the origin's)");
   cmd->add_option("--hang-timeout", args->hangTimeoutS, "Stop the replay after this long without progress, s")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", args->json,
                 "Print JSON: {file, step, rank, verdict, op: {op, pass, span, layer, microbatch, produced, "
-                "carrier_input, inputs, ...}, batch, ranks, faults_reapplied, faults_left_out, replay_run}");
+                "carrier_input, inputs, ...}, batch, ranks, replayed_ranks, dp_replica, gradients_at_step, "
+                "faults_reapplied, faults_left_out, replay_run}");
   cmd->callback([args, &ctx]() { ctx.exitCode = Replay(*args).run(); });
 }
 

@@ -293,7 +293,7 @@ StepHooks::StepHooks(Mesh& mesh, const std::vector<std::string>& names, const st
     if (!g_faults.compare_exchange_strong(expected, faults_.get()))
       throw ConfigError("TPSCOPE_INJECT: another trainer in this process already injects faults");
   }
-  opCheck_ = OpCheck::fromEnvironment(mesh.rank(), names, params);  // tpscope replay
+  opCheck_ = OpCheck::fromEnvironment(mesh.jobRank(), names, params);  // tpscope replay: named by the run's rank
   if (rules_.options().nonfinite == HealthPolicy::TraceOps && !opCheck_) {
     names_ = names;
     params_ = params;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <torch/cuda.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
 
@@ -70,6 +71,21 @@ std::unique_ptr<Mesh> Mesh::single() {
   return m;
 }
 
+void Mesh::readDataReplica() {
+  dataDpRank_ = dpRank();
+  dataDp_ = dp_;
+  const char* v = std::getenv("TPSCOPE_REPLAY_DP");
+  if (v == nullptr || *v == '\0') return;
+  int d = -1, n = 0, used = 0;
+  if (std::sscanf(v, "%d/%d%n", &d, &n, &used) != 2 || v[used] != '\0' || n < 1 || d < 0 || d >= n)
+    throw std::invalid_argument(fmt::format("TPSCOPE_REPLAY_DP='{}': expected d/D, the replica and the run's dp", v));
+  if (dp_ != 1)
+    throw std::invalid_argument(fmt::format(
+        "TPSCOPE_REPLAY_DP='{}': a replica is replayed alone, on a mesh of dp 1 (this one has dp {})", v, dp_));
+  dataDpRank_ = d;
+  dataDp_ = n;
+}
+
 std::unique_ptr<Mesh> Mesh::fromEnvironment(const MeshOptions& opts) {
   if (opts.tp < 1 || opts.dp < 1 || opts.pp < 1)
     throw std::invalid_argument(fmt::format("tp={} dp={} pp={} must be >= 1", opts.tp, opts.dp, opts.pp));
@@ -87,6 +103,7 @@ std::unique_ptr<Mesh> Mesh::fromEnvironment(const MeshOptions& opts) {
                                               layout, want));
     auto m = single();
     if (opts.cuda) m->device_ = selectGpu(envInt(localVar, 0, false));
+    m->readDataReplica();
     return m;
   }
   const int world = envInt(worldVar, 1, true);
@@ -99,6 +116,7 @@ std::unique_ptr<Mesh> Mesh::fromEnvironment(const MeshOptions& opts) {
   m->dp_ = opts.dp;
   m->pp_ = opts.pp;
   m->localRank_ = envInt(localVar, rank, false);
+  m->readDataReplica();
   if (opts.cuda) m->device_ = selectGpu(m->localRank_);
   if (world == 1) {
     auto s = single();
@@ -150,22 +168,23 @@ std::unique_ptr<Mesh> Mesh::fromEnvironment(const MeshOptions& opts) {
   m->worldComm_ = makeComm("world", all);
   // Megatron's order: TP fastest, then DP, then PP (mesh.h).
   const int stageBase = m->ppRank() * opts.tp * opts.dp;
-  const int inStage = rank % (opts.tp * opts.dp);  // dp_rank * tp + tp_rank: which pipeline this rank is in
   std::vector<int> tpMembers, dpMembers, ppMembers;
   for (int t = 0; t < opts.tp; ++t) tpMembers.push_back(stageBase + m->dpRank() * opts.tp + t);
   for (int d = 0; d < opts.dp; ++d) dpMembers.push_back(stageBase + d * opts.tp + m->tpRank());
   for (int s = 0; s < opts.pp; ++s) ppMembers.push_back(m->stageRank(s));
-  m->tpComm_ = makeComm(fmt::format("tp-{}", rank / opts.tp), tpMembers);
+  // Groups are named by the job's coordinates: a replica replayed alone names them as the run did.
+  const int job = m->jobRank(), jobInStage = job % (opts.tp * m->dataDp_);
+  m->tpComm_ = makeComm(fmt::format("tp-{}", job / opts.tp), tpMembers);
   m->dpComm_ = makeComm(fmt::format("dp-{}", m->ppRank() * opts.tp + m->tpRank()), dpMembers);
   if (opts.pp > 1) {
-    m->ppComm_ = makeComm(fmt::format("pp-{}", inStage), ppMembers);
+    m->ppComm_ = makeComm(fmt::format("pp-{}", jobInStage), ppMembers);
     if (m->firstStage() || m->lastStage())
-      m->embdComm_ = makeComm(fmt::format("embd-{}", inStage), {m->stageRank(0), m->stageRank(opts.pp - 1)});
+      m->embdComm_ = makeComm(fmt::format("embd-{}", jobInStage), {m->stageRank(0), m->stageRank(opts.pp - 1)});
     else
-      m->embdComm_ = Communicator::solo(fmt::format("embd-{}", inStage), rank);
+      m->embdComm_ = Communicator::solo(fmt::format("embd-{}", jobInStage), rank);
   } else {
-    m->ppComm_ = Communicator::solo(fmt::format("pp-{}", inStage), rank);
-    m->embdComm_ = Communicator::solo(fmt::format("embd-{}", inStage), rank);
+    m->ppComm_ = Communicator::solo(fmt::format("pp-{}", jobInStage), rank);
+    m->embdComm_ = Communicator::solo(fmt::format("embd-{}", jobInStage), rank);
   }
   return m;
 }

@@ -104,7 +104,7 @@ at::Tensor PipelineRunner::run(int64_t step, const BatchSampler& sampler, double
         ids = torch::empty({c.micro_batch_size, c.seq_len}, torch::kLong);
         targets = torch::empty({c.micro_batch_size, c.seq_len}, torch::kLong);
         TPS_SPAN("data loading", Data, Data);
-        sampler.fill(step, op.microbatch, c.grad_accum, mesh_.dpRank(), mesh_.dp(), ids.data_ptr<int64_t>(),
+        sampler.fill(step, op.microbatch, c.grad_accum, mesh_.dataDpRank(), mesh_.dataDp(), ids.data_ptr<int64_t>(),
                      targets.data_ptr<int64_t>());
       }
       at::Tensor out;

@@ -294,11 +294,16 @@ Trainer::Trainer(const rules::TrainConfig& config, Mesh& mesh) : impl_(std::make
   Impl& m = *impl_;
   m.cfg = config;
   m.mesh = &mesh;
-  config.validate(mesh.tp(), mesh.dp(), mesh.pp());
+  config.validate(mesh.tp(), mesh.dataDp(), mesh.pp());
+  if (config.zero1 && mesh.dataDp() != mesh.dp())
+    throw rules::ConfigError(
+        fmt::format("TPSCOPE_REPLAY_DP: a DP replica is not replayed alone with zero1 (its "
+                    "optimizer state is spread over the run's {} replicas)",
+                    mesh.dataDp()));
   m.corpus = Corpus::load(config.corpusPath());
   m.sampler = std::make_unique<BatchSampler>(m.corpus, config.seq_len, config.micro_batch_size, config.seed);
   // Same dropout stream on every TP rank of a replica (replicated regions must agree), different across replicas.
-  torch::manual_seed(config.seed + 1 + 1000003ull * static_cast<uint64_t>(mesh.dpRank()));
+  torch::manual_seed(config.seed + 1 + 1000003ull * static_cast<uint64_t>(mesh.dataDpRank()));
   const GptOptions base = GptOptions()
                               .layers(config.layers)
                               .hidden(config.hidden)
@@ -437,7 +442,7 @@ StepMetrics Trainer::trainStep(int64_t step) {
       at::Tensor targets = torch::empty({c.micro_batch_size, c.seq_len}, torch::kLong);
       {
         TPS_SPAN("data loading", Data, Data);
-        m.sampler->fill(step, micro, c.grad_accum, m.mesh->dpRank(), m.mesh->dp(), ids.data_ptr<int64_t>(),
+        m.sampler->fill(step, micro, c.grad_accum, m.mesh->dataDpRank(), m.mesh->dataDp(), ids.data_ptr<int64_t>(),
                         targets.data_ptr<int64_t>());
       }
       const bool last = micro + 1 == c.grad_accum;
@@ -465,14 +470,19 @@ StepMetrics Trainer::trainStep(int64_t step) {
     out.gradNorm = m.clipGradients(sameGradients && !health.sumSquares.empty() ? &health.sumSquares : nullptr);
     // The norm is global (TP all-reduce of DP-reduced gradients): every rank takes the same overflow decision.
     const bool overflow = m.scaler && m.scaler->update(out.gradNorm);
+    // The replay state: on a rank that saw a non-finite value, and on every rank where the global gradient norm is
+    // one (the whole job at once: a replay of one TP group or DP replica finds every rank it needs).
+    const auto keepState = [&] {
+      if (m.hooks->sawNonFinite(step) || !std::isfinite(out.gradNorm)) m.saveReplayState(step);
+    };
     try {
       skipUpdate = m.hooks->beforeUpdate(step, gradStats, watch ? &m.activations : nullptr, lossAcc, c.grad_accum,
                                          out.gradNorm);  // capture: health rules
     } catch (const NonFiniteStop&) {
-      if (m.hooks->sawNonFinite(step)) m.saveReplayState(step);  // stop: the state is kept all the same
+      keepState();  // stop: the state is kept all the same
       throw;
     }
-    if (m.hooks->sawNonFinite(step)) m.saveReplayState(step);  // before the update: the state the step began from
+    keepState();  // before the update: the state the step began from
     skipUpdate = skipUpdate || overflow;
     out.lr = learningRate(c, step);
     {
@@ -536,16 +546,17 @@ int64_t Trainer::loadCheckpoint(const std::string& where) {
   std::ifstream(fs::path(dir) / "manifest.json") >> j;
   if (j.value("format", "") != "tpscope-checkpoint" || j.value("version", 0) > kCheckpointVersion)
     throw rules::ConfigError(fmt::format("{}: not a tpscope checkpoint of version <= {}", dir, kCheckpointVersion));
-  if (j["tp"].get<int>() != m.mesh->tp() || j["dp"].get<int>() != m.mesh->dp() ||
+  if (j["tp"].get<int>() != m.mesh->tp() || j["dp"].get<int>() != m.mesh->dataDp() ||
       j.value("pp", 1) != m.mesh->pp() || j.value("zero1", false) != m.cfg.zero1)
-    throw rules::ConfigError(
-        fmt::format("{} was written with tp={} dp={}{} zero1={}; this run has tp={} dp={}{} zero1={}", dir,
-                    j["tp"].get<int>(), j["dp"].get<int>(),
-                    j.value("pp", 1) > 1 ? fmt::format(" pp={}", j.value("pp", 1)) : "", j.value("zero1", false),
-                    m.mesh->tp(), m.mesh->dp(), m.mesh->pp() > 1 ? fmt::format(" pp={}", m.mesh->pp()) : "",
-                    m.cfg.zero1));
+    throw rules::ConfigError(fmt::format(
+        "{} was written with tp={} dp={}{} zero1={}; this run has tp={} dp={}{} zero1={}", dir, j["tp"].get<int>(),
+        j["dp"].get<int>(), j.value("pp", 1) > 1 ? fmt::format(" pp={}", j.value("pp", 1)) : "",
+        j.value("zero1", false), m.mesh->tp(), m.mesh->dataDp(),
+        m.mesh->pp() > 1 ? fmt::format(" pp={}", m.mesh->pp()) : "", m.cfg.zero1));
   torch::serialize::InputArchive ar;
-  ar.load_from(checkpointRankFile(dir, m.mesh->rank()), m.device);  // optimizer state lands where the params are
+  // A replica replayed alone reads the files of the run's ranks it stands for. The optimizer state lands where the
+  // parameters are.
+  ar.load_from(checkpointRankFile(dir, m.mesh->jobRank()), m.device);
   torch::NoGradGuard ng;
   for (auto& p : m.params) {
     at::Tensor t;

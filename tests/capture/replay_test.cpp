@@ -231,6 +231,76 @@ TEST(Replay, PipelineStageNamesItsOperator) {
   EXPECT_NE(r.j["batch"].get<std::string>().find("micro-batch 1"), std::string::npos) << r.output;
 }
 
+TEST(Replay, ADataParallelReplicaIsReplayedAlone) {
+  // TP=2 × DP=2, two faults: a NaN enters the gradient of layer 1 on rank 3 (DP replica 1) at step 3, another rank 0's
+  // at step 4. From the state the run kept for step 3, the step needs only replica 1's TP group (ranks 2 and 3): run
+  // as a job of its own, it draws replica 1's data and seeds and reads ranks 2 and 3's state; the fault on replica 0
+  // is left out. Its gradients before reduction must be the run's, bit for bit (the data of replica 0 gives others).
+  const auto dir = testDir("replay_dp_replica");
+  const RunResult c = capture(
+      dir, 4, 2, 2, 4,
+      {"--inject", "nan:rank=3,step=3,layer=1", "--inject", "nan:rank=0,step=4,layer=0", "--on-nonfinite", "warn"});
+  ASSERT_EQ(c.status, 0) << c.output;
+  // The global gradient norm is NaN on every rank at step 3: each kept the state (not only rank 3, that saw it).
+  for (int rank = 0; rank < 4; ++rank)
+    EXPECT_TRUE(fs::exists(dir / "replay-state" / "step-000002" / ("rank-0000" + std::to_string(rank) + ".pt")))
+        << rank;
+  for (const bool fromState : {true, false}) {
+    const Replayed r =
+        replay(dir, fromState ? std::vector<std::string>{} : std::vector<std::string>{"--no-replay-state"});
+    ASSERT_EQ(r.status, 0) << r.output;
+    ASSERT_FALSE(r.j.is_discarded()) << r.output;
+    EXPECT_EQ(r.j["step"], 3) << r.output;
+    EXPECT_EQ(r.j["verdict"], "reproducible") << r.output;
+    EXPECT_EQ(r.j["rank"], 3) << r.output;
+    EXPECT_EQ(r.j["op"]["pass"], "backward") << r.output;
+    EXPECT_NE(r.j["batch"].get<std::string>().find("of DP rank 1"), std::string::npos) << r.output;
+    EXPECT_EQ(r.j["gradients_at_step"]["max_rel_diff"], 0.0) << r.output;
+    EXPECT_GT(r.j["gradients_at_step"]["tensors"].get<int>(), 20) << r.output;
+    if (fromState) {
+      EXPECT_EQ(r.j["from"], "replay_state") << r.output;
+      EXPECT_EQ(r.j["dp_replica"], 1) << r.output;
+      EXPECT_EQ(r.j["replayed_ranks"], nlohmann::json::array({2, 3})) << r.output;
+      EXPECT_EQ(r.j["faults_reapplied"], nlohmann::json::array({"nan:rank=3,step=3,layer=1"})) << r.output;
+      EXPECT_EQ(r.j["faults_left_out"], nlohmann::json::array({"nan:rank=0,step=4,layer=0 (another DP replica)"}))
+          << r.output;
+      EXPECT_EQ(r.j["gradients_at_step"]["ranks"], 2) << r.output;
+      // The ranks are the run's, and so are the groups' names (replica 1's TP group is tp-1).
+      ASSERT_EQ(r.j["ranks"].size(), 2u) << r.output;
+      const nlohmann::json* peer = rankEntry(r.j, 2);
+      ASSERT_NE(peer, nullptr) << r.output;
+      EXPECT_NE((*peer)["message"].get<std::string>().find("tp-1 all_reduce"), std::string::npos) << r.output;
+    } else {
+      // Every rank from step 1: the steps before the run's, bit for bit.
+      EXPECT_EQ(r.j["from"], "start") << r.output;
+      EXPECT_FALSE(r.j.contains("dp_replica")) << r.output;
+      EXPECT_EQ(r.j["replayed_ranks"].size(), 4u) << r.output;
+      EXPECT_EQ(r.j["losses_before"]["max_rel_diff"], 0.0) << r.output;
+      EXPECT_EQ(r.j["gradients_at_step"]["ranks"], 4) << r.output;
+    }
+  }
+}
+
+TEST(Replay, APipelinedReplicaIsReplayedAloneInTheRunsTerms) {
+  // TP=2 × DP=2 × PP=2: the NaN enters stage 1 of DP replica 1 (rank 6). Replica 1's ranks alone (2, 3, 6, 7) replay
+  // the step; the stage-0 ranks receive it through the pipeline's point-to-point groups, named as in the run.
+  const auto dir = testDir("replay_pp_replica");
+  const RunResult c = capture(dir, 8, 2, 2, 3,
+                              {"--pp", "2", "--microbatches", "2", "--inject",
+                               "nan:rank=6,step=2,layer=1,phase=fwd,mb=1", "--on-nonfinite", "warn"});
+  ASSERT_EQ(c.status, 0) << c.output;
+  const Replayed r = replay(dir);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.j["from"], "replay_state") << r.output;
+  EXPECT_EQ(r.j["replayed_ranks"], nlohmann::json::array({2, 3, 6, 7})) << r.output;
+  EXPECT_EQ(r.j["rank"], 6) << r.output;
+  EXPECT_EQ(r.j["op"]["microbatch"], 1) << r.output;
+  EXPECT_EQ(r.j["gradients_at_step"]["max_rel_diff"], 0.0) << r.output;
+  const nlohmann::json* stage0 = rankEntry(r.j, 2);
+  ASSERT_NE(stage0, nullptr) << r.output;
+  EXPECT_NE((*stage0)["message"].get<std::string>().find("p2p-6-2 recv"), std::string::npos) << r.output;
+}
+
 TEST(Replay, ResumesFromTheNewestCheckpointBeforeTheStep) {
   // Checkpoints at steps 2 and 4 (save_every 2); a NaN at step 4: the replay starts from step 2's checkpoint, runs
   // step 3 (its loss the run's, bit for bit) and step 4, and writes no checkpoint of its own.

@@ -38,7 +38,8 @@ struct MeshOptions {
 
 class Mesh {
  public:
-  // Throws std::invalid_argument (clear message) when WORLD_SIZE != tp * dp * pp or the environment is incomplete.
+  // Throws std::invalid_argument (clear message) when WORLD_SIZE != tp * dp * pp, the environment is incomplete, or
+  // TPSCOPE_REPLAY_DP is not d/D with 0 <= d < D on a mesh of dp 1.
   static std::unique_ptr<Mesh> fromEnvironment(const MeshOptions& opts);
   // A 1x1 mesh without rendezvous (single-process runs and tests).
   static std::unique_ptr<Mesh> single();
@@ -54,6 +55,12 @@ class Mesh {
   int ppRank() const noexcept { return rank_ / (tp_ * dp_); }
   bool firstStage() const noexcept { return ppRank() == 0; }
   bool lastStage() const noexcept { return ppRank() == pp_ - 1; }
+  // The DP coordinates this rank draws its data, its dropout seed and its saved state for: its own, except in a replay
+  // of one DP replica alone (`tpscope replay`: TPSCOPE_REPLAY_DP=d/D, read by fromEnvironment), where a job of dp 1
+  // stands for replica d of the run's D. jobRank(): the run's rank this one stands for (its own rank otherwise).
+  int dataDpRank() const noexcept { return dataDpRank_; }
+  int dataDp() const noexcept { return dataDp_; }
+  int jobRank() const noexcept { return (ppRank() * dataDp_ + dataDpRank_) * tp_ + tpRank(); }
   // The global rank of stage `stage` in this rank's pipeline (same tp_rank and dp_rank).
   int stageRank(int stage) const noexcept { return stage * tp_ * dp_ + rank_ % (tp_ * dp_); }
   int localRank() const noexcept { return localRank_; }
@@ -73,7 +80,9 @@ class Mesh {
 
  private:
   Mesh() = default;
+  void readDataReplica();  // TPSCOPE_REPLAY_DP
   int rank_ = 0, tp_ = 1, dp_ = 1, pp_ = 1, localRank_ = 0;
+  int dataDpRank_ = 0, dataDp_ = 1;
   c10::Device device_{c10::kCPU};
   std::unique_ptr<Communicator> tpComm_, dpComm_, worldComm_, ppComm_, embdComm_;
   struct StoreHolder;

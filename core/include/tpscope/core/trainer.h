@@ -48,16 +48,17 @@ class Trainer {
   ~Trainer();
 
   // One optimizer step. Recording into a run folder (TPSCOPE_OUT, not under tpscope replay), the first step S > 1 in
-  // which this rank sees a non-finite value (a module output, the loss or a gradient: StepHooks::sawNonFinite)
-  // writes, before its update, the state the step started from as a checkpoint of step S - 1 in
-  // <TPSCOPE_OUT>/replay-state/step-<S-1>/: parameters and optimizer state (not updated yet), the generator and the
-  // loss scale as the step began. This rank's file and the manifest only, no collective (a rank that sees nothing
-  // writes nothing); `tpscope replay` starts there. Its cost before that: a copy of the CPU generator's state (5 KB)
-  // per step.
+  // which this rank sees a non-finite value (a module output, the loss or a gradient: StepHooks::sawNonFinite) or
+  // the global gradient norm is not finite (on every rank of the job in the same step) writes, before its update, the
+  // state the step started from as a checkpoint of step S - 1 in <TPSCOPE_OUT>/replay-state/step-<S-1>/: parameters and
+  // optimizer state (not updated yet), the generator and the loss scale as the step began. This rank's file and the
+  // manifest only, no collective (a rank that sees nothing writes nothing); `tpscope replay` starts there. Its cost
+  // before that: a copy of the CPU generator's state (5 KB) per step.
   StepMetrics trainStep(int64_t step);
   // Writes <checkpoint_dir>/step-<N>/rank-<R>.pt, then (world rank 0) manifest.json and <checkpoint_dir>/latest.
   void saveCheckpoint(int64_t step);
-  // Loads `dir` (a checkpoint root holding `latest`, or one step-<N> folder). Returns the step it holds.
+  // Loads `dir` (a checkpoint root holding `latest`, or one step-<N> folder). Returns the step it holds. A mesh that
+  // stands for one DP replica (Mesh::dataDp) reads the files of the ranks it stands for (Mesh::jobRank).
   // Throws ConfigError when the layout (tp, dp, zero1) differs.
   int64_t loadCheckpoint(const std::string& dir);
   // Model FLOPs of one optimizer step at TP=1 for this rank's share of the batch.

@@ -1,11 +1,15 @@
-// The replay's op check (core/op_check.h) in one process, on ATen operators run here: the operator that makes a NaN
-// is named with its inputs; a constant written over memory that happened to hold NaN bits is not a finding.
+// What `tpscope replay` needs of the engine, in one process. The op check (core/op_check.h) on ATen operators run
+// here: the operator that makes a NaN is named with its inputs; a constant written over memory that happened to hold
+// NaN bits is not a finding. The mesh of a DP replica replayed alone (TPSCOPE_REPLAY_DP, core/mesh.h).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <stdexcept>
 
+#include "tpscope/core/mesh.h"
 #include "tpscope/core/op_check.h"
 
 namespace core = tpscope::core;
@@ -68,6 +72,28 @@ TEST(OpCheck, AConstantWrittenOverNanBitsIsNotAFinding) {
   EXPECT_TRUE(std::isinf(filled.item<double>()));
   EXPECT_FALSE(check.report().found) << check.report().op << " " << check.report().inputs;
   EXPECT_GE(check.report().opsChecked, 2);
+}
+
+// One process, no launcher: a mesh of 1 that stands for replica d of D. Its job rank is the run's rank of its place.
+TEST(ReplayMesh, StandsForTheReplicaItReplays) {
+  for (const char* v : {"WORLD_SIZE", "RANK", "SLURM_NTASKS", "SLURM_PROCID"}) unsetenv(v);
+  {
+    const auto own = core::Mesh::fromEnvironment({});
+    EXPECT_EQ(own->dataDpRank(), 0);
+    EXPECT_EQ(own->dataDp(), 1);
+    EXPECT_EQ(own->jobRank(), 0);
+  }
+  setenv("TPSCOPE_REPLAY_DP", "2/3", 1);
+  const auto m = core::Mesh::fromEnvironment({});
+  EXPECT_EQ(m->dp(), 1);
+  EXPECT_EQ(m->dataDpRank(), 2);
+  EXPECT_EQ(m->dataDp(), 3);
+  EXPECT_EQ(m->jobRank(), 2);  // tp 1, stage 0: the run's rank of replica 2
+  for (const char* bad : {"3/3", "1", "-1/2", "1/0", "1/2x"}) {
+    setenv("TPSCOPE_REPLAY_DP", bad, 1);
+    EXPECT_THROW(core::Mesh::fromEnvironment({}), std::invalid_argument) << bad;
+  }
+  unsetenv("TPSCOPE_REPLAY_DP");
 }
 
 }  // namespace
