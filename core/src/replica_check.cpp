@@ -65,10 +65,59 @@ at::ScalarType intTypeOfWidth(int64_t bytes) {
   TORCH_CHECK(false, "flipBit: elements of ", bytes, " bytes are not supported");
 }
 
+uint64_t saltOf(const at::Tensor& t) {
+  uint64_t salt = splitmix(static_cast<uint64_t>(t.scalar_type()) + 1);
+  for (int64_t s : t.sizes()) salt = splitmix(salt ^ static_cast<uint64_t>(s));
+  return splitmix(salt ^ static_cast<uint64_t>(t.dim()));
+}
+
+// fingerprint()'s formula on the host, in one pass over the elements' bits (`x`: n elements of `Int`, sign-extended).
+template <typename Int>
+uint64_t hostSum(const Int* x, int64_t n) {
+  uint64_t h = 0;
+  for (int64_t row = 0; row * kChunk < n; ++row) {
+    const int64_t end = std::min(n, (row + 1) * kChunk);
+    uint64_t sum = 0, col = kColumnMul;  // c_j = (2j+1)·K1: K1, then + 2·K1 per element
+    for (int64_t i = row * kChunk; i < end; ++i, col += 2 * kColumnMul)
+      sum += static_cast<uint64_t>(static_cast<int64_t>(x[i])) * col;
+    h += sum * ((2 * static_cast<uint64_t>(row) + 1) * kRowMul);
+  }
+  return h;
+}
+
+// The fingerprint of a contiguous CPU tensor, computed on the host (wrapping uint64 arithmetic is int64's).
+int64_t hostFingerprint(const at::Tensor& t) {
+  const void* p = t.data_ptr();
+  const int64_t n = t.numel();
+  uint64_t h = 0;
+  switch (t.element_size()) {
+    case 8:
+      h = hostSum(static_cast<const int64_t*>(p), n);
+      break;
+    case 4:
+      h = hostSum(static_cast<const int32_t*>(p), n);
+      break;
+    case 2:
+      h = hostSum(static_cast<const int16_t*>(p), n);
+      break;
+    case 1:
+      h = hostSum(static_cast<const int8_t*>(p), n);
+      break;
+    default:
+      TORCH_CHECK(false, "fingerprint: elements of ", t.element_size(), " bytes are not supported");
+  }
+  return asSigned(h * kFinalMul + saltOf(t));
+}
+
+bool onHost(const at::Tensor& t) {
+  return t.device().is_cpu() && t.is_contiguous() && !t.is_conj() && !t.is_neg();
+}
+
 }  // namespace
 
 at::Tensor fingerprint(const at::Tensor& t) {
   at::NoGradGuard ng;
+  if (onHost(t)) return torch::scalar_tensor(hostFingerprint(t), torch::kLong);  // one pass, no temporaries
   at::Tensor src = t.detach();
   if (src.scalar_type() == at::kBool) src = src.view(at::kByte);
   const at::Tensor x = bitsAsLong(src.contiguous().reshape({-1}));
@@ -85,10 +134,71 @@ at::Tensor fingerprint(const at::Tensor& t) {
     const uint64_t rowMul = (2 * static_cast<uint64_t>(rows) + 1) * kRowMul;
     h = h + (x.narrow(0, rows * kChunk, rem) * col.narrow(0, 0, rem)).sum() * asSigned(rowMul);
   }
-  uint64_t salt = splitmix(static_cast<uint64_t>(t.scalar_type()) + 1);
-  for (int64_t s : t.sizes()) salt = splitmix(salt ^ static_cast<uint64_t>(s));
-  salt = splitmix(salt ^ static_cast<uint64_t>(t.dim()));
-  return h * asSigned(kFinalMul) + asSigned(salt);
+  return h * asSigned(kFinalMul) + asSigned(saltOf(t));
+}
+
+FingerprintBatch::FingerprintBatch(std::vector<at::Tensor> tensors) : tensors_(std::move(tensors)) {
+  at::NoGradGuard ng;
+  if (tensors_.empty()) return;
+  const c10::Device device = tensors_.front().device();
+  const auto longs = torch::dtype(torch::kLong);
+  std::map<at::ScalarType, size_t> groupOf;
+  std::vector<int64_t> smallIndex, salts;
+  std::vector<std::vector<int64_t>> segments;
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    const at::Tensor& t = tensors_[i];
+    TORCH_CHECK(t.device() == device, "FingerprintBatch: tensors on ", device, " and ", t.device());
+    if (t.numel() > kChunk) {
+      large_.push_back(i);
+      continue;
+    }
+    auto [it, added] = groupOf.emplace(t.scalar_type(), groups_.size());
+    if (added) {
+      groups_.emplace_back();
+      segments.emplace_back();
+    }
+    groups_[it->second].members.push_back(i);
+    segments[it->second].insert(segments[it->second].end(), static_cast<size_t>(t.numel()),
+                                static_cast<int64_t>(smallIndex.size()));
+    smallIndex.push_back(static_cast<int64_t>(i));
+    salts.push_back(asSigned(saltOf(t)));
+  }
+  const at::Tensor& col = columnMultipliers(device);
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    std::vector<at::Tensor> w;
+    for (size_t i : groups_[g].members) w.push_back(col.narrow(0, 0, tensors_[i].numel()));
+    groups_[g].weights = torch::cat(w);
+    groups_[g].segment = torch::tensor(segments[g], longs).to(device);
+  }
+  smallCount_ = static_cast<int64_t>(smallIndex.size());
+  smallIndex_ = torch::tensor(smallIndex, longs).to(device);
+  smallSalt_ = torch::tensor(salts, longs).to(device);
+}
+
+at::Tensor FingerprintBatch::compute() const {
+  at::NoGradGuard ng;
+  const c10::Device device = tensors_.empty() ? c10::Device(c10::kCPU) : tensors_.front().device();
+  if (device.is_cpu() && std::all_of(tensors_.begin(), tensors_.end(), onHost)) {
+    at::Tensor out = torch::empty({static_cast<int64_t>(tensors_.size())}, torch::kLong);
+    int64_t* h = out.data_ptr<int64_t>();
+    for (size_t i = 0; i < tensors_.size(); ++i) h[i] = hostFingerprint(tensors_[i]);
+    return out;
+  }
+  at::Tensor out = torch::zeros({static_cast<int64_t>(tensors_.size())}, torch::dtype(torch::kLong).device(device));
+  if (smallCount_ > 0) {
+    // A tensor of at most 2^16 elements has one row: h = Σ x_i·c_i · r_0, as fingerprint() computes it.
+    at::Tensor sums = torch::zeros({smallCount_}, out.options());
+    for (const Group& g : groups_) {
+      std::vector<at::Tensor> flat;
+      for (size_t i : g.members) flat.push_back(tensors_[i].detach().reshape({-1}));
+      at::Tensor bits = torch::cat(flat);
+      if (bits.scalar_type() == at::kBool) bits = bits.view(at::kByte);
+      sums.index_add_(0, g.segment, bitsAsLong(bits) * g.weights);
+    }
+    out.index_copy_(0, smallIndex_, sums * asSigned(kRowMul * kFinalMul) + smallSalt_);
+  }
+  for (size_t i : large_) out[static_cast<int64_t>(i)] = fingerprint(tensors_[i]);
+  return out;
 }
 
 int flipBit(const at::Tensor& t, int64_t index, int bit) {
@@ -132,6 +242,10 @@ ReplicaCheck::ReplicaCheck(const rules::TrainConfig& config, Mesh& mesh, std::ve
 
 ReplicaCheck::~ReplicaCheck() = default;
 
+c10::Device ReplicaCheck::device() const {
+  return tensors_.empty() ? c10::Device(c10::kCPU) : tensors_.front().tensor.device();
+}
+
 bool ReplicaCheck::checkDue(int64_t step) const {
   const bool saves = !config_.checkpoint_dir.empty() && config_.save_every > 0 && step % config_.save_every == 0;
   return step % every_ == 0 || saves || step == config_.steps;
@@ -154,10 +268,21 @@ void ReplicaCheck::afterStep(int64_t step64) {
   }
   if (!enabled_) return;
   TPS_SPAN("replica fingerprints", Other, Optimizer);
-  std::vector<at::Tensor> h;
-  for (size_t i : layout_.historyTensors) h.push_back(fingerprint(tensors_[i].tensor));
-  const c10::Device device = tensors_.empty() ? c10::Device(c10::kCPU) : tensors_.front().tensor.device();
-  history_.push_back(h.empty() ? torch::zeros({0}, torch::dtype(torch::kLong).device(device)) : torch::stack(h));
+  if (!historyBatch_) {
+    std::vector<at::Tensor> replicated, checked;
+    std::vector<int64_t> checkedIndex;
+    for (size_t i : layout_.historyTensors) replicated.push_back(tensors_[i].tensor);
+    // A sharded tensor is compared on the DP replicas of its shard: with one replica it has no copy to agree with.
+    for (size_t i = 0; i < tensors_.size(); ++i)
+      if (mesh_.dp() > 1 || tensors_[i].replicated) {
+        checked.push_back(tensors_[i].tensor);
+        checkedIndex.push_back(static_cast<int64_t>(i));
+      }
+    historyBatch_ = std::make_unique<FingerprintBatch>(std::move(replicated));
+    checkBatch_ = std::make_unique<FingerprintBatch>(std::move(checked));
+    checkIndex_ = torch::tensor(checkedIndex, torch::kLong).to(device());
+  }
+  history_.push_back(historyBatch_->compute());
   historySteps_.push_back(step);
   if (checkDue(step)) {
     check(step);
@@ -172,11 +297,10 @@ void ReplicaCheck::afterStep(int64_t step64) {
 size_t ReplicaCheck::paddedRowSize(size_t historySteps) {
   if (mesh_.pp() == 1) return rules::fingerprintRowSize(layout_, historySteps);
   if (stageCounts_.empty()) {
-    const c10::Device device = tensors_.empty() ? c10::Device(c10::kCPU) : tensors_.front().tensor.device();
-    const at::Tensor mine = torch::tensor({static_cast<int64_t>(layout_.historyTensors.size()),
-                                           static_cast<int64_t>(layout_.names.size())},
-                                          torch::dtype(torch::kLong))
-                                .to(device);
+    const at::Tensor mine =
+        torch::tensor({static_cast<int64_t>(layout_.historyTensors.size()), static_cast<int64_t>(layout_.names.size())},
+                      torch::dtype(torch::kLong))
+            .to(device());
     static const Callsite kSite{"replica check: fingerprint counts per pipeline stage", -1};
     const at::Tensor all = mesh_.world().allGather(mine, 0, kSite, probes::Phase::Optimizer).to(at::kCPU).contiguous();
     stageCounts_.assign(all.data_ptr<int64_t>(), all.data_ptr<int64_t>() + all.numel());
@@ -189,9 +313,11 @@ size_t ReplicaCheck::paddedRowSize(size_t historySteps) {
 
 void ReplicaCheck::check(int step) {
   std::vector<at::Tensor> parts(history_);
-  std::vector<at::Tensor> now;
-  for (const auto& t : tensors_) now.push_back(fingerprint(t.tensor));
-  if (!now.empty()) parts.push_back(torch::stack(now));
+  // Every tensor's column; those with no copy to compare (sharded, one DP replica) hold 0 on every rank.
+  at::Tensor now = checkBatch_->compute();
+  if (checkBatch_->size() != tensors_.size())
+    now = torch::zeros({static_cast<int64_t>(tensors_.size())}, now.options()).index_copy_(0, checkIndex_, now);
+  parts.push_back(now);
   const at::Tensor row = torch::cat(parts);
   const size_t width = rules::fingerprintRowSize(layout_, historySteps_.size());
   TORCH_CHECK(static_cast<size_t>(row.numel()) == width, "replica check: ", row.numel(), " fingerprints, expected ",

@@ -92,3 +92,60 @@ TEST(FlipBit, TwiceRestoresTheTensorAndTheBitIsTakenModuloTheWidth) {
   EXPECT_TRUE(torch::equal(t, orig));
   EXPECT_THROW(core::flipBit(t, 2, 0), c10::Error);
 }
+
+TEST(FingerprintBatch, EqualsEachTensorsFingerprintAndReadsTheValuesAtEachCompute) {
+  // Small tensors of four dtypes (hashed together by dtype), an empty one, a 0-dim one, and two over 2^16 elements
+  // (one by one), interleaved.
+  torch::manual_seed(7);
+  std::vector<at::Tensor> ts = {torch::randn({512}),
+                                torch::randn({70000}),
+                                torch::randn({3, 5}).to(torch::kBFloat16),
+                                torch::randint(-1000, 1000, {33}, torch::kLong),
+                                torch::randn({0}),
+                                torch::randn({}),
+                                torch::rand({17}) > 0.5,
+                                torch::randn({65536}),
+                                torch::randn({65537}).to(torch::kBFloat16),
+                                torch::randn({8, 8})};
+  // Contiguous CPU tensors are hashed on the host; with a strided one among them the batch takes the operators an
+  // accelerator runs (concatenation by dtype, one product, one segment sum): both must give fingerprint()'s values.
+  const core::FingerprintBatch batch(ts);
+  std::vector<at::Tensor> withStrided = ts;
+  withStrided.push_back(torch::randn({400, 300}).t());  // 120,000 elements, not contiguous
+  withStrided.push_back(torch::randn({20, 30}).t());
+  const core::FingerprintBatch devicePath(withStrided);
+  ASSERT_EQ(batch.size(), ts.size());
+  auto expectEach = [&] {
+    for (const auto* b : {&batch, &devicePath}) {
+      const auto& list = b == &batch ? ts : withStrided;
+      const at::Tensor got = b->compute();
+      ASSERT_EQ(got.numel(), static_cast<int64_t>(list.size()));
+      for (size_t i = 0; i < list.size(); ++i)
+        EXPECT_EQ(got[static_cast<int64_t>(i)].item<int64_t>(), fp(list[i].contiguous())) << i;
+    }
+  };
+  expectEach();
+  // The tensors change in place (an optimizer step, a flipped bit): the next compute reads the new values.
+  const at::Tensor before = batch.compute();
+  core::flipBit(ts[0], 100, 3);
+  ts[9].mul_(2);
+  core::flipBit(ts[7], 65535, 0);
+  const at::Tensor after = batch.compute();
+  expectEach();
+  EXPECT_NE(after[0].item<int64_t>(), before[0].item<int64_t>());
+  EXPECT_NE(after[9].item<int64_t>(), before[9].item<int64_t>());
+  EXPECT_NE(after[7].item<int64_t>(), before[7].item<int64_t>());
+  EXPECT_EQ(after[1].item<int64_t>(), before[1].item<int64_t>());
+  EXPECT_EQ(core::FingerprintBatch({}).compute().numel(), 0);
+}
+
+TEST(Fingerprint, TheHostPassAndTheOperatorsAgree) {
+  // A contiguous CPU tensor is hashed in one host pass; a strided one through ATen's operators (the accelerator's
+  // path): the same values give the same fingerprint, over several 2^16-element rows and a partial one, every width.
+  torch::manual_seed(3);
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16, torch::kLong, torch::kChar}) {
+    const at::Tensor strided = (torch::randn({700, 300}) * 100).to(dtype).t();
+    ASSERT_FALSE(strided.is_contiguous());
+    EXPECT_EQ(fp(strided), fp(strided.contiguous())) << dtype;
+  }
+}
