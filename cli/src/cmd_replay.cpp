@@ -397,8 +397,11 @@ class Replay {
     o.pp = pp_;
     o.program = argv_;
     if (replica_ >= 0) {  // tpscope-train's own --dp: the replica's job has one
-      for (size_t i = 0; i + 1 < o.program.size(); ++i)
-        if (o.program[i] == "--dp") o.program[i + 1] = "1";
+      for (size_t i = 0; i < o.program.size(); ++i)
+        if (o.program[i] == "--dp" && i + 1 < o.program.size())
+          o.program[i + 1] = "1";
+        else if (o.program[i].starts_with("--dp="))
+          o.program[i] = "--dp=1";
     }
     o.out = file_.parent_path() / fmt::format("replay-step-{}", step_);
     o.inject = inject_;
