@@ -46,7 +46,8 @@ written before the update of the first step with a non-finite value; not used wh
 carries the value or the run's replica check dates a disagreement before S), the run's newest checkpoint before S,
 step 1 (the engine's data order, initialisation and dropout are functions of the seed and the step, and a checkpoint
 holds the RNG state). From the kept state with DP > 1 only the named rank's DP replica runs (its TP group and
-pipeline stages, as a job of dp 1 that draws that replica's data); else every rank. The step's gradients before
+pipeline stages, as a job of dp 1 that draws that replica's data), and where it makes nothing the whole job runs
+the step again; else every rank. The step's gradients before
 reduction are compared with the run's. The faults that model a program's own bug are re-applied
 (nan, inf, spike) and those that model the machine or the schedule left out (bitflip, slow, delay, hang, crash,
 mismatch). Checkpoints are not written.
@@ -183,17 +184,20 @@ class Replay {
         stateHeld_ = r->evidence.value("carrier_param", "");
         fromState_ = false;
         replica_ = -1;  // the steps before S need every replica
-        chooseFaults();
-        setProgram(checkpoint_);
-        Outcome kept;  // what the run says; the replay's own results start again
-        kept.reapplied = out_.reapplied;
-        kept.leftOut = out_.leftOut;
-        kept.sdc = out_.sdc;
-        kept.runHadNonFinite = out_.runHadNonFinite;
-        out_ = std::move(kept);
-        if (int rc = runCapture(); rc != kExitOk) return rc;
-        if (int rc = readReplay(); rc != kExitOk) return rc;
+        if (int rc = againWholeJob(); rc != kExitOk) return rc;
       }
+    }
+    if (replica_ >= 0 && out_.verdict == "transient") {
+      // The replica alone made nothing: the value may have come from another replica (through the DP reduction) or
+      // been born in it. Before the verdict suspects the hardware, the whole job runs the step: from the state the run
+      // kept where every rank's file is there, else from before it.
+      replicaClean_ = replica_;
+      replica_ = -1;
+      if (auto state = replayStateFor(file_.parent_path(), step_, jobRanks()))
+        setProgram(std::make_pair(step_ - 1, *state));
+      else
+        fromState_ = false;
+      if (int rc = againWholeJob(); rc != kExitOk) return rc;
     }
     record();
     if (a_.json)
@@ -337,6 +341,21 @@ class Replay {
     for (int stage = 0; stage < pp_; ++stage)
       for (int t = 0; t < tp_; ++t) out.push_back((stage * dp_ + replica_) * tp_ + t);
     return out;
+  }
+
+  // The replay again, on every rank (replica_ is -1), from the kept state or (fromState_ false) from before it. The
+  // replay's own results start again; what the run says is kept.
+  int againWholeJob() {
+    chooseFaults();
+    if (!fromState_) setProgram(checkpoint_);
+    Outcome kept;
+    kept.reapplied = out_.reapplied;
+    kept.leftOut = out_.leftOut;
+    kept.sdc = out_.sdc;
+    kept.runHadNonFinite = out_.runHadNonFinite;
+    out_ = std::move(kept);
+    if (int rc = runCapture(); rc != kExitOk) return rc;
+    return readReplay();
   }
 
   // A replica's replay names its pipeline's point-to-point groups by its own ranks (p2p-<src>-<dst>): the run's.
@@ -576,6 +595,7 @@ class Replay {
       j["gradients_at_step"] = {
           {"tensors", out_.gradTensors}, {"ranks", out_.gradRanks}, {"max_rel_diff", *out_.gradMaxRelDiff}};
     if (replica_ >= 0) j["dp_replica"] = replica_;
+    if (replicaClean_ >= 0) j["dp_replica_clean"] = replicaClean_;
     if (out_.verdict == "transient") j["silent_corruption"] = out_.sdc;
     if (!stateHeld_.empty()) j["replay_state_held"] = stateHeld_;
     if (!stateSkipped_.empty()) j["replay_state_skipped"] = stateSkipped_;
@@ -592,6 +612,9 @@ class Replay {
                                world_ == 1 ? "" : "s", layout, fromText());
     if (!stateSkipped_.empty())
       std::cout << "the state the run kept for the step is not used: " << stateSkipped_ << "\n";
+    if (replicaClean_ >= 0)
+      std::cout << fmt::format("DP replica {} alone made no NaN/Inf at step {}: the whole job ran the step again\n",
+                               replicaClean_, step_);
     if (!stateHeld_.empty())
       std::cout << fmt::format(
           "the state the run kept for step {} already held the value ({}): replayed from {} "
@@ -724,6 +747,7 @@ class Replay {
   int64_t microBatch_ = 1, gradAccum_ = 1;
   bool zero1_ = false;
   int replica_ = -1;                            // the DP replica replayed alone, or -1: every rank
+  int replicaClean_ = -1;  // the replica that replayed clean alone before the whole job ran the step
   std::vector<rules::FaultSpec> faults_;        // the run's --inject faults
   std::vector<std::string> inject_;             // those the replay applies, on its own ranks
   std::vector<tracedb::GradStatRow> runGrads_;  // the run's gradient health of step S
@@ -751,7 +775,8 @@ void addReplay(CLI::App& app, Context& ctx) {
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", args->json,
                 "Print JSON: {file, step, rank, verdict, op: {op, pass, span, layer, microbatch, produced, "
-                "carrier_input, inputs, ...}, batch, ranks, replayed_ranks, dp_replica, gradients_at_step, "
+                "carrier_input, inputs, ...}, batch, ranks, replayed_ranks, dp_replica, dp_replica_clean, "
+                "gradients_at_step, "
                 "faults_reapplied, faults_left_out, replay_run}");
   cmd->callback([args, &ctx]() { ctx.exitCode = Replay(*args).run(); });
 }

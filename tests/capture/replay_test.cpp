@@ -279,6 +279,16 @@ TEST(Replay, ADataParallelReplicaIsReplayedAlone) {
       EXPECT_EQ(r.j["gradients_at_step"]["ranks"], 4) << r.output;
     }
   }
+  // Asked for rank 1, which only received the NaN (replica 0's gradients are clean before the DP reduction): its
+  // replica alone makes nothing, which must not read as a transient fault. The whole job runs the step again and
+  // names rank 3.
+  const Replayed asked = replay(dir, {"--rank", "1"});
+  ASSERT_EQ(asked.status, 0) << asked.output;
+  EXPECT_EQ(asked.j["dp_replica_clean"], 0) << asked.output;
+  EXPECT_EQ(asked.j["replayed_ranks"].size(), 4u) << asked.output;
+  EXPECT_EQ(asked.j["from"], "replay_state") << asked.output;
+  EXPECT_EQ(asked.j["verdict"], "reproducible") << asked.output;
+  EXPECT_EQ(asked.j["rank"], 3) << asked.output;
 }
 
 TEST(Replay, APipelinedReplicaIsReplayedAloneInTheRunsTerms) {
