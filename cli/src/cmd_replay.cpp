@@ -333,13 +333,8 @@ class Replay {
   // The run's ranks the replay runs, in the replay's rank order: every rank, or those of DP replica `replica_`
   // (stage by stage, TP fastest: mesh.h's order with dp 1).
   std::vector<int> jobRanks() const {
-    std::vector<int> out;
-    if (replica_ < 0) {
-      for (int r = 0; r < world_; ++r) out.push_back(r);
-      return out;
-    }
-    for (int stage = 0; stage < pp_; ++stage)
-      for (int t = 0; t < tp_; ++t) out.push_back((stage * dp_ + replica_) * tp_ + t);
+    std::vector<int> out(static_cast<size_t>(replica_ < 0 ? world_ : tp_ * pp_));
+    for (size_t r = 0; r < out.size(); ++r) out[r] = jobRankOf(static_cast<int>(r));
     return out;
   }
 
@@ -373,10 +368,10 @@ class Replay {
     return out;
   }
 
+  // The run's rank that replay rank `replayRank` stands for (core/mesh.h Mesh::jobRank: stage, replica, TP rank).
   int jobRankOf(int replayRank) const {
-    const std::vector<int> ranks = jobRanks();
-    return replayRank >= 0 && replayRank < static_cast<int>(ranks.size()) ? ranks[static_cast<size_t>(replayRank)]
-                                                                          : replayRank;
+    if (replica_ < 0) return replayRank;
+    return (replayRank / tp_ * dp_ + replica_) * tp_ + replayRank % tp_;
   }
 
   // The faults the replay applies (those that model a program's own bug, on a rank it runs, renumbered to the

@@ -100,6 +100,12 @@ struct ValueStat {
   const void* data = nullptr;
 };
 
+// An input that is also one of the outputs (in place, out=): the operator writes it.
+bool writtenBy(const ValueStat& input, const std::vector<ValueStat>& outputs) {
+  return input.data != nullptr &&
+         std::any_of(outputs.begin(), outputs.end(), [&](const ValueStat& o) { return o.data == input.data; });
+}
+
 bool checkable(const at::Tensor& t) {
   return t.defined() && !t.is_meta() && t.numel() > 0 &&
          (at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type()));
@@ -246,8 +252,7 @@ struct OpCheck::State {
       if (!s.finite) j.update({{"nan", s.nan}, {"inf", s.inf}, {"neg_inf", s.inf - s.posInf}});
       const std::string param = paramName(s.data);
       if (!param.empty()) j["param"] = param;
-      const bool written = s.data != nullptr && std::any_of(outputs.begin(), outputs.end(),
-                                                            [&](const ValueStat& o) { return o.data == s.data; });
+      const bool written = writtenBy(s, outputs);
       if (written) j["written"] = true;
       in.push_back(std::move(j));
       if (s.bad() && !written && r.carrier < 0) {
@@ -331,11 +336,7 @@ void onEnd(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   // input holds one, the operator computed it (0/0 of a loss over no counted token). An argument the operator writes
   // is not a source (describe() does not name it either): what it held before is its own business — the destination
   // of copy_ or fill_ is often fresh memory, whose bits may read as NaN in one run and not in the next.
-  const auto written = [&](const ValueStat& i) {
-    return i.data != nullptr &&
-           std::any_of(outs.begin(), outs.end(), [&](const ValueStat& o) { return o.data == i.data; });
-  };
-  const auto source = [&](const ValueStat& i) { return i.bad() && !written(i); };
+  const auto source = [&](const ValueStat& i) { return i.bad() && !writtenBy(i, outs); };
   const bool fromNumbers = std::any_of(in->inputs.begin(), in->inputs.end(), source) &&
                            std::all_of(in->inputs.begin(), in->inputs.end(),
                                        [&](const ValueStat& i) { return !source(i) || i.kind == "scalar"; });

@@ -43,18 +43,8 @@ const at::Tensor& columnMultipliers(const c10::Device& device) {
   return m;
 }
 
-at::Tensor bitsAsLong(const at::Tensor& flat) {
-  switch (flat.element_size()) {
-    case 8: return flat.view(at::kLong);
-    case 4: return flat.view(at::kInt).to(at::kLong);
-    case 2: return flat.view(at::kShort).to(at::kLong);
-    case 1: return flat.view(at::kChar).to(at::kLong);
-    default: break;
-  }
-  TORCH_CHECK(false, "fingerprint: elements of ", flat.element_size(), " bytes are not supported");
-}
-
-at::ScalarType intTypeOfWidth(int64_t bytes) {
+// The signed integer type of an element `bytes` wide (its bits, as fingerprint() and flipBit() read them).
+at::ScalarType intTypeOfWidth(int64_t bytes, const char* who) {
   switch (bytes) {
     case 8: return at::kLong;
     case 4: return at::kInt;
@@ -62,7 +52,12 @@ at::ScalarType intTypeOfWidth(int64_t bytes) {
     case 1: return at::kChar;
     default: break;
   }
-  TORCH_CHECK(false, "flipBit: elements of ", bytes, " bytes are not supported");
+  TORCH_CHECK(false, who, ": elements of ", bytes, " bytes are not supported");
+}
+
+// The elements' bit patterns as int64, sign-extended.
+at::Tensor bitsAsLong(const at::Tensor& flat) {
+  return flat.view(intTypeOfWidth(flat.element_size(), "fingerprint")).to(at::kLong);
 }
 
 uint64_t saltOf(const at::Tensor& t) {
@@ -207,7 +202,7 @@ int flipBit(const at::Tensor& t, int64_t index, int bit) {
   TORCH_CHECK(index >= 0 && index < t.numel(), "flipBit: element ", index, " of a tensor of ", t.numel());
   const int64_t width = t.element_size() * 8;
   const int b = static_cast<int>(bit % width);
-  at::Tensor e = t.detach().reshape({-1}).view(intTypeOfWidth(t.element_size())).narrow(0, index, 1);
+  at::Tensor e = t.detach().reshape({-1}).view(intTypeOfWidth(t.element_size(), "flipBit")).narrow(0, index, 1);
   const uint64_t mask = uint64_t{1} << b;
   int64_t m = 0;
   switch (width) {

@@ -47,10 +47,10 @@ tracedb::Result<KernelSummary> summarizeKernels(tracedb::Reader& reader, int lim
   }
   std::vector<KernelStat> all;
   all.reserve(byName.size());
+  tracedb::Query name(reader, "SELECT value FROM strings WHERE id = ?", "table 'strings'");  // reset by each()
   for (auto& [id, k] : byName) {
-    tracedb::Query q(reader, "SELECT value FROM strings WHERE id = ?", "table 'strings'");
-    q.bind(1, id);
-    if (auto s = q.each([&](tracedb::Query& row) { k.name = row.text(0); }); !s) return s;
+    name.bind(1, id);
+    if (auto s = name.each([&](tracedb::Query& row) { k.name = row.text(0); }); !s) return s;
     out.count += k.count;
     out.totalNs += k.totalNs;
     all.push_back(std::move(k));
