@@ -77,15 +77,22 @@ class _Issue:
         self.layer, self.phase, self.done = layer, phase, False
 
 
+_dtype_names = {}  # torch.dtype -> "float32", ...
+
+
 def _dtype(t):
-    return str(t.dtype).replace("torch.", "")
+    dtype = t.dtype
+    name = _dtype_names.get(dtype)
+    if name is None:
+        name = _dtype_names[dtype] = str(dtype).replace("torch.", "")
+    return name
 
 
 def _payload(x):
     """(dtype, shape, bytes) of a call's input: a tensor; a list of tensors (the first one's dtype and shape, the
     bytes of all); or a list of such lists (reduce_scatter's inputs: shape [n, *chunk])."""
     if isinstance(x, torch.Tensor):
-        return _dtype(x), list(x.shape), x.numel() * x.element_size()
+        return _dtype(x), list(x.shape), x.nbytes
     if isinstance(x, (list, tuple)) and x:
         first = x[0]
         if isinstance(first, torch.Tensor):
@@ -98,15 +105,27 @@ def _payload(x):
     return "none", [], 0
 
 
+_program_file = {}  # code object -> its file's base name where the program's own, None for torch's and tpscope's
+
+
 def _user_frame():
     """file:line of the innermost frame outside torch and tpscope (the program's own call)."""
     f = sys._getframe(1)
     while f is not None:
-        path = f.f_code.co_filename
-        if not path.startswith(_TORCH_DIR) and not path.startswith(_OWN_DIR):
-            return "%s:%d" % (os.path.basename(path), f.f_lineno)
+        code = f.f_code
+        try:
+            base = _program_file[code]
+        except KeyError:
+            path = code.co_filename
+            own = not path.startswith(_TORCH_DIR) and not path.startswith(_OWN_DIR)
+            base = _program_file[code] = os.path.basename(path) if own else None
+        if base is not None:
+            return "%s:%d" % (base, f.f_lineno)
         f = f.f_back
     return ""
+
+
+_callsite_texts = {}  # (where, phase, what) -> the call site's text: a step issues the same few dozen again and again
 
 
 def _callsite(what):
@@ -117,7 +136,13 @@ def _callsite(what):
     phase = STATE.phase()
     where = STATE.current_module()
     name, layer = where if where is not None else (_user_frame(), -1)
-    return " ".join(p for p in (name, PHASE_NAMES[phase], what) if p), layer, phase
+    key = (name, phase, what)
+    text = _callsite_texts.get(key)
+    if text is None:
+        text = " ".join(p for p in (name, PHASE_NAMES[phase], what) if p)
+        if len(_callsite_texts) < 65536:  # program-file call sites name lines: bounded all the same
+            _callsite_texts[key] = text
+    return text, layer, phase
 
 
 def _next_seq(group):
@@ -128,9 +153,15 @@ def _next_seq(group):
 
 def _issue_collective(pg, op, args, arg_index):
     group, ranks = _rank.name_of(pg)
+    payload = args[arg_index] if arg_index is not None and len(args) > arg_index else None
+    return issue_in_group(group, ranks, op, payload)
+
+
+def issue_in_group(group, ranks, op, payload):
+    """Records the enqueue of collective `op` in tpscope group `group` (its global ranks) on input `payload` (a tensor,
+    a list of them, or None); returns its _Issue."""
     seq = _next_seq(group)
-    dtype, shape, nbytes = _payload(args[arg_index]) if arg_index is not None and len(args) > arg_index else \
-        ("none", [], 0)
+    dtype, shape, nbytes = _payload(payload) if payload is not None else ("none", [], 0)
     callsite, layer, phase = _callsite(_DISPLAY.get(op, op))
     handle = _native.collective_enqueued(group, ranks, seq, op, dtype, shape, nbytes, callsite, layer, phase)
     return _Issue(handle, group, seq, op, layer, phase)

@@ -20,7 +20,7 @@ import threading
 import torch
 import torch.distributed as dist
 
-from . import _collectives, _native
+from . import _collectives, _native, _rank
 from ._native import kinds as K
 
 # function -> (logical op, index of the group argument)
@@ -45,37 +45,72 @@ _FUNCTIONS = {
     "permute_tensor": ("all_to_all", 2),
 }
 
-_local = threading.local()  # depth: a wrapped function called from another (all_gather_tensor -> ...) is not recorded
+class _Depth(threading.local):
+    depth = 0  # a wrapped function called from another (all_gather_tensor -> ...) is not recorded
+
+
+_local = _Depth()
 _pending = {}               # storage of a raw result -> issue: completed by the first wait_tensor on it or a view
 _MAX_PENDING = 4096         # results never waited on (dropped by the program) are forgotten beyond this
 
 
 def _process_group(group, tag):
-    from torch.distributed import _functional_collectives as funcol
-    resolved = funcol._resolve_group(group, tag)
+    resolved = _funcol_module()._resolve_group(group, tag)
     if isinstance(resolved, dist.ProcessGroup):
         return resolved
     return dist.distributed_c10d._resolve_process_group(resolved)
 
 
-def _issue(op, fn_name, args, kwargs, group_index):
+_groups = {}  # a group argument's key -> (the object it names, tpscope group name, global ranks)
+
+
+def _group_of(group, tag):
+    """(tpscope group name, global ranks) of a functional collective's group argument. DTensor passes (DeviceMesh,
+    dim) on every call; resolving it through funcol's _resolve_group costs tens of microseconds, so a mesh's (or a
+    ProcessGroup's) answer is kept for as long as the object lives (it is kept alive here: its id is never reused).
+    A group name or a list of ranks is resolved at each call: a name may be bound anew after destroy_process_group."""
+    if type(group) is tuple and len(group) == 2:
+        key, anchor = (id(group[0]), group[1], tag), group[0]
+    elif isinstance(group, (str, list)):
+        return _rank.name_of(_process_group(group, tag))
+    else:
+        key, anchor = (id(group), tag), group
+    entry = _groups.get(key)
+    if entry is not None and entry[0] is anchor:
+        return entry[1], entry[2]
+    name, ranks = _rank.name_of(_process_group(group, tag))
+    _groups[key] = (anchor, name, ranks)
+    return name, ranks
+
+
+def _issue(op, args, kwargs, group_index):
     group = args[group_index] if len(args) > group_index else kwargs.get("group")
     tag = args[group_index + 1] if len(args) > group_index + 1 else kwargs.get("tag", "")
     try:
-        pg = _process_group(group, tag)
+        name, ranks = _group_of(group, tag)
     except Exception:  # a group form this PyTorch does not resolve here: the call runs unrecorded
         return None
-    issue = _collectives._issue_collective(pg, op, args, 0)
-    return issue
+    return _collectives.issue_in_group(name, ranks, op, args[0] if args else None)
+
+
+_module = None
+
+
+def _funcol_module():
+    global _module
+    if _module is None:
+        from torch.distributed import _functional_collectives
+        _module = _functional_collectives
+    return _module
 
 
 def _raw(result):
     """The tensors a functional collective returned, each with whether it still has to be waited on."""
-    items = result if isinstance(result, (list, tuple)) else [result]
-    from torch.distributed import _functional_collectives as funcol
+    items = result if isinstance(result, (list, tuple)) else (result,)
+    async_tensor = _funcol_module().AsyncCollectiveTensor
     out = []
     for t in items:
-        if isinstance(t, funcol.AsyncCollectiveTensor):
+        if isinstance(t, async_tensor):
             out.append((t.elem, not t.completed))
         elif isinstance(t, torch.Tensor):
             out.append((t, False))
@@ -100,10 +135,10 @@ def _complete(issue):
 def _wrap(original, op, group_index):
     @functools.wraps(original)
     def recorded(*args, **kwargs):
-        depth = getattr(_local, "depth", 0)
+        depth = _local.depth
         if depth or not _native.recording():
             return original(*args, **kwargs)
-        issue = _issue(op, original.__name__, args, kwargs, group_index)
+        issue = _issue(op, args, kwargs, group_index)
         _local.depth = depth + 1
         try:
             result = original(*args, **kwargs)

@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
-"""Every torch.distributed call a Gloo job on PyTorch 1.13 can make, once each, on 2 ranks (collectives_test.py runs
-it under `tpscope capture` and reads what was recorded). Knows nothing of tpscope."""
+"""Every torch.distributed call a Gloo job can make, once each, on 2 ranks (collectives_test.py runs it under `tpscope
+capture` and reads what was recorded), then the functional collectives (DTensor's API) with each form of group
+argument they take: a (DeviceMesh, dim) pair, the mesh itself, a ProcessGroup and a group name. Knows nothing of
+tpscope."""
 
 import torch
 import torch.distributed as dist
+from torch.distributed import _functional_collectives as funcol
+from torch.distributed.device_mesh import init_device_mesh
 
 
 def main():
@@ -36,6 +40,15 @@ def main():
         assert buf[5].item() == 5.0
     dist.barrier()                                                 # world 9
     assert objects[1 - rank] == {"rank": 1 - rank}
+
+    mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("tp",))
+    x = torch.ones(2, 2) * (rank + 1)
+    total = sum(range(1, world + 1))
+    for group in ((mesh, 0), (mesh, 0), mesh, pair, pair.group_name):  # the first two: the same pair twice
+        y = funcol.all_reduce(x, "sum", group)                    # waited on by its first use
+        assert float((y + 0)[0, 0]) == total, group
+    g = funcol.all_gather_tensor(x, 0, (mesh, 0))
+    assert list((g * 1).shape) == [2 * world, 2]
     dist.destroy_process_group()
 
 

@@ -4,8 +4,9 @@
     collectives_test.py --tpscope BIN --python PY --work DIR
 
 Captures collectives_program.py at --nproc 2 --tp 2 and checks the collectives table: the functional API's
-collectives and p2p calls (sync, async_op=True with wait(), isend/irecv), each once per rank, completed, with the
-logical op, the input's dtype/shape/bytes, and a call site naming the program's line.
+collectives and p2p calls (sync, async_op=True with wait(), isend/irecv), and the functional collectives DTensor
+issues, with every form of group argument, each once per rank, completed, with the logical op, the input's
+dtype/shape/bytes, and a call site naming the program's line.
 """
 
 import argparse
@@ -28,6 +29,14 @@ EXPECTED = [
     ("world", 7, "all_gather", "int64", "[1]", 8),
     ("world", 8, "all_gather", "uint8", None, None),
     ("world", 9, "barrier", "none", "[]", 0),
+    # the functional collectives: (mesh, 0) twice and the mesh (its one dimension is the default group), then the
+    # ProcessGroup and its name, then an all-gather on (mesh, 0) again
+    ("world", 10, "all_reduce", "float32", "[2,2]", 16),
+    ("world", 11, "all_reduce", "float32", "[2,2]", 16),
+    ("world", 12, "all_reduce", "float32", "[2,2]", 16),
+    ("tp-0", 2, "all_reduce", "float32", "[2,2]", 16),
+    ("tp-0", 3, "all_reduce", "float32", "[2,2]", 16),
+    ("world", 13, "all_gather", "float32", "[2,2]", 16),
     ("world:p2p-0-1", 1, "send_recv", "float32", "[5]", 20),
     ("world:p2p-0-1", 2, "send_recv", "float32", "[6]", 24),
 ]
