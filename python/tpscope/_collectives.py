@@ -133,9 +133,9 @@ def _callsite(what):
     if STATE.callsite_override is not None:
         text, phase = STATE.callsite_override
         return text, -1, phase
-    phase = STATE.phase()
-    where = STATE.current_module()
-    name, layer = where if where is not None else (_user_frame(), -1)
+    name, layer, phase = STATE.where()
+    if name is None:
+        name = _user_frame()
     key = (name, phase, what)
     text = _callsite_texts.get(key)
     if text is None:
@@ -157,13 +157,14 @@ def _issue_collective(pg, op, args, arg_index):
     return issue_in_group(group, ranks, op, payload)
 
 
-def issue_in_group(group, ranks, op, payload):
+def issue_in_group(group, ranks, op, payload, ticks=0):
     """Records the enqueue of collective `op` in tpscope group `group` (its global ranks) on input `payload` (a tensor,
-    a list of them, or None); returns its _Issue."""
+    a list of them, or None), at `ticks` (_native.ticks(); 0: now); returns its _Issue."""
     seq = _next_seq(group)
     dtype, shape, nbytes = _payload(payload) if payload is not None else ("none", [], 0)
     callsite, layer, phase = _callsite(_DISPLAY.get(op, op))
-    handle = _native.collective_enqueued(group, ranks, seq, op, dtype, shape, nbytes, callsite, layer, phase)
+    handle = _native.collective_enqueued(group, ranks, seq, op, dtype, shape, nbytes, callsite, layer, phase, -1, True,
+                                         ticks)
     return _Issue(handle, group, seq, op, layer, phase)
 
 
@@ -200,6 +201,12 @@ def _comm_site(op, phase):
     return site
 
 
+def waited(issue, t0):
+    """A wait on `issue` that blocked the thread since `t0` returned: its Comm span and its completion."""
+    issue.done = True
+    _native.collective_waited(issue.handle, _comm_site(issue.op, issue.phase), t0, issue.layer)
+
+
 class RecordedWork:
     """A c10d Work whose wait() records the completion (and the time blocked in it). Everything else is the Work's."""
 
@@ -220,9 +227,7 @@ class RecordedWork:
                 _fail(issue, e)
             raise
         if not issue.done:
-            issue.done = True
-            _native.span_end(_comm_site(issue.op, issue.phase), t0, issue.layer)
-            _native.collective_state(issue.handle, K.STATE_COMPLETED)
+            waited(issue, t0)
         return result
 
     def get_future(self):

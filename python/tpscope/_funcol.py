@@ -55,7 +55,7 @@ _MAX_PENDING = 4096         # results never waited on (dropped by the program) a
 
 
 def _process_group(group, tag):
-    resolved = _funcol_module()._resolve_group(group, tag)
+    resolved = _module._resolve_group(group, tag)
     if isinstance(resolved, dist.ProcessGroup):
         return resolved
     return dist.distributed_c10d._resolve_process_group(resolved)
@@ -83,34 +83,25 @@ def _group_of(group, tag):
     return name, ranks
 
 
-def _issue(op, args, kwargs, group_index):
+def _issue(op, args, kwargs, group_index, ticks):
     group = args[group_index] if len(args) > group_index else kwargs.get("group")
     tag = args[group_index + 1] if len(args) > group_index + 1 else kwargs.get("tag", "")
     try:
         name, ranks = _group_of(group, tag)
     except Exception:  # a group form this PyTorch does not resolve here: the call runs unrecorded
         return None
-    return _collectives.issue_in_group(name, ranks, op, args[0] if args else None)
+    return _collectives.issue_in_group(name, ranks, op, args[0] if args else None, ticks)
 
 
-_module = None
-
-
-def _funcol_module():
-    global _module
-    if _module is None:
-        from torch.distributed import _functional_collectives
-        _module = _functional_collectives
-    return _module
+_module = None  # torch.distributed._functional_collectives, once install() imported it
 
 
 def _raw(result):
     """The tensors a functional collective returned, each with whether it still has to be waited on."""
     items = result if isinstance(result, (list, tuple)) else (result,)
-    async_tensor = _funcol_module().AsyncCollectiveTensor
     out = []
     for t in items:
-        if isinstance(t, async_tensor):
+        if isinstance(t, _module.AsyncCollectiveTensor):
             out.append((t.elem, not t.completed))
         elif isinstance(t, torch.Tensor):
             out.append((t, False))
@@ -138,31 +129,38 @@ def _wrap(original, op, group_index):
         depth = _local.depth
         if depth or not _native.recording():
             return original(*args, **kwargs)
-        issue = _issue(op, args, kwargs, group_index)
+        t = _native.ticks()
         _local.depth = depth + 1
         try:
             result = original(*args, **kwargs)
         except BaseException as e:
+            issue = _issue(op, args, kwargs, group_index, t)
             if issue is not None:
                 _collectives._fail(issue, e)
             raise
         finally:
             _local.depth = depth
+        # Recorded once the call returned, with the time it was made: a functional collective returns as soon as it is
+        # on its way (in eager mode), so this bookkeeping runs while its data moves, not before it starts, when a peer
+        # already in the collective would wait for it.
+        issue = _issue(op, args, kwargs, group_index, t)
         if issue is None:
             return result
-        raw = _raw(result)
-        waiting = [t for t, w in raw if w]
+        if type(result) is _module.AsyncCollectiveTensor:  # the common case: one result
+            waiting = () if result.completed else (result.elem,)
+        else:
+            waiting = [t for t, w in _raw(result) if w]
         if not waiting:
             _complete(issue)
-        else:
-            if len(_pending) >= _MAX_PENDING:
-                _pending.clear()
-            # Keyed by storage: the wait may come on a view of the result (an AsyncCollectiveTensor's aten.view makes a
-            # new one around a view of its elem), and c10d's functional wait waits on the work that owns the storage.
-            for t in waiting:
-                key = _storage_key(t)
-                if key is not None:
-                    _pending[key] = issue
+            return result
+        if len(_pending) >= _MAX_PENDING:
+            _pending.clear()
+        # Keyed by storage: the wait may come on a view of the result (an AsyncCollectiveTensor's aten.view makes a
+        # new one around a view of its elem), and c10d's functional wait waits on the work that owns the storage.
+        for t in waiting:
+            key = _storage_key(t)
+            if key is not None:
+                _pending[key] = issue
         return result
 
     recorded.__tpscope_original__ = original
@@ -182,8 +180,7 @@ def _wrap_wait(original):
         except BaseException as e:
             _collectives._fail(issue, e)
             raise
-        _native.span_end(_collectives._comm_site(issue.op, issue.phase), t0, issue.layer)
-        _complete(issue)
+        _collectives.waited(issue, t0)
         return out
 
     wait_tensor.__tpscope_original__ = original
@@ -192,10 +189,12 @@ def _wrap_wait(original):
 
 def install():
     """Wraps the functional collectives and their wait (once per process); a PyTorch without them is left alone."""
+    global _module
     try:
         from torch.distributed import _functional_collectives as funcol
     except ImportError:
         return
+    _module = funcol
     for name, (op, group_index) in _FUNCTIONS.items():
         original = getattr(funcol, name, None)
         if original is None or hasattr(original, "__tpscope_original__"):

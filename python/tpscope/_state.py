@@ -30,29 +30,36 @@ class _State:
         self.module_override = None    # (name, layer) of the module a collective is issued for (_fsdp), or None
         self.replaying = False         # the program's step replay function runs (_replay)
 
-    def phase(self):
-        if self.in_optimizer:
-            return K.PHASE_OPTIMIZER
-        if self.in_backward:
-            return K.PHASE_BACKWARD
-        if self.forward_stack:
-            return K.PHASE_FORWARD
-        return K.PHASE_NONE
-
     def current_module(self):
-        """(qualified name, layer) of the module a collective issued now is for: the one named by module_override
-        (FSDP2 moving a module's parameters from another module's hook), else the module running now — in backward,
-        the innermost one whose backward has begun — or None outside every module."""
+        """(qualified name, layer) of the module a collective issued now is for (where()), or None outside every
+        module."""
+        name, layer, _ = self.where()
+        return (name, layer) if name is not None else None
+
+    def where(self):
+        """(name, layer, phase) of a collective issued now. The module is the one named by module_override (FSDP2
+        moving a module's parameters from another module's hook), else the module running now — in backward, the
+        innermost one whose backward has begun; the name is None outside every module. The phase: optimizer,
+        backward, forward or none. One call: the collective wrappers ask at every collective."""
+        if self.in_optimizer:
+            phase = K.PHASE_OPTIMIZER
+        elif self.in_backward:
+            phase = K.PHASE_BACKWARD
+        elif self.forward_stack:
+            phase = K.PHASE_FORWARD
+        else:
+            phase = K.PHASE_NONE
         if self.module_override is not None:
-            return self.module_override
+            name, layer = self.module_override
+            return name, layer, phase
         if self.in_backward:
             info = self.innermost_backward()
             if info is not None:
-                return info.name, info.layer
+                return info.name, info.layer, phase
         if self.forward_stack:
             info = self.forward_stack[-1].info
-            return info.name, info.layer
-        return None
+            return info.name, info.layer, phase
+        return None, -1, phase
 
     def set_step(self, step):
         self.step = step
