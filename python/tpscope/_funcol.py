@@ -110,8 +110,8 @@ def _raw(result):
 
 def _storage_key(t):
     """Where a tensor's data lives (its storage's address), the same for the result and every view of it."""
-    try:
-        ptr = t.untyped_storage().data_ptr()
+    try:  # the first element's address less its offset: untyped_storage() would make a Python object at every call
+        ptr = t.data_ptr() - t.storage_offset() * t.element_size()
     except (RuntimeError, NotImplementedError):
         return None
     return ptr or None

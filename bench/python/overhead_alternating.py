@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""What recording costs a multi-rank PyTorch 2.x program, step against step in the same processes: every rank runs
+SAMPLE (samples/python/llama_tp.py at TP = 2 unless --sample names another script that takes --steps) under
+tpscope's hooks, and recording alternates ON and OFF after every optimizer step, on every rank alike (a global
+optimizer step post-hook flips the gate every hook checks, tpscope._native.recording). OFF is not an uninstrumented
+run: the hooks stay installed and return after that one check. What separate processes cannot resolve on a shared
+2-core machine (rounds of bench/python/profiler_compare.py scatter by ±10 %: which process got which core, the
+allocator's layout), this does: each ON step has an OFF step beside it.
+
+Reported for rank 0, over the kept steps (the first --warmup dropped): the median wall time and main-thread CPU time
+per step of each side, their difference, and the median of paired differences (each ON step minus the OFF step after
+it) with a bootstrap 95 % confidence interval. --off lists parts to leave out of the ON side too (modules: the module
+hooks, with the backward walk and the output check; funcol: the functional-collective wrappers; health: the
+gradient rows; watch: the module-output check; walk: the backward-region walk), to see what each costs.
+
+Usage: .venv/bin/python3 bench/python/overhead_alternating.py [--build build] [--steps 152] [--nproc 2]
+       [--off PART,...] [--sample PATH] [-- sample arguments]
+"""
+import argparse
+import datetime
+import json
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, "..", "..")
+SAMPLE = os.path.join(ROOT, "samples", "python", "llama_tp.py")
+DEFAULT_ARGS = ["--dim", "256", "--heads", "8", "--hidden", "768", "--layers", "4", "--seq", "64", "--batch", "8",
+                "--vocab", "512"]
+PARTS = ("modules", "funcol", "health", "watch", "walk")
+
+
+def _rank_main(out_json, off, script_argv):
+    """One rank: hooks installed, recording flipped after every optimizer step, the sample run as __main__."""
+    import runpy
+
+    import tpscope
+    from tpscope import _funcol, _modules, _native, _training
+    from tpscope._native import kinds as K
+    if "modules" in off:
+        _modules._pre_hook = lambda module, inputs: None
+    if "funcol" in off:
+        _funcol.install = lambda: None
+    if "health" in off:
+        _training._grad_health = lambda optimizer, step: (K.ACTION_CONTINUE, 0.0)
+    if "watch" in off:
+        _modules._watch_output = lambda info, outs: None
+    if "walk" in off:
+        _modules._attach_backward = lambda call, inputs, outs: None
+    native_recording = _native.recording
+    state = {"on": True}
+    _native.recording = lambda: state["on"] and native_recording()  # every hook's gate
+    tpscope.start()
+    tpscope.instrument()
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+    rows = []
+    last = [time.perf_counter(), time.thread_time()]
+
+    def flip(optimizer, args, kwargs):
+        now = [time.perf_counter(), time.thread_time()]
+        rows.append((state["on"], now[0] - last[0], now[1] - last[1]))
+        last[:] = now
+        state["on"] = not state["on"]
+
+    register_optimizer_step_post_hook(flip)
+    sys.argv = list(script_argv)
+    sys.path[0] = os.path.dirname(os.path.abspath(script_argv[0]))
+    runpy.run_path(script_argv[0], run_name="__main__")
+    _native.recording = native_recording
+    tpscope.stop()
+    if out_json:
+        with open(out_json, "w") as f:
+            json.dump(rows, f)
+
+
+def _median_ci(diffs, resamples=4000, seed=1):
+    rng = random.Random(seed)
+    n = len(diffs)
+    meds = sorted(statistics.median(rng.choice(diffs) for _ in range(n)) for _ in range(resamples))
+    return meds[int(0.025 * resamples)], meds[min(resamples - 1, int(0.975 * resamples))]
+
+
+def main():
+    argv = sys.argv[1:]
+    if argv and argv[0] == "--rank-main":  # internal: one rank (argv: --rank-main OUT OFF SCRIPT ARGS...)
+        _rank_main(argv[1], set(filter(None, argv[2].split(","))), argv[3:])
+        return
+    extra = None
+    if "--" in argv:
+        extra = argv[argv.index("--") + 1:]
+        argv = argv[:argv.index("--")]
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"), help="the build whose python/ holds tpscope")
+    ap.add_argument("--sample", default=SAMPLE)
+    ap.add_argument("--steps", type=int, default=152)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--nproc", type=int, default=2)
+    ap.add_argument("--off", default="", help="parts left out of the ON side too: " + ", ".join(PARTS))
+    a = ap.parse_args(argv)
+    off = [p for p in a.off.split(",") if p]
+    unknown = [p for p in off if p not in PARTS]
+    if unknown:
+        ap.error("--off %s: expected some of %s" % (",".join(unknown), ", ".join(PARTS)))
+    extra = DEFAULT_ARGS if extra is None else extra
+    package = os.path.abspath(os.path.join(a.build, "python"))
+    if not os.path.isdir(os.path.join(package, "tpscope")):
+        sys.exit("missing %s/tpscope: cmake --build %s --target tpscope_python_native" % (package, a.build))
+    import torch
+    print("%s  %s  torch %s  load average %s" % (datetime.datetime.now(datetime.timezone.utc).strftime(
+        "%Y-%m-%d %H:%M UTC"), socket.gethostname(), torch.__version__, "%.2f %.2f %.2f" % os.getloadavg()))
+    print("sample %s %s; nproc %d (TP = %d); %d steps alternating ON/OFF%s" % (
+        os.path.relpath(a.sample, ROOT), " ".join(extra), a.nproc, a.nproc, a.steps,
+        "; left out of ON: " + ", ".join(off) if off else ""))
+    with tempfile.TemporaryDirectory() as tmp:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        out = os.path.join(tmp, "rank0.json")
+        procs = []
+        for rank in range(a.nproc):
+            env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                       RANK=str(rank), WORLD_SIZE=str(a.nproc), LOCAL_RANK=str(rank),
+                       LOCAL_WORLD_SIZE=str(a.nproc), TPSCOPE_SAMPLE_DEVICE="cpu", TPSCOPE_TP=str(a.nproc),
+                       TPSCOPE_OUT=os.path.join(tmp, "run"),
+                       PYTHONPATH=os.pathsep.join(filter(None, [package, os.environ.get("PYTHONPATH")])))
+            for k in ("TPSCOPE_HEALTH", "TPSCOPE_INJECT"):
+                env.pop(k, None)
+            cmd = [sys.executable, os.path.abspath(__file__), "--rank-main", out if rank == 0 else "", ",".join(off),
+                   os.path.abspath(a.sample), "--steps", str(a.steps)] + extra
+            procs.append(subprocess.Popen(cmd, env=env, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                          text=True))
+        for p in procs:
+            _, err = p.communicate(timeout=1800)
+            if p.returncode != 0:
+                raise SystemExit("a rank failed (%d): %s" % (p.returncode, err[-2000:]))
+        with open(out) as f:
+            rows = json.load(f)[a.warmup:]
+    for k, label in ((1, "wall"), (2, "main-thread CPU")):
+        on = [r[k] for r in rows if r[0]]
+        off_side = [r[k] for r in rows if not r[0]]
+        paired = [rows[i + 1][k] - rows[i][k] for i in range(len(rows) - 1) if rows[i][0] and not rows[i + 1][0]]
+        paired = [-d for d in paired]  # ON minus the OFF step after it
+        lo, hi = _median_ci(paired)
+        mo, mf = statistics.median(on), statistics.median(off_side)
+        print("%-16s ON %7.2f ms  OFF %7.2f ms  medians %+6.2f ms (%+.2f %%)  paired %+6.2f ms (%+.2f %%; 95 %% CI "
+              "%+.2f … %+.2f ms), %d pairs" % (label, mo * 1e3, mf * 1e3, (mo - mf) * 1e3, (mo / mf - 1) * 100,
+                                               statistics.median(paired) * 1e3,
+                                               statistics.median(paired) / mf * 100, lo * 1e3, hi * 1e3,
+                                               len(paired)))
+    print("load average at the end: %.2f %.2f %.2f" % os.getloadavg())
+
+
+if __name__ == "__main__":
+    main()
