@@ -7,8 +7,8 @@ run: the hooks stay installed and return after that one check. What separate pro
 2-core machine (rounds of bench/python/profiler_compare.py scatter by ±10 %: which process got which core, the
 allocator's layout), this does: each ON step has an OFF step beside it.
 
-Reported for rank 0, over the kept steps (the first --warmup dropped): the median wall time and main-thread CPU time
-per step of each side, their difference, and the median of paired differences (each ON step minus the OFF step after
+Reported for rank 0, over the kept steps (the first --warmup dropped): the median wall time, main-thread CPU time and
+process CPU time (every thread: Gloo's, the recorder's flusher) per step of each side, their difference, and the median of paired differences (each ON step minus the OFF step after
 it) with a bootstrap 95 % confidence interval. --off lists parts to leave out of the ON side too (modules: the module
 hooks, with the backward walk and the output check; funcol: the functional-collective wrappers; health: the
 gradient rows; watch: the module-output check; walk: the backward-region walk), to see what each costs.
@@ -43,6 +43,10 @@ def _rank_main(out_json, off, script_argv):
     import tpscope
     from tpscope import _funcol, _modules, _native, _training
     from tpscope._native import kinds as K
+    for owner, name in ((_modules, "_pre_hook"), (_funcol, "install"), (_training, "_grad_health"),
+                        (_modules, "_watch_output"), (_modules, "_attach_backward"), (_native, "recording")):
+        if not callable(getattr(owner, name, None)):  # renamed: leaving it out would silently leave it in
+            raise SystemExit("overhead_alternating.py: %s.%s is gone; update --off" % (owner.__name__, name))
     if "modules" in off:
         _modules._pre_hook = lambda module, inputs: None
     if "funcol" in off:
@@ -60,11 +64,11 @@ def _rank_main(out_json, off, script_argv):
     tpscope.instrument()
     from torch.optim.optimizer import register_optimizer_step_post_hook
     rows = []
-    last = [time.perf_counter(), time.thread_time()]
+    last = [time.perf_counter(), time.thread_time(), time.process_time()]
 
     def flip(optimizer, args, kwargs):
-        now = [time.perf_counter(), time.thread_time()]
-        rows.append((state["on"], now[0] - last[0], now[1] - last[1]))
+        now = [time.perf_counter(), time.thread_time(), time.process_time()]
+        rows.append((state["on"], now[0] - last[0], now[1] - last[1], now[2] - last[2]))
         last[:] = now
         state["on"] = not state["on"]
 
@@ -140,8 +144,20 @@ def main():
             if p.returncode != 0:
                 raise SystemExit("a rank failed (%d): %s" % (p.returncode, err[-2000:]))
         with open(out) as f:
-            rows = json.load(f)[a.warmup:]
-    for k, label in ((1, "wall"), (2, "main-thread CPU")):
+            rows = json.load(f)
+        # What was measured is what was recorded: one step_stats row per ON step on rank 0, none for an OFF step.
+        import sqlite3
+        db = sqlite3.connect("file:%s?mode=ro" % os.path.join(tmp, "run", "rank-0.db"), uri=True)
+        recorded = db.execute("SELECT COUNT(*) FROM step_stats").fetchone()[0]
+        collectives = db.execute("SELECT COUNT(*) FROM collectives").fetchone()[0]
+        db.close()
+        on_steps = sum(1 for r in rows if r[0])
+        print("rank 0 recorded %d steps (%d ON, %d OFF) and %d collective records" % (
+            recorded, on_steps, len(rows) - on_steps, collectives))
+        if recorded != on_steps or on_steps != (len(rows) + 1) // 2:
+            raise SystemExit("FAIL: the recording did not follow the ON/OFF alternation")
+        rows = rows[a.warmup:]
+    for k, label in ((1, "wall"), (2, "main-thread CPU"), (3, "process CPU")):
         on = [r[k] for r in rows if r[0]]
         off_side = [r[k] for r in rows if not r[0]]
         paired = [rows[i + 1][k] - rows[i][k] for i in range(len(rows) - 1) if rows[i][0] and not rows[i + 1][0]]
