@@ -92,6 +92,7 @@ class CaptureSession {
   // watch
   bool reapRanks();  // false once no rank runs
   void reportEndedRank(const RankProcess& p);
+  std::string recordedExitReason(int rank) const;  // what the rank's own recorder wrote, "" if none
   void handleInterrupts();
   void pollProgress();
   void advanceStop();
@@ -146,6 +147,7 @@ class CaptureSession {
   Stop stop_ = Stop::None;
   std::vector<bool> signaled_;
   std::vector<bool> echoed_;  // ended on its own after the stop began: an echo of the first cause, not a cause
+  std::vector<bool> diedAtShutdown_;  // killed by a signal after its program returned and its recording ended "ok"
   int interruptsSeen_ = 0;
   // finish
   int code_ = kExitSuccess;

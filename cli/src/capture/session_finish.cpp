@@ -169,6 +169,7 @@ std::vector<std::pair<std::string, std::string>> CaptureSession::recordRankExits
       continue;
     }
     if (s.ok()) continue;  // the rank said "ok" itself
+    if (diedAtShutdown_[slot(p.rank())]) continue;  // it said "ok" too, then its shutdown died: its status is in meta
     // Another node's failure was the job's first cause, or this rank ended on its own after the first cause here
     // began the stop: it went down with that cause (its peer gone), and is no cause of its own. A rank our stop
     // signal ended is the stop's, whatever the cause.

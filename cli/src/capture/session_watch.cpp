@@ -5,6 +5,7 @@
 
 #include "capture/capture_session.h"
 #include "tpscope/analysis/stall_journal.h"
+#include "tpscope/tracedb/reader.h"
 
 namespace tpscope::cli::capture {
 
@@ -20,6 +21,7 @@ void CaptureSession::watch() {
   lastPoll_ = lastProgress_ - std::chrono::hours(1);
   signaled_.assign(static_cast<size_t>(o_.nproc), false);
   echoed_.assign(static_cast<size_t>(o_.nproc), false);
+  diedAtShutdown_.assign(static_cast<size_t>(o_.nproc), false);
   while (reapRanks()) {
     handleInterrupts();
     if (Clock::now() - lastPoll_ >= std::chrono::milliseconds(o_.pollMs)) {
@@ -109,6 +111,21 @@ bool CaptureSession::reapRanks() {
 void CaptureSession::reportEndedRank(const RankProcess& p) {
   const ExitStatus& s = *p.status();
   if (s.ok()) return;
+  // Its program returned and its recorder ended the recording "ok" (written by the rank itself), and only then did a
+  // signal end the process: its runtime's shutdown, not its training. PyTorch's Gloo worker threads, releasing a
+  // finished collective's tensors while Python finalizes, abort the process now and then ("terminate called without
+  // an active exception"). The run is complete: a warning, no stop, the rank's "ok" kept.
+  if (s.signaled && !signaled_[slot(p.rank())] && stop_ == Stop::None && recordedExitReason(p.rank()) == "ok") {
+    diedAtShutdown_[slot(p.rank())] = true;
+    std::string msg = fmt::format(
+        "warning: rank {} (pid {}) finished its program and its recording, then was killed by {} while shutting down "
+        "(after training: its records are complete)",
+        p.rank(), p.pid(), signalName(s.signal));
+    if (const std::string line = lastErrorLine(logOf(p.rank())); !line.empty())
+      msg += fmt::format("\n  {} ends with: {}", logOf(p.rank()).string(), line);
+    display_->message(msg);
+    return;
+  }
   const Outcome oc = outcomeOfRankExit(s);
   // The job is already stopping on an earlier rank's end and this one dies too (an error status, Gloo taking the
   // process down): it went down with the first cause, its peer gone — also when our dump request reached it first
@@ -229,6 +246,18 @@ void CaptureSession::advanceStop() {
     stop_ = Stop::Killing;
     stopAt_ = Clock::now();
   }
+}
+
+// The exit reason the rank's recorder wrote into its own file ("ok" when its program returned), or "" when there is
+// none or the file cannot be read.
+std::string CaptureSession::recordedExitReason(int rank) const {
+  auto reader = tracedb::Reader::open(dir_ / fmt::format("rank-{}.db", rank));
+  if (!reader) return {};
+  auto rows = reader.value()->ranks();
+  if (!rows) return {};
+  for (const tracedb::RankInfo& row : *rows)
+    if (row.rank == rank) return row.exitReason;
+  return {};
 }
 
 }  // namespace tpscope::cli::capture
