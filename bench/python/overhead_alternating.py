@@ -20,7 +20,6 @@ import argparse
 import datetime
 import json
 import os
-import random
 import socket
 import statistics
 import subprocess
@@ -31,6 +30,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
 SAMPLE = os.path.join(ROOT, "samples", "python", "llama_tp.py")
+sys.path.insert(0, HERE)
+import overhead_stats  # noqa: E402
 DEFAULT_ARGS = ["--dim", "256", "--heads", "8", "--hidden", "768", "--layers", "4", "--seq", "64", "--batch", "8",
                 "--vocab", "512"]
 PARTS = ("modules", "funcol", "health", "watch", "walk")
@@ -83,13 +84,6 @@ def _rank_main(out_json, off, script_argv):
             json.dump(rows, f)
 
 
-def _median_ci(diffs, resamples=4000, seed=1):
-    rng = random.Random(seed)
-    n = len(diffs)
-    meds = sorted(statistics.median(rng.choice(diffs) for _ in range(n)) for _ in range(resamples))
-    return meds[int(0.025 * resamples)], meds[min(resamples - 1, int(0.975 * resamples))]
-
-
 def main():
     argv = sys.argv[1:]
     if argv and argv[0] == "--rank-main":  # internal: one rank (argv: --rank-main OUT OFF SCRIPT ARGS...)
@@ -122,9 +116,7 @@ def main():
         os.path.relpath(a.sample, ROOT), " ".join(extra), a.nproc, a.nproc, a.steps,
         "; left out of ON: " + ", ".join(off) if off else ""))
     with tempfile.TemporaryDirectory() as tmp:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = overhead_stats.free_port()
         out = os.path.join(tmp, "rank0.json")
         procs = []
         for rank in range(a.nproc):
@@ -160,9 +152,8 @@ def main():
     for k, label in ((1, "wall"), (2, "main-thread CPU"), (3, "process CPU")):
         on = [r[k] for r in rows if r[0]]
         off_side = [r[k] for r in rows if not r[0]]
-        paired = [rows[i + 1][k] - rows[i][k] for i in range(len(rows) - 1) if rows[i][0] and not rows[i + 1][0]]
-        paired = [-d for d in paired]  # ON minus the OFF step after it
-        lo, hi = _median_ci(paired)
+        paired = [rows[i][k] - rows[i + 1][k] for i in range(len(rows) - 1) if rows[i][0] and not rows[i + 1][0]]
+        lo, hi = overhead_stats.ratio_ci(paired)  # ON minus the OFF step after it: a bootstrap CI of the median
         mo, mf = statistics.median(on), statistics.median(off_side)
         print("%-16s ON %7.2f ms  OFF %7.2f ms  medians %+6.2f ms (%+.2f %%)  paired %+6.2f ms (%+.2f %%; 95 %% CI "
               "%+.2f … %+.2f ms), %d pairs" % (label, mo * 1e3, mf * 1e3, (mo - mf) * 1e3, (mo / mf - 1) * 100,

@@ -22,7 +22,6 @@ Usage: .venv/bin/python3 bench/python/profiler_compare.py [--tpscope build/cli/t
 """
 import argparse
 import datetime
-import importlib.util
 import json
 import os
 import re
@@ -37,27 +36,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
 SAMPLE = os.path.join(ROOT, "samples", "python", "llama_tp.py")
 PROFILED = os.path.join(HERE, "profiled_run.py")
+sys.path.insert(0, HERE)
+import overhead_stats  # noqa: E402
 DEFAULT_ARGS = ["--dim", "256", "--heads", "8", "--hidden", "768", "--layers", "4", "--seq", "64", "--batch", "8",
                 "--vocab", "512"]
 VARIANTS = ("P plain", "T torch.profiler", "S tpscope capture")
-
-
-def _capture_helpers():
-    """ratio_ci and ci_text of bench/capture/run_overhead.py (by path: bench/python has a run_overhead.py too)."""
-    spec = importlib.util.spec_from_file_location("capture_run_overhead",
-                                                  os.path.join(ROOT, "bench", "capture", "run_overhead.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_helpers = _capture_helpers()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _env():
@@ -69,7 +52,7 @@ def _env():
 
 def _launch_ranks(a, prefix, sample_args, tmp):
     """Runs the ranks as torchrun would (no agent process); returns rank 0's stderr."""
-    port = free_port()
+    port = overhead_stats.free_port()
     procs = []
     for rank in range(a.nproc):
         env = dict(_env(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(a.nproc),
@@ -119,7 +102,7 @@ def report(label, pooled, rounds):
         if v != "P plain":
             ratios = [rd[v] / rd["P plain"] - 1 for rd in rounds]
             line += "   vs plain %+6.2f %%   per-round median %+6.2f %% (%s; min %+.2f, max %+.2f)" % (
-                100 * (m / base - 1), 100 * statistics.median(ratios), _helpers.ci_text(ratios),
+                100 * (m / base - 1), 100 * statistics.median(ratios), overhead_stats.ci_text(ratios),
                 100 * min(ratios), 100 * max(ratios))
         print(line)
 

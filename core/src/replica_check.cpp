@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <type_traits>
 
 #include "tpscope/core/communicator.h"
 #include "tpscope/core/faults.h"
@@ -43,16 +44,26 @@ const at::Tensor& columnMultipliers(const c10::Device& device) {
   return m;
 }
 
-// The signed integer type of an element `bytes` wide (its bits, as fingerprint() and flipBit() read them).
-at::ScalarType intTypeOfWidth(int64_t bytes, const char* who) {
+// Calls f(Int{}) with the signed integer type of an element `bytes` wide: its bits, as fingerprint() and flipBit()
+// read them.
+template <typename F>
+decltype(auto) withIntOfWidth(int64_t bytes, const char* who, F&& f) {
   switch (bytes) {
-    case 8: return at::kLong;
-    case 4: return at::kInt;
-    case 2: return at::kShort;
-    case 1: return at::kChar;
+    case 8:
+      return f(int64_t{});
+    case 4:
+      return f(int32_t{});
+    case 2:
+      return f(int16_t{});
+    case 1:
+      return f(int8_t{});
     default: break;
   }
   TORCH_CHECK(false, who, ": elements of ", bytes, " bytes are not supported");
+}
+
+at::ScalarType intTypeOfWidth(int64_t bytes, const char* who) {
+  return withIntOfWidth(bytes, who, [](auto v) { return c10::CppTypeToScalarType<decltype(v)>::value; });
 }
 
 // The elements' bit patterns as int64, sign-extended.
@@ -84,23 +95,8 @@ uint64_t hostSum(const Int* x, int64_t n) {
 int64_t hostFingerprint(const at::Tensor& t) {
   const void* p = t.data_ptr();
   const int64_t n = t.numel();
-  uint64_t h = 0;
-  switch (t.element_size()) {
-    case 8:
-      h = hostSum(static_cast<const int64_t*>(p), n);
-      break;
-    case 4:
-      h = hostSum(static_cast<const int32_t*>(p), n);
-      break;
-    case 2:
-      h = hostSum(static_cast<const int16_t*>(p), n);
-      break;
-    case 1:
-      h = hostSum(static_cast<const int8_t*>(p), n);
-      break;
-    default:
-      TORCH_CHECK(false, "fingerprint: elements of ", t.element_size(), " bytes are not supported");
-  }
+  const uint64_t h = withIntOfWidth(t.element_size(), "fingerprint",
+                                    [&](auto v) { return hostSum(static_cast<const decltype(v)*>(p), n); });
   return asSigned(h * kFinalMul + saltOf(t));
 }
 
@@ -204,13 +200,10 @@ int flipBit(const at::Tensor& t, int64_t index, int bit) {
   const int b = static_cast<int>(bit % width);
   at::Tensor e = t.detach().reshape({-1}).view(intTypeOfWidth(t.element_size(), "flipBit")).narrow(0, index, 1);
   const uint64_t mask = uint64_t{1} << b;
-  int64_t m = 0;
-  switch (width) {
-    case 64: m = static_cast<int64_t>(mask); break;
-    case 32: m = static_cast<int32_t>(static_cast<uint32_t>(mask)); break;
-    case 16: m = static_cast<int16_t>(static_cast<uint16_t>(mask)); break;
-    default: m = static_cast<int8_t>(static_cast<uint8_t>(mask)); break;
-  }
+  const int64_t m = withIntOfWidth(t.element_size(), "flipBit", [&](auto v) {  // the mask as an element of that width
+    using Int = decltype(v);
+    return static_cast<int64_t>(static_cast<Int>(static_cast<std::make_unsigned_t<Int>>(mask)));
+  });
   e.bitwise_xor_(m);
   return b;
 }

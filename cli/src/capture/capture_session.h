@@ -92,7 +92,6 @@ class CaptureSession {
   // watch
   bool reapRanks();  // false once no rank runs
   void reportEndedRank(const RankProcess& p);
-  std::string recordedExitReason(int rank) const;  // what the rank's own recorder wrote, "" if none
   void handleInterrupts();
   void pollProgress();
   void advanceStop();

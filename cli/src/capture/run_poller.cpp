@@ -80,6 +80,12 @@ bool RunPoller::openRank(int r) {
   return !p.earlier;
 }
 
+std::string RunPoller::exitReasonNow(int r) {
+  if (!openRank(r)) return {};
+  readRankRow(r);
+  return progress_[static_cast<size_t>(r)].exitReason;
+}
+
 void RunPoller::readRankRow(int r) {
   RankProgress& p = progress_[static_cast<size_t>(r)];
   auto rows = readers_[static_cast<size_t>(r)]->ranks();

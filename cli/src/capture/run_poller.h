@@ -87,6 +87,9 @@ class RunPoller {
   void close();
 
   const RankProgress& rank(int r) const { return progress_[static_cast<size_t>(r)]; }
+  // The i-th rank's exit reason as its file says now (its own "ok" once its program returned; "" before its end or
+  // when its file cannot be read): read again, not the last poll's.
+  std::string exitReasonNow(int r);
   int ranks() const { return static_cast<int>(progress_.size()); }
   int globalRank(int r) const { return firstRank_ + r; }
   // The step every rank has finished (min over ranks of their last step; 0 before any).

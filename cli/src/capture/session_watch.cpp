@@ -5,7 +5,6 @@
 
 #include "capture/capture_session.h"
 #include "tpscope/analysis/stall_journal.h"
-#include "tpscope/tracedb/reader.h"
 
 namespace tpscope::cli::capture {
 
@@ -115,7 +114,8 @@ void CaptureSession::reportEndedRank(const RankProcess& p) {
   // signal end the process: its runtime's shutdown, not its training. PyTorch's Gloo worker threads, releasing a
   // finished collective's tensors while Python finalizes, abort the process now and then ("terminate called without
   // an active exception"). The run is complete: a warning, no stop, the rank's "ok" kept.
-  if (s.signaled && !signaled_[slot(p.rank())] && stop_ == Stop::None && recordedExitReason(p.rank()) == "ok") {
+  if (s.signaled && !signaled_[slot(p.rank())] && stop_ == Stop::None &&
+      poller_->exitReasonNow(static_cast<int>(slot(p.rank()))) == "ok") {
     diedAtShutdown_[slot(p.rank())] = true;
     std::string msg = fmt::format(
         "warning: rank {} (pid {}) finished its program and its recording, then was killed by {} while shutting down "
@@ -246,18 +246,6 @@ void CaptureSession::advanceStop() {
     stop_ = Stop::Killing;
     stopAt_ = Clock::now();
   }
-}
-
-// The exit reason the rank's recorder wrote into its own file ("ok" when its program returned), or "" when there is
-// none or the file cannot be read.
-std::string CaptureSession::recordedExitReason(int rank) const {
-  auto reader = tracedb::Reader::open(dir_ / fmt::format("rank-{}.db", rank));
-  if (!reader) return {};
-  auto rows = reader.value()->ranks();
-  if (!rows) return {};
-  for (const tracedb::RankInfo& row : *rows)
-    if (row.rank == rank) return row.exitReason;
-  return {};
 }
 
 }  // namespace tpscope::cli::capture

@@ -1,0 +1,14 @@
+"""bench/capture/run_overhead.py's statistics and port helper for the bench/python scripts that compare runs:
+ratio_ci (a bootstrap 95 % confidence interval of a median), ci_text, free_port. Loaded by path: bench/python has a
+run_overhead.py of its own."""
+import importlib.util
+import os
+
+_spec = importlib.util.spec_from_file_location(
+    "capture_run_overhead", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "capture", "run_overhead.py"))
+_module = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_module)
+
+ratio_ci = _module.ratio_ci
+ci_text = _module.ci_text
+free_port = _module.free_port
