@@ -9,6 +9,10 @@
 
 #include <pybind11/pybind11.h>
 
+namespace tpscope::probes {
+struct Site;
+}
+
 namespace tpscope::python {
 
 // start/stop, rank info, meta, groups, steps, ticks, span sites and spans, collectives, step stats, alerts, counters.
@@ -17,5 +21,11 @@ void bindRecorder(pybind11::module_& m);
 void bindHealth(pybind11::module_& m);
 // host_stats, host_nonfinite: gradient health and the non-finite check of tensors in CPU memory, in one pass.
 void bindHostStats(pybind11::module_& m);
+// intern_text, collective_group, collective_issue, collective_waited, program_frame, storage_key: the collective
+// wrappers' hot path, on interned ids (collective_fastpath.cpp).
+void bindCollectiveFastPath(pybind11::module_& m);
+
+// The span site SITE() interned (recorder_binding.cpp), or nullptr.
+const probes::Site* spanSite(int id);
 
 }  // namespace tpscope::python

@@ -6,4 +6,5 @@ PYBIND11_MODULE(_native, m) {
   tpscope::python::bindRecorder(m);
   tpscope::python::bindHealth(m);
   tpscope::python::bindHostStats(m);
+  tpscope::python::bindCollectiveFastPath(m);
 }

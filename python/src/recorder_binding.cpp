@@ -197,6 +197,10 @@ py::dict recorderStats() {
 
 }  // namespace
 
+const probes::Site* spanSite(int id) {
+  return SiteRegistry::instance().find(id);
+}
+
 // The catalogues of probes.h as ints (tpscope._native.kinds): the Python side names them from here, never by number.
 static void bindKinds(py::module_& m) {
   py::module_ k = m.def_submodule("kinds", "SpanKind, Phase, CollectiveState, Severity of probes.h as ints");
@@ -274,18 +278,6 @@ void bindRecorder(py::module_& m) {
         "started=False); returns the handle for collective_state (0 when not recording).");
   m.def("collective_state", &collectiveState, "handle"_a, "state"_a, "ticks"_a = 0,
         "state: 1 started, 2 completed, 3 timed out, 4 failed; ticks 0 = now.");
-  m.def(
-      "collective_waited",
-      [](uint64_t handle, int site, uint64_t t0, int layer) {
-        probes::Sink* sink = probes::sink();
-        if (sink == nullptr) return;
-        const uint64_t t1 = probes::rawTicks();
-        probes::emitSpan(SiteRegistry::instance().at(site), t0, t1, layer);
-        sink->collectiveState(handle, probes::CollectiveState::Completed, t1);
-      },
-      "handle"_a, "site"_a, "t0"_a, "layer"_a = -1,
-      "A wait for collective HANDLE that blocked the thread from T0 (ticks()) returned now: the Comm span (SITE) "
-      "and the completion, at one instant, in one call (span_end + collective_state).");
   m.def("step_stat", &stepStat, "step"_a, "loss"_a, "lr"_a = 0.0, "grad_norm"_a = 0.0, "loss_scale"_a = 1.0,
         "tokens"_a = 0, "t0"_a = 0, "t1"_a = 0, "skipped"_a = false);
   m.def("alert", &alert, "severity"_a, "kind"_a, "step"_a = -1, "layer"_a = -1, "param"_a = "", "message"_a = "",

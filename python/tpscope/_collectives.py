@@ -61,12 +61,12 @@ _P2P = {"send": "send to", "recv": "recv from"}
 _DISPLAY = {"all_reduce": "all-reduce", "all_gather": "all-gather", "reduce_scatter": "reduce-scatter",
             "all_to_all": "all-to-all", "send_recv": "send/recv"}
 
-_seq = {}          # group name -> last sequence number issued
 _comm_sites = {}   # (op, phase) -> site id of the blocked-in-collective span
 FAILURES = []      # (group, seq, op, state) of collectives that timed out or failed, for tpscope.run's exit status
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _OWN_DIR = os.path.dirname(__file__)
+_native.set_foreign_dirs([_TORCH_DIR, _OWN_DIR])  # program_frame passes over their code
 
 
 class _Issue:
@@ -105,66 +105,58 @@ def _payload(x):
     return "none", [], 0
 
 
-_program_file = {}  # code object -> its file's base name where the program's own, None for torch's and tpscope's
+_group_ids = {}     # tpscope group name -> the recorder's group id (a name's ranks never change: _rank names them)
+_text_ids = {}      # op or call-site text -> the recorder's text id
+_callsite_ids = {}  # (where, phase, what) -> call-site text id: a step issues the same few dozen again and again
 
 
-def _user_frame():
-    """file:line of the innermost frame outside torch and tpscope (the program's own call)."""
-    f = sys._getframe(1)
-    while f is not None:
-        code = f.f_code
-        try:
-            base = _program_file[code]
-        except KeyError:
-            path = code.co_filename
-            own = not path.startswith(_TORCH_DIR) and not path.startswith(_OWN_DIR)
-            base = _program_file[code] = os.path.basename(path) if own else None
-        if base is not None:
-            return "%s:%d" % (base, f.f_lineno)
-        f = f.f_back
-    return ""
+def _text_id(text):
+    i = _text_ids.get(text)
+    if i is None:
+        i = _text_ids[text] = _native.intern_text(text)
+    return i
 
 
-_callsite_texts = {}  # (where, phase, what) -> the call site's text: a step issues the same few dozen again and again
+def group_id(group, ranks):
+    """The recorder's id of tpscope group `group` (its global ranks), whose sequence numbers it keeps."""
+    i = _group_ids.get(group)
+    if i is None:
+        i = _group_ids[group] = _native.collective_group(group, list(ranks))
+    return i
 
 
-def _callsite(what):
-    """(callsite text, layer, phase) of a call issued now."""
+def callsite_id(what):
+    """(call-site text id, layer, phase) of a call issued now: the module running (STATE.where()) or, outside every
+    module, the program's own line (_native.program_frame: the innermost frame outside torch and tpscope)."""
     if STATE.callsite_override is not None:
         text, phase = STATE.callsite_override
-        return text, -1, phase
+        return _text_id(text), -1, phase
     name, layer, phase = STATE.where()
     if name is None:
-        name = _user_frame()
+        name = _native.program_frame()
     key = (name, phase, what)
-    text = _callsite_texts.get(key)
-    if text is None:
-        text = " ".join(p for p in (name, PHASE_NAMES[phase], what) if p)
-        if len(_callsite_texts) < 65536:  # program-file call sites name lines: bounded all the same
-            _callsite_texts[key] = text
-    return text, layer, phase
-
-
-def _next_seq(group):
-    seq = _seq.get(group, 0) + 1
-    _seq[group] = seq
-    return seq
+    cid = _callsite_ids.get(key)
+    if cid is None:
+        cid = _native.intern_text(" ".join(p for p in (name, PHASE_NAMES[phase], what) if p))
+        if len(_callsite_ids) < 65536:  # program-file call sites name lines: bounded all the same
+            _callsite_ids[key] = cid
+    return cid, layer, phase
 
 
 def _issue_collective(pg, op, args, arg_index):
     group, ranks = _rank.name_of(pg)
     payload = args[arg_index] if arg_index is not None and len(args) > arg_index else None
-    return issue_in_group(group, ranks, op, payload)
+    return issue_in_group(group, group_id(group, ranks), op, payload)
 
 
-def issue_in_group(group, ranks, op, payload, ticks=0):
-    """Records the enqueue of collective `op` in tpscope group `group` (its global ranks) on input `payload` (a tensor,
-    a list of them, or None), at `ticks` (_native.ticks(); 0: now); returns its _Issue."""
-    seq = _next_seq(group)
-    dtype, shape, nbytes = _payload(payload) if payload is not None else ("none", [], 0)
-    callsite, layer, phase = _callsite(_DISPLAY.get(op, op))
-    handle = _native.collective_enqueued(group, ranks, seq, op, dtype, shape, nbytes, callsite, layer, phase, -1, True,
-                                         ticks)
+def issue_in_group(group, gid, op, payload, ticks=0, what=None):
+    """Records the enqueue of collective `op` in tpscope group `group` (its id: group_id) on input `payload` (a
+    tensor, a list of them, or None), at `ticks` (_native.ticks(); 0: now), its call site ending in `what` (the op's
+    display name unless given); returns its _Issue."""
+    if payload is not None and not isinstance(payload, torch.Tensor):
+        payload = _payload(payload)  # a list of tensors: described here, (dtype name, shape, bytes)
+    cid, layer, phase = callsite_id(what or _DISPLAY.get(op, op))
+    handle, seq = _native.collective_issue(gid, _text_id(op), cid, layer, phase, payload, ticks)
     return _Issue(handle, group, seq, op, layer, phase)
 
 
@@ -176,12 +168,7 @@ def _issue_p2p(pg, direction, args):
         peer = dist.distributed_c10d._get_global_rank(pg, peer)
     lo, hi = min(me, peer), max(me, peer)
     pair = "%s:p2p-%d-%d" % (group, lo, hi)
-    seq = _next_seq(pair)
-    dtype, shape, nbytes = _payload(args[0])
-    callsite, layer, phase = _callsite("%s rank %d" % (direction, peer))
-    handle = _native.collective_enqueued(pair, [lo, hi], seq, "send_recv", dtype, shape, nbytes, callsite, layer,
-                                         phase)
-    return _Issue(handle, pair, seq, "send_recv", layer, phase)
+    return issue_in_group(pair, group_id(pair, [lo, hi]), "send_recv", args[0], what="%s rank %d" % (direction, peer))
 
 
 def _fail(issue, exc):

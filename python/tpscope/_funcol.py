@@ -61,36 +61,41 @@ def _process_group(group, tag):
     return dist.distributed_c10d._resolve_process_group(resolved)
 
 
-_groups = {}  # a group argument's key -> (the object it names, tpscope group name, global ranks)
+_groups = {}  # a group argument's key -> (the object it names, tpscope group name, its recorder group id)
+
+
+def _named(pg):
+    name, ranks = _rank.name_of(pg)
+    return name, _collectives.group_id(name, ranks)
 
 
 def _group_of(group, tag):
-    """(tpscope group name, global ranks) of a functional collective's group argument. DTensor passes (DeviceMesh,
+    """(tpscope group name, recorder group id) of a functional collective's group argument. DTensor passes (DeviceMesh,
     dim) on every call; resolving it through funcol's _resolve_group costs tens of microseconds, so a mesh's (or a
     ProcessGroup's) answer is kept for as long as the object lives (it is kept alive here: its id is never reused).
     A group name or a list of ranks is resolved at each call: a name may be bound anew after destroy_process_group."""
     if type(group) is tuple and len(group) == 2:
         key, anchor = (id(group[0]), group[1], tag), group[0]
     elif isinstance(group, (str, list)):
-        return _rank.name_of(_process_group(group, tag))
+        return _named(_process_group(group, tag))
     else:
         key, anchor = (id(group), tag), group
     entry = _groups.get(key)
     if entry is not None and entry[0] is anchor:
         return entry[1], entry[2]
-    name, ranks = _rank.name_of(_process_group(group, tag))
-    _groups[key] = (anchor, name, ranks)
-    return name, ranks
+    name, gid = _named(_process_group(group, tag))
+    _groups[key] = (anchor, name, gid)
+    return name, gid
 
 
 def _issue(op, args, kwargs, group_index, ticks):
     group = args[group_index] if len(args) > group_index else kwargs.get("group")
     tag = args[group_index + 1] if len(args) > group_index + 1 else kwargs.get("tag", "")
     try:
-        name, ranks = _group_of(group, tag)
+        name, gid = _group_of(group, tag)
     except Exception:  # a group form this PyTorch does not resolve here: the call runs unrecorded
         return None
-    return _collectives.issue_in_group(name, ranks, op, args[0] if args else None, ticks)
+    return _collectives.issue_in_group(name, gid, op, args[0] if args else None, ticks)
 
 
 _module = None  # torch.distributed._functional_collectives, once install() imported it
@@ -106,15 +111,6 @@ def _raw(result):
         elif isinstance(t, torch.Tensor):
             out.append((t, False))
     return out
-
-
-def _storage_key(t):
-    """Where a tensor's data lives (its storage's address), the same for the result and every view of it."""
-    try:  # the first element's address less its offset: untyped_storage() would make a Python object at every call
-        ptr = t.data_ptr() - t.storage_offset() * t.element_size()
-    except (RuntimeError, NotImplementedError):
-        return None
-    return ptr or None
 
 
 def _complete(issue):
@@ -158,7 +154,7 @@ def _wrap(original, op, group_index):
         # Keyed by storage: the wait may come on a view of the result (an AsyncCollectiveTensor's aten.view makes a
         # new one around a view of its elem), and c10d's functional wait waits on the work that owns the storage.
         for t in waiting:
-            key = _storage_key(t)
+            key = _native.storage_key(t)
             if key is not None:
                 _pending[key] = issue
         return result
@@ -170,7 +166,7 @@ def _wrap(original, op, group_index):
 def _wrap_wait(original):
     @functools.wraps(original)
     def wait_tensor(tensor):
-        key = _storage_key(tensor)
+        key = _native.storage_key(tensor)
         issue = _pending.pop(key, None) if key is not None else None
         if issue is None or issue.done:
             return original(tensor)

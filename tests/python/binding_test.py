@@ -40,6 +40,7 @@ def binding_rows(work):
     h = N.collective_enqueued("tp-0", [0, 1], 5, "all_reduce", "float32", [4, 8], 128, "layers.3 mlp forward all-reduce",
                               3, K.PHASE_FORWARD)
     N.collective_state(h, K.STATE_COMPLETED)
+    fast_path(N, K)
     N.step_stat(7, 2.5, lr=0.1, grad_norm=1.5, tokens=64, t0=N.ticks())
     N.counter("a NaN counter", float("nan"))  # dropped and counted: it must not fail the flush that holds the rest
     N.counter("loss scale", 1024.0)
@@ -56,11 +57,18 @@ def binding_rows(work):
     db = sqlite3.connect(os.path.join(work, "rank-0.db"))
     q = lambda sql: db.execute(sql).fetchall()
     expect("spans", q("SELECT name, kind, phase, step, layer, count(*) FROM span_view GROUP BY name"),
-           [("my span", "compute", "fwd", 7, 3, 100)])
+           [("all_gather", "comm", "fwd", 7, 2, 1), ("my span", "compute", "fwd", 7, 3, 100)])
     expect("collective", q("SELECT group_name, seq, op, dtype, shape, numel, bytes, callsite, step, layer, state, "
-                           "end_ns >= start_ns FROM collectives"),
+                           "end_ns >= start_ns FROM collectives WHERE group_name = 'tp-0'"),
            [("tp-0", 5, "all_reduce", "float32", "[4,8]", 32, 128, "layers.3 mlp forward all-reduce", 7, 3,
              "completed", 1)])
+    expect("the fast path's collectives", q("SELECT group_name, seq, op, dtype, shape, numel, bytes, callsite, layer, "
+                                            "phase, state FROM collectives WHERE group_name != 'tp-0' ORDER BY seq"),
+           [("pair", 1, "all_gather", "bfloat16", "[3,5]", 15, 30, "fc2 forward all-gather", 2, 1, "completed"),
+            ("pair", 2, "barrier", "none", "[]", 0, 0, "x.py:9 backward barrier", -1, 2, "started"),
+            ("pair", 3, "all_gather", "float32", "[2,4]", 8, 96, "fc2 forward all-gather", 2, 1, "started"),
+            ("pair", 4, "all_gather", "none", "[]", 0, 0, "fc2 forward all-gather", 0, 0, "started")])
+    expect("the fast path's group", q("SELECT ranks FROM process_groups WHERE name = 'pair'"), [("0,1",)])
     expect("step_stats", q("SELECT step, loss, lr, grad_norm, tokens, skipped FROM step_stats"),
            [(7, 2.5, 0.1, 1.5, 64, 0)])
     expect("grad_stats", q("SELECT param, layer, l2_norm, nan_count, numel FROM grad_view ORDER BY param"),
@@ -74,6 +82,44 @@ def binding_rows(work):
     expect("run delay at the step's end", q("SELECT count(*), min(value) >= 0 FROM counter_view "
                                             "WHERE name = 'sched.run_delay_ns'"), [(1, 1)])
     expect("the NaN counter counted as dropped", q("SELECT max(records_dropped) FROM recorder_stats"), [(1,)])
+
+
+def fast_path(N, K):
+    """The collective wrappers' hot path (collective_fastpath.cpp): interned ids, the group's own sequence numbers,
+    a tensor's payload read through the C API, the three payload forms, and bad ids refused."""
+    import torch
+    gid = N.collective_group("pair", [0, 1])
+    expect("a group interned once", N.collective_group("pair", [0, 1]), gid)
+    op, cs = N.intern_text("all_gather"), N.intern_text("fc2 forward all-gather")
+    expect("a text interned once", N.intern_text("all_gather"), op)
+    t0 = N.ticks()
+    h1, seq1 = N.collective_issue(gid, op, cs, 2, K.PHASE_FORWARD, torch.zeros(3, 5, dtype=torch.bfloat16), t0)
+    site = N.site("all_gather", K.SPAN_COMM, K.PHASE_FORWARD, "comm")
+    N.collective_waited(h1, site, t0, 2)
+    _, seq2 = N.collective_issue(gid, N.intern_text("barrier"), N.intern_text("x.py:9 backward barrier"), -1,
+                                 K.PHASE_BACKWARD, None, 0)
+    _, seq3 = N.collective_issue(gid, op, cs, 2, K.PHASE_FORWARD, ("float32", [2, 4], 96), 0)
+    expect("sequence numbers", (seq1, seq2, seq3), (1, 2, 3))
+    for bad in ((gid + 1000, op, cs, 0, 0, None, 0), (gid, 10 ** 6, cs, 0, 0, None, 0), (gid, op, cs, 0, 99, None, 0),
+                (gid, op, cs, 0, 0, ("float32", [2]), 0), (gid, op, cs, 0, 0, object(), 0)):
+        try:
+            N.collective_issue(*bad)
+            fail("collective_issue%r was accepted" % (bad,))
+        except (ValueError, TypeError, AttributeError):
+            pass
+    expect("no sequence number taken by a refused call", N.collective_issue(gid, op, cs, 0, 0, None, 0)[1], 4)
+    # program_frame: the innermost frame outside the foreign folders (here: none are foreign, so this very line).
+    N.set_foreign_dirs([])
+    expect("program frame", N.program_frame(), "binding_test.py:%d" % (sys._getframe().f_lineno))
+    N.set_foreign_dirs([os.path.dirname(os.path.abspath(__file__)) + "/"])
+    frame = N.program_frame()
+    if "binding_test.py" in frame:
+        fail("program_frame named a frame in a foreign folder: " + frame)
+    base = torch.arange(12.0)
+    view = base[4:]
+    expect("a view's storage key is its base's", N.storage_key(view), N.storage_key(base))
+    expect("storage key", N.storage_key(base), base.data_ptr())
+    expect("a meta tensor has no storage key", N.storage_key(torch.zeros(2, device="meta")), None)
 
 
 def hooked_model(work):
