@@ -45,9 +45,12 @@ def _rank_main(out_json, off, script_argv):
     from tpscope import _funcol, _modules, _native, _training
     from tpscope._native import kinds as K
     for owner, name in ((_modules, "_pre_hook"), (_funcol, "install"), (_training, "_grad_health"),
-                        (_modules, "_watch_output"), (_modules, "_attach_backward"), (_native, "recording")):
+                        (_native, "recording")):
         if not callable(getattr(owner, name, None)):  # renamed: leaving it out would silently leave it in
             raise SystemExit("overhead_alternating.py: %s.%s is gone; update --off" % (owner.__name__, name))
+    for name in ("WATCH", "WALK"):
+        if getattr(_modules, name, None) is not True:
+            raise SystemExit("overhead_alternating.py: _modules.%s is gone; update --off" % name)
     if "modules" in off:
         _modules._pre_hook = lambda module, inputs: None
     if "funcol" in off:
@@ -55,9 +58,9 @@ def _rank_main(out_json, off, script_argv):
     if "health" in off:
         _training._grad_health = lambda optimizer, step: (K.ACTION_CONTINUE, 0.0)
     if "watch" in off:
-        _modules._watch_output = lambda info, outs: None
+        _modules.WATCH = False
     if "walk" in off:
-        _modules._attach_backward = lambda call, inputs, outs: None
+        _modules.WALK = False
     native_recording = _native.recording
     state = {"on": True}
     _native.recording = lambda: state["on"] and native_recording()  # every hook's gate

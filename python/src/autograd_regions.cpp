@@ -15,6 +15,7 @@
 //
 // Threading: attach/end_root_call/current/backward_finished are called with the GIL; the hooks run on autograd's
 // threads without it. One mutex guards the state; the hooks never take the GIL, so no lock order can deadlock.
+#include <c10/core/GradMode.h>
 #include <pybind11/pybind11.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
@@ -147,7 +148,8 @@ bool isAccumulateGrad(const Node* n) { return dynamic_cast<const torch::autograd
 bool contains(const std::vector<Node*>& v, const Node* n) { return std::find(v.begin(), v.end(), n) != v.end(); }
 
 // The grad_fn of each tensor in a tuple of tensors (others are skipped); null ones dropped.
-std::vector<NodePtr> gradFns(const py::tuple& tensors) {
+template <typename Handles>
+std::vector<NodePtr> gradFns(const Handles& tensors) {
   std::vector<NodePtr> out;
   out.reserve(tensors.size());
   for (py::handle h : tensors) {
@@ -156,6 +158,21 @@ std::vector<NodePtr> gradFns(const py::tuple& tensors) {
     if (fn) out.push_back(std::move(fn));
   }
   return out;
+}
+
+// The tensors in a module call's inputs or output, as _modules._tensors finds them: a tensor (a subclass too), or the
+// tensors in tuples, lists and dicts nested at most 3 deep. Borrowed: the call's arguments hold them.
+void flatten(py::handle x, int depth, std::vector<py::handle>& out) {
+  PyObject* o = x.ptr();
+  if (THPVariable_Check(o)) {
+    out.push_back(x);
+  } else if (depth < 3 && (PyTuple_Check(o) || PyList_Check(o))) {
+    for (py::handle item : x) flatten(item, depth + 1, out);
+  } else if (depth < 3 && PyDict_Check(o)) {
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(o, &pos, &key, &value)) flatten(value, depth + 1, out);
+  }
 }
 
 // Claims the module call's own nodes, from its output nodes back to its inputs' nodes, earlier regions and leaves;
@@ -215,7 +232,8 @@ void walk(const RegionPtr& rec, std::vector<Node*> todo, const std::vector<Node*
 // attach(info, site, layer, index, outputs, inputs): the backward span of one module call whose forward just
 // returned; `outputs` and `inputs` are tuples of the call's tensors. Nothing is attached when the call created no
 // autograd node of its own.
-void attach(int info, int site, int layer, int64_t index, const py::tuple& outputs, const py::tuple& inputs) {
+template <typename Handles>
+void attachTensors(int info, int site, int layer, int64_t index, const Handles& outputs, const Handles& inputs) {
   std::vector<NodePtr> outs = gradFns(outputs);
   if (outs.empty()) return;
   std::vector<Node*> stops;
@@ -235,6 +253,77 @@ void attach(int info, int site, int layer, int64_t index, const py::tuple& outpu
   if (rec->pending == 0) return;  // its outputs are its inputs, or views made elsewhere
   rootRegions.push_back(rec);
   open.push_back(rec);
+}
+
+void attach(int info, int site, int layer, int64_t index, const py::tuple& outputs, const py::tuple& inputs) {
+  attachTensors(info, site, layer, index, outputs, inputs);
+}
+
+// The module-output check of one leaf module call (_modules._watch_output): the first floating-point tensor of its
+// output — a DTensor's local shard — read here when it lies in CPU memory (None: every value finite; else its sum,
+// NaN or ±Inf), or handed back as it is when it cannot be read here (on a device, not contiguous, another dtype: the
+// caller sums it on its device).
+py::object watchOutput(const std::vector<py::handle>& outs) {
+  for (py::handle h : outs) {
+    const at::Tensor& wrapper = THPVariable_Unpack(h.ptr());
+    if (!at::isFloatingType(wrapper.scalar_type())) continue;
+    py::object local = py::reinterpret_borrow<py::object>(h);
+    if (Py_TYPE(h.ptr()) != reinterpret_cast<PyTypeObject*>(THPVariableClass)) {  // a subclass: a DTensor's shard
+      PyObject* inner = PyObject_GetAttrString(h.ptr(), "_local_tensor");
+      if (inner == nullptr)
+        PyErr_Clear();
+      else if (THPVariable_Check(inner))
+        local = py::reinterpret_steal<py::object>(inner);
+      else
+        Py_DECREF(inner);
+    }
+    const at::Tensor& t = THPVariable_Unpack(local.ptr());
+    int code = -1;
+    switch (t.scalar_type()) {
+      case at::kFloat:
+        code = 0;
+        break;
+      case at::kDouble:
+        code = 1;
+        break;
+      case at::kHalf:
+        code = 2;
+        break;
+      case at::kBFloat16:
+        code = 3;
+        break;
+      default:
+        break;
+    }
+    const bool readable = code >= 0 && t.device().is_cpu() && t.layout() == at::kStrided && t.has_storage() &&
+                          t.is_contiguous() && (t.numel() == 0 || t.data_ptr() != nullptr);
+    if (!readable) return local;
+    double sum = 0;
+    if (t.numel() > 0 && api->hostNonfinite(t.data_ptr(), t.numel(), code, &sum)) return py::float_(sum);
+    return py::none();
+  }
+  return py::none();
+}
+
+// forward_done(info, fwd_site, bwd_site, layer, index, t0, output, inputs, watch, walk): a module call's forward
+// returned — its forward span from T0 to now; then, while gradients are enabled, the output check (WATCH: a leaf
+// module, below the step's limit) and the backward region's walk (WALK). What _modules._post_hook does in Python, in
+// one call. Returns the output check's finding: None, a non-finite sum, or the tensor to sum on its device.
+py::object forwardDone(int info, int fwdSite, int bwdSite, int layer, int64_t index, uint64_t t0, py::handle output,
+                       py::handle inputs, bool watch, bool walk) {
+  const void* site = api->site(fwdSite);
+  if (site == nullptr) throw py::index_error("unknown span site " + std::to_string(fwdSite));
+  api->emitSpan(site, t0, api->ticks(), layer);
+  if (!c10::GradMode::is_enabled()) return py::none();
+  std::vector<py::handle> outs;
+  flatten(output, 0, outs);
+  py::object found = watch ? watchOutput(outs) : py::none();
+  if (walk) {
+    std::vector<py::handle> ins;
+    flatten(inputs, 0, ins);
+    attachTensors(info, bwdSite, layer, index, outs, ins);
+  }
+  return found;
 }
 
 // The outermost module call returned: its regions are complete; forget the walk's tables.
@@ -293,6 +382,8 @@ PYBIND11_MODULE(_autograd, m) {
   api = found;
   using namespace py::literals;
   m.def("attach", &attach, "info"_a, "site"_a, "layer"_a, "index"_a, "outputs"_a, "inputs"_a);
+  m.def("forward_done", &forwardDone, "info"_a, "fwd_site"_a, "bwd_site"_a, "layer"_a, "index"_a, "t0"_a, "output"_a,
+        "inputs"_a, "watch"_a, "walk"_a);
   m.def("end_root_call", &endRootCall);
   m.def("backward_finished", &backwardFinished);
   m.def("current", &current);

@@ -9,6 +9,8 @@
 
 #include <pybind11/pybind11.h>
 
+#include <cstdint>
+
 namespace tpscope::probes {
 struct Site;
 }
@@ -24,6 +26,10 @@ void bindHostStats(pybind11::module_& m);
 // intern_text, collective_group, collective_issue, collective_waited, program_frame, storage_key: the collective
 // wrappers' hot path, on interned ids (collective_fastpath.cpp).
 void bindCollectiveFastPath(pybind11::module_& m);
+
+// Whether the DTYPE-coded (host_stats' codes: 0 float32, 1 float64, 2 float16, 3 bfloat16) buffer of NUMEL values at
+// DATA holds a NaN or ±Inf, its sum then in *SUM (host_nonfinite without Python; the caller holds the memory).
+bool hostNonfiniteSum(const void* data, int64_t numel, int dtype, double* sum);
 
 // The span site SITE() interned (recorder_binding.cpp), or nullptr.
 const probes::Site* spanSite(int id);

@@ -254,9 +254,7 @@ std::vector<std::tuple<double, double, int64_t, int64_t>> hostStats(
 }
 
 // None when every value is finite; else the buffer's sum (NaN or ±Inf), as the engine's activation check reports.
-std::optional<double> hostNonfinite(uintptr_t ptr, int64_t numel, int dtype) {
-  const Buffer b = toBuffer({ptr, numel, dtype});
-  py::gil_scoped_release release;
+std::optional<double> nonfiniteSum(const Buffer& b) {
   if (b.dtype == HostDtype::Float32 && !float32Nonfinite(static_cast<const float*>(b.data), b.numel))
     return std::nullopt;
   double sum = 0;
@@ -270,7 +268,20 @@ std::optional<double> hostNonfinite(uintptr_t ptr, int64_t numel, int dtype) {
   return sum;
 }
 
+std::optional<double> hostNonfinite(uintptr_t ptr, int64_t numel, int dtype) {
+  const Buffer b = toBuffer({ptr, numel, dtype});
+  py::gil_scoped_release release;
+  return nonfiniteSum(b);
+}
+
 }  // namespace
+
+bool hostNonfiniteSum(const void* data, int64_t numel, int dtype, double* sum) {
+  if (data == nullptr || numel <= 0 || dtype < 0 || dtype > static_cast<int>(HostDtype::BFloat16)) return false;
+  const std::optional<double> s = nonfiniteSum({data, numel, static_cast<HostDtype>(dtype)});
+  if (s) *sum = *s;
+  return s.has_value();
+}
 
 void bindHostStats(py::module_& m) {
   using namespace py::literals;

@@ -76,6 +76,7 @@ const SpanApi kSpanApi{
     [](const void* site, uint64_t t0, uint64_t t1, int layer) {
       if (probes::recording()) probes::emitSpan(static_cast<const probes::Site*>(site), t0, t1, layer);
     },
+    &hostNonfiniteSum,
 };
 
 py::tuple statusTuple(const tracedb::Status& s) { return py::make_tuple(s.isOk(), s.message()); }

@@ -18,8 +18,12 @@ struct SpanApi {
   uint64_t (*ticks)();
   // One span [t0, t1] of `site` on the calling thread, when recording. Any thread, with or without the GIL.
   void (*emitSpan)(const void* site, uint64_t t0, uint64_t t1, int layer);
+  // Whether the buffer of `numel` values at `data` (dtype code: 0 float32, 1 float64, 2 float16, 3 bfloat16) holds a
+  // NaN or ±Inf, its sum then in *sum: the module-output check of tpscope._native.host_nonfinite, read in one pass.
+  // Any thread; the caller keeps the memory alive.
+  bool (*hostNonfinite)(const void* data, int64_t numel, int dtype, double* sum);
 };
 
-inline constexpr int kSpanApiVersion = 1;
+inline constexpr int kSpanApiVersion = 2;
 
 }  // namespace tpscope::python

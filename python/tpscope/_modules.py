@@ -221,15 +221,32 @@ def _post_hook(module, inputs, output):
     call = stack[i]
     del stack[i:]
     info = call.info
-    _native.span_end(info.fwd_site, call.t0, info.layer)
-    if torch.is_grad_enabled():
-        outs = _tensors(output)
-        if info.leaf:
-            _watch_output(info, outs)
-        _attach_backward(call, inputs, outs)
+    if _CPP is not None:  # the span, the output check and the walk in one call (tpscope._autograd.forward_done)
+        found = _CPP.forward_done(info.number, info.fwd_site, info.bwd_site, info.layer, call.index, call.t0, output,
+                                  inputs, WATCH and info.leaf and len(_activations) < _ACT_LIMIT, WALK)
+        if found is not None:
+            _watched(info, found)
+    else:
+        _native.span_end(info.fwd_site, call.t0, info.layer)
+        if torch.is_grad_enabled():
+            outs = _tensors(output)
+            if WATCH and info.leaf:
+                _watch_output(info, outs)
+            if WALK:
+                _attach_backward(call, inputs, outs)
     if not stack:
         _end_root_call()
     return None
+
+
+WATCH = True  # the module-output check runs (bench/python/overhead_alternating.py --off watch turns it off)
+WALK = True   # the backward regions are walked (--off walk)
+
+
+def _watched(info, found):
+    """The output check's finding: a non-finite sum read now, or a tensor it could not read here (on a device), whose
+    sum is read at the loss, in one sync."""
+    _activations.append((found if type(found) is float else found.detach().sum(), _native.ticks(), info))
 
 
 def _watch_output(info, outs):
@@ -240,9 +257,9 @@ def _watch_output(info, outs):
             t = _host.local(t)  # a DTensor's sum would be a collective (a Partial one an all-reduce): its shard
             readable, value = _host.nonfinite(t)
             if not readable:
-                _activations.append((t.detach().sum(), _native.ticks(), info))  # read at the loss, in one sync
+                _watched(info, t)
             elif value is not None:
-                _activations.append((value, _native.ticks(), info))
+                _watched(info, value)
             return
 
 

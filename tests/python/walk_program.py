@@ -10,6 +10,10 @@ an in-place op on a module's own output; a custom autograd.Function (a Python no
 a frozen submodule whose input needs no gradient; nesting three deep; a forward with gradients on whose backward
 never comes (evaluation), between steps; and a forward that raises half-way, caught, before the second step.
 
+The module-output check runs on the same calls: a leaf whose output is a dict of an integer tensor and a transposed
+view (not contiguous: handed back to be summed "on its device"), and a leaf whose output turns NaN in the last step.
+The JSON line lists every finding of the check ([step, module, "nonfinite" | "tensor"]) in order.
+
 Usage: walk_program.py OUT
 """
 import collections
@@ -62,6 +66,24 @@ class Scaled(nn.Module):
         return Double.apply(x)
 
 
+class Poison(nn.Module):
+    """A leaf whose output is NaN where armed (block 1, the last step)."""
+
+    armed = False
+
+    def forward(self, x):
+        calls["blocks.%d.poison" % self.index] += 1
+        return x * (float("nan") if self.armed else 1.0)
+
+
+class View(nn.Module):
+    """A leaf whose output is a dict: an integer tensor first, then a view that is not contiguous."""
+
+    def forward(self, x):
+        calls["blocks.%d.view" % self.index] += 1
+        return {"ids": x.argmax(-1), "t": x.transpose(0, 1)}
+
+
 class Frozen(nn.Module):
     """A frozen Linear on a detached input (no node: no span) added to a trainable one."""
 
@@ -86,7 +108,9 @@ class Block(nn.Module):
         self.scaled = Scaled()
         self.passthrough = Passthrough()
         self.mix = Frozen()
-        for m in (self.inplace, self.scaled, self.mix):
+        self.poison = Poison()
+        self.view = View()
+        for m in (self.inplace, self.scaled, self.mix, self.poison, self.view):
             m.index = index
 
     def forward(self, x):
@@ -98,6 +122,7 @@ class Block(nn.Module):
         h = self.shared(self.norm(x))
         h = self.shared(self.passthrough(h))  # the same module twice
         h = self.scaled(self.inplace(h))
+        h = self.poison(self.view(h)["t"].transpose(0, 1))
         return x + self.mix(h)
 
 
@@ -135,12 +160,27 @@ class Net(nn.Module):
         return self.head(torch.cat([a, b * 0.5], dim=-1))
 
 
+watched = []  # [step, module, finding] of the output check, in order
+step_now = [0]
+
+
+def log_findings():
+    """Wraps the output check's one outlet (_modules._watched, either walk) to list its findings."""
+    original = _modules._watched
+
+    def logged(info, found):
+        watched.append([step_now[0], info.name, "nonfinite" if type(found) is float else "tensor"])
+        original(info, found)
+    _modules._watched = logged
+
+
 def main():
     out = sys.argv[1]
     os.environ["TPSCOPE_OUT"] = out
     for k in ("RANK", "WORLD_SIZE", "TPSCOPE_CLOCK_STORE"):
         os.environ.pop(k, None)
     tpscope.instrument()
+    log_findings()
     if not tpscope.start():
         sys.exit("tpscope.start() did not start recording")
     torch.manual_seed(0)
@@ -148,6 +188,8 @@ def main():
     opt = torch.optim.SGD([p for p in net.parameters() if p.requires_grad], lr=0.01)
     expected = []
     for step in range(3):
+        step_now[0] = step + 1
+        net.blocks[1].poison.armed = step == 2
         if step == 1:  # a forward that raises half-way (caught, as a retry after running out of memory is)
             net.explode = True
             try:
@@ -162,10 +204,13 @@ def main():
         loss.backward()
         opt.step()
         expected.append(dict(calls))
-        net(tokens)  # a forward with gradients on whose backward never comes
+        net.blocks[1].poison.armed = False
+        if step < 2:
+            net(tokens)  # a forward with gradients on whose backward never comes
     held = _modules.held()
     tpscope.stop()
-    print(json.dumps({"walk": _modules.walk(), "held": held, "expected": expected, "inside": inside}))
+    print(json.dumps({"walk": _modules.walk(), "held": held, "expected": expected, "inside": inside,
+                      "watched": watched}))
 
 
 if __name__ == "__main__":

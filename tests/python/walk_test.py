@@ -7,7 +7,10 @@ TPSCOPE_AUTOGRAD=python. Each run's backward spans must match, per step, the mod
 none), name the right module as running inside a custom Function's backward (where collectives are charged), and the
 two runs must nest their spans the same way (which span lies inside which). Where the build made
 tpscope._autograd for this PyTorch, the default run must have used it — a C++ walk that silently fell back to Python
-fails here — and after training it must hold no autograd node and no running span.
+fails here — and after training it must hold no autograd node and no running span. The module-output check's
+findings (the C++ one in tpscope._autograd.forward_done, the Python one in _modules) must be the same, call for call:
+the dict output's transposed view handed back to be summed in every forward, the NaN first found at blocks.1.poison's
+output in the last step and nowhere before.
 """
 
 import argparse
@@ -65,6 +68,19 @@ def check_counts(walk, report, spans):
             fail("%s walk: span %s of step %d has layer %d and [%d, %d]" % (walk, name, step, layer, begin, end))
 
 
+def check_findings(runs):
+    default, python = runs["default"][0]["watched"], runs["python"][0]["watched"]
+    if default != python:
+        fail("the output checks differ: %s walk %r, Python walk %r" % (runs["default"][0]["walk"], default, python))
+    views = collections.Counter(step for step, name, kind in python if name.endswith(".view") and kind == "tensor")
+    # steps 1 and 2: training and evaluation forwards, 2 blocks each (step 2 adds the forward that raised in block 0)
+    if views != {1: 4, 2: 5, 3: 2}:
+        fail("the non-contiguous view outputs handed back per step: %r" % dict(views))
+    nonfinite = [(step, name) for step, name, kind in python if kind == "nonfinite"]
+    if not nonfinite or nonfinite[0] != (3, "blocks.1.poison"):
+        fail("the first non-finite output found: %r, want blocks.1.poison in step 3" % (nonfinite[:3],))
+
+
 def nesting(spans):
     """(step, inner name, its occurrence, outer name, its occurrence) for every span inside another of its step."""
     seen = collections.Counter()
@@ -100,6 +116,7 @@ def main():
     for walk, (report, _) in runs.items():
         if report["held"]["claimed"] or report["held"]["running"]:
             fail("the %s walk still holds %r after training" % (report["walk"], report["held"]))
+    check_findings(runs)
     inner = {walk: nesting(spans) for walk, (_, spans) in runs.items()}
     if inner["default"] != inner["python"]:
         fail("the walks nest spans differently: only %s walk %r; only Python walk %r"
