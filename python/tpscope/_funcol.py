@@ -120,12 +120,19 @@ def _complete(issue):
 
 
 def _wrap(original, op, group_index):
+    op_id = _collectives.text_id(op)
+    what = _collectives.display(op)
+    ticks, issue_native, callsite_id = _native.ticks, _native.collective_issue, _collectives.callsite_id
+    Issue, Tensor = _collectives.Issue, torch.Tensor
+
+    # Every line here runs at each collective, between matrix products that leave the caches cold, where each Python
+    # call costs microseconds: _issue and issue_in_group are inlined (the failure path keeps them).
     @functools.wraps(original)
     def recorded(*args, **kwargs):
         depth = _local.depth
         if depth or not _native.recording():
             return original(*args, **kwargs)
-        t = _native.ticks()
+        t = ticks()
         _local.depth = depth + 1
         try:
             result = original(*args, **kwargs)
@@ -139,9 +146,18 @@ def _wrap(original, op, group_index):
         # Recorded once the call returned, with the time it was made: a functional collective returns as soon as it is
         # on its way (in eager mode), so this bookkeeping runs while its data moves, not before it starts, when a peer
         # already in the collective would wait for it.
-        issue = _issue(op, args, kwargs, group_index, t)
-        if issue is None:
+        n = len(args)
+        try:
+            name, gid = _group_of(args[group_index] if n > group_index else kwargs.get("group"),
+                                  args[group_index + 1] if n > group_index + 1 else kwargs.get("tag", ""))
+        except Exception:  # a group form this PyTorch does not resolve here: the call ran unrecorded
             return result
+        payload = args[0] if n else None
+        if payload is not None and not isinstance(payload, Tensor):
+            payload = _collectives.describe(payload)
+        cid, layer, phase = callsite_id(what)
+        handle, seq = issue_native(gid, op_id, cid, layer, phase, payload, t)
+        issue = Issue(handle, name, seq, op, layer, phase)
         if type(result) is _module.AsyncCollectiveTensor:  # the common case: one result
             waiting = () if result.completed else (result.elem,)
         else:
@@ -176,7 +192,11 @@ def _wrap_wait(original):
         except BaseException as e:
             _collectives._fail(issue, e)
             raise
-        _collectives.waited(issue, t0)
+        issue.done = True
+        site = _collectives.comm_sites.get((issue.op, issue.phase))
+        if site is None:
+            site = _collectives.comm_site(issue.op, issue.phase)
+        _native.collective_waited(issue.handle, site, t0, issue.layer)
         return out
 
     wait_tensor.__tpscope_original__ = original

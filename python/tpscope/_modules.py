@@ -104,11 +104,9 @@ class ModuleInfo:
         self.qualified = qualified
 
 
-class _Call:
-    __slots__ = ("module", "info", "t0", "index")
-
-    def __init__(self, module, info, t0, index):
-        self.module, self.info, self.t0, self.index = module, info, t0, index
+# A module call in progress (STATE.forward_stack): a plain tuple (module, ModuleInfo, t0, index) — a class would
+# cost an __init__ call at each of the step's module calls.
+CALL_MODULE, CALL_INFO, CALL_T0, CALL_INDEX = range(4)
 
 
 class _Backward:
@@ -201,33 +199,32 @@ def _pre_hook(module, inputs):
         if not stack:
             _index_root(module)
         else:
-            _infos[id(module)] = (module, ModuleInfo(stack[-1].info.name + "." + type(module).__name__, False,
+            _infos[id(module)] = (module, ModuleInfo(stack[-1][CALL_INFO].name + "." + type(module).__name__, False,
                                                      next(module.children(), None) is None))
         entry = _infos[id(module)]
     if not stack and on_root_forward is not None:
         on_root_forward(inputs)
     _calls += 1
-    stack.append(_Call(module, entry[1], _native.ticks(), _calls))
+    stack.append((module, entry[1], _native.ticks(), _calls))
     return None
 
 
 def _post_hook(module, inputs, output):
     stack = STATE.forward_stack
     i = len(stack) - 1
-    while i >= 0 and stack[i].module is not module:  # a forward that raised leaves its calls behind
+    while i >= 0 and stack[i][CALL_MODULE] is not module:  # a forward that raised leaves its calls behind
         i -= 1
     if i < 0:
         return None
-    call = stack[i]
+    _, info, t0, index = call = stack[i]
     del stack[i:]
-    info = call.info
     if _CPP is not None:  # the span, the output check and the walk in one call (tpscope._autograd.forward_done)
-        found = _CPP.forward_done(info.number, info.fwd_site, info.bwd_site, info.layer, call.index, call.t0, output,
+        found = _CPP.forward_done(info.number, info.fwd_site, info.bwd_site, info.layer, index, t0, output,
                                   inputs, WATCH and info.leaf and len(_activations) < _ACT_LIMIT, WALK)
         if found is not None:
             _watched(info, found)
     else:
-        _native.span_end(info.fwd_site, call.t0, info.layer)
+        _native.span_end(info.fwd_site, t0, info.layer)
         if torch.is_grad_enabled():
             outs = _tensors(output)
             if WATCH and info.leaf:
@@ -271,14 +268,14 @@ def take_activations():
 
 
 def _attach_backward(call, inputs, outs):
+    _, info, _, index = call
     if _CPP is not None:
-        info = call.info
-        _CPP.attach(info.number, info.bwd_site, info.layer, call.index, outs, _tensors(inputs))
+        _CPP.attach(info.number, info.bwd_site, info.layer, index, outs, _tensors(inputs))
         return
     out_nodes = [(t, t.grad_fn) for t in outs if t.grad_fn is not None]
     if not out_nodes:
         return
-    rec = _Backward(call.info, call.index)
+    rec = _Backward(info, index)
     stops = {t.grad_fn for t in _tensors(inputs)}
     stops.discard(None)
     _walk(rec, [node for _, node in out_nodes], stops)

@@ -23,7 +23,7 @@ class _State:
         self.step = 1                 # the step spans and records belong to (1-based, as tpscope-train's)
         self.in_backward = 0          # depth of torch.autograd.backward calls in progress
         self.in_optimizer = 0         # depth of optimizer.step() calls in progress
-        self.forward_stack = []       # module calls in progress: [_Call], innermost last
+        self.forward_stack = []       # module calls in progress: (module, ModuleInfo, t0, index), innermost last
         self.backward_stack = []      # module backward spans started and not ended, innermost last (Python walk)
         self.innermost_backward = lambda: None  # -> the ModuleInfo whose backward runs innermost now (_modules)
         self.callsite_override = None  # (callsite, phase) for collectives tpscope itself issues (the health vote)
@@ -57,7 +57,7 @@ class _State:
             if info is not None:
                 return info.name, info.layer, phase
         if self.forward_stack:
-            info = self.forward_stack[-1].info
+            info = self.forward_stack[-1][1]
             return info.name, info.layer, phase
         return None, -1, phase
 
