@@ -13,10 +13,18 @@ it) with a bootstrap 95 % confidence interval. --off lists parts to leave out of
 hooks, with the backward walk and the output check; funcol: the functional-collective wrappers; health: the
 gradient rows; watch: the module-output check; walk: the backward-region walk), to see what each costs.
 
+--entries attributes instead of comparing: every step records, and rank 0's thread-CPU time inside each of
+tpscope's entry points is timed around every call (the module pre- and post-hooks, the functional collectives'
+wrappers and their waits — less the collective or wait they wrap —, the loss and backward hooks, the gradient rows),
+printed per call and per step. Thread CPU, so time the thread spent waiting for a core is not in it; each timer is
+two clock_gettime(CLOCK_THREAD_CPUTIME_ID) system calls (well under a microsecond warm, more between the step's
+matrix products, where every figure here is taken: those leave the caches cold, which is what the figures show).
+
 Usage: .venv/bin/python3 bench/python/overhead_alternating.py [--build build] [--steps 152] [--nproc 2]
-       [--off PART,...] [--sample PATH] [-- sample arguments]
+       [--off PART,...] [--entries] [--sample PATH] [-- sample arguments]
 """
 import argparse
+import collections
 import datetime
 import json
 import os
@@ -35,10 +43,78 @@ import overhead_stats  # noqa: E402
 DEFAULT_ARGS = ["--dim", "256", "--heads", "8", "--hidden", "768", "--layers", "4", "--seq", "64", "--batch", "8",
                 "--vocab", "512"]
 PARTS = ("modules", "funcol", "health", "watch", "walk")
+ENTRIES_WARMUP = 2  # --entries: steps before the timers count
+
+
+def _time_entries(spent):
+    """Thread-CPU timers around tpscope's entry points: spent[label] = [ns, calls]. Before instrument(): the module
+    hooks are registered by reference when it installs them."""
+    from tpscope import _modules, _training
+    clock = time.thread_time_ns
+
+    def timed(owner, name, label):
+        inner = getattr(owner, name)
+
+        def call(*a, **k):
+            t0 = clock()
+            try:
+                return inner(*a, **k)
+            finally:
+                e = spent[label]
+                e[0] += clock() - t0
+                e[1] += 1
+        setattr(owner, name, call)
+
+    timed(_modules, "_pre_hook", "module pre-hook (the call's start)")
+    timed(_modules, "_post_hook", "module post-hook (forward span, output check, backward walk)")
+    timed(_training, "_on_loss", "the loss (its value, the outputs' findings)")
+    timed(_modules, "backward_finished", "backward() returned")
+    timed(_training, "_grad_health", "gradient rows and their rules (the optimizer step)")
+
+
+def _time_funcol(spent):
+    """The functional collectives' wrappers and their wait, timed less the collective or wait inside (after
+    instrument(), which installed them)."""
+    import torch.distributed._functional_collectives as funcol
+    from tpscope import _funcol
+    clock = time.thread_time_ns
+    inner_ns = [0]
+
+    def inner(original):
+        def call(*a, **k):
+            t0 = clock()
+            try:
+                return original(*a, **k)
+            finally:
+                inner_ns[0] += clock() - t0
+        return call
+
+    def outer(fn, original, label):
+        def call(*a, **k):
+            before, t0 = inner_ns[0], clock()
+            try:
+                return fn(*a, **k)
+            finally:
+                e = spent[label]
+                e[0] += clock() - t0 - (inner_ns[0] - before)
+                e[1] += 1
+        call.__tpscope_original__ = original
+        return call
+
+    for name, (op, group_index) in _funcol._FUNCTIONS.items():
+        current = getattr(funcol, name, None)
+        if current is not None and hasattr(current, "__tpscope_original__"):
+            original = current.__tpscope_original__
+            setattr(funcol, name, outer(_funcol._wrap(inner(original), op, group_index), original,
+                                        "functional collective's wrapper (less the call)"))
+    original = funcol.wait_tensor.__tpscope_original__
+    funcol.wait_tensor = outer(_funcol._wrap_wait(inner(original)), original,
+                               "functional collective's wait wrapper (less the wait)")
 
 
 def _rank_main(out_json, off, script_argv):
-    """One rank: hooks installed, recording flipped after every optimizer step, the sample run as __main__."""
+    """One rank: hooks installed, recording flipped after every optimizer step (or, with "entries" in OFF, always on
+    and its entry points timed), the sample run as __main__."""
     import runpy
 
     import tpscope
@@ -61,11 +137,17 @@ def _rank_main(out_json, off, script_argv):
         _modules.WATCH = False
     if "walk" in off:
         _modules.WALK = False
+    entries = "entries" in off
+    spent = collections.defaultdict(lambda: [0, 0])
+    if entries:
+        _time_entries(spent)
     native_recording = _native.recording
     state = {"on": True}
     _native.recording = lambda: state["on"] and native_recording()  # every hook's gate
     tpscope.start()
     tpscope.instrument()
+    if entries:
+        _time_funcol(spent)
     from torch.optim.optimizer import register_optimizer_step_post_hook
     rows = []
     last = [time.perf_counter(), time.thread_time(), time.process_time()]
@@ -74,7 +156,10 @@ def _rank_main(out_json, off, script_argv):
         now = [time.perf_counter(), time.thread_time(), time.process_time()]
         rows.append((state["on"], now[0] - last[0], now[1] - last[1], now[2] - last[2]))
         last[:] = now
-        state["on"] = not state["on"]
+        if not entries:
+            state["on"] = not state["on"]
+        elif len(rows) == ENTRIES_WARMUP:
+            spent.clear()  # the first steps index the model and resolve the groups
 
     register_optimizer_step_post_hook(flip)
     sys.argv = list(script_argv)
@@ -84,7 +169,21 @@ def _rank_main(out_json, off, script_argv):
     tpscope.stop()
     if out_json:
         with open(out_json, "w") as f:
-            json.dump(rows, f)
+            json.dump({"rows": rows, "spent": spent} if entries else rows, f)
+
+
+def _print_entries(rows, spent):
+    steps = len(rows) - ENTRIES_WARMUP
+    step_cpu = statistics.median(r[2] for r in rows[ENTRIES_WARMUP:])
+    print("rank 0, %d steps timed (the first %d not), recording every step; main-thread CPU per step %.2f ms (median)"
+          % (steps, ENTRIES_WARMUP, step_cpu * 1e3))
+    print("%-66s %10s %9s %9s" % ("entry point (thread CPU inside it)", "calls/step", "µs/call", "ms/step"))
+    total = 0.0
+    for label, (ns, calls) in sorted(spent.items(), key=lambda kv: -kv[1][0]):
+        total += ns / steps / 1e6
+        print("%-66s %10.1f %9.2f %9.3f" % (label, calls / steps, ns / max(calls, 1) / 1e3, ns / steps / 1e6))
+    print("%-66s %10s %9s %9.3f  (%.2f %% of the step's main-thread CPU)" % ("total", "", "", total,
+                                                                             total / (step_cpu * 1e3) * 100))
 
 
 def main():
@@ -103,6 +202,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--off", default="", help="parts left out of the ON side too: " + ", ".join(PARTS))
+    ap.add_argument("--entries", action="store_true",
+                    help="record every step and time rank 0's entry points instead (thread CPU per call)")
     a = ap.parse_args(argv)
     off = [p for p in a.off.split(",") if p]
     unknown = [p for p in off if p not in PARTS]
@@ -130,7 +231,8 @@ def main():
                        PYTHONPATH=os.pathsep.join(filter(None, [package, os.environ.get("PYTHONPATH")])))
             for k in ("TPSCOPE_HEALTH", "TPSCOPE_INJECT"):
                 env.pop(k, None)
-            cmd = [sys.executable, os.path.abspath(__file__), "--rank-main", out if rank == 0 else "", ",".join(off),
+            cmd = [sys.executable, os.path.abspath(__file__), "--rank-main", out if rank == 0 else "",
+                   ",".join(off + (["entries"] if a.entries else [])),
                    os.path.abspath(a.sample), "--steps", str(a.steps)] + extra
             procs.append(subprocess.Popen(cmd, env=env, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                           text=True))
@@ -140,6 +242,9 @@ def main():
                 raise SystemExit("a rank failed (%d): %s" % (p.returncode, err[-2000:]))
         with open(out) as f:
             rows = json.load(f)
+        if a.entries:
+            _print_entries(rows["rows"], rows["spent"])
+            return
         # What was measured is what was recorded: one step_stats row per ON step on rank 0, none for an OFF step.
         import sqlite3
         db = sqlite3.connect("file:%s?mode=ro" % os.path.join(tmp, "run", "rank-0.db"), uri=True)

@@ -326,6 +326,24 @@ py::object forwardDone(int info, int fwdSite, int bwdSite, int layer, int64_t in
   return found;
 }
 
+// storage_key(tensor): the address of the first element of the tensor's storage — the same for a tensor and every
+// view of it — or None where it has none in memory (a wrapper subclass, a meta or fake tensor). What
+// tpscope._native.storage_key answers through three Python method calls, read here from the TensorImpl: the
+// functional collectives' wrappers ask it at every collective and every wait.
+py::object storageKey(py::handle h) {
+  if (!THPVariable_Check(h.ptr())) return py::none();
+  const at::Tensor& t = THPVariable_Unpack(h.ptr());
+  if (!t.has_storage()) return py::none();
+  const void* base = nullptr;
+  try {
+    base = t.storage().data();
+  } catch (const c10::Error&) {  // a storage whose data may not be read (functionalized, lazy)
+    return py::none();
+  }
+  if (base == nullptr) return py::none();
+  return py::int_(reinterpret_cast<uintptr_t>(base));
+}
+
 // The outermost module call returned: its regions are complete; forget the walk's tables.
 void endRootCall() {
   std::lock_guard<std::mutex> lock(mu);
@@ -384,6 +402,7 @@ PYBIND11_MODULE(_autograd, m) {
   m.def("attach", &attach, "info"_a, "site"_a, "layer"_a, "index"_a, "outputs"_a, "inputs"_a);
   m.def("forward_done", &forwardDone, "info"_a, "fwd_site"_a, "bwd_site"_a, "layer"_a, "index"_a, "t0"_a, "output"_a,
         "inputs"_a, "watch"_a, "walk"_a);
+  m.def("storage_key", &storageKey, "tensor"_a);
   m.def("end_root_call", &endRootCall);
   m.def("backward_finished", &backwardFinished);
   m.def("current", &current);

@@ -20,7 +20,7 @@ import threading
 import torch
 import torch.distributed as dist
 
-from . import _collectives, _native, _rank
+from . import _collectives, _modules, _native, _rank
 from ._native import kinds as K
 
 # function -> (logical op, index of the group argument)
@@ -99,6 +99,9 @@ def _issue(op, args, kwargs, group_index, ticks):
 
 
 _module = None  # torch.distributed._functional_collectives, once install() imported it
+# A tensor's storage address: read from the TensorImpl by tpscope._autograd where it loaded, else through Python
+# method calls by tpscope._native (each is microseconds between matrix products).
+_storage_key = getattr(_modules._CPP_MODULE, "storage_key", None) or _native.storage_key
 
 
 def _raw(result):
@@ -170,7 +173,7 @@ def _wrap(original, op, group_index):
         # Keyed by storage: the wait may come on a view of the result (an AsyncCollectiveTensor's aten.view makes a
         # new one around a view of its elem), and c10d's functional wait waits on the work that owns the storage.
         for t in waiting:
-            key = _native.storage_key(t)
+            key = _storage_key(t)
             if key is not None:
                 _pending[key] = issue
         return result
@@ -182,7 +185,9 @@ def _wrap(original, op, group_index):
 def _wrap_wait(original):
     @functools.wraps(original)
     def wait_tensor(tensor):
-        key = _native.storage_key(tensor)
+        if not _pending:  # nothing issued waits (recording off, or every result waited on)
+            return original(tensor)
+        key = _storage_key(tensor)
         issue = _pending.pop(key, None) if key is not None else None
         if issue is None or issue.done:
             return original(tensor)

@@ -120,6 +120,13 @@ def fast_path(N, K):
     expect("a view's storage key is its base's", N.storage_key(view), N.storage_key(base))
     expect("storage key", N.storage_key(base), base.data_ptr())
     expect("a meta tensor has no storage key", N.storage_key(torch.zeros(2, device="meta")), None)
+    from tpscope import _modules
+    if _modules._CPP_MODULE is not None:  # the same answers read from the TensorImpl (what the wrappers use there)
+        A = _modules._CPP_MODULE
+        for what, t in (("base", base), ("view", view), ("meta", torch.zeros(2, device="meta")),
+                        ("empty", torch.zeros(0)), ("non-tensor", 3)):
+            expect("_autograd.storage_key of a %s" % what, A.storage_key(t),
+                   N.storage_key(t) if isinstance(t, torch.Tensor) else None)
 
 
 def hooked_model(work):
