@@ -44,6 +44,11 @@ DEFAULT_ARGS = ["--dim", "256", "--heads", "8", "--hidden", "768", "--layers", "
                 "--vocab", "512"]
 PARTS = ("modules", "funcol", "health", "watch", "walk")
 ENTRIES_WARMUP = 2  # --entries: steps before the timers count
+ENTRY_LABELS = ("module pre-hook (the call's start)", "module post-hook (forward span, output check, backward walk)",
+                "the loss (its value, the outputs' findings)", "backward() returned",
+                "gradient rows and their rules (the optimizer step)",
+                "functional collective's wrapper (less the call)",
+                "functional collective's wait wrapper (less the wait)")
 
 
 def _time_entries(spent):
@@ -65,11 +70,9 @@ def _time_entries(spent):
                 e[1] += 1
         setattr(owner, name, call)
 
-    timed(_modules, "_pre_hook", "module pre-hook (the call's start)")
-    timed(_modules, "_post_hook", "module post-hook (forward span, output check, backward walk)")
-    timed(_training, "_on_loss", "the loss (its value, the outputs' findings)")
-    timed(_modules, "backward_finished", "backward() returned")
-    timed(_training, "_grad_health", "gradient rows and their rules (the optimizer step)")
+    for (owner, name), label in zip(((_modules, "_pre_hook"), (_modules, "_post_hook"), (_training, "_on_loss"),
+                                     (_modules, "backward_finished"), (_training, "_grad_health")), ENTRY_LABELS):
+        timed(owner, name, label)
 
 
 def _time_funcol(spent):
@@ -105,11 +108,10 @@ def _time_funcol(spent):
         current = getattr(funcol, name, None)
         if current is not None and hasattr(current, "__tpscope_original__"):
             original = current.__tpscope_original__
-            setattr(funcol, name, outer(_funcol._wrap(inner(original), op, group_index), original,
-                                        "functional collective's wrapper (less the call)"))
-    original = funcol.wait_tensor.__tpscope_original__
-    funcol.wait_tensor = outer(_funcol._wrap_wait(inner(original)), original,
-                               "functional collective's wait wrapper (less the wait)")
+            setattr(funcol, name, outer(_funcol._wrap(inner(original), op, group_index), original, ENTRY_LABELS[5]))
+    original = getattr(funcol.wait_tensor, "__tpscope_original__", None)
+    if original is not None:
+        funcol.wait_tensor = outer(_funcol._wrap_wait(inner(original)), original, ENTRY_LABELS[6])
 
 
 def _rank_main(out_json, off, script_argv):
@@ -184,6 +186,11 @@ def _print_entries(rows, spent):
         print("%-66s %10.1f %9.2f %9.3f" % (label, calls / steps, ns / max(calls, 1) / 1e3, ns / steps / 1e6))
     print("%-66s %10s %9s %9.3f  (%.2f %% of the step's main-thread CPU)" % ("total", "", "", total,
                                                                              total / (step_cpu * 1e3) * 100))
+    # Every entry a recorded step of a TP program passes through must have been timed there: a renamed function
+    # would otherwise leave its time out of the table without a word.
+    silent = [label for label in ENTRY_LABELS if spent.get(label, [0, 0])[1] < steps]
+    if silent:
+        raise SystemExit("FAIL: entry points timed fewer times than steps: " + "; ".join(silent))
 
 
 def main():
@@ -216,9 +223,10 @@ def main():
     import torch
     print("%s  %s  torch %s  load average %s" % (datetime.datetime.now(datetime.timezone.utc).strftime(
         "%Y-%m-%d %H:%M UTC"), socket.gethostname(), torch.__version__, "%.2f %.2f %.2f" % os.getloadavg()))
-    print("sample %s %s; nproc %d (TP = %d); %d steps alternating ON/OFF%s" % (
+    print("sample %s %s; nproc %d (TP = %d); %d steps %s%s" % (
         os.path.relpath(a.sample, ROOT), " ".join(extra), a.nproc, a.nproc, a.steps,
-        "; left out of ON: " + ", ".join(off) if off else ""))
+        "recording every step, entry points timed" if a.entries else "alternating ON/OFF",
+        "; left out: " + ", ".join(off) if off else ""))
     with tempfile.TemporaryDirectory() as tmp:
         port = overhead_stats.free_port()
         out = os.path.join(tmp, "rank0.json")
