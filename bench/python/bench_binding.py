@@ -5,6 +5,9 @@
   span_emit   emit_span(site, t0, t1, layer) with the ticks taken beforehand
   collective  collective_enqueued(...) (enqueued + started) + collective_state(completed): one flight-recorder
               record as the ProcessGroup wrapper makes it
+  collective_issue  collective_issue(group_id, op_id, callsite_id, layer, phase, tensor, ticks) (enqueued + started,
+              the payload read from the tensor) + collective_state(completed): the same record as the functional
+              collectives' and ProcessGroup wrappers make it now, on interned ids
   off         span_end while not recording (the recorder stopped): the binding's call overhead alone
 
 Each figure is the median of --rounds timed loops of --n calls, per call, in the thread's CPU time
@@ -13,7 +16,7 @@ between rounds, outside the timing, and a loop fits its ring (spans: 64 Ki per t
 4096-entry flight recorder), so nothing is dropped and each record is really kept. The recorder's own C++ hot-path
 cost per span (recorder.span_cost_ps, measured at start) is printed beside it.
 
-Usage: PYTHONPATH=<build>/python /usr/bin/python3 bench/python/bench_binding.py [--n 50000] [--rounds 9]
+Usage: PYTHONPATH=<build>/python .venv/bin/python3 bench/python/bench_binding.py [--n 50000] [--rounds 9]
 """
 import argparse
 import statistics
@@ -65,6 +68,17 @@ def main():
                     0, 1)
             state(h, done)
 
+    import torch
+    gid = N.collective_group("tp-0", [0, 1])
+    op_id, cs_id = N.intern_text("all_reduce"), N.intern_text("layers.0.mlp.fc2 forward")
+    payload = torch.zeros(8, 16, 64)
+    issue = N.collective_issue
+
+    def collectives_issue(n):
+        for _ in range(n):
+            h, _ = issue(gid, op_id, cs_id, 0, 1, payload, 0)
+            state(h, done)
+
     with tempfile.TemporaryDirectory() as tmp:
         ok, message = N.start(tmp, rank=0, world_size=1, install_signal_handlers=False)
         if not ok:
@@ -73,13 +87,14 @@ def main():
             "span": per_call(spans, args.n, args.rounds),
             "span_emit": per_call(spans_emit, args.n, args.rounds),
             "collective": per_call(collectives, max(args.n // 25, 100), args.rounds),
+            "collective_issue": per_call(collectives_issue, max(args.n // 25, 100), args.rounds),
         }
         N.flush()
         stats = N.recorder_stats()
         N.stop()
         results["off"] = per_call(spans, args.n, args.rounds)
     for name, (wall, cpu) in results.items():
-        print("%-11s %7.1f ns CPU per record (%.2f M/s per core), %7.1f ns wall" % (name, cpu, 1e3 / cpu, wall))
+        print("%-16s %7.1f ns CPU per record (%.2f M/s per core), %7.1f ns wall" % (name, cpu, 1e3 / cpu, wall))
     print("recorder: %d spans written, %d dropped, %d records written, %d dropped; C++ span cost %.1f ns"
           % (stats["spans_written"], stats["spans_dropped"], stats["records_written"], stats["records_dropped"],
              stats["per_span_cost_ps"] / 1000))
