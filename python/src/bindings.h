@@ -31,7 +31,7 @@ void bindCollectiveFastPath(pybind11::module_& m);
 // DATA holds a NaN or ±Inf, its sum then in *SUM (host_nonfinite without Python; the caller holds the memory).
 bool hostNonfiniteSum(const void* data, int64_t numel, int dtype, double* sum);
 
-// The span site SITE() interned (recorder_binding.cpp), or nullptr.
+// The span site interned as ID by site() (recorder_binding.cpp), or nullptr.
 const probes::Site* spanSite(int id);
 
 }  // namespace tpscope::python

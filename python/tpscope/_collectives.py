@@ -20,7 +20,6 @@ recv_anysource (no known peer) is not recorded.
 """
 
 import os
-import sys
 
 import torch
 import torch.distributed as dist
