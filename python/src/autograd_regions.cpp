@@ -22,6 +22,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -259,6 +260,13 @@ void attach(int info, int site, int layer, int64_t index, const py::tuple& outpu
   attachTensors(info, site, layer, index, outputs, inputs);
 }
 
+// host_stats' dtype codes (span_api.h): 0 float32, 1 float64, 2 float16, 3 bfloat16; -1 for any other.
+int hostDtypeCode(at::ScalarType type) {
+  constexpr std::array<at::ScalarType, 4> kCodes{at::kFloat, at::kDouble, at::kHalf, at::kBFloat16};
+  const auto it = std::find(kCodes.begin(), kCodes.end(), type);
+  return it == kCodes.end() ? -1 : static_cast<int>(it - kCodes.begin());
+}
+
 // The module-output check of one leaf module call (_modules._watch_output): the first floating-point tensor of its
 // output — a DTensor's local shard — read here when it lies in CPU memory (None: every value finite; else its sum,
 // NaN or ±Inf), or handed back as it is when it cannot be read here (on a device, not contiguous, another dtype: the
@@ -278,23 +286,7 @@ py::object watchOutput(const std::vector<py::handle>& outs) {
         Py_DECREF(inner);
     }
     const at::Tensor& t = THPVariable_Unpack(local.ptr());
-    int code = -1;
-    switch (t.scalar_type()) {
-      case at::kFloat:
-        code = 0;
-        break;
-      case at::kDouble:
-        code = 1;
-        break;
-      case at::kHalf:
-        code = 2;
-        break;
-      case at::kBFloat16:
-        code = 3;
-        break;
-      default:
-        break;
-    }
+    const int code = hostDtypeCode(t.scalar_type());
     const bool readable = code >= 0 && t.device().is_cpu() && t.layout() == at::kStrided && t.has_storage() &&
                           t.is_contiguous() && (t.numel() == 0 || t.data_ptr() != nullptr);
     if (!readable) return local;
