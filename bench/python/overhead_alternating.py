@@ -73,6 +73,11 @@ def _time_entries(spent):
     for (owner, name), label in zip(((_modules, "_pre_hook"), (_modules, "_post_hook"), (_training, "_on_loss"),
                                      (_modules, "backward_finished"), (_training, "_grad_health")), ENTRY_LABELS):
         timed(owner, name, label)
+    # Parts inside those (a label that starts with spaces: not added to the total again).
+    from tpscope import _native
+    timed(_native, "host_stats", "  of which the gradients' one-pass read (host_stats)")
+    if _modules._CPP_MODULE is not None:
+        timed(_modules._CPP_MODULE, "forward_done", "  of the post-hook: forward_done (span, output check, walk; C++)")
 
 
 def _time_funcol(spent):
@@ -182,7 +187,8 @@ def _print_entries(rows, spent):
     print("%-66s %10s %9s %9s" % ("entry point (thread CPU inside it)", "calls/step", "µs/call", "ms/step"))
     total = 0.0
     for label, (ns, calls) in sorted(spent.items(), key=lambda kv: -kv[1][0]):
-        total += ns / steps / 1e6
+        if not label.startswith(" "):
+            total += ns / steps / 1e6
         print("%-66s %10.1f %9.2f %9.3f" % (label, calls / steps, ns / max(calls, 1) / 1e3, ns / steps / 1e6))
     print("%-66s %10s %9s %9.3f  (%.2f %% of the step's main-thread CPU)" % ("total", "", "", total,
                                                                              total / (step_cpu * 1e3) * 100))

@@ -13,7 +13,7 @@
 // when that same PyTorch is the one loaded (tpscope/_modules.py checks the version first); otherwise the Python walk
 // runs. Spans go to the one recorder in tpscope._native through span_api.h.
 //
-// Threading: attach/end_root_call/current/backward_finished are called with the GIL; the hooks run on autograd's
+// Threading: forward_done/end_root_call/current/backward_finished are called with the GIL; the hooks run on autograd's
 // threads without it. One mutex guards the state; the hooks never take the GIL, so no lock order can deadlock.
 #include <c10/core/GradMode.h>
 #include <pybind11/pybind11.h>
@@ -149,8 +149,7 @@ bool isAccumulateGrad(const Node* n) { return dynamic_cast<const torch::autograd
 bool contains(const std::vector<Node*>& v, const Node* n) { return std::find(v.begin(), v.end(), n) != v.end(); }
 
 // The grad_fn of each tensor in a tuple of tensors (others are skipped); null ones dropped.
-template <typename Handles>
-std::vector<NodePtr> gradFns(const Handles& tensors) {
+std::vector<NodePtr> gradFns(const std::vector<py::handle>& tensors) {
   std::vector<NodePtr> out;
   out.reserve(tensors.size());
   for (py::handle h : tensors) {
@@ -230,11 +229,10 @@ void walk(const RegionPtr& rec, std::vector<Node*> todo, const std::vector<Node*
   }
 }
 
-// attach(info, site, layer, index, outputs, inputs): the backward span of one module call whose forward just
-// returned; `outputs` and `inputs` are tuples of the call's tensors. Nothing is attached when the call created no
-// autograd node of its own.
-template <typename Handles>
-void attachTensors(int info, int site, int layer, int64_t index, const Handles& outputs, const Handles& inputs) {
+// The backward span of one module call whose forward just returned (forward_done); `outputs` and `inputs` are the
+// call's tensors. Nothing is attached when the call created no autograd node of its own.
+void attach(int info, int site, int layer, int64_t index, const std::vector<py::handle>& outputs,
+            const std::vector<py::handle>& inputs) {
   std::vector<NodePtr> outs = gradFns(outputs);
   if (outs.empty()) return;
   std::vector<Node*> stops;
@@ -254,10 +252,6 @@ void attachTensors(int info, int site, int layer, int64_t index, const Handles& 
   if (rec->pending == 0) return;  // its outputs are its inputs, or views made elsewhere
   rootRegions.push_back(rec);
   open.push_back(rec);
-}
-
-void attach(int info, int site, int layer, int64_t index, const py::tuple& outputs, const py::tuple& inputs) {
-  attachTensors(info, site, layer, index, outputs, inputs);
 }
 
 // host_stats' dtype codes (span_api.h): 0 float32, 1 float64, 2 float16, 3 bfloat16; -1 for any other.
@@ -313,7 +307,7 @@ py::object forwardDone(int info, int fwdSite, int bwdSite, int layer, int64_t in
   if (walk) {
     std::vector<py::handle> ins;
     flatten(inputs, 0, ins);
-    attachTensors(info, bwdSite, layer, index, outs, ins);
+    attach(info, bwdSite, layer, index, outs, ins);
   }
   return found;
 }
@@ -391,7 +385,6 @@ PYBIND11_MODULE(_autograd, m) {
     throw py::import_error("tpscope._native and tpscope._autograd come from different builds");
   api = found;
   using namespace py::literals;
-  m.def("attach", &attach, "info"_a, "site"_a, "layer"_a, "index"_a, "outputs"_a, "inputs"_a);
   m.def("forward_done", &forwardDone, "info"_a, "fwd_site"_a, "bwd_site"_a, "layer"_a, "index"_a, "t0"_a, "output"_a,
         "inputs"_a, "watch"_a, "walk"_a);
   m.def("storage_key", &storageKey, "tensor"_a);

@@ -60,7 +60,7 @@ _P2P = {"send": "send to", "recv": "recv from"}
 _DISPLAY = {"all_reduce": "all-reduce", "all_gather": "all-gather", "reduce_scatter": "reduce-scatter",
             "all_to_all": "all-to-all", "send_recv": "send/recv"}
 
-comm_sites = {}    # (op, phase) -> site id of the blocked-in-collective span
+_comm_sites = {}   # (op, phase) -> site id of the blocked-in-collective span
 FAILURES = []      # (group, seq, op, state) of collectives that timed out or failed, for tpscope.run's exit status
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
@@ -68,7 +68,7 @@ _OWN_DIR = os.path.dirname(__file__)
 _native.set_foreign_dirs([_TORCH_DIR, _OWN_DIR])  # program_frame passes over their code
 
 
-class Issue:
+class _Issue:
     __slots__ = ("handle", "group", "seq", "op", "layer", "phase", "done")
 
     def __init__(self, handle, group, seq, op, layer, phase):
@@ -87,7 +87,7 @@ def _dtype(t):
     return name
 
 
-def describe(x):
+def _payload(x):
     """(dtype, shape, bytes) of a call's input: a tensor; a list of tensors (the first one's dtype and shape, the
     bytes of all); or a list of such lists (reduce_scatter's inputs: shape [n, *chunk])."""
     if isinstance(x, torch.Tensor):
@@ -96,7 +96,7 @@ def describe(x):
         first = x[0]
         if isinstance(first, torch.Tensor):
             if len(x) == 1:
-                return describe(first)
+                return _payload(first)
             return _dtype(first), list(first.shape), sum(t.numel() * t.element_size() for t in x)
         if isinstance(first, (list, tuple)) and first and isinstance(first[0], torch.Tensor):
             return (_dtype(first[0]), [len(first)] + list(first[0].shape),
@@ -109,12 +109,7 @@ _text_ids = {}      # op or call-site text -> the recorder's text id
 _callsite_ids = {}  # (where, phase, what) -> call-site text id: a step issues the same few dozen again and again
 
 
-def display(op):
-    """An op's name in call sites ("all-reduce")."""
-    return _DISPLAY.get(op, op)
-
-
-def text_id(text):
+def _text_id(text):
     """The recorder's id of an op or call-site text (interned once)."""
     i = _text_ids.get(text)
     if i is None:
@@ -135,7 +130,7 @@ def callsite_id(what):
     module, the program's own line (_native.program_frame: the innermost frame outside torch and tpscope)."""
     if STATE.callsite_override is not None:
         text, phase = STATE.callsite_override
-        return text_id(text), -1, phase
+        return _text_id(text), -1, phase
     name, layer, phase = STATE.where()
     if name is None:
         name = _native.program_frame()
@@ -148,21 +143,26 @@ def callsite_id(what):
     return cid, layer, phase
 
 
+def named(pg):
+    """(tpscope name, recorder group id) of ProcessGroup `pg`."""
+    name, ranks = _rank.name_of(pg)
+    return name, group_id(name, ranks)
+
+
 def _issue_collective(pg, op, args, arg_index):
-    group, ranks = _rank.name_of(pg)
     payload = args[arg_index] if arg_index is not None and len(args) > arg_index else None
-    return issue_in_group(group, group_id(group, ranks), op, payload)
+    return issue_in_group(*named(pg), op, payload)
 
 
 def issue_in_group(group, gid, op, payload, ticks=0, what=None):
     """Records the enqueue of collective `op` in tpscope group `group` (its id: group_id) on input `payload` (a
     tensor, a list of them, or None), at `ticks` (_native.ticks(); 0: now), its call site ending in `what` (the op's
-    display name unless given); returns its Issue."""
+    display name unless given); returns its _Issue."""
     if payload is not None and not isinstance(payload, torch.Tensor):
-        payload = describe(payload)  # a list of tensors: described here, (dtype name, shape, bytes)
-    cid, layer, phase = callsite_id(what or display(op))
-    handle, seq = _native.collective_issue(gid, text_id(op), cid, layer, phase, payload, ticks)
-    return Issue(handle, group, seq, op, layer, phase)
+        payload = _payload(payload)  # a list of tensors: described here, (dtype name, shape, bytes)
+    cid, layer, phase = callsite_id(what or _DISPLAY.get(op, op))
+    handle, seq = _native.collective_issue(gid, _text_id(op), cid, layer, phase, payload, ticks)
+    return _Issue(handle, group, seq, op, layer, phase)
 
 
 def _issue_p2p(pg, direction, args):
@@ -185,19 +185,18 @@ def _fail(issue, exc):
     FAILURES.append((issue.group, issue.seq, issue.op, state))
 
 
-def comm_site(op, phase):
-    """The site id of the span a thread blocked in collective `op` records (phase: the collective's)."""
+def _comm_site(op, phase):
     key = (op, phase)
-    site = comm_sites.get(key)
+    site = _comm_sites.get(key)
     if site is None:
-        site = comm_sites[key] = _native.site(op, K.SPAN_COMM, phase, "comm")
+        site = _comm_sites[key] = _native.site(op, K.SPAN_COMM, phase, "comm")
     return site
 
 
 def waited(issue, t0):
     """A wait on `issue` that blocked the thread since `t0` returned: its Comm span and its completion."""
     issue.done = True
-    _native.collective_waited(issue.handle, comm_site(issue.op, issue.phase), t0, issue.layer)
+    _native.collective_waited(issue.handle, _comm_site(issue.op, issue.phase), t0, issue.layer)
 
 
 class RecordedWork:

@@ -20,7 +20,7 @@ import threading
 import torch
 import torch.distributed as dist
 
-from . import _collectives, _modules, _native, _rank
+from . import _collectives, _modules, _native
 from ._native import kinds as K
 
 # function -> (logical op, index of the group argument)
@@ -64,11 +64,6 @@ def _process_group(group, tag):
 _groups = {}  # a group argument's key -> (the object it names, tpscope group name, its recorder group id)
 
 
-def _named(pg):
-    name, ranks = _rank.name_of(pg)
-    return name, _collectives.group_id(name, ranks)
-
-
 def _group_of(group, tag):
     """(tpscope group name, recorder group id) of a functional collective's group argument. DTensor passes (DeviceMesh,
     dim) on every call; resolving it through funcol's _resolve_group costs tens of microseconds, so a mesh's (or a
@@ -77,13 +72,13 @@ def _group_of(group, tag):
     if type(group) is tuple and len(group) == 2:
         key, anchor = (id(group[0]), group[1], tag), group[0]
     elif isinstance(group, (str, list)):
-        return _named(_process_group(group, tag))
+        return _collectives.named(_process_group(group, tag))
     else:
         key, anchor = (id(group), tag), group
     entry = _groups.get(key)
     if entry is not None and entry[0] is anchor:
         return entry[1], entry[2]
-    name, gid = _named(_process_group(group, tag))
+    name, gid = _collectives.named(_process_group(group, tag))
     _groups[key] = (anchor, name, gid)
     return name, gid
 
@@ -123,19 +118,12 @@ def _complete(issue):
 
 
 def _wrap(original, op, group_index):
-    op_id = _collectives.text_id(op)
-    what = _collectives.display(op)
-    ticks, issue_native, callsite_id = _native.ticks, _native.collective_issue, _collectives.callsite_id
-    Issue, Tensor = _collectives.Issue, torch.Tensor
-
-    # Every line here runs at each collective, between matrix products that leave the caches cold, where each Python
-    # call costs microseconds: _issue and issue_in_group are inlined (the failure path keeps them).
     @functools.wraps(original)
     def recorded(*args, **kwargs):
         depth = _local.depth
         if depth or not _native.recording():
             return original(*args, **kwargs)
-        t = ticks()
+        t = _native.ticks()
         _local.depth = depth + 1
         try:
             result = original(*args, **kwargs)
@@ -149,18 +137,9 @@ def _wrap(original, op, group_index):
         # Recorded once the call returned, with the time it was made: a functional collective returns as soon as it is
         # on its way (in eager mode), so this bookkeeping runs while its data moves, not before it starts, when a peer
         # already in the collective would wait for it.
-        n = len(args)
-        try:
-            name, gid = _group_of(args[group_index] if n > group_index else kwargs.get("group"),
-                                  args[group_index + 1] if n > group_index + 1 else kwargs.get("tag", ""))
-        except Exception:  # a group form this PyTorch does not resolve here: the call ran unrecorded
+        issue = _issue(op, args, kwargs, group_index, t)
+        if issue is None:
             return result
-        payload = args[0] if n else None
-        if payload is not None and not isinstance(payload, Tensor):
-            payload = _collectives.describe(payload)
-        cid, layer, phase = callsite_id(what)
-        handle, seq = issue_native(gid, op_id, cid, layer, phase, payload, t)
-        issue = Issue(handle, name, seq, op, layer, phase)
         if type(result) is _module.AsyncCollectiveTensor:  # the common case: one result
             waiting = () if result.completed else (result.elem,)
         else:
@@ -197,11 +176,7 @@ def _wrap_wait(original):
         except BaseException as e:
             _collectives._fail(issue, e)
             raise
-        issue.done = True
-        site = _collectives.comm_sites.get((issue.op, issue.phase))
-        if site is None:
-            site = _collectives.comm_site(issue.op, issue.phase)
-        _native.collective_waited(issue.handle, site, t0, issue.layer)
+        _collectives.waited(issue, t0)
         return out
 
     wait_tensor.__tpscope_original__ = original

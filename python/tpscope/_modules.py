@@ -268,10 +268,8 @@ def take_activations():
 
 
 def _attach_backward(call, inputs, outs):
+    """The Python walk's backward region of a module call (the C++ walk's is in tpscope._autograd.forward_done)."""
     _, info, _, index = call
-    if _CPP is not None:
-        _CPP.attach(info.number, info.bwd_site, info.layer, index, outs, _tensors(inputs))
-        return
     out_nodes = [(t, t.grad_fn) for t in outs if t.grad_fn is not None]
     if not out_nodes:
         return
