@@ -9,10 +9,11 @@ import sys
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--ctest", default="ctest", help="the ctest to ask (the build's own)")
     ap.add_argument("--build", required=True, help="the build folder ctest reads")
     ap.add_argument("--expect", type=int, required=True, help="how many names tpscope_waiting_tests was given")
     a = ap.parse_args()
-    out = subprocess.run(["ctest", "--test-dir", a.build, "--show-only=json-v1"], check=True, capture_output=True,
+    out = subprocess.run([a.ctest, "--test-dir", a.build, "--show-only=json-v1"], check=True, capture_output=True,
                          text=True).stdout
     waiting = []
     for test in json.loads(out)["tests"]:
