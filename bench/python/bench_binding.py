@@ -3,11 +3,9 @@
 
   span        ticks() + span_end(site, t0, layer): what a module's forward hook pays to record its span
   span_emit   emit_span(site, t0, t1, layer) with the ticks taken beforehand
-  collective  collective_enqueued(...) (enqueued + started) + collective_state(completed): one flight-recorder
-              record as the ProcessGroup wrapper makes it
   collective_issue  collective_issue(group_id, op_id, callsite_id, layer, phase, tensor, ticks) (enqueued + started,
-              the payload read from the tensor) + collective_state(completed): the same record as the functional
-              collectives' and ProcessGroup wrappers make it now, on interned ids
+              the payload read from the tensor) + collective_state(completed): one flight-recorder record as the
+              functional collectives' and ProcessGroup wrappers make it, on interned ids
   off         span_end while not recording (the recorder stopped): the binding's call overhead alone
 
 Each figure is the median of --rounds timed loops of --n calls, per call, in the thread's CPU time
@@ -47,7 +45,7 @@ def main():
     args = p.parse_args()
     site = N.site("bench span", K.SPAN_COMPUTE, K.PHASE_FORWARD)
     ticks, span_end, emit_span = N.ticks, N.span_end, N.emit_span
-    enq, state = N.collective_enqueued, N.collective_state
+    state = N.collective_state
     done = K.STATE_COMPLETED
 
     def spans(n):
@@ -58,15 +56,6 @@ def main():
         t = ticks()
         for _ in range(n):
             emit_span(site, t, t, 3)
-
-    seq = [0]
-
-    def collectives(n):
-        for _ in range(n):
-            seq[0] += 1
-            h = enq("tp-0", [0, 1], seq[0], "all_reduce", "float32", [8, 16, 64], 32768, "layers.0.mlp.fc2 forward",
-                    0, 1)
-            state(h, done)
 
     import torch
     gid = N.collective_group("tp-0", [0, 1])
@@ -86,7 +75,6 @@ def main():
         results = {
             "span": per_call(spans, args.n, args.rounds),
             "span_emit": per_call(spans_emit, args.n, args.rounds),
-            "collective": per_call(collectives, max(args.n // 25, 100), args.rounds),
             "collective_issue": per_call(collectives_issue, max(args.n // 25, 100), args.rounds),
         }
         N.flush()

@@ -5,11 +5,11 @@
 // the caches cold; there every Python-level call, attribute read and argument conversion of the wrapper costs
 // microseconds, not the tens of nanoseconds a warm loop shows. Measured in samples/python/llama_tp.py (TP 2, 64
 // functional collectives a step), the wrapper around one call took ~55 µs beside the call itself, of which the
-// pybind11 call of collective_enqueued (13 converted arguments, strings and lists) ~11 µs, the payload's dtype,
-// shape and bytes ~5 µs, and the walk to the program's own frame (collectives issued outside every module, e.g. 27
-// a step in AdamW over DTensor parameters) ~14 µs. Here the group, op and call-site strings are interned once and
-// passed as ints, the group's sequence number lives beside its name, the tensor's payload is read through the C
-// API, and the frame walk caches each code object's verdict.
+// pybind11 call of collective_enqueued (the call this replaced: 13 converted arguments, strings and lists) ~11 µs,
+// the payload's dtype, shape and bytes ~5 µs, and the walk to the program's own frame (collectives issued outside
+// every module, e.g. 27 a step in AdamW over DTensor parameters) ~14 µs. Here the group, op and call-site strings are
+// interned once and passed as ints, the group's sequence number lives beside its name, the tensor's payload is read
+// through the C API, and the frame walk caches each code object's verdict.
 //
 // Every function here holds the GIL (it touches Python objects); the registries need no lock of their own.
 #include <Python.h>

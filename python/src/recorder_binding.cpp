@@ -99,33 +99,6 @@ py::tuple startExplicit(const std::filesystem::path& outDir, int rank, int world
   return statusTuple(probes::start(o));
 }
 
-uint64_t collectiveEnqueued(const std::string& group, const std::vector<int>& ranks, uint64_t seq,
-                            const std::string& op, const std::string& dtype, const std::vector<int64_t>& shape,
-                            int64_t bytes, const std::string& callsite, int layer, int phase, int step, bool started,
-                            uint64_t ticks) {
-  probes::Sink* sink = probes::sink();
-  if (sink == nullptr) return 0;
-  const uint64_t t = ticks != 0 ? ticks : probes::rawTicks();
-  probes::CollectiveDesc d;
-  d.group = group;
-  d.groupRanks = ranks;
-  d.seq = seq;
-  d.op = op;
-  d.dtype = dtype;
-  d.shape = shape;
-  int64_t numel = shape.empty() && dtype == "none" ? 0 : 1;
-  for (int64_t s : shape) numel *= s;
-  d.numel = numel;
-  d.bytes = bytes;
-  d.callsite = callsite;
-  d.layer = layer;
-  d.phase = static_cast<probes::Phase>(phase);
-  d.step = step;
-  const uint64_t handle = sink->collectiveEnqueued(d, t);
-  if (started) sink->collectiveState(handle, probes::CollectiveState::Started, t);
-  return handle;
-}
-
 void collectiveState(uint64_t handle, int state, uint64_t ticks) {
   if (state < 0 || state > static_cast<int>(probes::CollectiveState::Failed))
     throw py::value_error("collective state " + std::to_string(state) + " is not a tpscope CollectiveState");
@@ -273,10 +246,7 @@ void bindRecorder(py::module_& m) {
   }, "site"_a, "t0"_a, "t1"_a, "layer"_a = -1);
   m.attr("_span_api") = py::capsule(&kSpanApi, TPSCOPE_SPAN_API_CAPSULE);
   // ---- records ----
-  m.def("collective_enqueued", &collectiveEnqueued, "group"_a, "ranks"_a, "seq"_a, "op"_a, "dtype"_a, "shape"_a,
-        "bytes"_a, "callsite"_a, "layer"_a = -1, "phase"_a = 0, "step"_a = -1, "started"_a = true, "ticks"_a = 0,
-        "Flight-recorder record of one collective (enqueued at TICKS, 0 = now, and started then unless "
-        "started=False); returns the handle for collective_state (0 when not recording).");
+  // A collective's record: collective_issue (collective_fastpath.cpp), on interned ids.
   m.def("collective_state", &collectiveState, "handle"_a, "state"_a, "ticks"_a = 0,
         "state: 1 started, 2 completed, 3 timed out, 4 failed; ticks 0 = now.");
   m.def("step_stat", &stepStat, "step"_a, "loss"_a, "lr"_a = 0.0, "grad_norm"_a = 0.0, "loss_scale"_a = 1.0,

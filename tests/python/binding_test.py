@@ -37,9 +37,6 @@ def binding_rows(work):
     expect("site interned once", N.site("my span", K.SPAN_COMPUTE, K.PHASE_FORWARD), site)
     for _ in range(100):
         N.span_end(site, N.ticks(), 3)
-    h = N.collective_enqueued("tp-0", [0, 1], 5, "all_reduce", "float32", [4, 8], 128, "layers.3 mlp forward all-reduce",
-                              3, K.PHASE_FORWARD)
-    N.collective_state(h, K.STATE_COMPLETED)
     fast_path(N, K)
     N.step_stat(7, 2.5, lr=0.1, grad_norm=1.5, tokens=64, t0=N.ticks())
     N.counter("a NaN counter", float("nan"))  # dropped and counted: it must not fail the flush that holds the rest
@@ -58,16 +55,12 @@ def binding_rows(work):
     q = lambda sql: db.execute(sql).fetchall()
     expect("spans", q("SELECT name, kind, phase, step, layer, count(*) FROM span_view GROUP BY name"),
            [("all_gather", "comm", "fwd", 7, 2, 1), ("my span", "compute", "fwd", 7, 3, 100)])
-    expect("collective", q("SELECT group_name, seq, op, dtype, shape, numel, bytes, callsite, step, layer, state, "
-                           "end_ns >= start_ns FROM collectives WHERE group_name = 'tp-0'"),
-           [("tp-0", 5, "all_reduce", "float32", "[4,8]", 32, 128, "layers.3 mlp forward all-reduce", 7, 3,
-             "completed", 1)])
-    expect("the fast path's collectives", q("SELECT group_name, seq, op, dtype, shape, numel, bytes, callsite, layer, "
-                                            "phase, state FROM collectives WHERE group_name != 'tp-0' ORDER BY seq"),
-           [("pair", 1, "all_gather", "bfloat16", "[3,5]", 15, 30, "fc2 forward all-gather", 2, 1, "completed"),
-            ("pair", 2, "barrier", "none", "[]", 0, 0, "x.py:9 backward barrier", -1, 2, "started"),
-            ("pair", 3, "all_gather", "float32", "[2,4]", 8, 96, "fc2 forward all-gather", 2, 1, "started"),
-            ("pair", 4, "all_gather", "none", "[]", 0, 0, "fc2 forward all-gather", 0, 0, "started")])
+    expect("the fast path's collectives", q("SELECT group_name, seq, op, dtype, shape, numel, bytes, callsite, step, "
+                                            "layer, phase, state, end_ns >= start_ns FROM collectives ORDER BY seq"),
+           [("pair", 1, "all_gather", "bfloat16", "[3,5]", 15, 30, "fc2 forward all-gather", 7, 2, 1, "completed", 1),
+            ("pair", 2, "barrier", "none", "[]", 0, 0, "x.py:9 backward barrier", 7, -1, 2, "started", None),
+            ("pair", 3, "all_gather", "float32", "[2,4]", 8, 96, "fc2 forward all-gather", 7, 2, 1, "started", None),
+            ("pair", 4, "all_gather", "none", "[]", 0, 0, "fc2 forward all-gather", 7, 0, 0, "started", None)])
     expect("the fast path's group", q("SELECT ranks FROM process_groups WHERE name = 'pair'"), [("0,1",)])
     expect("step_stats", q("SELECT step, loss, lr, grad_norm, tokens, skipped FROM step_stats"),
            [(7, 2.5, 0.1, 1.5, 64, 0)])
