@@ -39,7 +39,7 @@ from torch.nn.modules import module as nn_module
 
 from . import _host, _native
 from ._native import kinds as K
-from ._state import STATE
+from ._state import CALL_INFO, CALL_MODULE, STATE
 
 _LAYER = re.compile(r"(?:^|\.)(\d+)(?:\.|$)")
 _ACT_LIMIT = 4096
@@ -104,9 +104,6 @@ class ModuleInfo:
         self.qualified = qualified
 
 
-# A module call in progress (STATE.forward_stack): a plain tuple (module, ModuleInfo, t0, index) — a class would
-# cost an __init__ call at each of the step's module calls.
-CALL_MODULE, CALL_INFO, CALL_T0, CALL_INDEX = range(4)
 
 
 class _Backward:

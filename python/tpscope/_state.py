@@ -8,6 +8,10 @@ called backward()). Plain attributes: the GIL serialises every access.
 from . import _native
 from ._native import kinds as K
 
+# A module call in progress (STATE.forward_stack): a plain tuple (module, ModuleInfo, t0, index) — a class would cost
+# an __init__ call at each of the step's module calls. The fields read by index:
+CALL_MODULE, CALL_INFO = 0, 1
+
 PHASE_NAMES = {
     K.PHASE_NONE: "",
     K.PHASE_FORWARD: "forward",
@@ -57,7 +61,7 @@ class _State:
             if info is not None:
                 return info.name, info.layer, phase
         if self.forward_stack:
-            info = self.forward_stack[-1][1]
+            info = self.forward_stack[-1][CALL_INFO]
             return info.name, info.layer, phase
         return None, -1, phase
 
