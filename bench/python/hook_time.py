@@ -21,6 +21,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import overhead_stats  # noqa: E402
 import sample_model  # noqa: E402
 
 
@@ -38,19 +39,10 @@ def main():
     import tpscope
     from tpscope import _modules, _training
 
-    spent = collections.defaultdict(float)
+    spent = collections.defaultdict(lambda: [0.0, 0])  # label -> [seconds, calls]
 
     def timed(owner, name, label):
-        inner = getattr(owner, name)
-
-        def call(*a, **k):
-            t0 = time.perf_counter()
-            try:
-                return inner(*a, **k)
-            finally:
-                spent[label] += time.perf_counter() - t0
-
-        setattr(owner, name, call)
+        overhead_stats.timed(owner, name, spent, label, time.perf_counter)
 
     # Before instrument(): the module hooks are registered by reference when it installs them.
     timed(_modules, "_pre_hook", "module pre-hook (forward span begins)")
@@ -85,15 +77,16 @@ def main():
     n = args.steps
     print("model: %s; %d steps, %.2f ms per step (wall); %s walk of backward regions"
           % (" ".join(model_args), n, t_steps / n * 1e3, walk))
-    for label, s in sorted(spent.items(), key=lambda kv: -kv[1]):
+    seconds = sorted(((label, s) for label, (s, _) in spent.items()), key=lambda kv: -kv[1])
+    for label, s in seconds:
         if label.startswith(" "):
             continue
         print("  %-60s %6.3f ms per step" % (label, s / n * 1e3))
         if label.startswith("module post-hook"):
-            for part, t in sorted(spent.items(), key=lambda kv: -kv[1]):
+            for part, t in seconds:
                 if part.startswith(" "):
                     print("  %-60s %6.3f ms per step" % (part, t / n * 1e3))
-    total = sum(v for label, v in spent.items() if not label.startswith(" ")) / n  # "of which": inside another
+    total = sum(s for label, s in seconds if not label.startswith(" ")) / n  # "of which": inside another
     print("  %-60s %6.3f ms per step (%.2f %% of the step)" % ("total inside tpscope's hooks", total * 1e3,
                                                                total / (t_steps / n) * 100))
 

@@ -57,27 +57,15 @@ def _time_entries(spent):
     from tpscope import _modules, _training
     clock = time.thread_time_ns
 
-    def timed(owner, name, label):
-        inner = getattr(owner, name)
-
-        def call(*a, **k):
-            t0 = clock()
-            try:
-                return inner(*a, **k)
-            finally:
-                e = spent[label]
-                e[0] += clock() - t0
-                e[1] += 1
-        setattr(owner, name, call)
-
     for (owner, name), label in zip(((_modules, "_pre_hook"), (_modules, "_post_hook"), (_training, "_on_loss"),
                                      (_modules, "backward_finished"), (_training, "_grad_health")), ENTRY_LABELS):
-        timed(owner, name, label)
+        overhead_stats.timed(owner, name, spent, label, clock)
     # Parts inside those (a label that starts with spaces: not added to the total again).
     from tpscope import _native
-    timed(_native, "host_stats", "  of which the gradients' one-pass read (host_stats)")
+    overhead_stats.timed(_native, "host_stats", spent, "  of which the gradients' one-pass read (host_stats)", clock)
     if _modules._CPP_MODULE is not None:
-        timed(_modules._CPP_MODULE, "forward_done", "  of the post-hook: forward_done (span, output check, walk; C++)")
+        overhead_stats.timed(_modules._CPP_MODULE, "forward_done", spent,
+                             "  of the post-hook: forward_done (span, output check, walk; C++)", clock)
 
 
 def _time_funcol(spent):
