@@ -271,7 +271,8 @@ py::object watchOutput(const std::vector<py::handle>& outs) {
     if (!at::isFloatingType(wrapper.scalar_type())) continue;
     py::object local = py::reinterpret_borrow<py::object>(h);
     if (Py_TYPE(h.ptr()) != reinterpret_cast<PyTypeObject*>(THPVariableClass)) {  // a subclass: a DTensor's shard
-      PyObject* inner = PyObject_GetAttrString(h.ptr(), "_local_tensor");
+      static PyObject* const kLocalTensor = PyUnicode_InternFromString("_local_tensor");  // once, not per call
+      PyObject* inner = PyObject_GetAttr(h.ptr(), kLocalTensor);
       if (inner == nullptr)
         PyErr_Clear();
       else if (THPVariable_Check(inner))
