@@ -116,7 +116,7 @@ def _rank_main(out_json, off, script_argv):
     from tpscope import _funcol, _modules, _native, _training
     from tpscope._native import kinds as K
     for owner, name in ((_modules, "_pre_hook"), (_funcol, "install"), (_training, "_grad_health"),
-                        (_native, "recording")):
+                        (_native, "recording"), (_native, "set_funcol_recording")):
         if not callable(getattr(owner, name, None)):  # renamed: leaving it out would silently leave it in
             raise SystemExit("overhead_alternating.py: %s.%s is gone; update --off" % (owner.__name__, name))
     for name in ("WATCH", "WALK"):
@@ -153,6 +153,7 @@ def _rank_main(out_json, off, script_argv):
         last[:] = now
         if not entries:
             state["on"] = not state["on"]
+            _native.set_funcol_recording(state["on"])  # the functional collectives' wrappers are C: their gate
         elif len(rows) == ENTRIES_WARMUP:
             spent.clear()  # the first steps index the model and resolve the groups
 
@@ -161,6 +162,7 @@ def _rank_main(out_json, off, script_argv):
     sys.path[0] = os.path.dirname(os.path.abspath(script_argv[0]))
     runpy.run_path(script_argv[0], run_name="__main__")
     _native.recording = native_recording
+    _native.set_funcol_recording(True)
     tpscope.stop()
     if out_json:
         with open(out_json, "w") as f:
@@ -252,7 +254,12 @@ def main():
         db = sqlite3.connect("file:%s?mode=ro" % os.path.join(tmp, "run", "rank-0.db"), uri=True)
         recorded = db.execute("SELECT COUNT(*) FROM step_stats").fetchone()[0]
         collectives = db.execute("SELECT COUNT(*) FROM collectives").fetchone()[0]
+        # Only ON steps count steps, so an OFF step's collectives, were they recorded, would double an ON step's.
+        per_step = [n for (n,) in db.execute("SELECT COUNT(*) FROM collectives WHERE step > 1 GROUP BY step "
+                                             "ORDER BY step")][:-1]  # the last step may be cut short
         db.close()
+        if per_step and max(per_step) > 1.5 * min(per_step):
+            raise SystemExit("FAIL: collectives recorded per step %s: OFF steps recorded" % per_step[:8])
         on_steps = sum(1 for r in rows if r[0])
         print("rank 0 recorded %d steps (%d ON, %d OFF) and %d collective records" % (
             recorded, on_steps, len(rows) - on_steps, collectives))

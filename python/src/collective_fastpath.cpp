@@ -12,6 +12,8 @@
 // through the C API, and the frame walk caches each code object's verdict.
 //
 // Every function here holds the GIL (it touches Python objects); the registries need no lock of their own.
+#include "collective_fastpath.h"
+
 #include <Python.h>
 #include <frameobject.h>
 #include <pybind11/stl.h>
@@ -187,51 +189,12 @@ PyObject* collectiveIssue(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     return nullptr;
   }
   long long groupId, opId, callsiteId, layer, phase;
-  uint64_t ticks;
+  uint64_t ticks, handle, seq;
   if (!argInt(args[0], groupId, "group_id") || !argInt(args[1], opId, "op_id") ||
       !argInt(args[2], callsiteId, "callsite_id") || !argInt(args[3], layer, "layer") ||
-      !argInt(args[4], phase, "phase") || !argTicks(args[6], ticks, "ticks"))
+      !argInt(args[4], phase, "phase") || !argTicks(args[6], ticks, "ticks") ||
+      !fastpath::issue(groupId, opId, callsiteId, layer, phase, args[5], ticks, handle, seq))
     return nullptr;
-  Registry& r = Registry::instance();
-  if (groupId < 0 || static_cast<size_t>(groupId) >= r.groups.size()) {
-    PyErr_Format(PyExc_ValueError, "unknown collective group id %lld", groupId);
-    return nullptr;
-  }
-  const std::string* op = textAt(static_cast<int>(opId));
-  const std::string* callsite = textAt(static_cast<int>(callsiteId));
-  if (op == nullptr || callsite == nullptr) {
-    PyErr_SetString(PyExc_ValueError, "unknown op or call-site text id");
-    return nullptr;
-  }
-  if (phase < 0 || phase > static_cast<int>(probes::Phase::Other)) {
-    PyErr_Format(PyExc_ValueError, "phase %lld is not a tpscope Phase", phase);
-    return nullptr;
-  }
-  Payload p;
-  if (!readPayload(args[5], p)) return nullptr;
-  Group& g = r.groups[static_cast<size_t>(groupId)];
-  const uint64_t seq = ++g.seq;
-  uint64_t handle = 0;
-  if (probes::Sink* sink = probes::sink()) {
-    const uint64_t t = ticks != 0 ? ticks : probes::rawTicks();
-    probes::CollectiveDesc d;
-    d.group = g.name;
-    d.groupRanks = g.ranks;
-    d.seq = seq;
-    d.op = *op;
-    static const std::string kNone = "none";
-    d.dtype = p.dtype >= 0 ? *textAt(p.dtype) : kNone;
-    d.shape = p.shape;
-    int64_t numel = p.dtype < 0 && p.shape.empty() ? 0 : 1;
-    for (int64_t s : p.shape) numel *= s;
-    d.numel = numel;
-    d.bytes = p.bytes;
-    d.callsite = *callsite;
-    d.layer = static_cast<int>(layer);
-    d.phase = static_cast<probes::Phase>(phase);
-    handle = sink->collectiveEnqueued(d, t);
-    sink->collectiveState(handle, probes::CollectiveState::Started, t);
-  }
   return Py_BuildValue("(KK)", static_cast<unsigned long long>(handle), static_cast<unsigned long long>(seq));
 }
 
@@ -242,44 +205,10 @@ PyObject* programFrame(PyObject*, PyObject* const*, Py_ssize_t nargs) {
     PyErr_SetString(PyExc_TypeError, "program_frame() takes no arguments");
     return nullptr;
   }
-  Registry& r = Registry::instance();
-  PyFrameObject* f = PyEval_GetFrame();  // borrowed
-  Py_XINCREF(f);
-  while (f != nullptr) {
-    PyCodeObject* code = PyFrame_GetCode(f);  // new reference
-    int file = -1;
-    auto it = r.programFiles.find(reinterpret_cast<PyObject*>(code));
-    if (it != r.programFiles.end()) {
-      file = it->second;
-    } else {
-      const char* path = PyUnicode_AsUTF8(code->co_filename);
-      if (path == nullptr) {
-        PyErr_Clear();
-      } else {
-        std::string_view p(path);
-        bool foreign = false;
-        for (const std::string& dir : r.foreignDirs) foreign = foreign || p.substr(0, dir.size()) == dir;
-        if (!foreign) {
-          const size_t slash = p.rfind('/');
-          file = r.text(slash == std::string_view::npos ? p : p.substr(slash + 1));
-        }
-      }
-      if (r.programFiles.size() < kMaxProgramFiles) {
-        Py_INCREF(code);  // kept: a freed code object's address may be reused by another
-        r.programFiles.emplace(reinterpret_cast<PyObject*>(code), file);
-      }
-    }
-    Py_DECREF(code);
-    if (file >= 0) {
-      const int line = PyFrame_GetLineNumber(f);
-      Py_DECREF(f);
-      return PyUnicode_FromFormat("%s:%d", textAt(file)->c_str(), line);
-    }
-    PyFrameObject* back = PyFrame_GetBack(f);  // new reference
-    Py_DECREF(f);
-    f = back;
-  }
-  return PyUnicode_FromString("");
+  int line = 0;
+  const int file = fastpath::programFrame(line);
+  if (file < 0) return PyUnicode_FromString("");
+  return PyUnicode_FromFormat("%s:%d", textAt(file)->c_str(), line);
 }
 
 // storage_key(tensor) -> the address of its storage's first element (data_ptr less its offset), the same for a
@@ -351,6 +280,104 @@ PyMethodDef kFastMethods[] = {
 };
 
 }  // namespace
+
+namespace fastpath {
+
+int internText(std::string_view text) {
+  return Registry::instance().text(text);
+}
+
+const std::string* textAt(int id) {
+  return python::textAt(id);
+}
+
+bool issue(long long groupId, long long opId, long long callsiteId, long long layer, long long phase, PyObject* payload,
+           uint64_t ticks, uint64_t& handle, uint64_t& seq) {
+  Registry& r = Registry::instance();
+  if (groupId < 0 || static_cast<size_t>(groupId) >= r.groups.size()) {
+    PyErr_Format(PyExc_ValueError, "unknown collective group id %lld", groupId);
+    return false;
+  }
+  const std::string* op = textAt(static_cast<int>(opId));
+  const std::string* callsite = textAt(static_cast<int>(callsiteId));
+  if (op == nullptr || callsite == nullptr) {
+    PyErr_SetString(PyExc_ValueError, "unknown op or call-site text id");
+    return false;
+  }
+  if (phase < 0 || phase > static_cast<int>(probes::Phase::Other)) {
+    PyErr_Format(PyExc_ValueError, "phase %lld is not a tpscope Phase", phase);
+    return false;
+  }
+  Payload p;
+  if (!readPayload(payload, p)) return false;
+  Group& g = r.groups[static_cast<size_t>(groupId)];
+  seq = ++g.seq;
+  handle = 0;
+  if (probes::Sink* sink = probes::sink()) {
+    const uint64_t t = ticks != 0 ? ticks : probes::rawTicks();
+    probes::CollectiveDesc d;
+    d.group = g.name;
+    d.groupRanks = g.ranks;
+    d.seq = seq;
+    d.op = *op;
+    static const std::string kNone = "none";
+    d.dtype = p.dtype >= 0 ? *textAt(p.dtype) : kNone;
+    d.shape = p.shape;
+    int64_t numel = p.dtype < 0 && p.shape.empty() ? 0 : 1;
+    for (int64_t s : p.shape) numel *= s;
+    d.numel = numel;
+    d.bytes = p.bytes;
+    d.callsite = *callsite;
+    d.layer = static_cast<int>(layer);
+    d.phase = static_cast<probes::Phase>(phase);
+    handle = sink->collectiveEnqueued(d, t);
+    sink->collectiveState(handle, probes::CollectiveState::Started, t);
+  }
+  return true;
+}
+
+int programFrame(int& line) {
+  Registry& r = Registry::instance();
+  PyFrameObject* f = PyEval_GetFrame();  // borrowed
+  Py_XINCREF(f);
+  while (f != nullptr) {
+    PyCodeObject* code = PyFrame_GetCode(f);  // new reference
+    int file = -1;
+    auto it = r.programFiles.find(reinterpret_cast<PyObject*>(code));
+    if (it != r.programFiles.end()) {
+      file = it->second;
+    } else {
+      const char* path = PyUnicode_AsUTF8(code->co_filename);
+      if (path == nullptr) {
+        PyErr_Clear();
+      } else {
+        std::string_view p(path);
+        bool foreign = false;
+        for (const std::string& dir : r.foreignDirs) foreign = foreign || p.substr(0, dir.size()) == dir;
+        if (!foreign) {
+          const size_t slash = p.rfind('/');
+          file = r.text(slash == std::string_view::npos ? p : p.substr(slash + 1));
+        }
+      }
+      if (r.programFiles.size() < kMaxProgramFiles) {
+        Py_INCREF(code);  // kept: a freed code object's address may be reused by another
+        r.programFiles.emplace(reinterpret_cast<PyObject*>(code), file);
+      }
+    }
+    Py_DECREF(code);
+    if (file >= 0) {
+      line = PyFrame_GetLineNumber(f);
+      Py_DECREF(f);
+      return file;
+    }
+    PyFrameObject* back = PyFrame_GetBack(f);  // new reference
+    Py_DECREF(f);
+    f = back;
+  }
+  return -1;
+}
+
+}  // namespace fastpath
 
 void bindCollectiveFastPath(py::module_& m) {
   using namespace py::literals;

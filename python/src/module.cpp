@@ -7,4 +7,5 @@ PYBIND11_MODULE(_native, m) {
   tpscope::python::bindHealth(m);
   tpscope::python::bindHostStats(m);
   tpscope::python::bindCollectiveFastPath(m);
+  tpscope::python::bindFuncolFastPath(m);
 }

@@ -68,12 +68,7 @@ _OWN_DIR = os.path.dirname(__file__)
 _native.set_foreign_dirs([_TORCH_DIR, _OWN_DIR])  # program_frame passes over their code
 
 
-class _Issue:
-    __slots__ = ("handle", "group", "seq", "op", "layer", "phase", "done")
-
-    def __init__(self, handle, group, seq, op, layer, phase):
-        self.handle, self.group, self.seq, self.op = handle, group, seq, op
-        self.layer, self.phase, self.done = layer, phase, False
+_Issue = _native.Issue  # (handle, group, seq, op, layer, phase) and done: one recorded collective, until it ended
 
 
 _dtype_names = {}  # torch.dtype -> "float32", ...
@@ -107,6 +102,11 @@ def _payload(x):
 _group_ids = {}     # tpscope group name -> the recorder's group id (a name's ranks never change: _rank names them)
 _text_ids = {}      # op or call-site text -> the recorder's text id
 _callsite_ids = {}  # (where, phase, what) -> call-site text id: a step issues the same few dozen again and again
+
+
+def display(op):
+    """How a call site names logical op OP ("all-reduce")."""
+    return _DISPLAY.get(op, op)
 
 
 def _text_id(text):
@@ -160,7 +160,7 @@ def issue_in_group(group, gid, op, payload, ticks=0, what=None):
     display name unless given); returns its _Issue."""
     if payload is not None and not isinstance(payload, torch.Tensor):
         payload = _payload(payload)  # a list of tensors: described here, (dtype name, shape, bytes)
-    cid, layer, phase = callsite_id(what or _DISPLAY.get(op, op))
+    cid, layer, phase = callsite_id(what or display(op))
     handle, seq = _native.collective_issue(gid, _text_id(op), cid, layer, phase, payload, ticks)
     return _Issue(handle, group, seq, op, layer, phase)
 

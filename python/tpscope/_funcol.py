@@ -15,13 +15,13 @@ completes at the call.
 """
 
 import functools
-import threading
 
 import torch
 import torch.distributed as dist
 
 from . import _collectives, _modules, _native
 from ._native import kinds as K
+from ._state import STATE
 
 # function -> (logical op, index of the group argument)
 _FUNCTIONS = {
@@ -45,140 +45,65 @@ _FUNCTIONS = {
     "permute_tensor": ("all_to_all", 2),
 }
 
-class _Depth(threading.local):
-    depth = 0  # a wrapped function called from another (all_gather_tensor -> ...) is not recorded
-
-
-_local = _Depth()
-_pending = {}               # storage of a raw result -> issue: completed by the first wait_tensor on it or a view
+_pending = {}               # storage of a raw result -> Issue: completed by the first wait_tensor on it or a view
 _MAX_PENDING = 4096         # results never waited on (dropped by the program) are forgotten beyond this
-
-
-def _process_group(group, tag):
-    resolved = _module._resolve_group(group, tag)
-    if isinstance(resolved, dist.ProcessGroup):
-        return resolved
-    return dist.distributed_c10d._resolve_process_group(resolved)
-
-
-_groups = {}  # a group argument's key -> (the object it names, tpscope group name, its recorder group id)
-
-
-def _group_of(group, tag):
-    """(tpscope group name, recorder group id) of a functional collective's group argument. DTensor passes (DeviceMesh,
-    dim) on every call; resolving it through funcol's _resolve_group costs tens of microseconds, so a mesh's (or a
-    ProcessGroup's) answer is kept for as long as the object lives (it is kept alive here: its id is never reused).
-    A group name or a list of ranks is resolved at each call: a name may be bound anew after destroy_process_group."""
-    if type(group) is tuple and len(group) == 2:
-        key, anchor = (id(group[0]), group[1], tag), group[0]
-    elif isinstance(group, (str, list)):
-        return _collectives.named(_process_group(group, tag))
-    else:
-        key, anchor = (id(group), tag), group
-    entry = _groups.get(key)
-    if entry is not None and entry[0] is anchor:
-        return entry[1], entry[2]
-    name, gid = _collectives.named(_process_group(group, tag))
-    _groups[key] = (anchor, name, gid)
-    return name, gid
-
-
-def _issue(op, args, kwargs, group_index, ticks):
-    group = args[group_index] if len(args) > group_index else kwargs.get("group")
-    tag = args[group_index + 1] if len(args) > group_index + 1 else kwargs.get("tag", "")
-    try:
-        name, gid = _group_of(group, tag)
-    except Exception:  # a group form this PyTorch does not resolve here: the call runs unrecorded
-        return None
-    return _collectives.issue_in_group(name, gid, op, args[0] if args else None, ticks)
-
-
 _module = None  # torch.distributed._functional_collectives, once install() imported it
 # A tensor's storage address: read from the TensorImpl by tpscope._autograd where it loaded, else through Python
 # method calls by tpscope._native (each is microseconds between matrix products).
 _storage_key = getattr(_modules._CPP_MODULE, "storage_key", None) or _native.storage_key
 
 
-def _raw(result):
-    """The tensors a functional collective returned, each with whether it still has to be waited on."""
+def _resolve(group, tag):
+    """(tpscope group name, recorder group id) of a functional collective's group argument (a (DeviceMesh, dim)
+    pair, a mesh, a ProcessGroup, a group name or a list of ranks). The wrappers keep the answer for a pair or an
+    object (resolving through funcol's _resolve_group costs tens of microseconds) and ask again for a name or a list."""
+    resolved = _module._resolve_group(group, tag)
+    if not isinstance(resolved, dist.ProcessGroup):
+        resolved = dist.distributed_c10d._resolve_process_group(resolved)
+    return _collectives.named(resolved)
+
+
+def _raised(op, group_index, args, kwargs, ticks, exc):
+    """A functional collective raised: recorded as issued at TICKS and failed (its group resolved here, uncached)."""
+    group = args[group_index] if len(args) > group_index else kwargs.get("group")
+    tag = args[group_index + 1] if len(args) > group_index + 1 else kwargs.get("tag", "")
+    try:
+        name, gid = _resolve(group, tag)
+    except Exception:  # a group form this PyTorch does not resolve here: the call ran unrecorded
+        return
+    _collectives._fail(_collectives.issue_in_group(name, gid, op, args[0] if args else None, ticks), exc)
+
+
+def _track(issue, result):
+    """Where a result other than one AsyncCollectiveTensor completes (a list of them, a plain tensor): at once when
+    nothing in it has to be waited on, else at the first wait on any of their storages."""
     items = result if isinstance(result, (list, tuple)) else (result,)
-    out = []
-    for t in items:
-        if isinstance(t, _module.AsyncCollectiveTensor):
-            out.append((t.elem, not t.completed))
-        elif isinstance(t, torch.Tensor):
-            out.append((t, False))
-    return out
-
-
-def _complete(issue):
-    if not issue.done:
-        issue.done = True
-        _native.collective_state(issue.handle, K.STATE_COMPLETED)
+    waiting = [t.elem for t in items if isinstance(t, _module.AsyncCollectiveTensor) and not t.completed]
+    if not waiting:
+        if not issue.done:
+            issue.done = True
+            _native.collective_state(issue.handle, K.STATE_COMPLETED)
+        return
+    if len(_pending) >= _MAX_PENDING:
+        _pending.clear()
+    for t in waiting:
+        key = _storage_key(t)
+        if key is not None:
+            _pending[key] = issue
 
 
 def _wrap(original, op, group_index):
-    @functools.wraps(original)
-    def recorded(*args, **kwargs):
-        depth = _local.depth
-        if depth or not _native.recording():
-            return original(*args, **kwargs)
-        t = _native.ticks()
-        _local.depth = depth + 1
-        try:
-            result = original(*args, **kwargs)
-        except BaseException as e:
-            issue = _issue(op, args, kwargs, group_index, t)
-            if issue is not None:
-                _collectives._fail(issue, e)
-            raise
-        finally:
-            _local.depth = depth
-        # Recorded once the call returned, with the time it was made: a functional collective returns as soon as it is
-        # on its way (in eager mode), so this bookkeeping runs while its data moves, not before it starts, when a peer
-        # already in the collective would wait for it.
-        issue = _issue(op, args, kwargs, group_index, t)
-        if issue is None:
-            return result
-        if type(result) is _module.AsyncCollectiveTensor:  # the common case: one result
-            waiting = () if result.completed else (result.elem,)
-        else:
-            waiting = [t for t, w in _raw(result) if w]
-        if not waiting:
-            _complete(issue)
-            return result
-        if len(_pending) >= _MAX_PENDING:
-            _pending.clear()
-        # Keyed by storage: the wait may come on a view of the result (an AsyncCollectiveTensor's aten.view makes a
-        # new one around a view of its elem), and c10d's functional wait waits on the work that owns the storage.
-        for t in waiting:
-            key = _storage_key(t)
-            if key is not None:
-                _pending[key] = issue
-        return result
-
+    """ORIGINAL recorded (tpscope._native.funcol_wrapper: the wrapper's common path is C; its other paths call _resolve,
+    _raised and _track here and _collectives' callsite_id, _payload, _comm_site and _fail)."""
+    recorded = _native.funcol_wrapper(original, op, _collectives.display(op), group_index)
+    functools.update_wrapper(recorded, original)
     recorded.__tpscope_original__ = original
     return recorded
 
 
 def _wrap_wait(original):
-    @functools.wraps(original)
-    def wait_tensor(tensor):
-        if not _pending:  # nothing issued waits (recording off, or every result waited on)
-            return original(tensor)
-        key = _storage_key(tensor)
-        issue = _pending.pop(key, None) if key is not None else None
-        if issue is None or issue.done:
-            return original(tensor)
-        t0 = _native.ticks()
-        try:
-            out = original(tensor)
-        except BaseException as e:
-            _collectives._fail(issue, e)
-            raise
-        _collectives.waited(issue, t0)
-        return out
-
+    wait_tensor = _native.funcol_wait_wrapper(original)
+    functools.update_wrapper(wait_tensor, original)
     wait_tensor.__tpscope_original__ = original
     return wait_tensor
 
@@ -191,6 +116,9 @@ def install():
     except ImportError:
         return
     _module = funcol
+    _native.funcol_setup(STATE, _pending, funcol.AsyncCollectiveTensor, torch.Tensor, _storage_key, _resolve,
+                         _collectives.callsite_id, _collectives._payload, _raised, _track, _collectives._comm_site,
+                         _collectives._fail, _MAX_PENDING)
     for name, (op, group_index) in _FUNCTIONS.items():
         original = getattr(funcol, name, None)
         if original is None or hasattr(original, "__tpscope_original__"):

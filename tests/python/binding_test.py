@@ -7,6 +7,11 @@
 3. The hooks on a small model trained for 3 steps without torch.distributed: a forward and a backward span per module
    call with its qualified name and layer, one step_stats row per optimizer step with the loss, grad_stats named by
    named_parameters() and equal to torch's norms, a "train step" span per step.
+4. The functional collectives' wrappers (tpscope._native.funcol_wrapper, C) on a one-rank Gloo group, after the
+   model's steps: each outermost call recorded once with its sequence number, op, payload and the program's line as
+   its call site, whatever way the group is passed; a call that raised recorded as failed; a list payload and a list
+   result (the coalesced form) completed; a wrapped function called by another (permute_tensor's all_to_all_single)
+   recorded once; nothing recorded while set_funcol_recording(False).
 """
 
 import argparse
@@ -164,9 +169,18 @@ def hooked_model(work):
         opt.zero_grad()
         loss.backward()
         opt.step()
+    funcol_lines = funcol_calls()
     tpscope.stop()
     db = sqlite3.connect(os.path.join(work, "rank-0.db"))
     q = lambda sql: db.execute(sql).fetchall()
+    expect("the functional collectives", q("SELECT seq, op, dtype, shape, bytes, callsite, state, step FROM collectives "
+                                           "WHERE group_name = 'world' ORDER BY seq"),
+           [(1, "all_reduce", "float32", "[2,3]", 24, "binding_test.py:%d all-reduce" % funcol_lines[0], "completed", 4),
+            (2, "all_reduce", "float32", "[2,3]", 24, "binding_test.py:%d all-reduce" % funcol_lines[1], "completed", 4),
+            (3, "all_gather", "float32", "[2,3]", 24, "binding_test.py:%d all-gather" % funcol_lines[2], "completed", 4),
+            (4, "all_reduce", "float32", "[2,3]", 24, "binding_test.py:%d all-reduce" % funcol_lines[3], "failed", 4),
+            (5, "all_reduce", "float32", "[2,3]", 48, "binding_test.py:%d all-reduce" % funcol_lines[4], "completed", 4),
+            (6, "all_to_all", "float32", "[6]", 24, "binding_test.py:%d all-to-all" % funcol_lines[5], "completed", 4)])
     per_phase = q("SELECT name, phase, layer, count(*) FROM span_view WHERE kind = 'compute' AND name LIKE 'layers.%' "
                   "GROUP BY name, phase ORDER BY name, phase")
     want = []
@@ -194,6 +208,45 @@ def hooked_model(work):
     expect("grad_stats", q("SELECT param, layer FROM grad_view WHERE step = 2 ORDER BY param"),
            [("embed.weight", -1), ("head.bias", -1), ("head.weight", -1), ("layers.0.fc.bias", 0),
             ("layers.0.fc.weight", 0), ("layers.1.fc.bias", 1), ("layers.1.fc.weight", 1)])
+
+
+def funcol_calls():
+    """Section 4's calls (recording on, instrumented); returns the line of each recorded one."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed import _functional_collectives as funcol
+    from tpscope import _native as N
+    here = lambda: sys._getframe(1).f_lineno
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    lines = []
+    try:
+        expect("funcol.all_reduce wrapped", type(funcol.all_reduce).__name__, "FuncolWrapper")
+        expect("the wrapper's name", (funcol.all_reduce.__name__, funcol.all_reduce.__wrapped__.__name__),
+               ("all_reduce", "all_reduce"))
+        world = dist.group.WORLD
+        x = torch.ones(2, 3)
+        y = funcol.all_reduce(x, "sum", world); lines.append(here())  # noqa: E702 (the line is the call site)
+        expect("all_reduce", float((y * 1).sum()), 6.0)  # the first use waits
+        y = funcol.all_reduce(x, reduceOp="sum", group=world); lines.append(here())  # noqa: E702
+        expect("all_reduce by keyword", float((y * 1).sum()), 6.0)
+        y = funcol.all_gather_tensor(x, 0, world.group_name); lines.append(here())  # noqa: E702
+        expect("all_gather_tensor by group name", list((y * 1).shape), [2, 3])
+        try:
+            funcol.all_reduce(x, "no such op", world)
+            fail("an unknown reduce op was accepted")
+        except (ValueError, RuntimeError):
+            lines.append(here() - 3)
+        N.set_funcol_recording(False)
+        y = funcol.all_reduce(x, "sum", world)  # not recorded: takes no sequence number
+        float((y * 1).sum())
+        N.set_funcol_recording(True)
+        ys = funcol.all_reduce_coalesced([x, x], "sum", world); lines.append(here())  # noqa: E702
+        expect("all_reduce_coalesced", [float((t * 1).sum()) for t in ys], [6.0, 6.0])
+        y = funcol.permute_tensor(x.flatten(), [0], world); lines.append(here())  # noqa: E702
+        expect("permute_tensor", float((y * 1).sum()), 6.0)
+    finally:
+        dist.destroy_process_group()
+    return lines
 
 
 def host_reads():
