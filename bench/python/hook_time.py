@@ -44,13 +44,12 @@ def main():
     def timed(owner, name, label):
         overhead_stats.timed(owner, name, spent, label, time.perf_counter)
 
-    # Before instrument(): the module hooks are registered by reference when it installs them.
-    timed(_modules, "_pre_hook", "module pre-hook (forward span begins)")
-    timed(_modules, "_post_hook", "module post-hook (span, output check, backward-region walk)")
+    # Before instrument(), which registers the module hooks (C with the C++ walk, Python with the Python walk).
+    overhead_stats.timed_hooks(_modules, spent, ("module pre-hook (forward span begins)",
+                                                 "module post-hook (span, output check, backward-region walk)"),
+                               time.perf_counter)
     timed(_modules, "_watch_output", "  of which the output check (Python walk)")
     timed(_modules, "_attach_backward", "  of which the backward-region walk (Python walk)")
-    if _modules._CPP_MODULE is not None:  # the C++ walk: span, output check and walk in one call
-        timed(_modules._CPP_MODULE, "forward_done", "  of which tpscope._autograd.forward_done (check and walk)")
     timed(_modules, "_start", "backward start hooks")
     timed(_modules._Backward, "node_done", "backward end hooks (region sinks)")
     timed(_modules, "backward_finished", "backward() returned")

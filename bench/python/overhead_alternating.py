@@ -2,7 +2,7 @@
 """What recording costs a multi-rank PyTorch 2.x program, step against step in the same processes: every rank runs
 SAMPLE (samples/python/llama_tp.py at TP = 2 unless --sample names another script that takes --steps) under
 tpscope's hooks, and recording alternates ON and OFF after every optimizer step, on every rank alike (a global
-optimizer step post-hook flips the gate every hook checks, tpscope._native.recording). OFF is not an uninstrumented
+optimizer step post-hook pauses and resumes tpscope._native.recording(), the gate every hook checks). OFF is not an uninstrumented
 run: the hooks stay installed and return after that one check. What separate processes cannot resolve on a shared
 2-core machine (rounds of bench/python/profiler_compare.py scatter by ±10 %: which process got which core, the
 allocator's layout), this does: each ON step has an OFF step beside it.
@@ -52,20 +52,18 @@ ENTRY_LABELS = ("module pre-hook (the call's start)", "module post-hook (forward
 
 
 def _time_entries(spent):
-    """Thread-CPU timers around tpscope's entry points: spent[label] = [ns, calls]. Before instrument(): the module
-    hooks are registered by reference when it installs them."""
+    """Thread-CPU timers around tpscope's entry points: spent[label] = [ns, calls]. Before instrument(), which
+    registers the module hooks."""
     from tpscope import _modules, _training
     clock = time.thread_time_ns
 
-    for (owner, name), label in zip(((_modules, "_pre_hook"), (_modules, "_post_hook"), (_training, "_on_loss"),
-                                     (_modules, "backward_finished"), (_training, "_grad_health")), ENTRY_LABELS):
+    overhead_stats.timed_hooks(_modules, spent, ENTRY_LABELS[:2], clock)
+    for (owner, name), label in zip(((_training, "_on_loss"), (_modules, "backward_finished"),
+                                     (_training, "_grad_health")), ENTRY_LABELS[2:]):
         overhead_stats.timed(owner, name, spent, label, clock)
     # Parts inside those (a label that starts with spaces: not added to the total again).
     from tpscope import _native
     overhead_stats.timed(_native, "host_stats", spent, "  of which the gradients' one-pass read (host_stats)", clock)
-    if _modules._CPP_MODULE is not None:
-        overhead_stats.timed(_modules._CPP_MODULE, "forward_done", spent,
-                             "  of the post-hook: forward_done (span, output check, walk; C++)", clock)
 
 
 def _time_funcol(spent):
@@ -115,15 +113,15 @@ def _rank_main(out_json, off, script_argv):
     import tpscope
     from tpscope import _funcol, _modules, _native, _training
     from tpscope._native import kinds as K
-    for owner, name in ((_modules, "_pre_hook"), (_funcol, "install"), (_training, "_grad_health"),
-                        (_native, "recording"), (_native, "set_funcol_recording")):
+    for owner, name in ((_modules, "hooks"), (_funcol, "install"), (_training, "_grad_health"),
+                        (_native, "set_paused")):
         if not callable(getattr(owner, name, None)):  # renamed: leaving it out would silently leave it in
             raise SystemExit("overhead_alternating.py: %s.%s is gone; update --off" % (owner.__name__, name))
     for name in ("WATCH", "WALK"):
         if getattr(_modules, name, None) is not True:
             raise SystemExit("overhead_alternating.py: _modules.%s is gone; update --off" % name)
     if "modules" in off:
-        _modules._pre_hook = lambda module, inputs: None
+        _modules.hooks = lambda: (lambda module, inputs: None, lambda module, inputs, output: None)
     if "funcol" in off:
         _funcol.install = lambda: None
     if "health" in off:
@@ -136,9 +134,7 @@ def _rank_main(out_json, off, script_argv):
     spent = collections.defaultdict(lambda: [0, 0])
     if entries:
         _time_entries(spent)
-    native_recording = _native.recording
     state = {"on": True}
-    _native.recording = lambda: state["on"] and native_recording()  # every hook's gate
     tpscope.start()
     tpscope.instrument()
     if entries:
@@ -153,7 +149,7 @@ def _rank_main(out_json, off, script_argv):
         last[:] = now
         if not entries:
             state["on"] = not state["on"]
-            _native.set_funcol_recording(state["on"])  # the functional collectives' wrappers are C: their gate
+            _native.set_paused(not state["on"])  # the gate every hook and wrapper checks (tpscope._native.recording)
         elif len(rows) == ENTRIES_WARMUP:
             spent.clear()  # the first steps index the model and resolve the groups
 
@@ -161,8 +157,7 @@ def _rank_main(out_json, off, script_argv):
     sys.argv = list(script_argv)
     sys.path[0] = os.path.dirname(os.path.abspath(script_argv[0]))
     runpy.run_path(script_argv[0], run_name="__main__")
-    _native.recording = native_recording
-    _native.set_funcol_recording(True)
+    _native.set_paused(False)
     tpscope.stop()
     if out_json:
         with open(out_json, "w") as f:

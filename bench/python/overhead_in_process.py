@@ -54,9 +54,6 @@ def main():
     tpscope.instrument()
     tpscope.start()
     from tpscope import _modules, _native
-    native_recording = _native.recording
-    state = {"on": True}
-    _native.recording = lambda: state["on"] and native_recording()  # every hook's gate (python/tpscope)
     margs, model = sample_model.build(model_args)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     on_name = "ON (%s walk)" % _modules.walk()
@@ -65,7 +62,7 @@ def main():
     step = 0
     for b in range(len(sides) * (args.blocks + 1)):  # the first block of each side warms up and is not counted
         side = sides[b % len(sides)]
-        state["on"] = side != "OFF (hooked)"
+        _native.set_paused(side == "OFF (hooked)")  # every hook's gate (tpscope._native.recording)
         _modules.select_walk(side != "ON (Python walk)")
         for i in range(args.block):
             step += 1
@@ -74,7 +71,7 @@ def main():
             sample_ = (time.perf_counter() - t0, time.process_time() - c0, time.thread_time() - m0)
             if i > 0 and b >= len(sides):
                 times[side].append(sample_)
-    _native.recording = native_recording
+    _native.set_paused(False)
     _modules.select_walk(True)
     tpscope.stop()
     med = {side: [statistics.median(x[k] for x in times[side]) * 1e3 for k in range(3)] for side in sides}

@@ -3,6 +3,7 @@ ratio_ci (a bootstrap 95 % confidence interval of a median), ci_text, free_port 
 run_overhead.py of its own); and timed, the timer the scripts that attribute time put around tpscope's entry points."""
 import importlib.util
 import os
+import types
 
 _spec = importlib.util.spec_from_file_location(
     "capture_run_overhead", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "capture", "run_overhead.py"))
@@ -29,3 +30,18 @@ def timed(owner, name, tally, label, clock):
             entry[1] += 1
 
     setattr(owner, name, call)
+
+
+def timed_hooks(modules, tally, labels, clock):
+    """Times the global module hooks tpscope._modules.install() registers (modules.hooks(): tpscope._autograd's C
+    callables or the Python ones, whichever walk is in use) as LABELS (pre-hook, post-hook). Before instrument()."""
+    chosen = modules.hooks
+
+    def hooks():
+        pair = types.SimpleNamespace(pre=None, post=None)
+        pair.pre, pair.post = chosen()
+        timed(pair, "pre", tally, labels[0], clock)
+        timed(pair, "post", tally, labels[1], clock)
+        return pair.pre, pair.post
+
+    modules.hooks = hooks

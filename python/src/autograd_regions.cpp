@@ -15,6 +15,8 @@
 //
 // Threading: forward_done/end_root_call/current/backward_finished are called with the GIL; the hooks run on autograd's
 // threads without it. One mutex guards the state; the hooks never take the GIL, so no lock order can deadlock.
+#include "autograd_regions.h"
+
 #include <c10/core/GradMode.h>
 #include <pybind11/pybind11.h>
 #include <torch/csrc/autograd/function.h>
@@ -292,10 +294,10 @@ py::object watchOutput(const std::vector<py::handle>& outs) {
   return py::none();
 }
 
-// forward_done(info, fwd_site, bwd_site, layer, index, t0, output, inputs, watch, walk): a module call's forward
-// returned — its forward span from T0 to now; then, while gradients are enabled, the output check (WATCH: a leaf
-// module, below the step's limit) and the backward region's walk (WALK). What _modules._post_hook does in Python, in
-// one call. Returns the output check's finding: None, a non-finite sum, or the tensor to sum on its device.
+// forward_done(info, fwd_site, bwd_site, layer, index, t0, output, inputs, watch, walk), module_hooks.cpp's post-hook:
+// a module call's forward returned — its forward span from T0 to now; then, while gradients are enabled, the output
+// check (WATCH: a leaf module, below the step's limit) and the backward region's walk (WALK). What _modules._post_hook
+// does in Python. Returns the output check's finding: None, a non-finite sum, or the tensor to sum on its device.
 py::object forwardDone(int info, int fwdSite, int bwdSite, int layer, int64_t index, uint64_t t0, py::handle output,
                        py::handle inputs, bool watch, bool walk) {
   const void* site = api->site(fwdSite);
@@ -374,6 +376,19 @@ py::dict stats() {
 
 }  // namespace
 
+namespace tpscope::python::regions {
+const SpanApi& api() {
+  return *::api;
+}
+py::object forwardDone(int info, int fwdSite, int bwdSite, int layer, int64_t index, uint64_t t0, py::handle output,
+                       py::handle inputs, bool watch, bool walk) {
+  return ::forwardDone(info, fwdSite, bwdSite, layer, index, t0, output, inputs, watch, walk);
+}
+void endRootCall() {
+  ::endRootCall();
+}
+}  // namespace tpscope::python::regions
+
 PYBIND11_MODULE(_autograd, m) {
   m.doc() = "tpscope's backward spans of module calls, on LibTorch's autograd graph (see tpscope/_modules.py)";
   // An ImportError either way, which the package answers by walking in Python (tpscope/_modules.py).
@@ -386,12 +401,11 @@ PYBIND11_MODULE(_autograd, m) {
     throw py::import_error("tpscope._native and tpscope._autograd come from different builds");
   api = found;
   using namespace py::literals;
-  m.def("forward_done", &forwardDone, "info"_a, "fwd_site"_a, "bwd_site"_a, "layer"_a, "index"_a, "t0"_a, "output"_a,
-        "inputs"_a, "watch"_a, "walk"_a);
   m.def("storage_key", &storageKey, "tensor"_a);
   m.def("end_root_call", &endRootCall);
   m.def("backward_finished", &backwardFinished);
   m.def("current", &current);
   m.def("stats", &stats);
+  tpscope::python::regions::bindModuleHooks(m);
   m.attr("torch_version") = TPSCOPE_AUTOGRAD_TORCH_VERSION;
 }

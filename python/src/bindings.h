@@ -33,6 +33,9 @@ void bindFuncolFastPath(pybind11::module_& m);
 // DATA holds a NaN or ±Inf, its sum then in *SUM (host_nonfinite without Python; the caller holds the memory).
 bool hostNonfiniteSum(const void* data, int64_t numel, int dtype, double* sum);
 
+// Whether the package's hooks record now: the recorder started and set_paused not set (recorder_binding.cpp).
+bool packageRecording();
+
 // The span site interned as ID by site() (recorder_binding.cpp), or nullptr.
 const probes::Site* spanSite(int id);
 

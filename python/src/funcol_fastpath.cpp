@@ -176,7 +176,6 @@ struct Context {
 
 Context* ctx = nullptr;  // set by funcol_setup; leaked, as it holds Python references past the interpreter's teardown
 thread_local int depth = 0;  // a wrapped function called from another (all_gather_tensor -> ...) is not recorded
-bool enabled = true;         // set_funcol_recording: off, every call passes through unrecorded
 
 constexpr size_t kMaxProgramSites = 65536;
 constexpr const char* kPhaseNames[] = {"", "forward", "backward", "optimizer", "data", "other"};  // probes::Phase
@@ -489,7 +488,7 @@ bool track(PyObject* issue, PyObject* result) {
 // starts, when a peer already in the collective would wait for it.
 PyObject* callRecorded(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   auto* w = reinterpret_cast<WrapperObject*>(self);
-  if (depth != 0 || !enabled || ctx == nullptr || !probes::recording())
+  if (depth != 0 || ctx == nullptr || !packageRecording())
     return PyObject_Vectorcall(w->original, args, nargsf, kwnames);
   const uint64_t ticks = probes::rawTicks();
   ++depth;
@@ -707,10 +706,6 @@ void bindFuncolFastPath(py::module_& m) {
       "state"_a, "pending"_a, "async_type"_a, "tensor_type"_a, "storage_key"_a, "resolve_group"_a, "callsite"_a,
       "payload"_a, "raised"_a, "track"_a, "comm_site"_a, "fail"_a, "max_pending"_a,
       "What the functional-collective wrappers read and call back into (tpscope/_funcol.py's install).");
-  m.def(
-      "set_funcol_recording", [](bool on) { enabled = on; }, "on"_a,
-      "Whether the functional-collective wrappers record (True unless turned off): the gate "
-      "bench/python/overhead_alternating.py flips with the one the Python hooks read, tpscope._native.recording.");
   m.def(
       "funcol_wrapper",
       [](py::handle original, py::str op, const std::string& what, int groupIndex) {

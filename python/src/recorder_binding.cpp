@@ -68,6 +68,10 @@ class SiteRegistry {
   std::map<std::tuple<std::string, int, int, std::string>, int> ids_;
 };
 
+// set_paused: while set, the package's hooks and wrappers pass every call through unrecorded. Written and read with
+// the GIL held (the C hooks check it from Python's calls into them).
+bool g_paused = false;
+
 // tpscope._native._span_api (span_api.h): the same sites, clock and span push for tpscope._autograd.
 const SpanApi kSpanApi{
     kSpanApiVersion,
@@ -77,6 +81,7 @@ const SpanApi kSpanApi{
       if (probes::recording()) probes::emitSpan(static_cast<const probes::Site*>(site), t0, t1, layer);
     },
     &hostNonfiniteSum,
+    &packageRecording,
 };
 
 py::tuple statusTuple(const tracedb::Status& s) { return py::make_tuple(s.isOk(), s.message()); }
@@ -171,6 +176,10 @@ py::dict recorderStats() {
 
 }  // namespace
 
+bool packageRecording() {
+  return !g_paused && probes::recording();
+}
+
 const probes::Site* spanSite(int id) {
   return SiteRegistry::instance().find(id);
 }
@@ -220,7 +229,12 @@ void bindRecorder(py::module_& m) {
         "Final flush, ranks.exit_reason, closes the file. No-op when not started.");
   m.def("flush", &probes::flushNow, "Commits everything recorded so far (at most 5 s).");
   m.def("started", &probes::started);
-  m.def("recording", &probes::recording, "One relaxed atomic load.");
+  m.def("recording", &packageRecording,
+        "Whether the package's hooks record now: started and not paused (one relaxed atomic load and a flag).");
+  m.def(
+      "set_paused", [](bool paused) { g_paused = paused; }, "paused"_a,
+      "While PAUSED, recording() is False: every hook and wrapper of the package passes its calls through "
+      "unrecorded, the recorder staying started (bench/python/overhead_alternating.py's OFF steps).");
   m.def("output_path", [] { return probes::outputPath(); });
   m.def("recorder_stats", &recorderStats);
   m.def("set_rank_info", &setRankInfo, "tp_rank"_a, "tp_size"_a, "dp_rank"_a, "dp_size"_a, "device"_a = "cpu",

@@ -22,8 +22,10 @@ struct SpanApi {
   // NaN or ±Inf, its sum then in *sum: the module-output check of tpscope._native.host_nonfinite, read in one pass.
   // Any thread; the caller keeps the memory alive.
   bool (*hostNonfinite)(const void* data, int64_t numel, int dtype, double* sum);
+  // Whether the package's hooks record now: tpscope._native.recording(). With the GIL held.
+  bool (*recording)();
 };
 
-inline constexpr int kSpanApiVersion = 2;
+inline constexpr int kSpanApiVersion = 3;
 
 }  // namespace tpscope::python

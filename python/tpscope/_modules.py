@@ -19,8 +19,10 @@ instead of its nodes, so the walk costs O(nodes) per forward pass whatever the n
 runs (a branch that needs no gradient) end at the last node that did, when backward() returns.
 
 The walk and the node hooks run in C++ (tpscope._autograd, src/autograd_regions.cpp: the same algorithm on LibTorch's
-Node objects, hooks that autograd runs without the GIL) when the package was built against the PyTorch loaded now;
-otherwise, or with TPSCOPE_AUTOGRAD=python, in Python below. On the sample the walk and its node hooks take 0.8 ms
+Node objects, hooks that autograd runs without the GIL) when the package was built against the PyTorch loaded now,
+and so do the global module hooks themselves (src/module_hooks.cpp: _pre_hook and _post_hook's work as C callables,
+calling back here for a module not seen yet and an output the check found); otherwise, or with
+TPSCOPE_AUTOGRAD=python, in Python below. On the sample the walk and its node hooks take 0.8 ms
 per step in C++ against 3.0 ms in Python (docs/capture.md); both record the same spans (tests/python/walk_test.py).
 
 Non-finite check: each leaf module's first floating-point output (a module with submodules mostly returns a child's
@@ -33,6 +35,7 @@ _training). Only while gradients are enabled (training), at most _ACT_LIMIT per 
 
 import os
 import re
+import sys
 
 import torch
 from torch.nn.modules import module as nn_module
@@ -186,19 +189,27 @@ def _nested_tensors(x, depth):
             yield from _nested_tensors(v, depth + 1)
 
 
+def _info_of(module):
+    """(module, ModuleInfo) of a module called now that has none yet: a root indexes its named_modules(); a module
+    that is no root's submodule is named after the call it runs in."""
+    stack = STATE.forward_stack
+    if not stack:
+        _index_root(module)
+    else:
+        _infos[id(module)] = (module, ModuleInfo(stack[-1][CALL_INFO].name + "." + type(module).__name__, False,
+                                                 next(module.children(), None) is None))
+    return _infos[id(module)]
+
+
 def _pre_hook(module, inputs):
+    """The Python walk's global forward pre-hook (tpscope._autograd.pre_hook is the same in C)."""
     if not _native.recording():
         return None
     global _calls
     stack = STATE.forward_stack
     entry = _infos.get(id(module))
     if entry is None or entry[0] is not module:
-        if not stack:
-            _index_root(module)
-        else:
-            _infos[id(module)] = (module, ModuleInfo(stack[-1][CALL_INFO].name + "." + type(module).__name__, False,
-                                                     next(module.children(), None) is None))
-        entry = _infos[id(module)]
+        entry = _info_of(module)
     if not stack and on_root_forward is not None:
         on_root_forward(inputs)
     _calls += 1
@@ -207,27 +218,23 @@ def _pre_hook(module, inputs):
 
 
 def _post_hook(module, inputs, output):
+    """The Python walk's global forward hook (tpscope._autograd.post_hook is the C++ walk's, in C: the span, the output
+    check and the walk in one call)."""
     stack = STATE.forward_stack
     i = len(stack) - 1
     while i >= 0 and stack[i][CALL_MODULE] is not module:  # a forward that raised leaves its calls behind
         i -= 1
     if i < 0:
         return None
-    _, info, t0, index = call = stack[i]
+    _, info, t0, _ = call = stack[i]
     del stack[i:]
-    if _CPP is not None:  # the span, the output check and the walk in one call (tpscope._autograd.forward_done)
-        found = _CPP.forward_done(info.number, info.fwd_site, info.bwd_site, info.layer, index, t0, output,
-                                  inputs, WATCH and info.leaf and len(_activations) < _ACT_LIMIT, WALK)
-        if found is not None:
-            _watched(info, found)
-    else:
-        _native.span_end(info.fwd_site, t0, info.layer)
-        if torch.is_grad_enabled():
-            outs = _tensors(output)
-            if WATCH and info.leaf:
-                _watch_output(info, outs)
-            if WALK:
-                _attach_backward(call, inputs, outs)
+    _native.span_end(info.fwd_site, t0, info.layer)
+    if torch.is_grad_enabled():
+        outs = _tensors(output)
+        if WATCH and info.leaf:
+            _watch_output(info, outs)
+        if WALK:
+            _attach_backward(call, inputs, outs)
     if not stack:
         _end_root_call()
     return None
@@ -265,7 +272,7 @@ def take_activations():
 
 
 def _attach_backward(call, inputs, outs):
-    """The Python walk's backward region of a module call (the C++ walk's is in tpscope._autograd.forward_done)."""
+    """The Python walk's backward region of a module call (the C++ walk's is in tpscope._autograd.post_hook)."""
     _, info, _, index = call
     out_nodes = [(t, t.grad_fn) for t in outs if t.grad_fn is not None]
     if not out_nodes:
@@ -429,9 +436,27 @@ def select_walk(cpp):
     name. Only between training steps (benchmarks compare the two in one process)."""
     global _CPP
     _CPP = _CPP_MODULE if cpp else None
+    if _handles:
+        install()
     return walk()
 
 
+def hooks():
+    """(pre-hook, post-hook) of the walk in use, as install() registers them: tpscope._autograd's C callables with
+    the C++ walk, else _pre_hook and _post_hook (benchmarks wrap what this returns)."""
+    if _CPP is not None:
+        return _CPP.pre_hook, _CPP.post_hook
+    return _pre_hook, _post_hook
+
+
+_handles = []  # the registered global hooks' handles
+
+
 def install():
-    nn_module.register_module_forward_pre_hook(_pre_hook)
-    nn_module.register_module_forward_hook(_post_hook)
+    """Registers the global module hooks of the walk in use (again: replacing those registered before)."""
+    for handle in _handles:
+        handle.remove()
+    if _CPP_MODULE is not None:
+        _CPP_MODULE.hooks_setup(STATE.forward_stack, _infos, _activations, sys.modules[__name__], _info_of, _ACT_LIMIT)
+    pre, post = hooks()
+    _handles[:] = [nn_module.register_module_forward_pre_hook(pre), nn_module.register_module_forward_hook(post)]

@@ -11,7 +11,7 @@
    model's steps: each outermost call recorded once with its sequence number, op, payload and the program's line as
    its call site, whatever way the group is passed; a call that raised recorded as failed; a list payload and a list
    result (the coalesced form) completed; a wrapped function called by another (permute_tensor's all_to_all_single)
-   recorded once; nothing recorded while set_funcol_recording(False).
+   recorded once; nothing recorded while set_paused(True).
 """
 
 import argparse
@@ -236,10 +236,11 @@ def funcol_calls():
             fail("an unknown reduce op was accepted")
         except (ValueError, RuntimeError):
             lines.append(here() - 3)
-        N.set_funcol_recording(False)
+        N.set_paused(True)
+        expect("recording() while paused", N.recording(), False)
         y = funcol.all_reduce(x, "sum", world)  # not recorded: takes no sequence number
         float((y * 1).sum())
-        N.set_funcol_recording(True)
+        N.set_paused(False)
         ys = funcol.all_reduce_coalesced([x, x], "sum", world); lines.append(here())  # noqa: E702
         expect("all_reduce_coalesced", [float((t * 1).sum()) for t in ys], [6.0, 6.0])
         y = funcol.permute_tensor(x.flatten(), [0], world); lines.append(here())  # noqa: E702

@@ -8,7 +8,7 @@ none), name the right module as running inside a custom Function's backward (whe
 two runs must nest their spans the same way (which span lies inside which). Where the build made
 tpscope._autograd for this PyTorch, the default run must have used it — a C++ walk that silently fell back to Python
 fails here — and after training it must hold no autograd node and no running span. The module-output check's
-findings (the C++ one in tpscope._autograd.forward_done, the Python one in _modules) must be the same, call for call:
+findings (the C++ one in tpscope._autograd.post_hook, the Python one in _modules) must be the same, call for call:
 the dict output's transposed view handed back to be summed in every forward, the NaN first found at blocks.1.poison's
 output in the last step and nowhere before.
 """
