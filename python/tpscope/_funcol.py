@@ -12,6 +12,11 @@ A functional collective returns at once (an AsyncCollectiveTensor in eager mode)
 first used, which calls `wait_tensor`. That wait is wrapped too: it records the completion and a Comm span for the
 time the thread was blocked, as RecordedWork.wait does for c10d. A result that was waited on already (traced code)
 completes at the call.
+
+The wrappers are C callables (tpscope._native.funcol_wrapper and funcol_wait_wrapper, python/src/funcol_fastpath.cpp):
+a Python wrapper cost ~25 µs a call and ~10 µs a wait between DTensor's matrix products. What is here is their setup
+and the rules of their rarer paths, which they call back into: a group named by a string or a list of ranks
+(_resolve), a call that raised (_raised), a result that is a list (_track).
 """
 
 import functools
