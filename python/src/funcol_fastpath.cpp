@@ -42,8 +42,9 @@ namespace {
 // ---- Issue: one recorded collective, until it completed or failed -------------------------------------------------
 
 struct IssueObject {
-  PyObject_HEAD unsigned long long handle;  // the recorder's (0 when not recording)
-  PyObject* group;                          // tpscope group name (str)
+  PyObject ob_base;           // PyObject_HEAD
+  unsigned long long handle;  // the recorder's (0 when not recording)
+  PyObject* group;            // tpscope group name (str)
   unsigned long long seq;
   PyObject* op;  // logical op (str)
   int layer;
@@ -351,7 +352,8 @@ bool groupOf(PyObject* group, PyObject* tag, PyObject*& name, long long& gid) {
 // ---- the wrappers -------------------------------------------------------------------------------------------------
 
 struct WrapperObject {
-  PyObject_HEAD vectorcallfunc vectorcall;
+  PyObject ob_base;  // PyObject_HEAD
+  vectorcallfunc vectorcall;
   PyObject* original;  // the function it stands for
   PyObject* op;        // logical op (str); None for wait_tensor
   int opId;
