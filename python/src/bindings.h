@@ -26,7 +26,8 @@ void bindHostStats(pybind11::module_& m);
 // intern_text, collective_group, collective_issue, collective_waited, program_frame, storage_key: the collective
 // wrappers' hot path, on interned ids (collective_fastpath.cpp).
 void bindCollectiveFastPath(pybind11::module_& m);
-// Issue, funcol_setup, funcol_wrapper, funcol_wait_wrapper: the functional collectives' wrappers (funcol_fastpath.cpp).
+// Issue, set_state, where, callsite_id, funcol_setup, funcol_wrapper, funcol_wait_wrapper: the call site of a
+// collective and the functional collectives' wrappers (funcol_fastpath.cpp).
 void bindFuncolFastPath(pybind11::module_& m);
 
 // Whether the DTYPE-coded (host_stats' codes: 0 float32, 1 float64, 2 float16, 3 bfloat16) buffer of NUMEL values at

@@ -9,12 +9,13 @@
 // issue's object, the pending table) were each microseconds of cold bytecode; here they are one C call, which takes
 // the call's arguments as they come (vectorcall) and hands them on unchanged.
 //
-// The common path runs here alone: a group given as (DeviceMesh, dim) or as an object already seen, the call site of
-// the module running now (forward or backward) or of the program's own line, and one AsyncCollectiveTensor as the
-// result. Every other path calls back into the Python that holds its rules (funcol_setup names them): a group named
-// by a string or a list of ranks (resolved at each call: a name may be bound anew), a call-site or module override
-// (DDP's buckets, the health vote, FSDP2), a collective that raised, a result that is a list, a payload that is a
-// list, a wait that raised. What is recorded is the same either way.
+// The common path runs here alone: a group given as (DeviceMesh, dim) or as an object already seen, the call site,
+// and one AsyncCollectiveTensor as the result. The call site's rule is here and only here (where, callsite_id: the
+// c10d path and STATE.where() ask these too): the module and phase from STATE, a call-site or module override (DDP's
+// buckets, the health vote, FSDP2), the program's own line outside every module. Every other path calls back into
+// the Python that holds its rules (funcol_setup names them): a group named by a string or a list of ranks (resolved
+// at each call: a name may be bound anew), a collective that raised, a result or payload that is a list, a wait that
+// raised. What is recorded is the same either way.
 //
 // Every function here holds the GIL.
 #include <Python.h>
@@ -119,13 +120,12 @@ PyType_Spec kIssueSpec = {"tpscope._native.Issue", sizeof(IssueObject), 0, Py_TP
 // ---- what the wrappers read, set once by funcol_setup -------------------------------------------------------------
 
 struct Context {
-  PyObject* state = nullptr;         // tpscope._state.STATE
+  PyObject* state = nullptr;         // tpscope._state.STATE (set_state)
   PyObject* pending = nullptr;       // dict: storage key of a result not yet waited on -> its Issue
   PyObject* asyncType = nullptr;     // AsyncCollectiveTensor
   PyObject* tensorType = nullptr;    // torch.Tensor
   PyObject* storageKey = nullptr;    // (tensor) -> int or None
   PyObject* resolveGroup = nullptr;  // (group, tag) -> (name, group id); raises where it cannot
-  PyObject* callsite = nullptr;      // (what) -> (call-site id, layer, phase): with an override set
   PyObject* payload = nullptr;       // (list of tensors) -> (dtype name, shape, bytes)
   PyObject* raised = nullptr;        // (op, group_index, args, kwargs, ticks, exc): a call that raised
   PyObject* track = nullptr;         // (issue, result): a result that is not one AsyncCollectiveTensor
@@ -175,7 +175,8 @@ struct Context {
   std::unordered_map<long long, const probes::Site*> waitSites;
 };
 
-Context* ctx = nullptr;  // set by funcol_setup; leaked, as it holds Python references past the interpreter's teardown
+Context* ctx = nullptr;  // made when the module loads; leaked, as it holds Python references past the interpreter's
+                         // teardown. The wrappers record once funcol_setup gave them what they call (asyncType set).
 thread_local int depth = 0;  // a wrapped function called from another (all_gather_tensor -> ...) is not recorded
 
 constexpr size_t kMaxProgramSites = 65536;
@@ -198,12 +199,7 @@ int joinedText(std::string_view name, int phase, int what) {
 }
 
 // The call site of module call INFO (a ModuleInfo) for op WHAT in PHASE. False with an exception set.
-bool moduleSite(PyObject* info, int phase, int what, int& cid, int& layer) {
-  PyObject* layerObj = PyObject_GetAttr(info, ctx->sLayer);
-  if (layerObj == nullptr) return false;
-  layer = static_cast<int>(PyLong_AsLong(layerObj));
-  Py_DECREF(layerObj);
-  if (layer == -1 && PyErr_Occurred()) return false;
+bool moduleSite(PyObject* info, int phase, int what, int& cid) {
   auto& sites = ctx->moduleSites[info];
   if (sites.empty()) Py_INCREF(info);  // first sight: kept, so that its address keeps naming it
   if (auto it = sites.find(siteKey(phase, what)); it != sites.end()) {
@@ -213,12 +209,9 @@ bool moduleSite(PyObject* info, int phase, int what, int& cid, int& layer) {
   PyObject* name = PyObject_GetAttr(info, ctx->sName);
   if (name == nullptr) return false;
   const char* text = PyUnicode_AsUTF8(name);
-  if (text == nullptr) {
-    Py_DECREF(name);
-    return false;
-  }
-  cid = joinedText(text, phase, what);
+  if (text != nullptr) cid = joinedText(text, phase, what);
   Py_DECREF(name);
+  if (text == nullptr) return false;
   sites.emplace(siteKey(phase, what), cid);
   return true;
 }
@@ -243,26 +236,30 @@ int truthy(PyObject* owner, PyObject* name) {
   return t;
 }
 
-// (call-site id, layer, phase) of a collective issued now for display op WHAT: what _collectives.callsite_id answers
-// through STATE.where(). False with an exception set.
-bool callsite(int what, int& cid, int& layer, int& phase) {
+// Where a collective issued now belongs (STATE.where(), tpscope/_state.py): the phase — optimizer, backward, forward
+// or none, in that order — and the module: the one module_override names (FSDP2 moving a module's parameters from
+// another module's hook), else the module running now — in backward the innermost one whose backward has begun, else
+// the innermost forward call (in backward too: a checkpointed region's recomputation) —, or none outside every module.
+struct Where {
+  PyObject* info = nullptr;  // the module's ModuleInfo (a new reference), or
+  PyObject* name = nullptr;  // the name module_override gives (a new reference)
+  int layer = -1;
+  int phase = 0;
+  Where() = default;
+  Where(const Where&) = delete;
+  Where& operator=(const Where&) = delete;
+  ~Where() {
+    Py_XDECREF(info);
+    Py_XDECREF(name);
+  }
+};
+
+// Fills W from STATE; false with an exception set.
+bool where(Where& w) {
   PyObject* state = ctx->state;
-  PyObject* o1 = PyObject_GetAttr(state, ctx->sCallsiteOverride);
-  if (o1 == nullptr) return false;
-  PyObject* o2 = o1 == Py_None ? PyObject_GetAttr(state, ctx->sModuleOverride) : nullptr;
-  const bool overridden = o1 != Py_None || o2 == nullptr || o2 != Py_None;
-  Py_DECREF(o1);
-  Py_XDECREF(o2);
-  if (overridden) {  // DDP's buckets, the health vote, FSDP2: _collectives.callsite_id holds those rules
-    PyErr_Clear();
-    PyObject* what_text = PyUnicode_FromString(fastpath::textAt(what)->c_str());
-    if (what_text == nullptr) return false;
-    PyObject* r = PyObject_CallOneArg(ctx->callsite, what_text);
-    Py_DECREF(what_text);
-    if (r == nullptr) return false;
-    const bool ok = PyArg_ParseTuple(r, "iii", &cid, &layer, &phase);
-    Py_DECREF(r);
-    return ok;
+  if (state == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "tpscope._native.set_state was not called");
+    return false;
   }
   const int inOptimizer = truthy(state, ctx->sInOptimizer);
   const int inBackward = truthy(state, ctx->sInBackward);
@@ -270,33 +267,72 @@ bool callsite(int what, int& cid, int& layer, int& phase) {
   PyObject* stack = PyObject_GetAttr(state, ctx->sForwardStack);
   if (stack == nullptr) return false;
   const bool inForward = PyList_Check(stack) && PyList_GET_SIZE(stack) > 0;
-  phase = static_cast<int>(inOptimizer  ? probes::Phase::Optimizer
-                           : inBackward ? probes::Phase::Backward
-                           : inForward  ? probes::Phase::Forward
-                                        : probes::Phase::None);
-  PyObject* info = nullptr;  // new reference
-  if (inBackward) {
-    info = PyObject_CallMethodNoArgs(state, ctx->sInnermostBackward);
-    if (info == nullptr) {
-      Py_DECREF(stack);
-      return false;
+  w.phase = static_cast<int>(inOptimizer  ? probes::Phase::Optimizer
+                             : inBackward ? probes::Phase::Backward
+                             : inForward  ? probes::Phase::Forward
+                                          : probes::Phase::None);
+  PyObject* override = PyObject_GetAttr(state, ctx->sModuleOverride);
+  bool ok = override != nullptr;
+  if (ok && override != Py_None) {  // (name, layer)
+    ok = PyArg_ParseTuple(override, "Ui", &w.name, &w.layer);
+    if (ok)
+      Py_INCREF(w.name);
+    else
+      w.name = nullptr;
+  } else if (ok) {
+    if (inBackward) {
+      w.info = PyObject_CallMethodNoArgs(state, ctx->sInnermostBackward);
+      ok = w.info != nullptr;
+      if (w.info == Py_None) Py_CLEAR(w.info);
     }
-    if (info == Py_None) Py_CLEAR(info);
-  }
-  if (info == nullptr && inForward) {  // in backward, a forward run by it (a checkpointed region's recomputation)
-    PyObject* call = PyList_GET_ITEM(stack, PyList_GET_SIZE(stack) - 1);  // (module, ModuleInfo, t0, index)
-    if (PyTuple_Check(call) && PyTuple_GET_SIZE(call) > 1) {
-      info = PyTuple_GET_ITEM(call, 1);
-      Py_INCREF(info);
+    if (ok && w.info == nullptr && inForward) {
+      PyObject* call = PyList_GET_ITEM(stack, PyList_GET_SIZE(stack) - 1);  // (module, ModuleInfo, t0, index)
+      if (PyTuple_Check(call) && PyTuple_GET_SIZE(call) > 1) {
+        w.info = PyTuple_GET_ITEM(call, 1);
+        Py_INCREF(w.info);
+      }
+    }
+    if (ok && w.info != nullptr) {
+      PyObject* layer = PyObject_GetAttr(w.info, ctx->sLayer);
+      ok = layer != nullptr;
+      if (ok) w.layer = static_cast<int>(PyLong_AsLong(layer));
+      Py_XDECREF(layer);
+      ok = ok && !(w.layer == -1 && PyErr_Occurred());
     }
   }
+  Py_XDECREF(override);
   Py_DECREF(stack);
-  if (info != nullptr) {
-    const bool ok = moduleSite(info, phase, what, cid, layer);
-    Py_DECREF(info);
-    return ok;
+  return ok;
+}
+
+// (call-site id, layer, phase) of a collective issued now for display op WHAT: the text STATE.callsite_override gives
+// (DDP's buckets, the health vote), else "<module> <phase> <what>" of where() — outside every module, the program's own
+// line (program_frame) in the module's place. False with an exception set.
+bool callsite(int what, int& cid, int& layer, int& phase) {
+  if (ctx->state != nullptr) {  // else where() says set_state was not called
+    PyObject* override = PyObject_GetAttr(ctx->state, ctx->sCallsiteOverride);
+    if (override == nullptr) return false;
+    if (override != Py_None) {  // (text, phase)
+      const char* text = nullptr;
+      const bool ok = PyArg_ParseTuple(override, "si", &text, &phase);
+      if (ok) cid = fastpath::internText(text);
+      layer = -1;
+      Py_DECREF(override);
+      return ok;
+    }
+    Py_DECREF(override);
   }
-  layer = -1;
+  Where w;
+  if (!where(w)) return false;
+  phase = w.phase;
+  layer = w.layer;
+  if (w.info != nullptr) return moduleSite(w.info, phase, what, cid);
+  if (w.name != nullptr) {
+    const char* name = PyUnicode_AsUTF8(w.name);
+    if (name == nullptr) return false;
+    cid = joinedText(name, phase, what);
+    return true;
+  }
   cid = programSite(phase, what);
   return true;
 }
@@ -490,7 +526,7 @@ bool track(PyObject* issue, PyObject* result) {
 // starts, when a peer already in the collective would wait for it.
 PyObject* callRecorded(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   auto* w = reinterpret_cast<WrapperObject*>(self);
-  if (depth != 0 || ctx == nullptr || !packageRecording())
+  if (depth != 0 || ctx->asyncType == nullptr || !packageRecording())
     return PyObject_Vectorcall(w->original, args, nargsf, kwnames);
   const uint64_t ticks = probes::rawTicks();
   ++depth;
@@ -542,7 +578,8 @@ const probes::Site* waitSite(const IssueObject* issue) {
 // thread was blocked in it, as RecordedWork.wait does for c10d.
 PyObject* callWait(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   auto* w = reinterpret_cast<WrapperObject*>(self);
-  if (ctx == nullptr || PyDict_GET_SIZE(ctx->pending) == 0)  // nothing issued waits (recording off, all waited on)
+  if (ctx->pending == nullptr ||
+      PyDict_GET_SIZE(ctx->pending) == 0)  // nothing issued waits (recording off, all waited on)
     return PyObject_Vectorcall(w->original, args, nargsf, kwnames);
   PyObject* tensor = argument(args, PyVectorcall_NARGS(nargsf), kwnames, 0, ctx->sTensor);
   if (tensor == nullptr) return PyObject_Vectorcall(w->original, args, nargsf, kwnames);
@@ -670,44 +707,69 @@ void bindFuncolFastPath(py::module_& m) {
   if (issueType == nullptr || wrapperType == nullptr) throw py::error_already_set();
   m.attr("Issue") = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(issueType));
   m.attr("FuncolWrapper") = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(wrapperType));
+  auto* c = new Context();
+  c->sCallsiteOverride = interned("callsite_override");
+  c->sModuleOverride = interned("module_override");
+  c->sInOptimizer = interned("in_optimizer");
+  c->sInBackward = interned("in_backward");
+  c->sForwardStack = interned("forward_stack");
+  c->sInnermostBackward = interned("innermost_backward");
+  c->sName = interned("name");
+  c->sLayer = interned("layer");
+  c->sCompleted = interned("completed");
+  c->sElem = interned("elem");
+  c->sGroup = interned("group");
+  c->sTag = interned("tag");
+  c->sTensor = interned("tensor");
+  c->sEmpty = interned("");
+  ctx = c;
+  m.def(
+      "set_state", [](py::object state) { ctx->state = state.release().ptr(); }, "state"_a,
+      "The STATE where() and callsite_id read (tpscope/_state.py, once).");
+  m.def(
+      "where",
+      []() -> py::tuple {
+        Where w;
+        if (!where(w)) throw py::error_already_set();
+        py::object name = py::none();
+        if (w.name != nullptr)
+          name = py::reinterpret_borrow<py::object>(w.name);
+        else if (w.info != nullptr)
+          name = py::reinterpret_steal<py::object>(PyObject_GetAttr(w.info, ctx->sName));
+        if (!name) throw py::error_already_set();
+        return py::make_tuple(name, w.layer, w.phase);
+      },
+      "(module name or None, layer, phase) of a collective issued now, from STATE: what STATE.where() answers.");
+  m.def(
+      "callsite_id",
+      [](const std::string& what) {
+        int cid = 0, layer = -1, phase = 0;
+        if (!callsite(fastpath::internText(what), cid, layer, phase)) throw py::error_already_set();
+        return py::make_tuple(cid, layer, phase);
+      },
+      "what"_a,
+      "(call-site text id, layer, phase) of a collective issued now whose call site ends in WHAT: STATE's "
+      "callsite_override, else '<module> <phase> <what>' of where(), the program's own line outside every module.");
   m.def(
       "funcol_setup",
-      [](py::object state, py::dict pending, py::object asyncType, py::object tensorType, py::object storageKey,
-         py::object resolveGroup, py::object callsite, py::object payload, py::object raised, py::object track,
-         py::object commSite, py::object fail, Py_ssize_t maxPending) {
-        auto* c = new Context();
-        c->state = state.release().ptr();
-        c->pending = pending.release().ptr();
-        c->asyncType = asyncType.release().ptr();
-        c->tensorType = tensorType.release().ptr();
-        c->storageKey = storageKey.release().ptr();
-        c->resolveGroup = resolveGroup.release().ptr();
-        c->callsite = callsite.release().ptr();
-        c->payload = payload.release().ptr();
-        c->raised = raised.release().ptr();
-        c->track = track.release().ptr();
-        c->commSite = commSite.release().ptr();
-        c->fail = fail.release().ptr();
-        c->maxPending = maxPending;
-        c->sCallsiteOverride = interned("callsite_override");
-        c->sModuleOverride = interned("module_override");
-        c->sInOptimizer = interned("in_optimizer");
-        c->sInBackward = interned("in_backward");
-        c->sForwardStack = interned("forward_stack");
-        c->sInnermostBackward = interned("innermost_backward");
-        c->sName = interned("name");
-        c->sLayer = interned("layer");
-        c->sCompleted = interned("completed");
-        c->sElem = interned("elem");
-        c->sGroup = interned("group");
-        c->sTag = interned("tag");
-        c->sTensor = interned("tensor");
-        c->sEmpty = interned("");
-        ctx = c;  // once per process (_funcol.install); a second call replaces it and leaks the first on purpose
+      [](py::dict pending, py::object asyncType, py::object tensorType, py::object storageKey, py::object resolveGroup,
+         py::object payload, py::object raised, py::object track, py::object commSite, py::object fail,
+         Py_ssize_t maxPending) {
+        ctx->pending = pending.release().ptr();
+        ctx->tensorType = tensorType.release().ptr();
+        ctx->storageKey = storageKey.release().ptr();
+        ctx->resolveGroup = resolveGroup.release().ptr();
+        ctx->payload = payload.release().ptr();
+        ctx->raised = raised.release().ptr();
+        ctx->track = track.release().ptr();
+        ctx->commSite = commSite.release().ptr();
+        ctx->fail = fail.release().ptr();
+        ctx->maxPending = maxPending;
+        ctx->asyncType = asyncType.release().ptr();  // last: the wrappers record from here on
       },
-      "state"_a, "pending"_a, "async_type"_a, "tensor_type"_a, "storage_key"_a, "resolve_group"_a, "callsite"_a,
-      "payload"_a, "raised"_a, "track"_a, "comm_site"_a, "fail"_a, "max_pending"_a,
-      "What the functional-collective wrappers read and call back into (tpscope/_funcol.py's install).");
+      "pending"_a, "async_type"_a, "tensor_type"_a, "storage_key"_a, "resolve_group"_a, "payload"_a, "raised"_a,
+      "track"_a, "comm_site"_a, "fail"_a, "max_pending"_a,
+      "What the functional-collective wrappers read and call back into (tpscope/_funcol.py's install, once).");
   m.def(
       "funcol_wrapper",
       [](py::handle original, py::str op, const std::string& what, int groupIndex) {

@@ -25,8 +25,8 @@ import torch
 import torch.distributed as dist
 
 from . import _native, _opcheck, _rank
+from . import _state  # noqa: F401 (it hands STATE to _native, which callsite_id reads)
 from ._native import kinds as K
-from ._state import PHASE_NAMES, STATE
 
 # ProcessGroup method -> (logical op, index of the positional argument holding the input tensors; None: no payload)
 _COLLECTIVES = {
@@ -101,7 +101,6 @@ def _payload(x):
 
 _group_ids = {}     # tpscope group name -> the recorder's group id (a name's ranks never change: _rank names them)
 _text_ids = {}      # op or call-site text -> the recorder's text id
-_callsite_ids = {}  # (where, phase, what) -> call-site text id: a step issues the same few dozen again and again
 
 
 def display(op):
@@ -125,22 +124,11 @@ def group_id(group, ranks):
     return i
 
 
-def callsite_id(what):
-    """(call-site text id, layer, phase) of a call issued now: the module running (STATE.where()) or, outside every
-    module, the program's own line (_native.program_frame: the innermost frame outside torch and tpscope)."""
-    if STATE.callsite_override is not None:
-        text, phase = STATE.callsite_override
-        return _text_id(text), -1, phase
-    name, layer, phase = STATE.where()
-    if name is None:
-        name = _native.program_frame()
-    key = (name, phase, what)
-    cid = _callsite_ids.get(key)
-    if cid is None:
-        cid = _native.intern_text(" ".join(p for p in (name, PHASE_NAMES[phase], what) if p))
-        if len(_callsite_ids) < 65536:  # program-file call sites name lines: bounded all the same
-            _callsite_ids[key] = cid
-    return cid, layer, phase
+# (call-site text id, layer, phase) of a call issued now whose call site ends in `what`: STATE.callsite_override's
+# text, else the module running (STATE.where()) or, outside every module, the program's own line (the innermost frame
+# outside torch and tpscope) — "layers.1.mlp.fc2 forward all-reduce", "train.py:88 optimizer all-reduce". In C, where
+# the functional collectives' wrappers ask it too (python/src/funcol_fastpath.cpp), texts kept by their parts.
+callsite_id = _native.callsite_id
 
 
 def named(pg):

@@ -26,7 +26,6 @@ import torch.distributed as dist
 
 from . import _collectives, _modules, _native
 from ._native import kinds as K
-from ._state import STATE
 
 # function -> (logical op, index of the group argument)
 _FUNCTIONS = {
@@ -99,7 +98,7 @@ def _track(issue, result):
 
 def _wrap(original, op, group_index):
     """ORIGINAL recorded (tpscope._native.funcol_wrapper: the wrapper's common path is C; its other paths call _resolve,
-    _raised and _track here and _collectives' callsite_id, _payload, _comm_site and _fail)."""
+    _raised and _track here and _collectives' _payload, _comm_site and _fail)."""
     recorded = _native.funcol_wrapper(original, op, _collectives.display(op), group_index)
     functools.update_wrapper(recorded, original)
     recorded.__tpscope_original__ = original
@@ -121,9 +120,9 @@ def install():
     except ImportError:
         return
     _module = funcol
-    _native.funcol_setup(STATE, _pending, funcol.AsyncCollectiveTensor, torch.Tensor, _storage_key, _resolve,
-                         _collectives.callsite_id, _collectives._payload, _raised, _track, _collectives._comm_site,
-                         _collectives._fail, _MAX_PENDING)
+    _native.funcol_setup(_pending, funcol.AsyncCollectiveTensor, torch.Tensor, _storage_key, _resolve,
+                         _collectives._payload, _raised, _track, _collectives._comm_site, _collectives._fail,
+                         _MAX_PENDING)
     for name, (op, group_index) in _FUNCTIONS.items():
         original = getattr(funcol, name, None)
         if original is None or hasattr(original, "__tpscope_original__"):

@@ -6,20 +6,10 @@ called backward()). Plain attributes: the GIL serialises every access.
 """
 
 from . import _native
-from ._native import kinds as K
 
 # A module call in progress (STATE.forward_stack): a plain tuple (module, ModuleInfo, t0, index) — a class would cost
 # an __init__ call at each of the step's module calls. The fields read by index:
 CALL_MODULE, CALL_INFO = 0, 1
-
-PHASE_NAMES = {
-    K.PHASE_NONE: "",
-    K.PHASE_FORWARD: "forward",
-    K.PHASE_BACKWARD: "backward",
-    K.PHASE_OPTIMIZER: "optimizer",
-    K.PHASE_DATA: "data",
-    K.PHASE_OTHER: "other",
-}
 
 
 class _State:
@@ -44,26 +34,9 @@ class _State:
         """(name, layer, phase) of a collective issued now. The module is the one named by module_override (FSDP2
         moving a module's parameters from another module's hook), else the module running now — in backward, the
         innermost one whose backward has begun; the name is None outside every module. The phase: optimizer,
-        backward, forward or none. One call: the collective wrappers ask at every collective."""
-        if self.in_optimizer:
-            phase = K.PHASE_OPTIMIZER
-        elif self.in_backward:
-            phase = K.PHASE_BACKWARD
-        elif self.forward_stack:
-            phase = K.PHASE_FORWARD
-        else:
-            phase = K.PHASE_NONE
-        if self.module_override is not None:
-            name, layer = self.module_override
-            return name, layer, phase
-        if self.in_backward:
-            info = self.innermost_backward()
-            if info is not None:
-                return info.name, info.layer, phase
-        if self.forward_stack:
-            info = self.forward_stack[-1][CALL_INFO]
-            return info.name, info.layer, phase
-        return None, -1, phase
+        backward, forward or none. The rule is tpscope._native's (python/src/funcol_fastpath.cpp), which the
+        collective wrappers ask in C at every collective; this is the same answer for Python callers."""
+        return _native.where()
 
     def set_step(self, step):
         self.step = step
@@ -71,3 +44,4 @@ class _State:
 
 
 STATE = _State()
+_native.set_state(STATE)
