@@ -3,6 +3,7 @@
 #pragma once
 
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -16,13 +17,13 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
+#include "../ports.h"
 
 namespace tpscope::capture_test {
 
@@ -90,10 +91,10 @@ inline RunResult run(const std::vector<std::string>& argv, const fs::path& log, 
 // The argv of `tpscope capture` with the tiny config; `extra` after the standard arguments.
 inline std::vector<std::string> captureArgv(const fs::path& dir, int nproc, int tp, int dp, int steps,
                                             const std::vector<std::string>& extra) {
-  std::vector<std::string> argv = {TPSCOPE_BIN,  "capture", "--nproc", std::to_string(nproc),
-                                   "--tp",       std::to_string(tp), "--dp", std::to_string(dp),
-                                   "--config",   TPSCOPE_TINY_CONFIG, "--steps", std::to_string(steps),
-                                   "--out",      dir.string()};
+  std::vector<std::string> argv = {TPSCOPE_BIN, "capture",           "--nproc", std::to_string(nproc),
+                                   "--tp",      std::to_string(tp),  "--dp",    std::to_string(dp),
+                                   "--config",  TPSCOPE_TINY_CONFIG, "--steps", std::to_string(steps),
+                                   "--out",     dir.string()};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return argv;
 }
@@ -154,32 +155,9 @@ inline pid_t rankPid(pid_t parent, int rank) {
   return -1;
 }
 
-inline bool loopbackPortFree(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  ::close(fd);
-  return ok;
-}
-
-// A free loopback port P with P + 1 free too (the rendezvous and the node captures' control channel).
+// A free loopback port P with P + 1 free too (the rendezvous and the node captures' control channel; tests/ports.h).
 inline int freePortPair() {
-  for (int attempt = 0; attempt < 50; ++attempt) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    const int port = ntohs(a.sin_port);
-    ::close(fd);
-    if (port < 65000 && loopbackPortFree(port) && loopbackPortFree(port + 1)) return port;
-  }
-  return 0;
+  return tpscope::testing::freeListenPorts(2);
 }
 
 // A read-only SQL view of a trace file.

@@ -4,14 +4,13 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -22,28 +21,20 @@
 #include <thread>
 #include <vector>
 
+#include "../ports.h"
+
 extern char** environ;
 
 namespace tpscope::testing {
 
 struct RankResult {
-  int exitCode = -1;  // -1: killed at the deadline
-  std::string output; // stdout + stderr
+  int exitCode = -1;   // -1: killed at the deadline
+  std::string output;  // stdout + stderr
 };
 
-// A TCP port that was free a moment ago (bind to 0, read it back, close).
+// A loopback port for the ranks' store (tests/ports.h: below the ephemeral range, free a moment ago).
 inline int freePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  const int port = ntohs(a.sin_port);
-  ::close(fd);
-  return port;
+  return freeListenPorts(1);
 }
 
 // A fresh folder for a test's ranks. Removed when the test process exits with every test passed; a failed test's
@@ -52,10 +43,10 @@ inline std::filesystem::path scratchDir(const std::string& name) {
   static std::vector<std::filesystem::path> made;
   static const bool cleanup = [] {
     return std::atexit([] {
-      if (!::testing::UnitTest::GetInstance()->Passed()) return;
-      std::error_code ec;
-      for (const auto& d : made) std::filesystem::remove_all(d, ec);
-    }) == 0;
+             if (!::testing::UnitTest::GetInstance()->Passed()) return;
+             std::error_code ec;
+             for (const auto& d : made) std::filesystem::remove_all(d, ec);
+           }) == 0;
   }();
   (void)cleanup;
   auto p = std::filesystem::temp_directory_path() / ("tpscope-core-" + name + "-" + std::to_string(::getpid()));
