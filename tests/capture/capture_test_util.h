@@ -2,12 +2,9 @@
 // and ask the resulting run.db questions in SQL.
 #pragma once
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <sqlite3.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 

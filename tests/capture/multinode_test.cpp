@@ -2,7 +2,10 @@
 // on loopback stand for two nodes — distinct host names through TPSCOPE_HOSTNAME, node 1's clock set off by a known
 // amount through TPSCOPE_TEST_CLOCK_OFFSET_NS — and ranks started the way srun starts them (Slurm's variables only,
 // no capture). Real tpscope-train ranks over loopback Gloo; every test has a TIMEOUT (CMakeLists.txt).
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
