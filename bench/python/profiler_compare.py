@@ -138,16 +138,16 @@ def verdict(captured, profiled, target=TARGET):
 def report(label, pooled, rounds):
     base = statistics.median(pooled["P plain"])
     print("\n%s time per step (median over %d kept steps each):" % (label, len(pooled["P plain"])))
+    ratios = {v: [rd[v] / rd["P plain"] - 1 for rd in rounds] for v in VARIANTS if v != "P plain"}
     for v in VARIANTS:
         m = statistics.median(pooled[v])
         line = "  %-18s %9.2f ms" % (v, m * 1e3)
         if v != "P plain":
-            ratios = [rd[v] / rd["P plain"] - 1 for rd in rounds]
+            r = ratios[v]
             line += "   vs plain %+6.2f %%   per-round median %+6.2f %% (%s; min %+.2f, max %+.2f)" % (
-                100 * (m / base - 1), 100 * statistics.median(ratios), overhead_stats.ci_text(ratios),
-                100 * min(ratios), 100 * max(ratios))
+                100 * (m / base - 1), 100 * statistics.median(r), overhead_stats.ci_text(r), 100 * min(r),
+                100 * max(r))
         print(line)
-    ratios = {v: [rd[v] / rd["P plain"] - 1 for rd in rounds] for v in VARIANTS if v != "P plain"}
     print("  target (S <= %+.0f %% where T is higher): %s" % (
         100 * TARGET, verdict(ratios["S tpscope capture"], ratios["T torch.profiler"])))
 
